@@ -1,0 +1,214 @@
+"""Multi-head self-attention: the kernel (two explicit paths) and the sub-layer with fused QKV.
+
+Attention (Vaswani et al. 2017): for each head h,
+    A_h = softmax(q_h k_h^T / sqrt(Dh) + M),   out_h = A_h v_h,
+with M an additive mask (0 = attend, a very negative number = blocked) that also carries the
+ALiBi bias. A head mask g (Michel et al. 2019, "Are Sixteen Heads Really Better than One?")
+multiplies head h's probabilities, out_h = g_h A_h v_h, exactly as Hugging Face BERT applies
+`head_mask`; its gradient dL/dg_h at g = 1 is Michel et al.'s head importance.
+
+Two paths, chosen by the model and never silently swapped:
+- `attention`: eager, returns the probabilities, honours the head mask and the pattern hook;
+- `sdpa_attention`: `torch.nn.functional.scaled_dot_product_attention` (fused kernels, used for
+  training). It cannot give probabilities or apply a head mask: asking for them is a ValueError.
+
+`MultiHeadAttention.prune` removes heads for real (Michel et al. 2019): the rows of the fused QKV
+projection and the columns of the output projection of those heads are cut out. When every head
+of a layer is pruned the sub-layer outputs only the output projection's bias (zero if
+`bias=False`) -- the same as gating all its heads to zero with the head mask.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Callable, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .hooks import HookPoint
+from .positions import alibi_slopes, apply_rope
+
+AttnImpl = Literal["auto", "sdpa", "eager"]
+
+
+def attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    head_mask: torch.Tensor | None = None,
+    *,
+    dropout_p: float = 0.0,
+    edit_probs: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eager attention. q, k, v: (B, H, T, Dh); mask: additive, broadcastable to (B, H, T, T);
+    head_mask: (H,). Returns out (B, H, T, Dh) and probs (B, H, T, T), the probabilities that
+    multiplied v (after dropout and head mask, as in HF BERT). `edit_probs` sees the post-softmax
+    probabilities first (the `attn.pattern` hook site)."""
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+    if mask is not None:
+        scores = scores + mask
+    probs = scores.softmax(dim=-1)
+    if edit_probs is not None:
+        probs = edit_probs(probs)
+    if dropout_p > 0.0:
+        probs = F.dropout(probs, p=dropout_p)
+    if head_mask is not None:
+        probs = probs * head_mask.to(probs.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1) broadcast
+    return probs @ v, probs
+
+
+def sdpa_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    *,
+    is_causal: bool = False,
+    dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """Fused attention, (B, H, T, Dh) -> (B, H, T, Dh); mask additive in q's dtype or None."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)
+
+
+def resolve_attn_impl(attn_impl: str, *, output_attentions: bool, head_mask, pattern_hooks: bool) -> bool:
+    """True for the eager path. "auto" goes eager only when something needs it; "sdpa" refuses."""
+    if attn_impl not in ("auto", "sdpa", "eager"):
+        raise ValueError(f"attn_impl must be 'auto', 'sdpa' or 'eager', got {attn_impl!r}")
+    needs = [
+        what
+        for what, asked in (
+            ("output_attentions=True", output_attentions),
+            ("a head_mask", head_mask is not None),
+            ("an attn.pattern hook", pattern_hooks),
+        )
+        if asked
+    ]
+    if attn_impl == "sdpa" and needs:
+        raise ValueError(
+            f"attn_impl='sdpa' cannot honour {', '.join(needs)} (only the eager path gives "
+            "probabilities and head masks); use attn_impl='eager' or 'auto'"
+        )
+    return attn_impl == "eager" or bool(needs)
+
+
+def keep_mask(
+    attention_mask: torch.Tensor | None, seq_len: int, device: torch.device, *, causal: bool, explicit: bool
+) -> tuple[torch.Tensor | None, bool]:
+    """Boolean "may attend" mask broadcastable to (B, 1, T, T), and whether to use is_causal instead.
+
+    attention_mask: (B, T), 1 = real token. `explicit` forces a materialised causal mask (eager
+    path, ALiBi); otherwise a purely causal mask is left to SDPA's is_causal (fastest kernels).
+    """
+    pad = None if attention_mask is None else attention_mask.bool()[:, None, None, :]  # (B, 1, 1, T)
+    if not causal:
+        return pad, False
+    if pad is None and not explicit:
+        return None, True
+    tril = torch.ones(seq_len, seq_len, dtype=torch.bool, device=device).tril()[None, None]  # (1, 1, T, T)
+    return (tril if pad is None else tril & pad), False
+
+
+def additive_mask(keep: torch.Tensor | None, bias: torch.Tensor | None, dtype: torch.dtype):
+    """0 where keep, finfo(dtype).min where blocked (finite: fully blocked rows give no NaN), + bias."""
+    if keep is None:
+        return None if bias is None else bias.to(dtype)
+    mask = torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill_(~keep, torch.finfo(dtype).min)
+    return mask if bias is None else mask + bias.to(dtype)
+
+
+class MultiHeadAttention(nn.Module):
+    """Self-attention sub-layer: fused QKV projection (one Linear D -> 3 H Dh), optional RoPE on
+    q and k, optional ALiBi bias, output projection H Dh -> D. Hook sites: `pattern`, `head_out`."""
+
+    def __init__(self, d_model: int, n_heads: int, *, bias: bool, dropout: float, position: str) -> None:
+        super().__init__()
+        self.d_model, self.head_dim, self.dropout, self.position = d_model, d_model // n_heads, dropout, position
+        self.head_ids: list[int] = list(range(n_heads))  # original ids of the heads still present
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+        if position == "alibi":
+            self.register_buffer("alibi_slopes", alibi_slopes(n_heads), persistent=False)
+        self.pattern = HookPoint()
+        self.head_out = HookPoint()
+
+    @property
+    def n_heads(self) -> int:
+        return len(self.head_ids)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        keep: torch.Tensor | None = None,
+        *,
+        is_causal: bool = False,
+        rope: tuple[torch.Tensor, torch.Tensor] | None = None,
+        alibi_dist: torch.Tensor | None = None,
+        head_mask: torch.Tensor | None = None,
+        eager: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, T, D) -> (out (B, T, D), probs (B, H, T, T) on the eager path else None).
+
+        keep: bool (B|1, 1, T, T) may-attend mask; head_mask: (H_original,), entries of pruned heads
+        are ignored."""
+        B, T, _ = x.shape
+        H, Dh = self.n_heads, self.head_dim
+        if H == 0:  # every head pruned: nothing to attend with, only the output bias remains
+            out = x.new_zeros(B, T, self.d_model)
+            out = out if self.out.bias is None else out + self.out.bias
+            return out, (x.new_zeros(B, 0, T, T) if eager else None)
+        qkv = self.qkv(x).view(B, T, 3, H, Dh)  # (B, T, 3, H, Dh)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, Dh)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        bias = None
+        if alibi_dist is not None:
+            bias = self.alibi_slopes.view(H, 1, 1) * alibi_dist  # (H, T, T)
+        mask = additive_mask(keep, bias, q.dtype)  # (B|1, H|1, T, T) or None
+        p = self.dropout if self.training else 0.0
+        if eager:
+            if head_mask is not None and len(self.head_ids) != head_mask.shape[0]:
+                head_mask = head_mask[self.head_ids]  # (H,) original ids -> present heads
+            edit = self.pattern if self.pattern.fns else None
+            y, probs = attention(q, k, v, mask, head_mask, dropout_p=p, edit_probs=edit)
+        else:
+            if head_mask is not None:
+                raise ValueError("the SDPA path cannot apply a head mask; use the eager path")
+            y, probs = sdpa_attention(q, k, v, mask, is_causal=is_causal, dropout_p=p), None
+        y = self.head_out(y.transpose(1, 2))  # (B, T, H, Dh)
+        return self.out(y.reshape(B, T, H * Dh)), probs  # (B, T, H Dh) -> (B, T, D)
+
+    @torch.no_grad()
+    def prune(self, heads: list[int]) -> None:
+        """Remove the heads with these *original* ids: cut their QKV rows and output columns."""
+        missing = [h for h in heads if h not in self.head_ids]
+        if missing:
+            raise ValueError(f"heads {missing} are not present (present: {self.head_ids})")
+        H, Dh = self.n_heads, self.head_dim
+        kept = [i for i, h in enumerate(self.head_ids) if h not in heads]  # positions in current layout
+        dims = torch.tensor([i * Dh + j for i in kept for j in range(Dh)], dtype=torch.long)
+        rows = torch.cat([part * H * Dh + dims for part in range(3)])  # q, k, v blocks of the fused weight
+        self.qkv = _sliced_linear(self.qkv, rows, dim=0)
+        self.out = _sliced_linear(self.out, dims, dim=1)
+        if self.position == "alibi":
+            self.alibi_slopes = self.alibi_slopes[kept].clone()
+        self.head_ids = [self.head_ids[i] for i in kept]
+
+
+def _sliced_linear(layer: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear:
+    """A new Linear keeping `index` along the weight's dim 0 (outputs) or dim 1 (inputs)."""
+    w = layer.weight
+    index = index.to(w.device)
+    weight = w.index_select(dim, index).clone()
+    has_bias = layer.bias is not None
+    with warnings.catch_warnings():  # a zero-head layer: "Initializing zero-element tensors is a no-op"
+        warnings.simplefilter("ignore", UserWarning)
+        new = nn.Linear(weight.shape[1], weight.shape[0], bias=has_bias, device=w.device, dtype=w.dtype)
+    new.weight.copy_(weight)
+    if has_bias:
+        new.bias.copy_(layer.bias if dim == 1 else layer.bias.index_select(0, index))
+    new.weight.requires_grad_(w.requires_grad)
+    return new

@@ -1,0 +1,389 @@
+"""Subword tokenizers for the encoders (WordPiece) and decoders (byte-level BPE).
+
+`Tokenizer` wraps a `tokenizers.Tokenizer` (the Rust HF tokenizers library) and adds what the
+workbench needs on top: word-aligned encoding with exact word spans (edge probing reads word
+vectors by pooling subwords, Tenney et al. 2019), stable special-token ids, a JSON-only save
+format and a fingerprint.
+
+Two kinds (docs/design.md "Tokenizer"):
+- "wordpiece" (BERT, Devlin et al. 2019; WordPiece of Wu et al. 2016): BERT normalizer and
+  pre-tokenizer, "##" continuing prefix, specials [PAD] [UNK] [CLS] [SEP] [MASK]. A trained
+  tokenizer has them at ids 0..4 in that order; one built from a BERT vocab.txt keeps the file's ids.
+  `add_special=True` wraps a sequence as [CLS] ... [SEP].
+- "bpe" (byte-level BPE as in GPT-2, Radford et al. 2019): one special, <|endoftext|>, serving as
+  BOS, EOS, PAD and (since byte-level BPE has no unknown token) as the filler for an empty word.
+  `add_special=True` *prepends* <|endoftext|> as BOS, so the first word has a left context token;
+  nothing is appended.
+
+Specials are added here in Python, not by the wrapped tokenizer's post-processor, so the same rule
+holds for trained and imported tokenizers. (Trained tokenizers still carry a matching
+post-processor so their tokenizer.json behaves the same way when used on its own.)
+
+Reproducibility: byte-level BPE training is deterministic. The library's WordPiece trainer breaks
+ties between equally frequent merges in hash order, so retraining on the same text can give a
+slightly different vocabulary: train once, `save`, and reuse (the fingerprint tells them apart).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Literal
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+Kind = Literal["wordpiece", "bpe"]
+
+WORDPIECE_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
+ENDOFTEXT = "<|endoftext|>"
+BPE_SPECIALS = {"bos": ENDOFTEXT, "eos": ENDOFTEXT, "pad": ENDOFTEXT, "unk": ENDOFTEXT}
+# Every role a tokenizer may have; absent roles give None.
+ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
+
+TOKENIZER_FILE = "tokenizer.json"
+META_FILE = "tokenizer_meta.json"
+META_VERSION = 1
+
+
+@dataclass(frozen=True)
+class WordEncoding:
+    """Subword ids of a pre-split sentence and the subwords each word covers.
+
+    ids: (T,) token ids, specials included ([CLS] at 0 for WordPiece, BOS at 0 for BPE).
+    word_spans: one (start, end) per word, end exclusive, indices into `ids`; spans are
+        non-empty, contiguous and in word order.
+    n_empty: words that produced no subword and were given the unknown id instead.
+    """
+
+    ids: list[int]
+    word_spans: list[tuple[int, int]]
+    n_empty: int = 0
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _bert_normalizer(lowercase: bool) -> normalizers.Normalizer:
+    # strip_accents=None follows `lowercase`, exactly as BERT's do_lower_case does.
+    return normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=True, strip_accents=None, lowercase=lowercase
+    )
+
+
+def _wordpiece_post_processor(cls_id: int, sep_id: int) -> processors.TemplateProcessing:
+    return processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+
+
+class Tokenizer:
+    """A WordPiece or byte-level BPE tokenizer with word-aligned encoding (see module docstring)."""
+
+    def __init__(self, hf: HFTokenizer, kind: Kind, specials: dict[str, str], lowercase: bool = False):
+        if kind not in ("wordpiece", "bpe"):
+            raise ValueError(f"kind must be 'wordpiece' or 'bpe', got {kind!r}")
+        unknown = set(specials) - set(ROLES)
+        if unknown:
+            raise ValueError(f"unknown special-token roles {sorted(unknown)}; valid: {list(ROLES)}")
+        missing = [f"{role}={tok}" for role, tok in specials.items() if hf.token_to_id(tok) is None]
+        if missing:
+            raise ValueError(f"special tokens not in the vocabulary: {', '.join(missing)}")
+        self._hf = hf
+        self.kind: Kind = kind
+        self.specials = dict(specials)
+        self.lowercase = bool(lowercase)
+        self._ids = {role: hf.token_to_id(tok) for role, tok in specials.items()}
+
+    # ----------------------------------------------------------------------------- construction
+    @classmethod
+    def train_wordpiece(
+        cls, texts: Iterable[str], vocab_size: int, lowercase: bool = False, min_frequency: int = 2
+    ) -> "Tokenizer":
+        """Train a BERT-style WordPiece tokenizer; specials [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4."""
+        names = list(WORDPIECE_SPECIALS.values())
+        if vocab_size < len(names) + 1:
+            raise ValueError(f"vocab_size must exceed the {len(names)} specials, got {vocab_size}")
+        hf = HFTokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+        hf.normalizer = _bert_normalizer(lowercase)
+        hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        hf.decoder = decoders.WordPiece(prefix="##")
+        trainer = trainers.WordPieceTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=names,
+            continuing_subword_prefix="##",
+            show_progress=False,
+        )
+        hf.train_from_iterator(texts, trainer=trainer)
+        hf.post_processor = _wordpiece_post_processor(hf.token_to_id("[CLS]"), hf.token_to_id("[SEP]"))
+        return cls(hf, "wordpiece", WORDPIECE_SPECIALS, lowercase=lowercase)
+
+    @classmethod
+    def train_bpe(cls, texts: Iterable[str], vocab_size: int, min_frequency: int = 2) -> "Tokenizer":
+        """Train a GPT-2-style byte-level BPE tokenizer; <|endoftext|> = 0 is BOS/EOS/PAD."""
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        if vocab_size < len(alphabet) + 1:
+            raise ValueError(f"vocab_size must be at least {len(alphabet) + 1} (256 bytes + 1 special), got {vocab_size}")
+        hf = HFTokenizer(models.BPE())
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            min_frequency=min_frequency,
+            special_tokens=[ENDOFTEXT],
+            initial_alphabet=alphabet,
+            show_progress=False,
+        )
+        hf.train_from_iterator(texts, trainer=trainer)
+        bos = hf.token_to_id(ENDOFTEXT)
+        hf.post_processor = processors.TemplateProcessing(
+            single=f"{ENDOFTEXT} $A", pair=f"{ENDOFTEXT} $A {ENDOFTEXT} $B:1", special_tokens=[(ENDOFTEXT, bos)]
+        )
+        return cls(hf, "bpe", BPE_SPECIALS)
+
+    @classmethod
+    def from_bert_vocab(cls, vocab_path: str | Path, lowercase: bool) -> "Tokenizer":
+        """WordPiece from a BERT `vocab.txt` (one token per line, id = line number).
+
+        Matches BertTokenizerFast(vocab, do_lower_case=lowercase): BERT normalizer (accents stripped
+        iff lowercase), BERT pre-tokenizer, greedy longest-match-first WordPiece with "##".
+        """
+        vocab_path = Path(vocab_path)
+        if not vocab_path.is_file():
+            raise FileNotFoundError(f"BERT vocab file {vocab_path} does not exist")
+        vocab: dict[str, int] = {}
+        with open(vocab_path, encoding="utf-8") as f:
+            for i, line in enumerate(f):
+                token = line.rstrip("\n")
+                if token in vocab:
+                    raise ValueError(f"{vocab_path}:{i + 1}: duplicate token {token!r}")
+                vocab[token] = i
+        absent = [t for t in WORDPIECE_SPECIALS.values() if t not in vocab]
+        if absent:
+            raise ValueError(f"{vocab_path} lacks the special tokens {absent}")
+        hf = HFTokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##"))
+        hf.normalizer = _bert_normalizer(lowercase)
+        hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        hf.decoder = decoders.WordPiece(prefix="##")
+        hf.add_special_tokens(list(WORDPIECE_SPECIALS.values()))
+        hf.post_processor = _wordpiece_post_processor(vocab["[CLS]"], vocab["[SEP]"])
+        return cls(hf, "wordpiece", WORDPIECE_SPECIALS, lowercase=lowercase)
+
+    @classmethod
+    def from_hf_tokenizer_json(cls, path: str | Path) -> "Tokenizer":
+        """Wrap an existing HF `tokenizer.json` (e.g. from a BERT or GPT-2 checkpoint).
+
+        The kind comes from the model type: WordPiece -> "wordpiece" (needs the five BERT
+        specials), BPE -> "bpe" (needs <|endoftext|>). Lowercasing is read from a BertNormalizer.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"tokenizer file {path} does not exist")
+        hf = HFTokenizer.from_file(str(path))
+        # Checkpoints often ship a tokenizer.json that pads/truncates to a fixed length (MiniLM pads
+        # to 128); the workbench adds specials and handles length itself, so both are switched off.
+        hf.no_padding()
+        hf.no_truncation()
+        spec = json.loads(hf.to_str())
+        model_type = spec.get("model", {}).get("type")
+        if model_type == "WordPiece":
+            norm = spec.get("normalizer") or {}
+            lowercase = bool(norm.get("lowercase", False)) if norm.get("type") == "BertNormalizer" else False
+            return cls(hf, "wordpiece", WORDPIECE_SPECIALS, lowercase=lowercase)
+        if model_type == "BPE":
+            if "ByteLevel" not in json.dumps(spec.get("pre_tokenizer")):
+                raise ValueError(f"{path}: only byte-level BPE (GPT-2 style) is supported")
+            return cls(hf, "bpe", BPE_SPECIALS)
+        raise ValueError(f"{path}: model type {model_type!r} is not supported (WordPiece or BPE)")
+
+    # ------------------------------------------------------------------------------- ids
+    def _role(self, role: str) -> int | None:
+        return self._ids.get(role)
+
+    @property
+    def pad_id(self) -> int | None:
+        return self._role("pad")
+
+    @property
+    def unk_id(self) -> int | None:
+        return self._role("unk")
+
+    @property
+    def cls_id(self) -> int | None:
+        return self._role("cls")
+
+    @property
+    def sep_id(self) -> int | None:
+        return self._role("sep")
+
+    @property
+    def mask_id(self) -> int | None:
+        return self._role("mask")
+
+    @property
+    def bos_id(self) -> int | None:
+        return self._role("bos")
+
+    @property
+    def eos_id(self) -> int | None:
+        return self._role("eos")
+
+    @property
+    def doc_sep_id(self) -> int:
+        """The id that separates documents in a packed corpus: [SEP] or <|endoftext|>."""
+        return self.sep_id if self.kind == "wordpiece" else self.eos_id  # type: ignore[return-value]
+
+    @property
+    def special_ids(self) -> set[int]:
+        return set(self._ids.values())
+
+    @property
+    def vocab_size(self) -> int:
+        """Embedding rows a model needs: every id this tokenizer can emit (added tokens included)."""
+        return self._hf.get_vocab_size(with_added_tokens=True)
+
+    @property
+    def hf(self) -> HFTokenizer:
+        """The wrapped `tokenizers.Tokenizer` (for read-only use)."""
+        return self._hf
+
+    def id_to_token(self, i: int) -> str | None:
+        return self._hf.id_to_token(int(i))
+
+    def token_to_id(self, token: str) -> int | None:
+        return self._hf.token_to_id(token)
+
+    def tokens(self, ids: Iterable[int]) -> list[str]:
+        """Token strings of `ids` (byte-level BPE shows a leading space as 'Ġ')."""
+        return [self._hf.id_to_token(int(i)) for i in ids]
+
+    # ---------------------------------------------------------------------------- encoding
+    def _wrap(self, ids: list[int]) -> list[int]:
+        if self.kind == "wordpiece":
+            return [self.cls_id, *ids, self.sep_id]  # type: ignore[list-item]
+        return [self.bos_id, *ids]  # type: ignore[list-item]
+
+    def encode(self, text: str, add_special: bool = True) -> list[int]:
+        """Token ids of running text; with `add_special`, [CLS] ... [SEP] or BOS ... (see module doc)."""
+        ids = self._hf.encode(text, add_special_tokens=False).ids
+        return self._wrap(ids) if add_special else ids
+
+    def encode_batch(self, texts: list[str], add_special: bool = True) -> list[list[int]]:
+        """`encode` over many texts at once (multi-threaded in the Rust library)."""
+        # encode_batch_fast (tokenizers >= 0.20) skips the offsets we do not use: ~1.6x faster.
+        fast = getattr(self._hf, "encode_batch_fast", self._hf.encode_batch)
+        encs = fast(list(texts), add_special_tokens=False)
+        return [self._wrap(e.ids) if add_special else e.ids for e in encs]
+
+    def _word_inputs(self, words: list[str]) -> list[str]:
+        if self.kind == "bpe":
+            # Byte-level BPE marks a word start with a leading space, as in running text.
+            return [w if i == 0 else " " + w for i, w in enumerate(words)]
+        return list(words)
+
+    def _align(self, words: list[str], enc, add_special: bool) -> WordEncoding:
+        """Group subwords by word id; a word with no subword gets the unknown id."""
+        unk = self.unk_id
+        sub_ids, word_ids = enc.ids, enc.word_ids
+        ids: list[int] = []
+        spans: list[tuple[int, int]] = []
+        if add_special:
+            ids.append(self.cls_id if self.kind == "wordpiece" else self.bos_id)
+        n_empty = 0
+        j, n_sub = 0, len(sub_ids)
+        for w in range(len(words)):
+            start = len(ids)
+            while j < n_sub and word_ids[j] == w:
+                ids.append(sub_ids[j])
+                j += 1
+            if len(ids) == start:
+                ids.append(unk)
+                n_empty += 1
+            spans.append((start, len(ids)))
+        if j != n_sub:  # the Rust side broke word order: never silently misalign
+            raise RuntimeError(f"subword/word alignment failed at subword {j} of {n_sub}")
+        if add_special and self.kind == "wordpiece":
+            ids.append(self.sep_id)
+        return WordEncoding(ids=ids, word_spans=spans, n_empty=n_empty)
+
+    def encode_words(self, words: list[str], add_special: bool = True) -> WordEncoding:
+        """Encode a pre-split sentence so that word i owns subwords `ids[start:end]`.
+
+        Uses pre-tokenized input (`is_pretokenized=True`), so word boundaries are exact.
+        """
+        return self.encode_words_batch([words], add_special=add_special)[0]
+
+    def encode_words_batch(self, sentences: list[list[str]], add_special: bool = True) -> list[WordEncoding]:
+        """`encode_words` for many sentences in one multi-threaded batch call."""
+        sentences = [list(ws) for ws in sentences]
+        for s, ws in enumerate(sentences):
+            bad = [i for i, w in enumerate(ws) if not isinstance(w, str)]
+            if bad:
+                raise ValueError(f"sentence {s}: word {bad[0]} is {type(ws[bad[0]]).__name__}, not str")
+        nonempty = [i for i, ws in enumerate(sentences) if ws]
+        encs = self._hf.encode_batch(
+            [self._word_inputs(sentences[i]) for i in nonempty], is_pretokenized=True, add_special_tokens=False
+        )
+        out: list[WordEncoding] = [
+            WordEncoding(ids=self._wrap([]) if add_special else [], word_spans=[]) for _ in sentences
+        ]
+        for i, enc in zip(nonempty, encs):
+            out[i] = self._align(sentences[i], enc, add_special)
+        return out
+
+    def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
+        """Text of `ids` (WordPiece joins "##" pieces; byte-level BPE restores bytes and spaces)."""
+        return self._hf.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    # ------------------------------------------------------------------------------ storage
+    def _meta(self) -> dict:
+        return {"version": META_VERSION, "kind": self.kind, "specials": self.specials, "lowercase": self.lowercase}
+
+    def save(self, directory: str | Path) -> Path:
+        """Write `tokenizer.json` (HF format) and `tokenizer_meta.json` into `directory` (atomically)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        _write_atomic(directory / TOKENIZER_FILE, self._hf.to_str(pretty=True))
+        _write_atomic(directory / META_FILE, json.dumps(self._meta(), indent=2, sort_keys=True) + "\n")
+        return directory
+
+    @classmethod
+    def load(cls, directory: str | Path) -> "Tokenizer":
+        """Read a folder written by `save`."""
+        directory = Path(directory)
+        for name in (TOKENIZER_FILE, META_FILE):
+            if not (directory / name).is_file():
+                raise FileNotFoundError(f"tokenizer folder {directory} lacks {name}")
+        meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
+        unknown = set(meta) - {"version", "kind", "specials", "lowercase"}
+        if unknown:
+            raise ValueError(f"{directory / META_FILE}: unknown keys {sorted(unknown)}")
+        if meta.get("version") != META_VERSION:
+            raise ValueError(f"{directory / META_FILE}: version {meta.get('version')!r}, expected {META_VERSION}")
+        hf = HFTokenizer.from_file(str(directory / TOKENIZER_FILE))
+        return cls(hf, meta["kind"], meta["specials"], lowercase=meta.get("lowercase", False))
+
+    def fingerprint(self) -> str:
+        """sha256 (hex) of the canonical JSON of the tokenizer and its meta."""
+        canon = {"tokenizer": json.loads(self._hf.to_str()), "meta": self._meta()}
+        blob = json.dumps(canon, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def __repr__(self) -> str:
+        return f"Tokenizer(kind={self.kind!r}, vocab_size={self.vocab_size}, lowercase={self.lowercase})"

@@ -1,0 +1,94 @@
+"""Checkpoint save/load: bit-exact round trips (also pruned), tokenizer, card, errors, hash."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from torch.testing import assert_close
+
+from plmodels import checkpoint_hash, load, save
+from plmodels.tokenizer import Tokenizer
+
+from .conftest import batch, tiny_decoder, tiny_encoder
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    texts = ["the cat sat on the mat", "a dog ran in the park", "the bird sang a song"] * 5
+    return Tokenizer.train_wordpiece(texts, vocab_size=61)
+
+
+def assert_same_state(a, b):
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys()
+    for k in sa:
+        assert torch.equal(sa[k], sb[k]), k
+
+
+@pytest.mark.parametrize("build", [tiny_encoder, tiny_decoder])
+@pytest.mark.parametrize("pruned", [False, True])
+def test_round_trip_is_bit_exact(tmp_path, tokenizer, build, pruned):
+    model = build(position="alibi")
+    if pruned:
+        model.prune_heads({0: [2], 1: [0, 1, 2, 3]})
+    path = save(model, tokenizer, tmp_path / "ckpt", card={"steps": 12, "metrics": {"loss": 1.5}})
+    loaded, tok = load(path)
+    assert type(loaded) is type(model) and loaded.config == model.config
+    assert loaded.n_heads_per_layer == model.n_heads_per_layer
+    assert_same_state(model, loaded)
+    ids, mask = batch()
+    assert torch.equal(model(ids, attention_mask=mask).last_hidden_state, loaded(ids, attention_mask=mask).last_hidden_state)
+    assert tok.fingerprint() == tokenizer.fingerprint()
+    card = json.loads((path / "card.json").read_text())
+    assert card["steps"] == 12 and card["metrics"] == {"loss": 1.5} and card["kind"] == model.kind
+    assert "# ckpt" in (path / "README.md").read_text()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp folders left
+
+
+def test_tied_weights_are_stored_once_and_reload_tied(tmp_path):
+    model = tiny_decoder()
+    path = save(model, None, tmp_path / "d")
+    names = set(load_file(str(path / "model.safetensors")))
+    assert "wte.weight" in names and not any("lm_head" in n for n in names)
+    loaded, tok = load(path)
+    assert tok is None
+    with torch.no_grad():
+        loaded.wte.weight[7].add_(1.0)
+    ids = torch.tensor([[1, 2, 3]])
+    assert_close(loaded(ids).logits, loaded(ids).last_hidden_state @ loaded.wte.weight.T)
+
+
+def test_overwrite_and_hash(tmp_path):
+    a, b = tiny_encoder(), tiny_encoder(position="rope")
+    path = save(a, None, tmp_path / "m")
+    h1 = checkpoint_hash(path)
+    assert h1 == checkpoint_hash(save(a, None, tmp_path / "m2"))  # same content -> same hash
+    save(b, None, path)
+    assert checkpoint_hash(path) != h1
+    assert load(path)[0].config.position == "rope"
+
+
+def test_load_lists_missing_extra_and_misshapen_tensors(tmp_path):
+    path = save(tiny_encoder(), None, tmp_path / "m")
+    state = load_file(str(path / "model.safetensors"))
+    del state["blocks.0.norm1.weight"]
+    state["blocks.0.surprise"] = torch.zeros(2)
+    state["pooler.weight"] = torch.zeros(3, 3)
+    save_file(state, str(path / "model.safetensors"))
+    with pytest.raises(ValueError) as err:
+        load(path)
+    msg = str(err.value)
+    assert "blocks.0.norm1.weight" in msg and "blocks.0.surprise" in msg and "pooler.weight" in msg
+
+
+def test_load_rejects_unknown_kind_and_config_keys(tmp_path):
+    path = save(tiny_encoder(), None, tmp_path / "m")
+    meta = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**meta, "kind": "mixer"}))
+    with pytest.raises(ValueError, match="mixer"):
+        load(path)
+    meta["config"]["colour"] = "red"
+    (path / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="colour"):
+        load(path)

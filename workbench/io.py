@@ -1,0 +1,154 @@
+"""Atomic writes: a file or folder appears complete or not at all.
+
+Every writer goes to a temporary sibling (same folder, so same file system) and then `os.replace`s
+it over the target; an exception (or a kill) before the rename leaves the old target untouched and
+removes the temporary where it can. `atomic_dir(path)` does the same for a whole folder: build it in
+`<parent>/.<name>.tmp-<pid>-<rand>`, rename it to `path` on success.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def _tmp_sibling(path: Path, suffix: str = ".tmp") -> tuple[int, str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """Write `data` to `path` atomically (temp file, fsync, os.replace). Returns the path."""
+    path = Path(path)
+    fd, tmp = _tmp_sibling(path)
+    try:
+        os.fchmod(fd, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, encoding: str = "utf-8") -> Path:
+    """Write `text` to `path` atomically."""
+    return atomic_write_bytes(path, text.encode(encoding))
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Path:
+    """Serialise `obj` as JSON (sorted keys are NOT forced; order kept) and write it atomically.
+
+    Serialisation happens before the temp file is opened, so an unserialisable object leaves the
+    old file intact.
+    """
+    text = json.dumps(obj, indent=indent, ensure_ascii=False) + "\n"
+    return atomic_write_text(path, text)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[Any]:
+    """Open a temp sibling of `path` for writing; rename it over `path` when the block succeeds."""
+    path = Path(path)
+    if "w" not in mode:
+        raise ValueError(f"atomic_file: mode must be a write mode, got {mode!r}")
+    fd, tmp = _tmp_sibling(path)
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_parquet_atomic(df, path: str | os.PathLike, **kwargs) -> Path:
+    """Write a pandas DataFrame to Parquet atomically (kwargs go to `DataFrame.to_parquet`)."""
+    path = Path(path)
+    fd, tmp = _tmp_sibling(path, suffix=".parquet.tmp")
+    os.close(fd)
+    try:
+        df.to_parquet(tmp, **kwargs)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """Build a folder at a temporary sibling and rename it to `path` when the block succeeds.
+
+    Yields the temporary folder. On an exception it is deleted and `path` is untouched. If `path`
+    already exists: `overwrite=False` -> FileExistsError (raised before the block runs);
+    `overwrite=True` -> the old folder is moved aside, the new one renamed in, the old one deleted
+    (the window where neither exists is two renames long).
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"atomic_dir: {path} already exists (pass overwrite=True to replace it)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            if not overwrite:
+                raise FileExistsError(f"atomic_dir: {path} appeared while it was being built")
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+            os.rmdir(old)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_tmp(parent: str | os.PathLike, name: str) -> int:
+    """Delete leftover `.{name}.tmp-<pid>-*` folders under `parent` left by killed runs.
+
+    Folders whose pid is a live process other than this one are kept. Returns how many were removed.
+    """
+    parent = Path(parent)
+    if not parent.is_dir():
+        return 0
+    n = 0
+    for p in parent.glob(f".{name}.tmp-*"):
+        m = re.match(rf"\.{re.escape(name)}\.tmp-(\d+)-", p.name)
+        if m and _pid_alive(int(m.group(1))):
+            continue  # another live process is building it
+        if p.is_dir():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+        n += 1
+    return n

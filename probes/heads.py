@@ -1,0 +1,594 @@
+"""Attention-head roles over a corpus of word-level attention maps.
+
+Follows Clark et al. 2019 ("What Does BERT Look At?", sections 3-4), Voita et al. 2019 ("Analyzing
+Multi-Head Self-Attention", section 4) and Olsson et al. 2022 ("In-context Learning and Induction
+Heads"). Pure array code: the activation store feeds one sentence at a time to the streaming
+accumulator `HeadStats` (``update(sentence)`` then ``finalize(model)``); nothing holds all maps.
+
+Input per sentence (see `Sentence`): ``attn`` (L, H, n, n) word-level attention, row i = attention
+*from* word i (Clark et al. 2019: attention to a multi-subword word is the sum over its subwords,
+attention from it is the mean over its subwords), and ``special`` (L, H, n, k): the shares of row i
+that go to the k special tokens ([CLS], [SEP]; BOS for decoders), which are removed from the word
+grid. Each row of attn + special sums to 1 (checked; ValueError names sentence, layer, head, word).
+
+Decisions (documented once, here):
+- **Argmax over words only.** Every "the head points at word j" statistic (positional, syntactic,
+  rare-token) takes the argmax over the n words; special tokens do not compete. Voita et al. take it
+  over tokens; we follow Clark et al. 2019 sec. 4.2, who predict a *word*. Heads that park their
+  mass on [CLS]/[SEP] are flagged separately by the sink scores. Ties go to the lowest word index
+  (numpy argmax), so a perfectly uniform head points at word 0.
+- **Positional share** at offset d is #(argmax_i == i + d) / #(words i with 0 <= i + d < n), so a
+  head that always looks at i-1 scores 1.0 even though word 0 has no left neighbour. A head is
+  positional at d if that share >= config ``positional`` (Voita: 90%).
+- **Relations** use the UD deprel's base before ':' (``obl:tmod`` -> ``obl``) except the subtypes in
+  ``keep_subtypes`` (``nmod:poss`` is its own relation and is *not* counted as ``nmod``).
+  dep2head: word i with relation r attends, correct if argmax_i == head(i). head2dep: a word h with
+  at least one dependent of relation r attends, correct if argmax_h is *any* such dependent (Clark
+  et al. 2019 sec. 4.2). Baseline: "always predict the word at offset k", best k in
+  [-baseline_max_offset, +baseline_max_offset] on the same data (Clark). A head is syntactic:<r> if,
+  in either direction, acc - baseline >= ``syntactic_margin`` over >= ``syntactic_min_count`` cases.
+- **Rare-token** (Voita): share of words whose argmax is the least frequent word of the sentence.
+  Ties: every word sharing the minimum frequency is a target; a sentence where all words tie is
+  skipped (counted). Words missing from a frequency dict get frequency 0.
+- **Induction** (Olsson et al. 2022) on the word level: for word i with earlier occurrences j <= i-2
+  of the same word (form or id), the score is the attention from i to the set {j+1}, averaged over
+  such words. A synthetic repeated random sequence is just a `Sentence` whose ``words`` repeat.
+- **Entropy** (Clark sec. 3, "broad" heads) in nats of the full row (words + specials), averaged
+  over words; ``entropy_normalized`` divides each row's entropy by log(#nonzero entries), so causal
+  (decoder) rows are compared with their own uniform. **Confidence** (Voita) = mean max weight of the
+  full row.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[1] / "configs" / "heads.json"
+DIRECTIONS = ("dep2head", "head2dep")
+_TINY = np.float32(1e-30)  # log(max(p, tiny)) makes 0 log 0 = 0 without a branch
+ROLE_FAMILIES_ALL = ("syntactic", "induction", "rare_token", "positional", "previous_token", "sink",
+                     "broad")
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """Thresholds for head classes; the canonical values live in configs/heads.json."""
+
+    row_tolerance: float = 2e-3          # |sum(attn row) + sum(special row) - 1| allowed (float16 store)
+    positional_window: int = 2           # offsets -w..+w are tracked (0 = self)
+    positional: float = 0.9              # share at one offset to be positional (Voita et al. 2019)
+    relations: tuple[str, ...] = ("nsubj", "obj", "iobj", "det", "amod", "advmod", "aux", "case",
+                                  "mark", "cop", "nmod", "nmod:poss", "obl", "compound", "conj",
+                                  "cc", "nummod", "acl", "advcl", "xcomp", "ccomp")
+    keep_subtypes: tuple[str, ...] = ("nmod:poss",)  # deprels kept whole instead of cut at ':'
+    baseline_max_offset: int = 20        # fixed-offset baseline searches k in [-m, m] \ {0}
+    syntactic_margin: float = 0.1        # acc - baseline to be syntactic (Voita: 10 points)
+    syntactic_min_count: int = 20        # fewer cases of a relation -> no role claimed
+    rare_token: float = 0.5              # share of argmax on the rarest word
+    sink: float = 0.5                    # mean attention to [CLS]/[SEP]/BOS/punctuation
+    broad: float = 0.8                   # mean normalized entropy (Clark et al. 2019 broad heads)
+    previous_token: float = 0.5          # mean attention to word i-1
+    induction: float = 0.4               # mean attention to the token after an earlier copy
+    precedence: tuple[str, ...] = ("syntactic", "induction", "rare_token", "positional",
+                                   "previous_token", "sink", "broad")  # primary-role order
+
+    def __post_init__(self) -> None:
+        for name in ("row_tolerance", "positional", "rare_token", "sink", "broad",
+                     "previous_token", "induction"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"HeadConfig.{name} must be in [0, 1], got {v}")
+        if not 0 <= self.syntactic_margin <= 1:
+            raise ValueError(f"HeadConfig.syntactic_margin must be in [0, 1], got {self.syntactic_margin}")
+        for name in ("positional_window", "baseline_max_offset", "syntactic_min_count"):
+            if getattr(self, name) < (1 if name != "syntactic_min_count" else 0):
+                raise ValueError(f"HeadConfig.{name} too small: {getattr(self, name)}")
+        if len(set(self.relations)) != len(self.relations) or not self.relations:
+            raise ValueError(f"HeadConfig.relations must be non-empty and unique: {self.relations}")
+        unknown = set(self.precedence) - set(ROLE_FAMILIES_ALL)
+        if unknown or len(set(self.precedence)) != len(self.precedence):
+            raise ValueError(f"HeadConfig.precedence: unknown or repeated families {sorted(unknown)}; "
+                             f"valid: {ROLE_FAMILIES_ALL}")
+
+    def to_dict(self) -> dict:
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "HeadConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"HeadConfig: unknown keys {unknown}; valid: {sorted(names)}")
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
+
+    @classmethod
+    def load(cls, path: str | Path = DEFAULT_CONFIG_PATH) -> "HeadConfig":
+        with open(path) as f:
+            return cls.from_dict(json.load(f))
+
+
+@dataclass(frozen=True, eq=False)
+class Sentence:
+    """One sentence's word-level attention plus its annotation (all optional but ``attn``)."""
+
+    attn: np.ndarray                       # (L, H, n, n): row i = attention from word i to words
+    special: np.ndarray | None = None      # (L, H, n, k) or (L, H, n): shares on special tokens
+    heads: np.ndarray | None = None        # (n,) 0-based UD head index, -1 for the root
+    deprels: Sequence[str] | None = None   # (n,) UD relations
+    upos: Sequence[str] | None = None      # (n,) punctuation = "PUNCT" (used if punct is None)
+    punct: np.ndarray | None = None        # (n,) bool punctuation flags
+    freqs: np.ndarray | None = None        # (n,) corpus frequency of each word
+    words: Sequence | None = None          # (n,) forms or ids: induction, frequency-dict lookup
+    sid: str | None = None                 # sentence id, used in error messages
+
+
+def relation_base(deprel: str, keep: Iterable[str] = ("nmod:poss",)) -> str:
+    """UD relation used for head analysis: the part before ':' unless the full label is kept."""
+    return deprel if deprel in set(keep) else deprel.split(":")[0]
+
+
+def _as_float(a, name: str, where: str) -> np.ndarray:
+    a = np.asarray(a)
+    if a.dtype.kind not in "fiu":
+        raise ValueError(f"{where}: {name} must be numeric, got dtype {a.dtype}")
+    return a.astype(np.float32, copy=False)
+
+
+def check_rows(rows: np.ndarray, tol: float, where: str) -> None:
+    """Raise ValueError unless every row of ``rows`` = [attn | special] (L, H, n, n + k) is a
+    distribution: non-negative, finite, summing to 1 within tol. Names the first bad layer/head/word."""
+    tot = rows.sum(-1, dtype=np.float64)  # (L, H, n); NaN/inf propagate into the sum
+    bad = ~(np.abs(tot - 1.0) <= tol)
+    if bad.any():
+        l, h, i = np.argwhere(bad)[0]
+        raise ValueError(f"{where}: row of word {i} in layer {l}, head {h} sums to {tot[l, h, i]:.5f}"
+                         f" (words + special tokens), not 1 within tolerance {tol}")
+    if rows.size and rows.min() < 0:
+        l, h, i = np.argwhere((rows < 0).any(-1))[0]
+        raise ValueError(f"{where}: row of word {i} in layer {l}, head {h} has negative weights")
+
+
+def _onehot(idx: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros((idx.size, size), dtype=np.float32)
+    out[np.arange(idx.size), idx] = 1.0
+    return out
+
+
+class HeadStats:
+    """Streaming per-head statistics over a corpus; vectorised over layers and heads.
+
+    ``HeadStats(config, special_names=("cls", "sep"), freq=None).update(sentence)`` for each
+    sentence, then ``score_arrays()`` -> {score name: (L, H)}, ``roles()`` and ``finalize(model)``
+    -> `HeadReport` with the ``heads`` and ``heads_classes`` tables of docs/design.md.
+    ``freq`` maps word -> corpus count for rare-token heads when sentences carry ``words`` but not
+    ``freqs``. ``keep_per_sentence=True`` also keeps per-sentence syntactic hits for the bootstrap in
+    `best_heads_per_relation`.
+    """
+
+    def __init__(self, config: HeadConfig | None = None, special_names: Sequence[str] = ("cls", "sep"),
+                 freq: Mapping | None = None, keep_per_sentence: bool = False) -> None:
+        self.config = config if config is not None else HeadConfig()  # == configs/heads.json (tested)
+        self.special_names = tuple(special_names)
+        self.freq = freq
+        self.keep_per_sentence = keep_per_sentence
+        self.n_sentences_ = 0
+        self.skipped_: Counter = Counter()
+        self.shape_: tuple[int, int] | None = None
+        cfg = self.config
+        self._rel_index = {r: i for i, r in enumerate(cfg.relations)}
+        self._offsets = np.arange(-cfg.positional_window, cfg.positional_window + 1)
+        self._keep = set(cfg.keep_subtypes)
+        self._rel_cache: dict[str, int] = {}  # deprel -> relation index (-1: not analysed)
+        self.per_sentence_: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    # ---------------------------------------------------------------- accumulation
+    def _allocate(self, L: int, H: int) -> None:
+        R, K, k = len(self.config.relations), self.config.baseline_max_offset, len(self.special_names)
+        z = lambda *s: np.zeros(s, dtype=np.float64)  # noqa: E731
+        self.shape_ = (L, H)
+        self.n_words_ = 0
+        self.pos_hits_, self.pos_den_, self.pos_other_ = z(L, H, self._offsets.size), z(self._offsets.size), z(L, H)
+        self.self_sum_, self.prev_sum_, self.n_prev_ = z(L, H), z(L, H), 0
+        self.entropy_sum_, self.entropy_norm_sum_, self.n_entropy_norm_ = z(L, H), z(L, H), z(L, H)
+        self.conf_sum_ = z(L, H)
+        self.special_sum_ = z(L, H, k)
+        self.punct_sum_, self.n_punct_words_ = z(L, H), 0
+        self.rare_hits_, self.n_rare_ = z(L, H), 0
+        self.ind_sum_, self.n_ind_ = z(L, H), 0
+        self.syn_hits_, self.syn_count_ = z(L, H, 2, R), z(2, R)
+        self.base_hits_ = z(2, R, 2 * K + 1)
+
+    def update(self, s: Sentence) -> "HeadStats":
+        """Add one sentence. Raises ValueError (naming sentence, layer, head) on malformed maps."""
+        idx = self.n_sentences_
+        where = f"sentence {idx}" + (f" ({s.sid})" if s.sid is not None else "")
+        A = _as_float(s.attn, "attn", where)
+        if A.ndim != 4 or A.shape[-1] != A.shape[-2]:
+            raise ValueError(f"{where}: attn must be (L, H, n, n), got {A.shape}")
+        L, H, n, _ = A.shape
+        k = len(self.special_names)
+        S = np.zeros((L, H, n, k), np.float32) if s.special is None else _as_float(s.special, "special", where)
+        if S.ndim == 3:
+            S = S[..., None]
+        if S.shape != (L, H, n, k):
+            raise ValueError(f"{where}: special must be (L, H, n, k={k}) for {self.special_names}, got {S.shape}")
+        P = np.concatenate([A, S], axis=-1)  # (L, H, n, n + k) full rows
+        check_rows(P, self.config.row_tolerance, where)
+        if self.shape_ is None:
+            self._allocate(L, H)
+        elif self.shape_ != (L, H):
+            raise ValueError(f"{where}: (layers, heads) = {(L, H)} differs from earlier {self.shape_}")
+        self.n_sentences_ += 1
+        if n == 0:
+            self.skipped_["empty_sentence"] += 1
+            return self
+        am = A.argmax(-1)  # (L, H, n) most-attended word, specials excluded
+        self._update_generic(A, P, am)
+        self._update_punct(s, A, n, where)
+        self._update_rare(s, am, n, where)
+        self._update_induction(s, A, n, where)
+        self._update_syntactic(s, am, n, where)
+        return self
+
+    def _update_generic(self, A: np.ndarray, P: np.ndarray, am: np.ndarray) -> None:
+        L, H, n, _ = A.shape
+        ar = np.arange(n)
+        self.n_words_ += n
+        W = self.config.positional_window
+        # histogram of argmax offsets per head; bins 0 and 2W+2 collect |offset| > W
+        off = np.clip(am - ar, -W - 1, W + 1) + W + 1  # (L, H, n) in [0, 2W+2]
+        nb = 2 * W + 3
+        hist = np.bincount((off + nb * np.arange(L * H).reshape(L, H, 1)).ravel(), minlength=nb * L * H)
+        hist = hist.reshape(L, H, nb)
+        self.pos_hits_ += hist[..., 1:-1]
+        self.pos_den_ += np.maximum(n - np.abs(self._offsets), 0)
+        self.pos_other_ += hist[..., 0] + hist[..., -1]
+        self.self_sum_ += A[..., ar, ar].sum(-1)
+        if n > 1:
+            self.prev_sum_ += A[..., ar[1:], ar[:-1]].sum(-1)
+            self.n_prev_ += n - 1
+        ent = -(P * np.log(np.maximum(P, _TINY))).sum(-1)  # (L, H, n) row entropy, nats; 0 log 0 = 0
+        self.entropy_sum_ += ent.sum(-1)
+        support = np.count_nonzero(P, axis=-1)  # (L, H, n)
+        ok = support > 1
+        self.entropy_norm_sum_ += np.where(ok, ent / np.log(np.maximum(support, 2)), 0.0).sum(-1)
+        self.n_entropy_norm_ += ok.sum(-1)
+        mx = np.take_along_axis(A, am[..., None], -1)[..., 0]  # (L, H, n) max over words
+        if P.shape[-1] > n:
+            mx = np.maximum(mx, P[..., n:].max(-1))
+            self.special_sum_ += P[..., n:].sum(2)
+        self.conf_sum_ += mx.sum(-1)
+
+    def _update_punct(self, s: Sentence, A: np.ndarray, n: int, where: str) -> None:
+        if s.punct is not None:
+            p = np.asarray(s.punct, dtype=bool)
+        elif s.upos is not None:
+            p = np.asarray([u == "PUNCT" for u in s.upos], dtype=bool)
+        else:
+            self.skipped_["punct:no_annotation"] += 1
+            return
+        if p.shape != (n,):
+            raise ValueError(f"{where}: punct/upos must have length n={n}, got {p.shape}")
+        self.punct_sum_ += A[..., p].sum((-1, -2))
+        self.n_punct_words_ += n
+
+    def _update_rare(self, s: Sentence, am: np.ndarray, n: int, where: str) -> None:
+        if s.freqs is not None:
+            f = np.asarray(s.freqs, dtype=np.float64)
+        elif self.freq is not None and s.words is not None:
+            f = np.asarray([self.freq.get(w, 0) for w in s.words], dtype=np.float64)
+        else:
+            self.skipped_["rare_token:no_frequencies"] += 1
+            return
+        if f.shape != (n,):
+            raise ValueError(f"{where}: freqs must have length n={n}, got {f.shape}")
+        target = f == f.min()
+        if target.all():
+            self.skipped_["rare_token:all_tied"] += 1
+            return
+        self.rare_hits_ += target[am].sum(-1)
+        self.n_rare_ += n
+
+    def _update_induction(self, s: Sentence, A: np.ndarray, n: int, where: str) -> None:
+        if s.words is None:
+            self.skipped_["induction:no_words"] += 1
+            return
+        if len(s.words) != n:
+            raise ValueError(f"{where}: words must have length n={n}, got {len(s.words)}")
+        _, code = np.unique(np.asarray(s.words, dtype=object).astype(str), return_inverse=True)
+        i, j = np.arange(n)[:, None], np.arange(n)[None, :]
+        earlier = (code[:, None] == code[None, :]) & (j <= i - 2)  # (n, n): j an earlier copy of i
+        target = np.zeros((n, n), dtype=bool)
+        target[:, 1:] = earlier[:, :-1]  # attend to the word after the copy
+        rows = target.any(1)
+        if not rows.any():
+            self.skipped_["induction:no_repeats"] += 1
+            return
+        self.ind_sum_ += (A[..., rows, :] * target[rows]).sum((-1, -2))
+        self.n_ind_ += int(rows.sum())
+
+    def _update_syntactic(self, s: Sentence, am: np.ndarray, n: int, where: str) -> None:
+        if s.heads is None or s.deprels is None:
+            self.skipped_["syntactic:no_annotation"] += 1
+            return
+        heads = np.asarray(s.heads)
+        if heads.shape != (n,) or len(s.deprels) != n:
+            raise ValueError(f"{where}: heads and deprels must have length n={n}, "
+                             f"got {heads.shape} and {len(s.deprels)}")
+        if heads.dtype.kind not in "iu" or ((heads < -1) | (heads >= n)).any() or (heads == np.arange(n)).any():
+            raise ValueError(f"{where}: heads must be ints in [-1, n) and not the word itself, got {heads.tolist()}")
+        L, H = self.shape_
+        R, K = len(self.config.relations), self.config.baseline_max_offset
+        cache = self._rel_cache
+        rel = np.array([cache[d] if d in cache else cache.setdefault(d, self._rel_index.get(relation_base(d, self._keep), -1))
+                        for d in s.deprels], dtype=np.int64)
+        m = (rel >= 0) & (heads >= 0)
+        hits = np.zeros((L, H, 2, R), np.float32)
+        cnt = np.zeros((2, R))
+        base = np.zeros((2, R, 2 * K + 1))
+        if m.any():
+            dep, hd, r = np.arange(n)[m], heads[m], rel[m]
+            # dependent -> head: word dep attends, correct if its argmax is its head
+            hits[:, :, 0] = (am[..., dep] == hd).astype(np.float32) @ _onehot(r, R)
+            cnt[0] = np.bincount(r, minlength=R)
+            k = hd - dep
+            ok = np.abs(k) <= K
+            np.add.at(base[0], (r[ok], k[ok] + K), 1)
+            # head -> dependent: head h attends, correct if argmax is any dependent with relation r
+            key, inv = np.unique(hd * R + r, return_inverse=True)
+            P = key.size
+            tgt = np.zeros((P, n), dtype=bool)
+            tgt[inv, dep] = True
+            hp, rp = key // R, key % R
+            hits[:, :, 1] = tgt[np.arange(P), am[..., hp]].astype(np.float32) @ _onehot(rp, R)
+            cnt[1] = np.bincount(rp, minlength=R)
+            p_idx, d_idx = np.nonzero(tgt)
+            k = d_idx - hp[p_idx]
+            ok = np.abs(k) <= K
+            np.add.at(base[1], (rp[p_idx[ok]], k[ok] + K), 1)
+        self.syn_hits_ += hits
+        self.syn_count_ += cnt
+        self.base_hits_ += base
+        if self.keep_per_sentence:
+            self.per_sentence_.append((hits.astype(np.int16), cnt.astype(np.int32), base.astype(np.int32)))
+
+    # ---------------------------------------------------------------- results
+    def _require(self) -> tuple[int, int]:
+        if self.shape_ is None:
+            raise ValueError("HeadStats: no sentences were added (call update first)")
+        return self.shape_
+
+    def baseline(self) -> tuple[np.ndarray, np.ndarray]:
+        """Best fixed offset per (direction, relation) and its accuracy, both (2, R) (Clark 2019)."""
+        self._require()
+        K = self.config.baseline_max_offset
+        best = self.base_hits_.argmax(-1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            acc = np.take_along_axis(self.base_hits_, best[..., None], -1)[..., 0] / self.syn_count_
+        return best - K, acc
+
+    def score_arrays(self) -> dict[str, np.ndarray]:
+        """All scores as {name: (L, H) float array}; NaN where nothing was counted."""
+        L, H = self._require()
+        div = lambda a, b: np.divide(a, b, out=np.full(np.shape(a), np.nan), where=np.asarray(b) > 0)  # noqa: E731
+        out: dict[str, np.ndarray] = {}
+        pos = div(self.pos_hits_, self.pos_den_)
+        for j, d in enumerate(self._offsets):
+            out[f"positional_share:{_offset_name(d)}"] = pos[..., j]
+        out["positional_other"] = div(self.pos_other_, self.n_words_)
+        out["attn_to_self"] = div(self.self_sum_, self.n_words_)
+        out["previous_token"] = div(self.prev_sum_, self.n_prev_)
+        out["entropy"] = div(self.entropy_sum_, self.n_words_)
+        out["entropy_normalized"] = div(self.entropy_norm_sum_, self.n_entropy_norm_)
+        out["confidence"] = div(self.conf_sum_, self.n_words_)
+        for j, name in enumerate(self.special_names):
+            out[f"attn_to_{name}"] = div(self.special_sum_[..., j], self.n_words_)
+        out["attn_to_punct"] = div(self.punct_sum_, self.n_punct_words_)
+        out["rare_token"] = div(self.rare_hits_, self.n_rare_)
+        out["induction"] = div(self.ind_sum_, self.n_ind_)
+        _, base_acc = self.baseline()
+        for di, dname in enumerate(DIRECTIONS):
+            for ri, rel in enumerate(self.config.relations):
+                acc = div(self.syn_hits_[:, :, di, ri], np.full((L, H), self.syn_count_[di, ri]))
+                out[f"syntactic_acc:{rel}:{dname}"] = acc
+                out[f"syntactic_margin:{rel}:{dname}"] = acc - base_acc[di, ri]
+        return out
+
+    def roles(self) -> tuple[list[list[str]], list[str]]:
+        """(roles[l*H+h] sorted list, primary[l*H+h]) from the config thresholds and precedence."""
+        L, H = self._require()
+        scores = self.score_arrays()
+        found = {fam: ROLE_FAMILIES[fam](scores, self) for fam in ROLE_FAMILIES}
+        roles: list[list[str]] = [[] for _ in range(L * H)]
+        primary = ["none"] * (L * H)
+        for fam in ROLE_FAMILIES:
+            for role, mask, _ in found[fam]:
+                for flat in np.flatnonzero(mask):
+                    roles[flat].append(role)
+        for flat in range(L * H):
+            for fam in self.config.precedence:
+                cands = [(strength.flat[flat], role) for role, mask, strength in found[fam] if mask.flat[flat]]
+                if cands:
+                    primary[flat] = max(cands)[1]
+                    break
+        return [sorted(r) for r in roles], primary
+
+    def finalize(self, model: str = "model") -> "HeadReport":
+        """Tables: ``heads`` (model, layer, head, score, value) and ``heads_classes`` (model, layer,
+        head, role, primary); a head without a role gets the single row role="none"."""
+        L, H = self._require()
+        layer, head = np.divmod(np.arange(L * H), H)
+        frames = [pd.DataFrame({"model": model, "layer": layer, "head": head, "score": name,
+                                "value": arr.reshape(-1)}) for name, arr in self.score_arrays().items()]
+        roles, primary = self.roles()
+        rows = [(model, int(layer[f]), int(head[f]), role, role == primary[f])
+                for f in range(L * H) for role in (roles[f] or ["none"])]
+        self._warn_missing_relations()
+        return HeadReport(pd.concat(frames, ignore_index=True),
+                          pd.DataFrame(rows, columns=["model", "layer", "head", "role", "primary"]),
+                          dict(self.skipped_))
+
+    def _warn_missing_relations(self) -> None:
+        if self.skipped_["syntactic:no_annotation"] == self.n_sentences_:
+            return
+        missing = [r for ri, r in enumerate(self.config.relations) if self.syn_count_[0, ri] == 0]
+        if missing:
+            warnings.warn(f"HeadStats: relations absent from the corpus (count 0): {missing}", stacklevel=3)
+
+
+@dataclass(frozen=True)
+class HeadReport:
+    heads: pd.DataFrame        # model, layer, head, score, value
+    classes: pd.DataFrame      # model, layer, head, role, primary
+    skipped: dict = field(default_factory=dict)
+
+
+def _offset_name(d: int) -> str:
+    return "self" if d == 0 else f"{d:+d}"
+
+
+# ---------------------------------------------------------------- role registry
+# Each family maps (scores, stats) -> [(role, mask (L, H) bool, strength (L, H))]; strength orders
+# roles of one family when choosing the primary role.
+def _ge(a: np.ndarray, t: float) -> np.ndarray:
+    return np.nan_to_num(a, nan=-np.inf) >= t
+
+
+def _syntactic_roles(scores: dict, st: HeadStats) -> list:
+    cfg, out = st.config, []
+    for ri, rel in enumerate(cfg.relations):
+        margins = [np.where(st.syn_count_[di, ri] >= max(cfg.syntactic_min_count, 1),
+                            np.nan_to_num(scores[f"syntactic_margin:{rel}:{d}"], nan=-np.inf), -np.inf)
+                   for di, d in enumerate(DIRECTIONS)]
+        best = np.maximum(*margins)
+        out.append((f"syntactic:{rel}", best >= cfg.syntactic_margin, best))
+    return out
+
+
+def _positional_roles(scores: dict, st: HeadStats) -> list:
+    out = []
+    for d in st._offsets:
+        share = scores[f"positional_share:{_offset_name(d)}"]
+        out.append((f"positional:{_offset_name(d)}", _ge(share, st.config.positional), share))
+    return out
+
+
+def _sink_roles(scores: dict, st: HeadStats) -> list:
+    return [(f"{name}_sink", _ge(scores[f"attn_to_{name}"], st.config.sink), scores[f"attn_to_{name}"])
+            for name in (*st.special_names, "punct")]
+
+
+def _single(score: str, threshold: str, role: str | None = None) -> Callable:
+    def family(scores: dict, st: HeadStats) -> list:
+        return [(role or score, _ge(scores[score], getattr(st.config, threshold)), scores[score])]
+    return family
+
+
+ROLE_FAMILIES: dict[str, Callable] = {
+    "syntactic": _syntactic_roles,
+    "induction": _single("induction", "induction"),
+    "rare_token": _single("rare_token", "rare_token"),
+    "positional": _positional_roles,
+    "previous_token": _single("previous_token", "previous_token"),
+    "sink": _sink_roles,
+    "broad": _single("entropy_normalized", "broad", "broad"),
+}
+
+
+# ---------------------------------------------------------------- honest relation statistics
+RELATION_COLUMNS = ["model", "relation", "direction", "best_layer", "best_head", "dev_acc", "test_acc",
+                    "ci_low", "ci_high", "baseline_offset", "baseline_acc", "n_dev", "n_test"]
+
+
+def _stats_of(sentences, config: HeadConfig, special_names, keep: bool) -> HeadStats:
+    if isinstance(sentences, HeadStats):
+        if keep and not sentences.keep_per_sentence:
+            raise ValueError("test HeadStats must be built with keep_per_sentence=True for the bootstrap")
+        return sentences
+    st = HeadStats(config, special_names=special_names, keep_per_sentence=keep)
+    for s in sentences:
+        st.update(s)
+    return st
+
+
+def bootstrap_ratio(hits: np.ndarray, counts: np.ndarray, n_boot: int = 1000, seed: int = 0,
+                    ci: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile bootstrap CI of sum(hits) / sum(counts), resampling sentences with replacement.
+
+    hits, counts: (S, Q) per-sentence numerators and denominators for Q quantities at once.
+    Returns (low, high), each (Q,); NaN where a quantity was never counted.
+    """
+    S = hits.shape[0]
+    rng = np.random.default_rng(seed)
+    w = rng.multinomial(S, np.full(S, 1.0 / S), size=n_boot).astype(np.float64)  # (B, S) draw counts
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = (w @ hits) / (w @ counts)  # (B, Q)
+    alpha = (1 - ci) / 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns
+        return np.nanquantile(acc, alpha, axis=0), np.nanquantile(acc, 1 - alpha, axis=0)
+
+
+def best_heads_per_relation(dev_sentences, test_sentences, model: str = "model",
+                            config: HeadConfig | None = None, special_names: Sequence[str] = ("cls", "sep"),
+                            n_boot: int = 1000, seed: int = 0, ci: float = 0.95) -> pd.DataFrame:
+    """Best head per (relation, direction) picked on dev, scored on test (the ``relations`` table).
+
+    Clark et al. 2019 sec. 4.2 report the best head's accuracy on the data it was chosen on; here the
+    head *and* the fixed-offset baseline k are chosen on dev only, and both are reported on test, with
+    a percentile bootstrap CI over test sentences (seeded). Inputs are iterables of `Sentence` (or a
+    `HeadStats`; the test one built with keep_per_sentence=True). Relations absent from dev or test
+    get count 0, NaN accuracies, best_layer = best_head = baseline_offset = -1 and a warning.
+    """
+    config = config if config is not None else HeadConfig()
+    dev = _stats_of(dev_sentences, config, special_names, keep=False)
+    test = _stats_of(test_sentences, config, special_names, keep=True)
+    L, H = dev._require()
+    if test._require() != (L, H):
+        raise ValueError(f"dev has (layers, heads) {(L, H)} but test has {test.shape_}")
+    R, K = len(config.relations), config.baseline_max_offset
+    with np.errstate(invalid="ignore", divide="ignore"):
+        dev_acc = dev.syn_hits_ / dev.syn_count_  # (L, H, 2, R)
+    flat = np.nan_to_num(dev_acc, nan=-1.0).reshape(L * H, 2, R).argmax(0)  # (2, R) first best head
+    base_off = dev.base_hits_.argmax(-1)  # (2, R) index into -K..K
+    kept = test.per_sentence_
+    if kept:
+        hits_s = np.stack([h for h, _, _ in kept])  # (S, L, H, 2, R) int16
+        cnt_s = np.stack([c for _, c, _ in kept]).astype(np.float64)   # (S, 2, R)
+        base_s = np.stack([b for _, _, b in kept]).astype(np.float64)  # (S, 2, R, 2K+1)
+    else:
+        hits_s, cnt_s, base_s = np.zeros((0, L, H, 2, R)), np.zeros((0, 2, R)), np.zeros((0, 2, R, 2 * K + 1))
+    li, hi = np.divmod(flat, H)
+    d_idx, r_idx = np.meshgrid(np.arange(2), np.arange(R), indexing="ij")
+    picked = hits_s[:, li, hi, d_idx, r_idx].reshape(len(kept), 2 * R).astype(np.float64)  # (S, 2R) chosen head
+    counts = cnt_s.reshape(len(kept), 2 * R)
+    if len(kept):
+        low, high = bootstrap_ratio(picked, counts, n_boot=n_boot, seed=seed, ci=ci)
+    else:
+        low = high = np.full(2 * R, np.nan)
+    base_test = base_s[:, d_idx, r_idx, base_off].sum(0)  # (2, R)
+    rows, missing = [], []
+    for di, dname in enumerate(DIRECTIONS):
+        for ri, rel in enumerate(config.relations):
+            nd, nt, q = int(dev.syn_count_[di, ri]), int(test.syn_count_[di, ri]), di * R + ri
+            if nd == 0 or nt == 0:
+                missing.append(f"{rel}:{dname}")
+            have = nd > 0
+            rows.append([model, rel, dname, int(li[di, ri]) if have else -1, int(hi[di, ri]) if have else -1,
+                         float(dev_acc[li[di, ri], hi[di, ri], di, ri]) if have else np.nan,
+                         picked[:, q].sum() / nt if have and nt else np.nan,
+                         float(low[q]) if have and nt else np.nan, float(high[q]) if have and nt else np.nan,
+                         int(base_off[di, ri] - K) if have else -1,
+                         base_test[di, ri] / nt if have and nt else np.nan, nd, nt])
+    if missing:
+        warnings.warn(f"best_heads_per_relation: no dev or test cases for {missing}; reported with count 0",
+                      stacklevel=2)
+    return pd.DataFrame(rows, columns=RELATION_COLUMNS)

@@ -1,0 +1,279 @@
+"""Head roles on hand-made attention maps whose every score is known exactly."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+
+from probes.heads import (DEFAULT_CONFIG_PATH, HeadConfig, HeadStats, Sentence, best_heads_per_relation,
+                          bootstrap_ratio, relation_base)
+
+CFG = HeadConfig(syntactic_min_count=1)
+
+
+def onehot_attn(targets: np.ndarray, n_special: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """targets (H, n) word index per row -> attn (1, H, n, n) one-hot, special zeros (1, H, n, k)."""
+    H, n = targets.shape
+    attn = np.zeros((1, H, n, n))
+    attn[0, np.arange(H)[:, None], np.arange(n)[None, :], targets] = 1.0
+    return attn, np.zeros((1, H, n, n_special))
+
+
+def test_config_file_matches_defaults_and_rejects_unknown_keys():
+    assert HeadConfig.load() == HeadConfig()
+    assert HeadConfig.from_dict(json.loads(DEFAULT_CONFIG_PATH.read_text())).to_dict() == HeadConfig().to_dict()
+    with pytest.raises(ValueError, match="unknown keys"):
+        HeadConfig.from_dict({"positional": 0.9, "bogus": 1})
+    with pytest.raises(ValueError, match="positional"):
+        HeadConfig(positional=1.5)
+
+
+def test_previous_and_self_heads_are_positional_with_share_one():
+    st = HeadStats(CFG)
+    for n in (3, 5, 8):
+        i = np.arange(n)
+        prev = np.where(i > 0, i - 1, 0)           # word 0 has no left neighbour: looks at itself
+        nxt = np.where(i < n - 1, i + 1, n - 1)
+        attn, spec = onehot_attn(np.stack([prev, i, nxt]))
+        st.update(Sentence(attn, spec))
+    sc = st.score_arrays()
+    assert sc["positional_share:-1"][0].tolist() == [1.0, 0.0, 0.0]
+    assert sc["positional_share:self"][0, 1] == 1.0
+    assert sc["positional_share:+1"][0, 2] == 1.0
+    # previous-token score is the mean attention on i-1 over words i >= 1
+    assert sc["previous_token"][0, 0] == 1.0 and sc["previous_token"][0, 1] == 0.0
+    roles, primary = st.roles()
+    assert "positional:-1" in roles[0] and "previous_token" in roles[0]
+    assert primary == ["positional:-1", "positional:self", "positional:+1"]
+    assert sc["confidence"][0].tolist() == [1.0, 1.0, 1.0]
+    assert np.allclose(sc["entropy"], 0.0)
+
+
+def tree_sentence(heads, deprels, targets_fn):
+    heads = np.asarray(heads)
+    n = len(heads)
+    tg = targets_fn(heads, np.asarray(deprels))
+    attn, spec = onehot_attn(tg)
+    return Sentence(attn, spec, heads=heads, deprels=deprels)
+
+
+def test_dependent_to_head_head_gets_det_accuracy_one_and_beats_offset_baseline():
+    # det offsets differ (+1, +2, +3) so no fixed offset reaches accuracy 1
+    corpus = [([1, -1], ["det", "root"]),
+              ([2, 2, -1], ["det", "amod", "root"]),
+              ([3, 3, 3, -1, 3], ["det", "amod", "amod", "root", "punct"]),
+              ([1, -1, 3, 1], ["det", "root", "det", "obj"])]
+    dep2head = lambda h, d: np.stack([np.where(h >= 0, h, np.arange(len(h))),     # head 0: to its head
+                                      np.arange(len(h))])                          # head 1: self
+    st = HeadStats(CFG)
+    for heads, rels in corpus:
+        st.update(tree_sentence(heads, rels, dep2head))
+    sc = st.score_arrays()
+    off, base = st.baseline()
+    ri = CFG.relations.index("det")
+    assert sc["syntactic_acc:det:dep2head"][0, 0] == 1.0
+    assert off[0, ri] == 1 and base[0, ri] == pytest.approx(3 / 5)   # offset +1 right for 3 of 5 dets
+    assert sc["syntactic_margin:det:dep2head"][0, 0] == pytest.approx(2 / 5)
+    # head 1 looks at itself: never a word's head or dependent
+    assert sc["syntactic_acc:det:dep2head"][0, 1] == 0.0 and sc["syntactic_acc:det:head2dep"][0, 1] == 0.0
+    roles, primary = st.roles()
+    assert "syntactic:det" in roles[0] and "syntactic:det" not in roles[1]
+    assert primary[0].startswith("syntactic:")
+
+
+def test_head_to_dependent_counts_any_dependent_with_the_relation():
+    # word 2 has two amod dependents (0 and 1); pointing at either is correct (Clark et al. 2019)
+    heads, rels = np.array([2, 2, -1]), ["amod", "amod", "root"]
+    attn, spec = onehot_attn(np.array([[1, 0, 1], [1, 0, 0]]))   # head 0: word 2 -> 1, head 1: 2 -> 0
+    st = HeadStats(CFG).update(Sentence(attn, spec, heads=heads, deprels=rels))
+    acc = st.score_arrays()["syntactic_acc:amod:head2dep"]
+    assert acc[0].tolist() == [1.0, 1.0]
+    assert st.syn_count_[1, CFG.relations.index("amod")] == 1
+
+
+def test_relation_base_keeps_nmod_poss_only():
+    assert relation_base("obl:tmod") == "obl"
+    assert relation_base("nmod:poss") == "nmod:poss"
+    assert relation_base("compound:prt") == "compound"
+
+
+def test_rare_token_head_and_tied_sentences_skipped():
+    st = HeadStats(CFG)
+    freqs = [np.array([5, 1, 9, 7]), np.array([3, 8, 2]), np.array([4, 4, 4])]
+    for f in freqs:
+        n = len(f)
+        attn, spec = onehot_attn(np.stack([np.full(n, f.argmin()), np.arange(n)]))
+        st.update(Sentence(attn, spec, freqs=f))
+    sc = st.score_arrays()
+    assert sc["rare_token"][0, 0] == 1.0
+    assert sc["rare_token"][0, 1] == pytest.approx(2 / 7)   # self-attention hits the rare word once each
+    assert st.skipped_["rare_token:all_tied"] == 1
+    roles, _ = st.roles()
+    assert "rare_token" in roles[0] and "rare_token" not in roles[1]
+
+
+def test_frequency_dict_lookup_matches_explicit_freqs():
+    attn, spec = onehot_attn(np.array([[2, 2, 2]]))
+    a = HeadStats(CFG, freq={"the": 100, "cat": 5}).update(Sentence(attn, spec, words=["the", "cat", "zyx"]))
+    assert a.score_arrays()["rare_token"][0, 0] == 1.0   # unseen "zyx" has frequency 0
+
+
+def test_cls_sep_punct_and_self_shares_by_hand():
+    st = HeadStats(CFG)
+    # sentence 1: n=2, every row 0.6 [CLS], 0.1 [SEP], 0.3 on word 1 (a punctuation mark)
+    a1 = np.zeros((1, 1, 2, 2)); a1[..., 1] = 0.3
+    s1 = np.zeros((1, 1, 2, 2)); s1[..., 0], s1[..., 1] = 0.6, 0.1
+    st.update(Sentence(a1, s1, punct=np.array([False, True])))
+    # sentence 2: n=3, rows 0.2 [CLS], 0.5 [SEP], 0.3 on self; no punctuation
+    a2 = np.eye(3)[None, None] * 0.3
+    s2 = np.zeros((1, 1, 3, 2)); s2[..., 0], s2[..., 1] = 0.2, 0.5
+    st.update(Sentence(a2, s2, upos=["NOUN", "VERB", "NOUN"]))
+    sc = st.score_arrays()
+    assert sc["attn_to_cls"][0, 0] == pytest.approx((2 * 0.6 + 3 * 0.2) / 5)
+    assert sc["attn_to_sep"][0, 0] == pytest.approx((2 * 0.1 + 3 * 0.5) / 5)
+    assert sc["attn_to_punct"][0, 0] == pytest.approx(2 * 0.3 / 5)
+    assert sc["attn_to_self"][0, 0] == pytest.approx((0.3 + 3 * 0.3) / 5)
+    assert sc["confidence"][0, 0] == pytest.approx((2 * 0.6 + 3 * 0.5) / 5)
+    roles, _ = HeadStats(CFG).update(Sentence(a1, s1)).roles()
+    assert "cls_sink" in roles[0] and "sep_sink" not in roles[0]
+
+
+def test_entropy_of_uniform_row_is_log_n_and_head_is_broad():
+    n = 6
+    st = HeadStats(CFG, special_names=()).update(Sentence(np.full((1, 1, n, n), 1 / n)))
+    sc = st.score_arrays()
+    assert sc["entropy"][0, 0] == pytest.approx(np.log(n), rel=1e-6)
+    assert sc["entropy_normalized"][0, 0] == pytest.approx(1.0, rel=1e-6)
+    assert st.roles()[0][0] == ["broad"]
+
+
+def test_causal_uniform_rows_are_normalized_by_their_own_support():
+    n = 5
+    attn = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    st = HeadStats(CFG, special_names=()).update(Sentence(attn[None, None]))
+    sc = st.score_arrays()
+    assert sc["entropy"][0, 0] == pytest.approx(np.mean(np.log(np.arange(1, n + 1))), rel=1e-6)
+    assert sc["entropy_normalized"][0, 0] == pytest.approx(1.0, rel=1e-6)  # row 0 (support 1) skipped
+
+
+def test_induction_head_on_repeated_random_sequence():
+    rng = np.random.default_rng(0)
+    T = 7
+    seq = rng.permutation(50)[:T]
+    words = np.concatenate([seq, seq])
+    n = 2 * T
+    i = np.arange(n)
+    induction = np.where(i >= T, i - T + 1, 0)   # second copy: look at the token after the first copy
+    prev = np.maximum(i - 1, 0)
+    attn, spec = onehot_attn(np.stack([induction, prev]), n_special=1)
+    st = HeadStats(CFG, special_names=("bos",)).update(Sentence(attn, spec, words=words))
+    sc = st.score_arrays()
+    assert st.n_ind_ == T   # every word of the second copy has an earlier copy at i - T
+    assert sc["induction"][0].tolist() == [1.0, 0.0]
+    roles, primary = st.roles()
+    assert primary[0] == "induction" and "previous_token" in roles[1]
+
+
+def test_rows_not_summing_to_one_raise_naming_sentence_layer_and_head():
+    st = HeadStats(CFG)
+    attn, spec = onehot_attn(np.array([[0, 0], [1, 1]]))
+    st.update(Sentence(attn, spec))
+    bad = np.concatenate([attn, attn], axis=0)   # 2 layers
+    bad[1, 1, 0] *= 0.5
+    with pytest.raises(ValueError, match=r"sentence 1 \(s-bad\).*word 0 in layer 1, head 1"):
+        st.update(Sentence(bad, np.zeros((2, 2, 2, 2)), sid="s-bad"))
+    nan = attn.copy(); nan[0, 0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="layer 0, head 0"):
+        HeadStats(CFG).update(Sentence(nan, spec))
+    with pytest.raises(ValueError, match="heads"):
+        HeadStats(CFG).update(Sentence(attn, spec, heads=np.array([0, -1]), deprels=["det", "root"]))
+
+
+def test_missing_relation_reports_count_zero_with_a_warning():
+    sent = tree_sentence([1, -1], ["det", "root"], lambda h, d: np.stack([np.array([1, 1])]))
+    with pytest.warns(UserWarning, match="iobj"):
+        df = best_heads_per_relation([sent], [sent], config=CFG, n_boot=50)
+    row = df[(df.relation == "iobj") & (df.direction == "dep2head")].iloc[0]
+    assert row.n_dev == 0 and row.n_test == 0 and np.isnan(row.test_acc) and row.best_head == -1
+    det = df[(df.relation == "det") & (df.direction == "dep2head")].iloc[0]
+    assert det.test_acc == 1.0 and det.n_test == 1
+
+
+def selection_corpus(acc_a: float, acc_b: float, n_sent: int, seed: int) -> list[Sentence]:
+    """det pairs [det, noun]; head 0 right with prob acc_a, head 1 with prob acc_b (else self)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n_sent):
+        hits = rng.random(2) < [acc_a, acc_b]
+        tg = np.array([[1 if hits[0] else 0, 1], [1 if hits[1] else 0, 1]])
+        attn, spec = onehot_attn(tg)
+        out.append(Sentence(attn, spec, heads=np.array([1, -1]), deprels=["det", "root"]))
+    return out
+
+
+def test_best_head_is_picked_on_dev_and_reported_on_test():
+    dev = selection_corpus(1.0, 0.8, 200, seed=1)    # head 0 best on dev
+    test = selection_corpus(0.5, 1.0, 200, seed=2)   # head 1 best on test
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        df = best_heads_per_relation(dev, test, model="m", config=CFG, n_boot=200, seed=0)
+    row = df[(df.relation == "det") & (df.direction == "dep2head")].iloc[0]
+    assert (row.best_layer, row.best_head) == (0, 0)
+    assert row.dev_acc == 1.0
+    test_hits = sum(s.attn[0, 0, 0].argmax() == 1 for s in test)
+    assert row.test_acc == pytest.approx(test_hits / 200)     # head 0's test accuracy, not head 1's 1.0
+    assert row.ci_low <= row.test_acc <= row.ci_high
+    assert row.baseline_offset == 1 and row.baseline_acc == 1.0
+    assert list(df.columns[:11]) == ["model", "relation", "direction", "best_layer", "best_head", "dev_acc",
+                                     "test_acc", "ci_low", "ci_high", "baseline_offset", "baseline_acc"]
+
+
+def test_bootstrap_ci_contains_estimate_and_shrinks_with_more_data():
+    rng = np.random.default_rng(0)
+    widths = []
+    for S in (50, 800):
+        counts = rng.integers(1, 6, size=(S, 1)).astype(float)
+        hits = rng.binomial(counts.astype(int), 0.7).astype(float)
+        lo, hi = bootstrap_ratio(hits, counts, n_boot=500, seed=3)
+        est = hits.sum() / counts.sum()
+        assert lo[0] <= est <= hi[0]
+        widths.append(hi[0] - lo[0])
+    assert widths[1] < widths[0] / 2   # ~ 1/sqrt(16) = 1/4 expected
+    again = bootstrap_ratio(hits, counts, n_boot=500, seed=3)
+    assert again[0][0] == lo[0]   # seeded
+
+
+def test_finalize_tables_follow_the_schema():
+    st = HeadStats(CFG)
+    attn, spec = onehot_attn(np.array([[0, 0, 1], [0, 1, 2]]))
+    st.update(Sentence(np.concatenate([attn, attn]), np.concatenate([spec, spec])))
+    rep = st.finalize("tiny")
+    assert list(rep.heads.columns) == ["model", "layer", "head", "score", "value"]
+    assert list(rep.classes.columns) == ["model", "layer", "head", "role", "primary"]
+    assert set(zip(rep.heads["layer"], rep.heads["head"])) == {(0, 0), (0, 1), (1, 0), (1, 1)}
+    assert rep.classes.groupby(["layer", "head"]).primary.sum().eq(1).all()   # one primary per head
+    v = rep.heads.set_index(["layer", "head", "score"]).value
+    assert v[(1, 1, "positional_share:self")] == 1.0
+
+
+def test_update_is_vectorised_over_layers_and_heads():
+    import time
+    rng = np.random.default_rng(0)
+    sents = []
+    for _ in range(300):
+        n = int(rng.integers(8, 25))
+        p = np.exp(rng.normal(size=(6, 12, n, n + 2)) * 3).astype(np.float32)
+        p /= p.sum(-1, keepdims=True)
+        sents.append(Sentence(p[..., :n], p[..., n:], heads=np.r_[-1, rng.integers(0, np.arange(1, n))],
+                              deprels=["root"] + ["det"] * (n - 1), freqs=rng.integers(1, 50, n),
+                              words=rng.integers(0, 10, n), punct=rng.random(n) < 0.1))
+    st = HeadStats(CFG)
+    t = time.process_time()
+    for s in sents:
+        st.update(s)
+    with pytest.warns(UserWarning, match="absent from the corpus"):   # only det is annotated
+        st.finalize("m")
+    # ~1 ms per sentence on a shared core; a Python loop over the 72 heads would be far slower
+    assert time.process_time() - t < 6.0
+    assert st.n_words_ == sum(s.attn.shape[-1] for s in sents)

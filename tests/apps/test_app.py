@@ -1,0 +1,75 @@
+"""Every page under Streamlit's AppTest on the results fixture: no exception, the expected figures,
+and, without results, a notice naming the CLI command that produces them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from tests.apps.browser import PAGES
+
+APP = str(Path(__file__).resolve().parents[2] / "apps" / "app.py")
+
+
+def _app(monkeypatch, root) -> AppTest:
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(root))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    return at
+
+
+def _goto(at: AppTest, path: str) -> AppTest:
+    at.switch_page(f"pages/{path}.py")
+    at.run()
+    return at
+
+
+def test_every_page_renders_its_figures(monkeypatch, results_root):
+    at = _app(monkeypatch, results_root)
+    assert at.sidebar.selectbox(key="run").value == "demo"
+    for path, title, n_plots in PAGES:
+        _goto(at, path)
+        assert not at.exception, f"{path}: {[e.value for e in at.exception]}"
+        assert at.title[0].value == title
+        assert len(at.get("plotly_chart")) == n_plots, path
+        assert not at.error, f"{path}: {[e.value for e in at.error]}"
+
+
+def test_heads_page_colours_by_score_and_types_a_sentence(monkeypatch, results_root):
+    at = _goto(_app(monkeypatch, results_root), "heads")
+    at.selectbox(key="heads_color").select("prev_token").run()
+    assert not at.exception and '"prev_token"' in at.get("plotly_chart")[0].proto.spec
+    at.radio(key="heads_source").set_value("typed sentence").run()
+    at.selectbox(key="heads_ckpt").select("tiny-dec").run()
+    at.text_input(key="heads_text").input("Dogs bark loudly at night .").run()
+    assert not at.exception and not at.error
+    assert "Dogs" in at.get("plotly_chart")[-2].proto.spec           # the heatmap's word ticks
+
+
+def test_playground_encoder_and_decoder(monkeypatch, results_root):
+    at = _goto(_app(monkeypatch, results_root), "playground")
+    at.selectbox(key="play_model").select("tiny-enc").run()
+    assert not at.exception and "Masked-token predictions" in at.get("plotly_chart")[0].proto.spec
+    at.text_input(key="play_text_encoder").input("no mask at all").run()
+    assert any("[MASK]" in w.value for w in at.warning)
+    at.selectbox(key="play_model").select("tiny-dec").run()
+    assert not at.exception and any("Continuation" in m.value for m in at.markdown)
+
+
+@pytest.mark.parametrize("path,command", [
+    ("layers", "workbench probe MODEL"), ("heads", "workbench heads MODEL"),
+    ("pruning", "workbench prune MODEL"), ("compare", "workbench compare A B"),
+    ("playground", "workbench run configs/demo.json"), ("runs", "workbench run configs/demo.json"),
+])
+def test_pages_name_the_command_when_results_are_missing(monkeypatch, partial_root, path, command):
+    at = _goto(_app(monkeypatch, partial_root), path)
+    assert not at.exception
+    assert any(command in i.value for i in at.info), [i.value for i in at.info]
+
+
+def test_empty_results_root(monkeypatch, tmp_path):
+    at = _goto(_app(monkeypatch, tmp_path / "nothing"), "layers")
+    assert not at.exception
+    assert any("workbench run configs/demo.json" in i.value for i in at.info)

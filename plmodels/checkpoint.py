@@ -63,7 +63,9 @@ def save(model: nn.Module, tokenizer: Any, path: str | Path, card: dict | None =
         meta = {"kind": model.kind, "config": model.config.to_dict()}
         (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt", "kind": model.kind})
+        # One metadata key only: safetensors writes metadata from a hash map, so several keys come
+        # out in a random order and identical weights would hash differently (checkpoint_hash).
+        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         if tokenizer is not None:
             tokenizer.save(tmp / TOKENIZER_DIR)
         full_card = {

@@ -1,0 +1,70 @@
+"""Control tasks (Hewitt & Liang 2019): labels fixed per type, following the label distribution."""
+import numpy as np
+import pytest
+import torch
+
+from probes.controls import control_labels, control_task_scores, selectivity, span_types
+from probes.layers import ProbeData, per_layer_scores
+
+PARAMS = dict(pooling="mean", proj_dim=16, hidden=32, lr=1e-2, batch_size=128, max_epochs=15, patience=3)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_control_labels_fixed_per_type_and_independent_of_context():
+    y = np.array(["N"] * 60 + ["V"] * 30 + ["D"] * 10)
+    types = [f"w{i % 40}" for i in range(100)]
+    c = control_labels(types, y, seed=0)
+    for t in set(types):
+        assert len({c[i] for i in range(100) if types[i] == t}) == 1
+    # same type -> same label in another call with other types around it, in another order
+    c2 = control_labels(["zzz", "w7", "w3"], y, seed=0)
+    assert c2[1] == c[7] and c2[2] == c[3]
+    assert set(c) <= {"N", "V", "D"}
+    assert not np.array_equal(control_labels(types, y, seed=1), c)
+
+
+def test_control_labels_follow_empirical_distribution():
+    y = np.array(["N"] * 600 + ["V"] * 300 + ["D"] * 100)
+    c = control_labels([f"type{i}" for i in range(20000)], y, seed=0)
+    frac = {k: np.mean(c == k) for k in ("N", "V", "D")}
+    assert frac == pytest.approx({"N": 0.6, "V": 0.3, "D": 0.1}, abs=0.015)
+
+
+def test_selectivity_by_hand_and_span_types():
+    assert selectivity(0.97, 0.71) == pytest.approx(0.26)
+    words = ["the", "cat", "sat", "the"]
+    assert span_types(words, np.array([[0, 1], [3, 4], [1, 3]])) == [("the",), ("the",), ("cat", "sat")]
+    assert span_types(words, np.array([[0, 1]]), np.array([[2, 3]]))[0] == ("the", "\x1d", "sat")
+
+
+def test_control_task_scores_selectivity_rows():
+    """Vectors carry the real label (type-independent noise added) -> task high, control near chance."""
+    rng = np.random.default_rng(0)
+    n_types, n_words = 300, 3000
+    type_of_row = rng.integers(0, n_types, n_words)
+    y_row = rng.integers(0, 2, n_words)  # label of the token, not of its type
+    X = rng.standard_normal((2, n_words, 8)).astype(np.float32)
+    X[1, :, 0] += 3 * (2 * y_row - 1)
+    X = X.astype(np.float16)
+    span = np.stack([np.arange(n_words), np.arange(n_words) + 1], 1)
+    types = [f"w{t}" for t in type_of_row]
+    train, test = ProbeData(X, y_row[:2000], span[:2000]), ProbeData(X, y_row[2000:], span[2000:])
+    task = per_layer_scores(train, test, probe_params=PARAMS, n_boot=0)
+    res = control_task_scores(train, test, types[:2000], types[2000:], task_scores=task, probe_params=PARAMS,
+                              n_boot=0, model="m", task="t")
+    p = res.probing
+    acc_task = task[task.metric == "accuracy"].set_index("layer")["value"]
+    acc_ctrl = p[p.metric == "accuracy"].set_index("layer")["value"]
+    sel = p[p.metric == "selectivity"].set_index("layer")["value"]
+    for l in (0, 1):
+        assert sel[l] == pytest.approx(acc_task[l] - acc_ctrl[l])
+    assert acc_task[1] > 0.95 and acc_ctrl[1] < 0.7
+    assert res.summary.value.iloc[0] == pytest.approx(sel[1])  # best task layer is 1
+    assert set(p["mode"]) == {"control"}

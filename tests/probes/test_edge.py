@@ -1,0 +1,196 @@
+"""Edge probe: pooling by hand, planted signals, two-span relations, input errors, determinism."""
+import numpy as np
+import pytest
+import torch
+
+from probes.edge import EdgeProbe, LinearProbe, SpanProbeModule, micro_f1
+from probes.pooling import POOLERS, make_pooler
+from probes.scalar_mix import ScalarMix
+
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny problems: torch's thread pool only adds contention on the shared CPU."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+FAST = dict(proj_dim=16, hidden=32, lr=1e-2, batch_size=128, max_epochs=15, patience=3)
+
+
+def _h_and_mask():
+    h = torch.tensor([[[1., 2.], [3., -1.], [5., 0.]],
+                      [[-2., 4.], [99., 99.], [99., 99.]]])  # span 2 has one real token + padding
+    mask = torch.tensor([[True, True, True], [True, False, False]])
+    return h, mask
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("mean", [[3., 1 / 3], [-2., 4.]]),
+    ("max", [[5., 2.], [-2., 4.]]),
+    ("last", [[5., 0.], [-2., 4.]]),
+    ("endpoint", [[1., 2., 5., 0.], [-2., 4., -2., 4.]]),
+])
+def test_pooling_by_hand(name, expected):
+    h, mask = _h_and_mask()
+    torch.testing.assert_close(make_pooler(name, 2)(h, mask), torch.tensor(expected))
+
+
+def test_self_attentive_weights_sum_to_one_and_ignore_padding():
+    torch.manual_seed(0)
+    pool = make_pooler("self_attn", 2)
+    h, mask = _h_and_mask()
+    alpha = pool.attention_weights(h, mask)
+    torch.testing.assert_close(alpha.sum(1), torch.ones(2))
+    assert torch.all(alpha[1, 1:] == 0) and alpha[1, 0] == 1
+    h2 = h.clone()
+    h2[1, 1:] = -1234.0  # padding values must not matter
+    torch.testing.assert_close(pool(h, mask), pool(h2, mask))
+    manual = (torch.softmax(pool.score(h[0]).squeeze(-1), 0)[:, None] * h[0]).sum(0)
+    torch.testing.assert_close(pool(h, mask)[0], manual)
+
+
+def test_unknown_pooling_lists_choices():
+    with pytest.raises(ValueError, match="self_attn"):
+        make_pooler("median", 4)
+
+
+def test_scalar_mix_by_hand():
+    mix = ScalarMix(3)
+    with torch.no_grad():
+        mix.logits.copy_(torch.log(torch.tensor([0.1, 0.2, 0.7])))
+        mix.gamma.fill_(2.0)
+    x = torch.tensor([[[1., 0.], [0., 1.], [1., 1.]]])  # (B=1, K=3, D=2)
+    torch.testing.assert_close(mix(x), torch.tensor([[2 * (0.1 + 0.7), 2 * (0.2 + 0.7)]]))
+
+
+@pytest.mark.parametrize("pooling", sorted(POOLERS))
+def test_linear_pool_first_equals_project_then_pool(pooling):
+    """The pool-before-projection shortcut gives the same span vectors as Tenney's order."""
+    torch.manual_seed(0)
+    m = SpanProbeModule(3, 6, 1, 2, pooling, "mlp", 8, 0.0, 4)
+    x, mask = torch.randn(5, 4, 3, 6), torch.arange(4)[None] < torch.tensor([1, 2, 3, 4, 2])[:, None]
+    ref = m.pool[0](m.proj[0](m.mix(x)), mask)
+    torch.testing.assert_close(m.encode(0, x, mask), ref)
+
+
+def _store(n_words=3000, d=12, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n_words, d)).astype(np.float16)
+
+
+def _single_word_task(X, n=1500, seed=1):
+    rng = np.random.default_rng(seed)
+    rows = rng.choice(len(X), n, replace=False)
+    span = np.stack([rows, rows + 1], 1)
+    y = np.where(X[rows, 0].astype(float) + X[rows, 1] > 0, "A", "B")
+    return span, y
+
+
+@pytest.mark.parametrize("pooling", ["mean", "self_attn", "max", "last", "endpoint"])
+def test_recovers_planted_linear_signal(pooling):
+    X = _store()
+    span, y = _single_word_task(X)
+    p = EdgeProbe(pooling=pooling, **FAST).fit(X, y[:1000], span[:1000])
+    s = p.score(X, y[1000:], span[1000:])
+    assert s["accuracy"] > 0.9 and s["micro_f1"] == s["accuracy"]
+    assert list(p.classes_) == ["A", "B"]
+
+
+def test_linear_probe_and_memmap_float16(tmp_path):
+    X = _store()
+    mm = np.lib.format.open_memmap(tmp_path / "layer_0.npy", mode="w+", dtype=np.float16, shape=X.shape)
+    mm[:] = X
+    span, y = _single_word_task(X)
+    p = LinearProbe(max_epochs=20).fit(mm, y[:1000], span[:1000])
+    assert p.score(mm, y[1000:], span[1000:])["accuracy"] > 0.9
+
+
+def test_two_span_relation_needs_both_spans():
+    """Label = whether the two spans' words come from the same of 4 clusters."""
+    rng = np.random.default_rng(0)
+    centers = rng.standard_normal((4, 12)) * 2
+    cluster = rng.integers(0, 4, 4000)
+    X = (centers[cluster] + 0.3 * rng.standard_normal((4000, 12))).astype(np.float16)
+    a, b = rng.integers(0, 4000, 3000), rng.integers(0, 4000, 3000)
+    same = rng.random(3000) < 0.5  # make half the pairs same-cluster
+    for i in np.flatnonzero(same):
+        b[i] = rng.choice(np.flatnonzero(cluster == cluster[a[i]]))
+    s1, s2 = np.stack([a, a + 1], 1), np.stack([b, b + 1], 1)
+    y = (cluster[a] == cluster[b]).astype(int)
+    both = EdgeProbe(pooling="mean", **{**FAST, "hidden": 64, "max_epochs": 30}).fit(X, y[:2000], s1[:2000], s2[:2000])
+    one = EdgeProbe(pooling="mean", **{**FAST, "hidden": 64, "max_epochs": 30}).fit(X, y[:2000], s1[:2000])
+    assert both.score(X, y[2000:], s1[2000:], s2[2000:])["accuracy"] > 0.9
+    assert one.score(X, y[2000:], s1[2000:])["accuracy"] < 0.65
+
+
+def test_unseen_labels_and_bad_spans_raise():
+    X = _store(200)
+    span = np.stack([np.arange(100), np.arange(100) + 1], 1)
+    y = np.array(["A", "B"] * 50)
+    p = EdgeProbe(max_epochs=1, **{k: v for k, v in FAST.items() if k != "max_epochs"}).fit(X, y, span)
+    with pytest.raises(ValueError, match="ZZZ"):
+        p.score(X, np.array(["A", "ZZZ"] * 50), span)
+    with pytest.raises(ValueError, match="outside"):
+        p.predict(X, np.array([[199, 201]]))
+    with pytest.raises(ValueError, match="outside"):
+        EdgeProbe().fit(X, ["A"], np.array([[-1, 1]]))
+    with pytest.raises(ValueError, match="empty"):
+        p.predict(X, np.array([[5, 5]]))
+    with pytest.raises(ValueError, match="2 span"):
+        EdgeProbe(max_epochs=1).fit(X, y, span, span).predict(X, span)
+
+
+def test_determinism_for_fixed_seed():
+    X = _store()
+    span, y = _single_word_task(X, n=600)
+    a = EdgeProbe(pooling="self_attn", seed=3, **FAST).fit(X, y, span).predict_proba(X, span)
+    b = EdgeProbe(pooling="self_attn", seed=3, **FAST).fit(X, y, span).predict_proba(X, span)
+    c = EdgeProbe(pooling="self_attn", seed=4, **FAST).fit(X, y, span).predict_proba(X, span)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_mix_input_forms_agree_and_weights_exposed():
+    rng = np.random.default_rng(0)
+    X3 = rng.standard_normal((3, 800, 8)).astype(np.float16)
+    span = np.stack([np.arange(0, 790, 2), np.arange(0, 790, 2) + 2], 1)
+    y = (X3[1, span[:, 0], 0] > 0).astype(int)
+    a = EdgeProbe(pooling="mean", **FAST).fit(X3, y, span)
+    b = EdgeProbe(pooling="mean", **FAST).fit([X3[0], X3[1], X3[2]], y, span)
+    np.testing.assert_allclose(a.mix_weights_, b.mix_weights_)
+    assert a.mix_weights_.shape == (3,) and np.isclose(a.mix_weights_.sum(), 1)
+    assert not hasattr(EdgeProbe(max_epochs=1).fit(X3[0], y, span), "mix_weights_")
+
+
+def test_multilabel_sigmoid_outputs_and_micro_f1():
+    X = _store()
+    span, y = _single_word_task(X)
+    ym = [("A", "pos0") if v == "A" else ("B",) for v in y]
+    p = EdgeProbe(pooling="mean", multilabel=True, **FAST).fit(X, ym[:1000], span[:1000])
+    assert list(p.classes_) == ["A", "B", "pos0"]
+    proba = p.predict_proba(X, span[1000:])
+    assert proba.shape == (500, 3) and not np.allclose(proba.sum(1), 1)
+    pred = p.predict(X, span[1000:])
+    assert set(np.unique(pred)) <= {0, 1}
+    s = p.score(X, ym[1000:], span[1000:])
+    assert s["micro_f1"] > 0.9 and s["accuracy"] > 0.85
+    # micro-F1 by hand: TP=2, FP=1, FN=1 -> 4 / 6
+    assert micro_f1(np.array([[1, 0], [1, 1]]), np.array([[1, 1], [1, 0]])) == pytest.approx(2 / 3)
+
+
+def test_explicit_validation_set_and_early_stopping_restores_best():
+    X = _store()
+    span, y = _single_word_task(X)
+    p = EdgeProbe(pooling="mean", **{**FAST, "max_epochs": 30, "patience": 2}).fit(
+        X, y[:800], span[:800], X_val=X, y_val=y[800:1000], span1_val=span[800:1000])
+    assert len(p.history_) == p.n_epochs_ and p.best_epoch_ == int(np.argmin(p.history_))
+    assert p.n_epochs_ < 30 or p.best_epoch_ >= 28  # stopped early unless still improving
+    # the restored module gives the best validation loss again
+    proba = p.predict_proba(X, span[800:1000])
+    idx = np.searchsorted(p.classes_, y[800:1000])
+    nll = -np.mean(np.log(proba[np.arange(200), idx]))
+    assert nll == pytest.approx(min(p.history_), rel=1e-3)

@@ -1,0 +1,90 @@
+"""Layer analyses: a label planted only in layer 2 of a 5-layer fake store is found there."""
+import numpy as np
+import pytest
+import torch
+
+from probes.layers import (MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, ProbeData, center_of_gravity,
+                           cumulative_scores, differential_scores, expected_layer, per_layer_scores,
+                           scalar_mix_probe)
+
+PARAMS = dict(pooling="mean", proj_dim=16, hidden=32, lr=1e-2, batch_size=128, max_epochs=20, patience=4)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def planted():
+    """5 layers of noise; layer 2 also carries the label linearly (Tenney-style fake store)."""
+    rng = np.random.default_rng(0)
+    n_words, d, n_t = 2000, 8, 1600
+    X = rng.standard_normal((5, n_words, d)).astype(np.float32)
+    rows = rng.permutation(n_words)[:n_t]
+    y = rng.integers(0, 3, n_t)
+    X[2, rows, :3] += 3.0 * np.eye(3)[y]
+    X = X.astype(np.float16)
+    span = np.stack([rows, rows + 1], 1)
+    train = ProbeData([X[l] for l in range(5)], y[:1200], span[:1200])
+    test = ProbeData(X, y[1200:], span[1200:])
+    return train, test
+
+
+def test_formulas_by_hand():
+    assert expected_layer([0.1, 0.2, 0.7]) == pytest.approx(1.6)
+    assert expected_layer([0.5, 0.5], layer_ids=[3, 5]) == pytest.approx(4.0)
+    with pytest.raises(ValueError):
+        expected_layer([0.5, 0.6])
+    np.testing.assert_allclose(differential_scores([0.5, 0.5, 0.9, 0.95]), [0, 0, 0.4, 0.05])
+    # (1*0 + 2*0.4 + 3*0.1) / 0.5 = 2.2
+    assert center_of_gravity([0.0, 0.0, 0.4, 0.1]) == pytest.approx(2.2)
+    assert np.isnan(center_of_gravity([0.0, -0.1, 0.05]))
+
+
+def test_per_layer_scores_peak_at_planted_layer(planted):
+    train, test = planted
+    df = per_layer_scores(train, test, probe_params=PARAMS, model="m", task="t", n_boot=100)
+    assert list(df.columns) == PROBING_COLUMNS
+    acc = df[df.metric == "accuracy"].set_index("layer")["value"]
+    assert acc.idxmax() == 2 and acc[2] > 0.9
+    assert all(acc[l] < 0.5 for l in (0, 1, 3, 4))
+    row = df[(df.metric == "accuracy") & (df.layer == 2)].iloc[0]
+    assert row.ci_low <= row.value <= row.ci_high and row.ci_high - row.ci_low < 0.1
+    assert set(df["mode"]) == {"single"} and set(df["pooling"]) == {"mean"}
+
+
+def test_per_layer_seed_aggregate_rows(planted):
+    train, test = planted
+    df = per_layer_scores(train, test, layers=[2], probe_params=PARAMS, seeds=(0, 1), n_boot=0)
+    agg = df[(df.seed == -1) & (df.metric == "accuracy")]
+    per_seed = df[(df.seed >= 0) & (df.metric == "accuracy")]["value"]
+    assert len(agg) == 1 and agg.value.iloc[0] == pytest.approx(per_seed.mean())
+
+
+def test_scalar_mix_weights_peak_at_planted_layer(planted):
+    train, test = planted
+    res = scalar_mix_probe(train, test, probe_params={**PARAMS, "max_epochs": 25, "patience": 25},
+                           model="m", task="t", n_boot=0)
+    assert list(res.mix_weights.columns) == MIX_COLUMNS and list(res.summary.columns) == SUMMARY_COLUMNS
+    w = res.mix_weights.set_index("layer")["weight"]
+    assert w.idxmax() == 2 and w[2] > 0.3 and w.sum() == pytest.approx(1)
+    e_s = res.summary.set_index("metric").loc["expected_layer", "value"]
+    assert e_s == pytest.approx(expected_layer(w.to_numpy()))
+    assert abs(e_s - 2) < 0.3
+    assert res.probing[res.probing.metric == "accuracy"].value.iloc[0] > 0.9
+    assert set(res.probing.layer) == {-1} and set(res.probing["mode"]) == {"mix"}
+
+
+def test_cumulative_scores_jump_at_planted_layer(planted):
+    train, test = planted
+    res = cumulative_scores(train, test, probe_params=PARAMS, n_boot=0)
+    f1 = res.probing[res.probing.metric == "micro_f1"].set_index("layer")["value"]
+    assert f1[0] < 0.5 and f1[1] < 0.5 and f1[2] > 0.9 and f1[4] > 0.85
+    delta = res.probing[res.probing.metric == "delta_micro_f1"].set_index("layer")["value"]
+    assert delta.idxmax() == 2
+    cog = res.summary.set_index("metric").loc["center_of_gravity", "value"]
+    assert abs(cog - 2) < 0.3

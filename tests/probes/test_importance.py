@@ -1,0 +1,199 @@
+"""Tests for probes/importance.py: Michel gradients by hand, ablation, confidence, a planted head."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from plmodels.encoder import Encoder, EncoderConfig, init_weights
+from probes.importance import (
+    IMPORTANCE_COLUMNS,
+    ablation_importance,
+    check_head_mask,
+    confidence_importance,
+    importance_frame,
+    michel_importance,
+    n_real_tokens,
+)
+from probes.l0 import l0_importance
+from probes.pruning import METRICS, mlm_loss
+
+N_LAYERS, N_HEADS, D_MODEL, VOCAB = 2, 4, 32, 40
+HEAD_DIM = D_MODEL // N_HEADS
+CRUCIAL = (1, 2)
+
+
+def tiny_config(**overrides) -> EncoderConfig:
+    fields = dict(vocab_size=VOCAB, d_model=D_MODEL, n_layers=N_LAYERS, n_heads=N_HEADS, d_ff=64,
+                  max_positions=16, dropout=0.0)
+    return EncoderConfig(**{**fields, **overrides})
+
+
+def planted_encoder(seed: int = 0, **overrides) -> Encoder:
+    """A tiny encoder where head CRUCIAL matters and the others barely do.
+
+    Weights are drawn with std 0.2 (so attention changes predictions at all), every head's output
+    projection columns are scaled by 0.1, then the crucial head's by 20 (net x2) and its query rows
+    by 4 (a sharp, confident pattern).
+    """
+    torch.manual_seed(seed)
+    model = Encoder(tiny_config(**overrides))
+    model.apply(lambda m: init_weights(m, std=0.2))
+    layer, head = CRUCIAL
+    cols = slice(head * HEAD_DIM, (head + 1) * HEAD_DIM)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.attn.out.weight.mul_(0.1)
+        model.blocks[layer].attn.out.weight[:, cols] *= 20.0
+        model.blocks[layer].attn.qkv.weight[cols] *= 4.0  # query rows come first in the fused QKV
+    return model.eval()
+
+
+def self_labelled_batches(model, n_batches: int = 3, seed: int = 1) -> list[dict]:
+    """Batches labelled with the full model's own argmax predictions at every real position, so
+    that removing a head that matters can only hurt; one row is padded."""
+    g = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(n_batches):
+        ids = torch.randint(5, VOCAB, (4, 10), generator=g)
+        mask = torch.ones(4, 10, dtype=torch.long)
+        mask[0, 7:] = 0
+        with torch.no_grad():
+            hidden = model(ids, attention_mask=mask).last_hidden_state
+            labels = model.mlm_logits(hidden).argmax(-1)
+        labels[mask == 0] = -100
+        batches.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    return batches
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models are overhead-bound: one thread avoids fighting over the shared cores."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def planted(one_thread):
+    model = planted_encoder()
+    return model, self_labelled_batches(model)
+
+
+def _loss(model, batch, head_mask):
+    return mlm_loss(model, batch, head_mask)[0]
+
+
+def test_michel_batch_granularity_matches_finite_differences():
+    model = planted_encoder().double()
+    batch = self_labelled_batches(model, n_batches=1)[0]
+    raw = michel_importance(model, [batch], mlm_loss, granularity="batch", normalize=False)
+    eps = 1e-5
+    for layer, head in [(0, 1), CRUCIAL]:
+        plus, minus = torch.ones(N_LAYERS, N_HEADS, dtype=torch.float64), torch.ones(N_LAYERS, N_HEADS, dtype=torch.float64)
+        plus[layer, head] += eps
+        minus[layer, head] -= eps
+        with torch.no_grad():
+            fd = (_loss(model, batch, plus) - _loss(model, batch, minus)) / (2 * eps)
+        expected = abs(float(fd)) / n_real_tokens(batch)
+        assert raw[layer, head] == pytest.approx(expected, rel=1e-6)
+
+
+def test_michel_token_granularity_matches_per_token_gates():
+    """Hand computation: a separate gate per (example, token) on one head's output, by autograd."""
+    model = planted_encoder()
+    batch = self_labelled_batches(model, n_batches=1)[0]
+    raw = michel_importance(model, [batch], mlm_loss, granularity="token", normalize=False)
+    layer, head = 0, 3
+    gates = torch.ones(batch["input_ids"].shape, requires_grad=True)  # (B, T)
+
+    def gate_head(t, name):  # t: (B, T, H, Dh)
+        mult = torch.ones(t.shape[:3] + (1,))
+        mult[:, :, head, 0] = gates
+        return t * mult
+
+    with model.hooks(fwd=[(f"blocks.{layer}.attn.head_out", gate_head)]):
+        _loss(model, batch, torch.ones(N_LAYERS, N_HEADS)).backward()
+    per_token = gates.grad * batch["attention_mask"]
+    expected = per_token.abs().sum() / n_real_tokens(batch)
+    assert raw[layer, head] == pytest.approx(float(expected), rel=1e-4)
+    example = michel_importance(model, [batch], mlm_loss, granularity="example", normalize=False)
+    assert example[layer, head] == pytest.approx(float(per_token.sum(1).abs().sum() / n_real_tokens(batch)), rel=1e-4)
+
+
+def test_head_mask_gradient_equals_gradient_of_output_scalar():
+    model = planted_encoder()
+    batch = self_labelled_batches(model, n_batches=1)[0]
+    mask = torch.ones(N_LAYERS, N_HEADS, requires_grad=True)
+    _loss(model, batch, mask).backward()
+    layer, head = CRUCIAL
+    scale = torch.ones((), requires_grad=True)
+
+    def scale_head(t, name):  # t: (B, T, H, Dh)
+        mult = torch.ones(t.shape[:3] + (1,))
+        mult[:, :, head, 0] = scale
+        return t * mult
+
+    with model.hooks(fwd=[(f"blocks.{layer}.attn.head_out", scale_head)]):
+        _loss(model, batch, None).backward()
+    torch.testing.assert_close(mask.grad[layer, head], scale.grad, rtol=1e-4, atol=1e-6)
+
+
+def test_normalisation_gives_unit_l2_norm_per_layer(planted):
+    model, batches = planted
+    scores = michel_importance(model, batches, mlm_loss)
+    np.testing.assert_allclose(np.linalg.norm(scores, axis=1), 1.0, rtol=1e-6)
+
+
+def test_ablation_of_a_dead_head_is_zero(planted):
+    model, batches = planted
+    dead = planted_encoder()
+    with torch.no_grad():
+        dead.blocks[0].attn.out.weight[:, HEAD_DIM: 2 * HEAD_DIM] = 0.0  # head 1 of layer 0
+    scores = ablation_importance(dead, batches, METRICS["mlm_loss"])
+    assert scores[0, 1] == 0.0
+    assert scores[CRUCIAL] > 0.1
+
+
+def test_every_method_ranks_the_planted_head_first(planted):
+    model, batches = planted
+    results = {
+        "michel_token": michel_importance(model, batches, mlm_loss),
+        "michel_example": michel_importance(model, batches, mlm_loss, granularity="example"),
+        "michel_batch": michel_importance(model, batches, mlm_loss, granularity="batch"),
+        "ablation_loss": ablation_importance(model, batches, METRICS["mlm_loss"]),
+        "ablation_acc": ablation_importance(model, batches, METRICS["mlm_accuracy"]),
+        "confidence": confidence_importance(model, batches),
+        "l0": l0_importance(model, batches, mlm_loss, lam=0.1, steps=60),
+    }
+    for name, scores in results.items():
+        assert scores.shape == (N_LAYERS, N_HEADS), name
+        assert np.unravel_index(np.argmax(scores), scores.shape) == CRUCIAL, (name, scores.round(3))
+
+
+def test_confidence_by_hand_and_ignores_padding(planted):
+    model, batches = planted
+    batch = batches[0]
+    with torch.no_grad():
+        attn = model(batch["input_ids"], attention_mask=batch["attention_mask"], output_attentions=True).attentions
+    real = batch["attention_mask"].bool()
+    expected = [[float(attn[l][:, h].max(-1).values[real].mean()) for h in range(N_HEADS)] for l in range(N_LAYERS)]
+    np.testing.assert_allclose(confidence_importance(model, [batch]), expected, rtol=1e-6)
+
+
+def test_importance_frame_schema():
+    frame = importance_frame(np.arange(8.0).reshape(2, 4), model="m", method="michel")
+    assert list(frame.columns) == IMPORTANCE_COLUMNS
+    row = frame[(frame["layer"] == 1) & (frame["head"] == 2)]
+    assert float(row.value.iloc[0]) == 6.0 and len(frame) == 8
+
+
+def test_bad_masks_and_inputs_are_errors(planted):
+    model, batches = planted
+    with pytest.raises(ValueError, match=r"expected \(L, H\) = \(2, 4\)"):
+        check_head_mask(np.ones((4, 2)), model)
+    with pytest.raises(ValueError, match="granularity"):
+        michel_importance(model, batches, mlm_loss, granularity="word")
+    with pytest.raises(ValueError, match="labels"):
+        michel_importance(model, [{"input_ids": batches[0]["input_ids"]}], mlm_loss)

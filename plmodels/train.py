@@ -1,0 +1,782 @@
+"""Pretraining: masked LM for encoders (BERT), causal LM for decoders (GPT-2), fast on a CPU.
+
+Library entry point (the CLI `workbench pretrain` calls this):
+
+    pretrain(config, out_dir, resume=True, overrides=None) -> Path   # path of out_dir/final
+
+`config` is a `PretrainConfig`, a JSON file (configs/pretrain/*.json) or the name of one
+("encoder-mini"). `overrides` is a dict of config keys (nested "model" / "masking" dicts are
+merged). Under `torchrun --nproc_per_node=N` the same call trains data-parallel (see `plmodels.ddp_*`
+helpers below); only rank 0 writes.
+
+Steps: tokenizer (WordPiece for the encoder, byte-level BPE for the decoder, trained on a bounded
+sample of the corpus, or loaded) -> tokenize to a cache -> pack into `seq_len` rows -> AdamW
+(Loshchilov & Hutter 2019; no weight decay on biases, norms and embeddings' LayerNorm) with
+warmup + decay (`plmodels.schedule`) -> loop with gradient accumulation, clipping, optional bf16
+autocast and MLM logits computed only at the masked positions -> held-out evaluation (fixed mask)
+-> `metrics.jsonl` -> checkpoints with the full training state (safetensors + JSON, no pickles).
+
+Run folder layout:
+    out_dir/config.resolved.json      the resolved config (resume refuses a different one)
+    out_dir/metrics.jsonl             {step, tokens, split, metric, value, time} per line
+    out_dir/tokenizer/                the tokenizer used
+    out_dir/cache/                    token caches
+    out_dir/checkpoints/step_0000064/ plmodels.save folder + train_state.safetensors/.json
+    out_dir/final/                    the last checkpoint (same layout)
+
+Reproducibility: the data order is a function of (seed, epoch), the MLM mask and the dropout RNG are
+functions of (seed, step), so a killed run resumed from its last checkpoint reaches bit-identical
+weights (fp32) to an uninterrupted one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from plmodels.masking import IGNORE_INDEX, MaskingConfig, continuation_ids, mask_tokens, step_generator, word_starts
+from plmodels.presets import preset as preset_fields
+from plmodels.schedule import SCHEDULES, lr_at
+
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "pretrain"
+# Keys that may change when a run resumes: they change neither the data, the model nor the updates.
+RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name"}
+
+
+# ------------------------------------------------------------------------------------------ config
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Everything a pretraining run depends on; no hidden defaults are read from elsewhere."""
+
+    kind: Literal["encoder", "decoder"]          # masked LM (BERT) or causal LM (GPT-2)
+    train_source: str                             # corpus folder or file (plmodels.corpus), relative to data_dir
+    train_split: str | None = "train"             # its split (None: the format's first)
+    eval_source: str | None = None                # held-out corpus for the eval loss (None: no eval)
+    eval_split: str | None = "valid"
+    extra_eval: dict = field(default_factory=dict)  # name -> [source, split]: extra perplexity corpora
+    data_dir: str = "${WORKBENCH_DATA}"           # base of relative paths (env var, else ../shared/data)
+    name: str = ""                                # free text, for the card
+    preset: str = "mini"                          # tiny | mini | small | base (plmodels.presets)
+    model: dict = field(default_factory=dict)     # overrides of the preset's model-config fields
+    tokenizer_path: str | None = None             # reuse a saved tokenizer folder instead of training
+    vocab_size: int = 16000                       # tokenizer vocabulary when trained
+    tokenizer_sample_chars: int = 5_000_000       # characters sampled from the train split to train it
+    lowercase: bool = False                       # WordPiece lowercasing
+    max_train_texts: int | None = None            # cap on training documents read (None: all)
+    seq_len: int = 128                            # tokens per packed row
+    batch_size: int = 32                          # rows per micro-batch (per process)
+    grad_accum: int = 1                           # micro-batches per optimizer step
+    lr: float = 5e-4                              # peak learning rate
+    betas: tuple[float, float] = (0.9, 0.98)      # AdamW betas (RoBERTa)
+    eps: float = 1e-6                             # AdamW epsilon
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    schedule: str = "linear"                      # linear | cosine | constant | onecycle
+    min_lr_ratio: float = 0.0                     # floor of the decay as a share of lr
+    clip: float = 1.0                             # max global grad norm (0 = off)
+    max_steps: int = 1000                         # optimizer steps; also the schedule's length
+    max_minutes: float | None = None              # wall-clock training budget (whichever comes first)
+    eval_every: int = 200                         # steps between evaluations (0 = only at the end)
+    eval_sequences: int = 256                     # held-out rows evaluated (fixed rows, fixed mask)
+    log_every: int = 10                           # steps between progress lines on stderr
+    ckpt_every: int = 0                           # checkpoint every N steps (0 = off)
+    ckpt_log_spaced: bool = True                  # also checkpoint at steps 1, 2, 4, 8, ... (2^k)
+    bf16: str = "auto"                            # "auto" | "on" | "off": autocast to bfloat16
+    seed: int = 0
+    num_threads: int | None = None                # torch.set_num_threads (None: leave as is)
+    masking: dict = field(default_factory=dict)   # MaskingConfig fields (encoder only)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("encoder", "decoder"):
+            raise ValueError(f"kind must be 'encoder' or 'decoder', got {self.kind!r}")
+        if not self.train_source:
+            raise ValueError("train_source must name a corpus folder or file")
+        for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "log_every", "vocab_size", "tokenizer_sample_chars"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("warmup_steps", "eval_every", "ckpt_every", "eval_sequences"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {self.schedule!r}")
+        if self.bf16 not in ("auto", "on", "off"):
+            raise ValueError(f"bf16 must be 'auto', 'on' or 'off', got {self.bf16!r}")
+        if self.lr <= 0 or self.clip < 0 or self.weight_decay < 0:
+            raise ValueError(f"need lr > 0, clip >= 0, weight_decay >= 0; got {self.lr}, {self.clip}, {self.weight_decay}")
+        if self.max_minutes is not None and self.max_minutes <= 0:
+            raise ValueError(f"max_minutes must be > 0 or null, got {self.max_minutes}")
+        preset_fields(self.kind, self.preset)  # checks the preset name
+        MaskingConfig.from_dict(self.masking)  # checks the masking keys
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["betas"] = list(self.betas)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict, source: str = "config") -> "PretrainConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"{source}: unknown PretrainConfig keys {unknown}; known: {sorted(known)}")
+        d = dict(d)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+    @property
+    def masking_config(self) -> MaskingConfig:
+        return MaskingConfig.from_dict(self.masking)
+
+
+def merge_overrides(d: dict, overrides: dict | None) -> dict:
+    """`d` updated by `overrides`; the nested dicts "model", "masking", "extra_eval" are merged."""
+    out = dict(d)
+    for k, v in (overrides or {}).items():
+        if k in ("model", "masking", "extra_eval") and isinstance(v, dict):
+            out[k] = {**out.get(k, {}), **v}
+        else:
+            out[k] = v
+    return out
+
+
+def load_config(config: "PretrainConfig | str | Path", overrides: dict | None = None) -> PretrainConfig:
+    """A PretrainConfig from an object, a JSON path or a name in configs/pretrain/, with overrides."""
+    if isinstance(config, PretrainConfig):
+        return PretrainConfig.from_dict(merge_overrides(config.to_dict(), overrides)) if overrides else config
+    path = Path(config)
+    if not path.is_file():
+        named = CONFIG_DIR / f"{config}.json"
+        if not named.is_file():
+            known = sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+            raise FileNotFoundError(f"no config file {path} and no config named {config!r}; known: {known}")
+        path = named
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    return PretrainConfig.from_dict(merge_overrides(d, overrides), source=str(path))
+
+
+def resolve_path(p: str, data_dir: str) -> Path:
+    """`p` if absolute, else under `data_dir` (where "${WORKBENCH_DATA}" is the env var or ../shared/data)."""
+    if os.path.isabs(p):
+        return Path(p)
+    if "${WORKBENCH_DATA}" in data_dir:
+        env = os.environ.get("WORKBENCH_DATA") or str(Path(__file__).resolve().parent.parent.parent / "shared" / "data")
+        data_dir = data_dir.replace("${WORKBENCH_DATA}", env)
+    return Path(data_dir).expanduser() / p
+
+
+def config_diff(a: dict, b: dict) -> list[str]:
+    """Sorted keys whose values differ between two config dicts (nested dicts as "model.x")."""
+    keys = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            keys += [f"{k}.{s}" for s in config_diff(va, vb)]
+        elif va != vb:
+            keys.append(k)
+    return keys
+
+
+# ------------------------------------------------------------------------------------------- runtime
+def use_bf16(flag: str, device: torch.device) -> bool:
+    """bf16 autocast: "on"/"off", or "auto" = on where it is faster (CUDA with bf16, CPUs with
+    AVX512-BF16 or AMX: native bf16 dot products)."""
+    if flag != "auto":
+        return flag == "on"
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in cpuinfo or "amx_bf16" in cpuinfo
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _fmt_time(s: float) -> str:
+    s = int(max(0, s))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+def log_spaced(step: int) -> bool:
+    """True at steps 1, 2, 4, 8, ... (powers of two): checkpoints to follow how structure emerges."""
+    return step >= 1 and step & (step - 1) == 0
+
+
+def should_checkpoint(step: int, cfg: PretrainConfig) -> bool:
+    return (cfg.ckpt_log_spaced and log_spaced(step)) or (cfg.ckpt_every > 0 and step % cfg.ckpt_every == 0)
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """AdamW groups: decay on matrices (dim >= 2), none on biases and norm weights (dim 1)."""
+    decay, no_decay = [], []
+    for _, p in model.named_parameters():
+        if p.requires_grad:
+            (decay if p.dim() >= 2 else no_decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def append_metrics(path: Path, step: int, tokens: int, split: str, metrics: dict, t: float) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        for k, v in metrics.items():
+            f.write(json.dumps({"step": step, "tokens": tokens, "split": split, "metric": k,
+                                "value": float(v), "time": round(t, 3)}) + "\n")
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------- the train step
+@dataclass
+class Batch:
+    """One micro-batch: input ids (B, T), labels (B, T) with -100 where ignored, optional NSP."""
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    token_type_ids: torch.Tensor | None = None
+    nsp_labels: torch.Tensor | None = None
+
+
+def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
+    """Mean cross-entropy over labelled positions, and their count.
+
+    Encoder: hidden states at the masked positions only, hidden[labels != -100] (M, D), go through
+    `model.mlm_logits` -> (M, V): with 15% masking this skips 85% of the vocabulary projection, the
+    largest matmul of a small model. Decoder: logits (B, T, V) against the shifted labels.
+    """
+    device_type = batch.input_ids.device.type
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
+        if model.kind == "encoder":
+            out = model(batch.input_ids, token_type_ids=batch.token_type_ids, attn_impl="sdpa")
+            sel = batch.labels != IGNORE_INDEX
+            logits = model.mlm_logits(out.last_hidden_state[sel])  # (M, V)
+            targets = batch.labels[sel]
+            n = int(targets.numel())
+            loss = F.cross_entropy(logits.float(), targets, reduction="sum") / max(1, n)
+            if batch.nsp_labels is not None:
+                nsp = model.nsp_logits(out.pooler_output)
+                loss = loss + F.cross_entropy(nsp.float(), batch.nsp_labels)
+        else:
+            out = model(batch.input_ids, attn_impl="sdpa")
+            logits = out.logits  # (B, T, V)
+            n = int((batch.labels != IGNORE_INDEX).sum())
+            loss = F.cross_entropy(logits.float().flatten(0, 1), batch.labels.flatten(), reduction="sum") / max(1, n)
+    return loss, n
+
+
+# ----------------------------------------------------------------------- training state (no pickles)
+STATE_TENSORS, STATE_JSON = "train_state.safetensors", "train_state.json"
+
+
+def save_train_state(folder: Path, optimizer: torch.optim.Optimizer, info: dict) -> None:
+    """Optimizer state flattened to safetensors ("optim.{param}.{name}") + JSON (param groups, step...).
+
+    `train_state.json` is written last: a folder without it is an unfinished checkpoint.
+    """
+    from safetensors.torch import save_file
+
+    sd = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for pid, st in sd["state"].items():
+        for k, v in st.items():
+            if torch.is_tensor(v):
+                tensors[f"optim.{pid}.{k}"] = v.detach().cpu().contiguous()
+            else:
+                scalars[f"{pid}.{k}"] = v
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".state.", suffix=".tmp")
+    os.close(fd)
+    save_file(tensors, tmp)
+    os.replace(tmp, folder / STATE_TENSORS)
+    write_json_atomic(folder / STATE_JSON, {**info, "param_groups": sd["param_groups"], "scalar_state": scalars})
+
+
+def load_train_state(folder: Path, optimizer: torch.optim.Optimizer) -> dict:
+    """Restore the optimizer from a checkpoint folder; returns the JSON info (step, tokens, ...)."""
+    from safetensors.torch import load_file
+
+    info = json.loads((folder / STATE_JSON).read_text(encoding="utf-8"))
+    tensors = load_file(str(folder / STATE_TENSORS))
+    state: dict[int, dict] = {}
+    for key, v in tensors.items():
+        _, pid, name = key.split(".", 2)
+        state.setdefault(int(pid), {})[name] = v
+    for key, v in info.pop("scalar_state").items():
+        pid, name = key.split(".", 1)
+        state.setdefault(int(pid), {})[name] = v
+    groups = info.pop("param_groups")
+    for g in groups:
+        g["betas"] = tuple(g["betas"])
+    optimizer.load_state_dict({"state": state, "param_groups": groups})
+    return info
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    """The finished checkpoint (train_state.json present) with the highest step, or None."""
+    found = []
+    for d in list((out_dir / "checkpoints").glob("step_*")) + [out_dir / "final"]:
+        if (d / STATE_JSON).is_file():
+            found.append((json.loads((d / STATE_JSON).read_text())["step"], d.name != "final", d))
+    return max(found)[2] if found else None
+
+
+# ------------------------------------------------------------------------------------ distribution
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in a torchrun job (RANK / WORLD_SIZE / LOCAL_RANK env vars)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed() -> tuple[Dist, torch.device]:
+    """Join the process group when WORLD_SIZE > 1 (gloo on CPU, nccl on GPU) and pick the device."""
+    import torch.distributed as dist
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    d = Dist(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
+    device = torch.device(f"cuda:{d.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+    return d, device
+
+
+def barrier(d: Dist) -> None:
+    if d.world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def average_gradients(model: torch.nn.Module, d: Dist) -> None:
+    """Data parallelism as DistributedDataParallel does it: all-reduce and average the gradients
+    (one flat buffer). Done by hand because the MLM head runs outside `forward` (on masked
+    positions only), which DDP's forward-graph bookkeeping does not see."""
+    if d.world == 1:
+        return
+    import torch.distributed as dist
+
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= d.world
+    offset = 0
+    for g in grads:
+        g.copy_(flat[offset: offset + g.numel()].view_as(g))
+        offset += g.numel()
+
+
+def broadcast_parameters(model: torch.nn.Module, d: Dist) -> None:
+    if d.world > 1:
+        import torch.distributed as dist
+
+        for t in list(model.parameters()) + list(model.buffers()):
+            dist.broadcast(t.data, src=0)
+
+
+def any_rank(flag: bool, d: Dist, device: torch.device) -> bool:
+    """True on every rank when `flag` is True on rank 0 (stop decisions are made by rank 0)."""
+    if d.world == 1:
+        return flag
+    import torch.distributed as dist
+
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.broadcast(t, src=0)
+    return bool(t.item())
+
+
+# --------------------------------------------------------------------------------------------- data
+def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist):
+    """out_dir/tokenizer if present (resume), else cfg.tokenizer_path, else trained by rank 0 on a
+    bounded sample of the training split (WordPiece for encoders, byte-level BPE for decoders)."""
+    from plmodels.corpus import sample_texts_for_tokenizer
+    from plmodels.tokenizer import Tokenizer
+
+    tok_dir = out_dir / "tokenizer"
+    if d.main and not (tok_dir / "tokenizer.json").is_file():
+        if cfg.tokenizer_path:
+            tok = Tokenizer.load(resolve_path(cfg.tokenizer_path, cfg.data_dir))
+        else:
+            t0 = time.monotonic()
+            texts = sample_texts_for_tokenizer(resolve_path(cfg.train_source, cfg.data_dir),
+                                               cfg.tokenizer_sample_chars, cfg.train_split, seed=cfg.seed)
+            if cfg.kind == "encoder":
+                tok = Tokenizer.train_wordpiece(texts, cfg.vocab_size, lowercase=cfg.lowercase)
+            else:
+                tok = Tokenizer.train_bpe(texts, cfg.vocab_size)
+            log(f"tokenizer: {tok} trained on {sum(map(len, texts)):,} chars in {time.monotonic() - t0:.1f}s")
+        tok.save(tok_dir)
+    barrier(d)
+    return Tokenizer.load(tok_dir)
+
+
+def token_cache(source: str, split: str | None, cfg: PretrainConfig, tok, out_dir: Path, d: Dist,
+                max_texts: int | None = None):
+    """The flat id stream of a corpus split, tokenized once by rank 0 into out_dir/cache."""
+    import itertools
+
+    from plmodels import corpus
+
+    src = resolve_path(source, cfg.data_dir)
+    name = f"{src.name.removesuffix('.gz')}.{split}.{max_texts or 'all'}.{tok.fingerprint()[:12]}.ids"
+    key = {**corpus.source_key(src, split), "max_texts": max_texts}
+    texts = lambda: itertools.islice(corpus.iter_texts(src, split), max_texts)  # noqa: E731
+    if d.main:
+        corpus.tokenize_to_cache(texts(), tok, out_dir / "cache" / name, key=key, label=f"{src.name} {split}")
+    barrier(d)
+    return corpus.tokenize_to_cache(texts(), tok, out_dir / "cache" / name, key=key, progress=False)
+
+
+class Batches:
+    """Micro-batches as a pure function of (step, micro, rank): the global batch of step s is
+    order(epoch)[pos : pos + B*A*W] with epoch = s // steps_per_epoch, and rank r's micro-batch a
+    is its slice (a*W + r)*B ... + B — disjoint shards, and nothing to store for resumption but s."""
+
+    def __init__(self, ds, cfg: PretrainConfig, d: Dist, tok):
+        self.ds, self.cfg, self.d, self.tok = ds, cfg, d, tok
+        self.global_batch = cfg.batch_size * cfg.grad_accum * d.world
+        self.steps_per_epoch = len(ds) // self.global_batch
+        if self.steps_per_epoch < 1:
+            raise ValueError(f"the corpus packs into {len(ds)} rows of {cfg.seq_len} tokens, fewer than one "
+                             f"global batch ({self.global_batch}); use more text or a smaller batch_size")
+        self._orders: dict[int, torch.Tensor] = {}
+        self.masking = cfg.masking_config
+        self.cont_ids = continuation_ids(tok.hf.get_vocab()) if self.masking.whole_word else None
+
+    def position(self, step: int) -> tuple[int, int]:
+        """(epoch, row position in the epoch) where step `step` starts."""
+        return step // self.steps_per_epoch, (step % self.steps_per_epoch) * self.global_batch
+
+    def rows(self, step: int, micro: int) -> torch.Tensor:
+        epoch, pos = self.position(step)
+        if epoch not in self._orders:
+            self._orders = {epoch: self.ds.order(epoch)}
+        B = self.cfg.batch_size
+        start = pos + (micro * self.d.world + self.d.rank) * B
+        idx = self._orders[epoch][start: start + B]
+        return torch.from_numpy(np.stack([self.ds[int(k)] for k in idx]))
+
+    def get(self, step: int, micro: int, device: torch.device) -> Batch:
+        rows = self.rows(step, micro)
+        gen = step_generator(self.cfg.seed, step, stream=micro * self.d.world + self.d.rank)
+        return make_batch(rows, self.tok, self.masking, gen, self.cont_ids, device)
+
+
+def make_batch(rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Generator, cont_ids, device) -> Batch:
+    """Training targets for packed rows: MLM (+NSP) for WordPiece rows (B, L), shift for BPE (B, L+1)."""
+    if tok.kind != "wordpiece":
+        return Batch(rows[:, :-1].contiguous().to(device), rows[:, 1:].contiguous().to(device))
+    types = nsp = None
+    if masking.nsp:
+        from plmodels.masking import nsp_pairs
+
+        rows, types, nsp = nsp_pairs(rows[:, 1:-2], cls_id=tok.cls_id, sep_id=tok.sep_id, generator=gen)
+    starts = word_starts(rows, cont_ids) if masking.whole_word else None
+    ids, labels = mask_tokens(rows, mask_id=tok.mask_id, vocab_size=tok.vocab_size, special_ids=tok.special_ids,
+                              generator=gen, cfg=masking, starts=starts)
+    mv = lambda t: None if t is None else t.to(device)  # noqa: E731
+    return Batch(ids.to(device), labels.to(device), mv(types), mv(nsp))
+
+
+# --------------------------------------------------------------------------------------- evaluation
+class Evaluator:
+    """Held-out loss on fixed rows with a fixed mask (encoder: masked-token loss and accuracy;
+    decoder: loss and perplexity), plus the unigram baseline on the same targets.
+
+    Unigram baseline: p(w) = (count_train(w) + 1) / (N + V) (add-one), loss = mean -log p(target);
+    a model that has only learnt token frequencies sits on this "unigram plateau".
+    """
+
+    def __init__(self, name: str, ds, cfg: PretrainConfig, tok, log_unigram: torch.Tensor, device):
+        self.name, self.device = name, device
+        n = min(cfg.eval_sequences, len(ds))
+        if n == 0:
+            raise ValueError(f"eval corpus {name!r} packs into no row of {cfg.seq_len} tokens")
+        idx = torch.linspace(0, len(ds) - 1, n).long().tolist()  # spread over the whole split
+        rows = torch.from_numpy(np.stack([ds[i] for i in idx]))
+        masking = replace(cfg.masking_config, nsp=False)
+        cont = continuation_ids(tok.hf.get_vocab()) if masking.whole_word else None
+        gen = step_generator(cfg.seed, 0, stream=1_000_003)  # the fixed eval mask
+        self.batches = [make_batch(rows[i: i + cfg.batch_size], tok, masking, gen, cont, device)
+                        for i in range(0, n, cfg.batch_size)]
+        targets = torch.cat([b.labels[b.labels != IGNORE_INDEX].cpu() for b in self.batches])
+        self.unigram_loss = float(-log_unigram[targets].mean())
+
+    @torch.no_grad()
+    def __call__(self, model, autocast: bool) -> dict[str, float]:
+        was_training = model.training
+        model.eval()
+        total, count, correct = 0.0, 0, 0
+        for b in self.batches:
+            with torch.autocast(b.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+                sel = b.labels != IGNORE_INDEX
+                if model.kind == "encoder":
+                    logits = model.mlm_logits(model(b.input_ids, attn_impl="sdpa").last_hidden_state[sel])
+                else:
+                    logits = model(b.input_ids, attn_impl="sdpa").logits[sel]
+            targets = b.labels[sel]
+            total += float(F.cross_entropy(logits.float(), targets, reduction="sum"))
+            correct += int((logits.argmax(-1) == targets).sum())
+            count += int(targets.numel())
+        model.train(was_training)
+        loss = total / max(1, count)
+        out = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "acc": correct / max(1, count),
+               "unigram_loss": self.unigram_loss, "unigram_ppl": math.exp(min(self.unigram_loss, 50.0))}
+        return out
+
+
+# ------------------------------------------------------------------------------------------ the run
+@dataclass
+class TrainResult:
+    """What `run_training` hands back: the trained model (every rank), its folder, where it stopped."""
+
+    model: torch.nn.Module
+    path: Path | None
+    step: int
+    stopped_by: str
+
+
+def build_model_config(cfg: PretrainConfig, tok) -> dict:
+    """Preset fields, then the config's `model` overrides, then what the tokenizer fixes."""
+    fields_ = {**preset_fields(cfg.kind, cfg.preset), **cfg.model, "vocab_size": tok.vocab_size}
+    if cfg.kind == "encoder":
+        fields_["pad_token_id"] = tok.pad_id
+        if cfg.masking_config.nsp:
+            fields_["use_nsp"] = True
+    else:
+        for k in ("type_vocab_size", "use_nsp", "pad_token_id"):
+            fields_.pop(k, None)
+    return fields_
+
+
+def check_resume(out_dir: Path, resolved: dict, resume: bool) -> bool:
+    """Whether a run exists in out_dir to resume; refuses a different config (listing the keys)."""
+    path = out_dir / "config.resolved.json"
+    if not path.is_file():
+        return False
+    if not resume:
+        raise FileExistsError(f"{out_dir} already holds a run (config.resolved.json); resume it or use another folder")
+    old = json.loads(path.read_text(encoding="utf-8"))
+    strip = lambda r: {**r, "pretrain": {k: v for k, v in r["pretrain"].items() if k not in RESUME_SAFE_KEYS}}  # noqa: E731
+    diff = [k.removeprefix("pretrain.") for k in config_diff(strip(old), strip(resolved))]
+    if diff:
+        raise ValueError(f"cannot resume the run in {out_dir}: the config differs in {diff} "
+                         f"(start a new folder, or restore these keys)")
+    return True
+
+
+def _seed_step(seed: int, step: int, rank: int) -> None:
+    """Dropout draws from the global RNG: reseed it from (seed, step, rank) so resumption replays it."""
+    torch.manual_seed(int(step_generator(seed, step, stream=rank).initial_seed()))
+
+
+def run_training(cfg: PretrainConfig, out_dir: str | Path, resume: bool = True,
+                 stop_at_step: int | None = None) -> TrainResult:
+    """The pretraining loop (see module docstring). `stop_at_step` ends the process's work right
+    after that step's checkpoint without writing `final` — it simulates a kill, for tests."""
+    out_dir = Path(out_dir)
+    d, device = init_distributed()
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    if d.main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    barrier(d)
+    tok = prepare_tokenizer(cfg, out_dir, d)
+    model_cfg = build_model_config(cfg, tok)
+    resolved = {"pretrain": cfg.to_dict(), "model": model_cfg, "tokenizer": tok.fingerprint(), "world_size": d.world}
+    resuming = check_resume(out_dir, resolved, resume)
+    barrier(d)
+    if d.main and not resuming:
+        write_json_atomic(out_dir / "config.resolved.json", resolved)
+
+    from plmodels.checkpoint import build_model
+    from plmodels.corpus import PackedDataset
+
+    train_ids = token_cache(cfg.train_source, cfg.train_split, cfg, tok, out_dir, d, cfg.max_train_texts)
+    batches = Batches(PackedDataset.for_tokenizer(train_ids, cfg.seq_len, cfg.seed, tok), cfg, d, tok)
+    counts = torch.from_numpy(np.bincount(train_ids, minlength=tok.vocab_size)).double()
+    log_unigram = ((counts + 1) / (counts.sum() + tok.vocab_size)).log()
+    evals = []
+    if d.main:
+        for name, (src, split) in [("eval", (cfg.eval_source, cfg.eval_split))] + list(cfg.extra_eval.items()):
+            if src is not None:
+                ids = token_cache(src, split, cfg, tok, out_dir, Dist())
+                ds = PackedDataset.for_tokenizer(ids, cfg.seq_len, cfg.seed, tok)
+                evals.append(Evaluator(name, ds, cfg, tok, log_unigram, device))
+
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.kind, model_cfg).to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
+                                  eps=cfg.eps, foreach=True)
+    step, tokens, elapsed = 0, 0, 0.0
+    metrics_path = out_dir / "metrics.jsonl"
+    ckpt = latest_checkpoint(out_dir) if resuming else None
+    if ckpt is not None:
+        from safetensors.torch import load_file
+
+        model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(device)))
+        info = load_train_state(ckpt, optimizer)
+        step, tokens, elapsed = info["step"], info["tokens"], info["elapsed"]
+        if d.main:
+            log(f"resuming from {ckpt} at step {step} (epoch {info['epoch']}, position {info['position']})")
+            if metrics_path.is_file():  # drop rows logged after the checkpoint: they will be redone
+                keep = [r for r in metrics_path.read_text().splitlines() if json.loads(r)["step"] <= step]
+                metrics_path.write_text("".join(r + "\n" for r in keep))
+    broadcast_parameters(model, d)
+    autocast = use_bf16(cfg.bf16, device)
+    loop = _Loop(cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids)
+    return loop.run(step, tokens, elapsed, stop_at_step)
+
+
+def loss_curve(metrics_path: Path, last_step: int) -> dict:
+    """Summary of metrics.jsonl for the card: train loss at steps 1, 2, 4, ... and the last step,
+    and every held-out loss, as [step, value] pairs."""
+    out: dict[str, list] = {"train_loss": []}
+    if not metrics_path.is_file():
+        return out
+    for line in metrics_path.read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if r["split"] == "train" and (log_spaced(r["step"]) or r["step"] == last_step):
+            out["train_loss"].append([r["step"], round(r["value"], 4)])
+        elif r["split"] != "train" and r["metric"] == "loss":
+            out.setdefault(f"{r['split']}_loss", []).append([r["step"], round(r["value"], 4)])
+    return out
+
+
+class _Loop:
+    """The optimisation loop and what it writes (state kept here so each method stays short)."""
+
+    def __init__(self, cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids):
+        self.cfg, self.d, self.device, self.model, self.opt = cfg, d, device, model, optimizer
+        self.batches, self.evals, self.tok, self.out_dir, self.autocast = batches, evals, tok, out_dir, autocast
+        self.n_train_tokens = int(len(train_ids))
+        self.tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * d.world
+        self.last_eval: dict[str, float] = {}
+
+    def train_step(self, step: int) -> float:
+        cfg, model = self.cfg, self.model
+        _seed_step(cfg.seed, step, self.d.rank)
+        lr = lr_at(step, peak=cfg.lr, warmup=cfg.warmup_steps, total=cfg.max_steps,
+                   schedule=cfg.schedule, min_ratio=cfg.min_lr_ratio)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        total = 0.0
+        for micro in range(cfg.grad_accum):
+            loss, _ = lm_loss(model, self.batches.get(step, micro, self.device), self.autocast)
+            (loss / cfg.grad_accum).backward()
+            total += loss.item() / cfg.grad_accum
+        average_gradients(model, self.d)
+        if cfg.clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return total
+
+    def evaluate(self, step: int, tokens: int, t: float) -> None:
+        for ev in self.evals:
+            m = ev(self.model, self.autocast)
+            append_metrics(self.out_dir / "metrics.jsonl", step, tokens, ev.name, m, t)
+            self.last_eval.update({f"{ev.name}_{k}": v for k, v in m.items()})
+            log(f"  eval {ev.name} @ {step}: loss {m['loss']:.4f} ppl {m['ppl']:.1f} acc {m['acc']:.3f} "
+                f"(unigram loss {m['unigram_loss']:.4f})")
+
+    def card(self, step: int, tokens: int, stopped_by: str) -> dict:
+        cfg = self.cfg
+        return {
+            "data": {"train": [cfg.train_source, cfg.train_split], "train_tokens": self.n_train_tokens,
+                     "eval": [cfg.eval_source, cfg.eval_split], "extra_eval": cfg.extra_eval,
+                     "tokenizer": {"kind": self.tok.kind, "vocab_size": self.tok.vocab_size}},
+            "steps": step, "tokens": tokens, "metrics": dict(self.last_eval),
+            "loss_curve": loss_curve(self.out_dir / "metrics.jsonl", step),
+            "objective": "masked LM (BERT 80/10/10, dynamic)" if cfg.kind == "encoder" else "causal LM",
+            "preset": cfg.preset, "stopped_by": stopped_by, "bf16": self.autocast,
+        }
+
+    def save(self, path: Path, step: int, tokens: int, elapsed: float, stopped_by: str) -> None:
+        from plmodels.checkpoint import save
+
+        save(self.model, self.tok, path, card=self.card(step, tokens, stopped_by))
+        epoch, pos = self.batches.position(step)
+        save_train_state(path, self.opt, {"step": step, "tokens": tokens, "elapsed": elapsed, "epoch": epoch,
+                                          "position": pos, "seed": self.cfg.seed, "world_size": self.d.world})
+
+    def run(self, step: int, tokens: int, elapsed: float, stop_at_step: int | None) -> TrainResult:
+        cfg, d = self.cfg, self.d
+        self.model.train()
+        t0, t_log, tok_log, loss_sum, n_loss = time.monotonic(), time.monotonic(), tokens, 0.0, 0
+        budget = None if cfg.max_minutes is None else cfg.max_minutes * 60
+        stopped_by = "max_steps"
+        if d.main and step == 0 and self.evals:
+            self.evaluate(0, 0, 0.0)
+        while step < cfg.max_steps:
+            loss = self.train_step(step)
+            step, tokens = step + 1, tokens + self.tokens_per_step
+            now = elapsed + time.monotonic() - t0
+            loss_sum, n_loss = loss_sum + loss, n_loss + 1
+            if d.main:
+                append_metrics(self.out_dir / "metrics.jsonl", step, tokens, "train", {"loss": loss}, now)
+                if step % cfg.log_every == 0 or step == cfg.max_steps:
+                    rate = (tokens - tok_log) / max(1e-9, time.monotonic() - t_log)
+                    left = (cfg.max_steps - step) * self.tokens_per_step / max(rate, 1e-9)
+                    if budget is not None:
+                        left = min(left, budget - now)
+                    log(f"step {step}/{cfg.max_steps} | loss {loss_sum / n_loss:.4f} | lr {self.opt.param_groups[0]['lr']:.2e}"
+                        f" | {rate:,.0f} tok/s | {_fmt_time(now)} elapsed | ETA {_fmt_time(left)}")
+                    t_log, tok_log, loss_sum, n_loss = time.monotonic(), tokens, 0.0, 0
+                if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
+                    self.evaluate(step, tokens, now)
+            out_of_time = any_rank(budget is not None and now >= budget, d, self.device)
+            if d.main and should_checkpoint(step, cfg):
+                self.save(self.out_dir / "checkpoints" / f"step_{step:07d}", step, tokens, now, "checkpoint")
+            if stop_at_step is not None and step >= stop_at_step:
+                barrier(d)
+                return TrainResult(self.model, None, step, "killed")
+            if out_of_time:
+                stopped_by = "time budget"
+                break
+        now = elapsed + time.monotonic() - t0
+        final = self.out_dir / "final"
+        if d.main:
+            if self.evals:
+                self.evaluate(step, tokens, now)
+            self.save(final, step, tokens, now, stopped_by)
+            log(f"done: {step} steps, {tokens:,} tokens, {_fmt_time(now)}; stopped by {stopped_by}; -> {final}")
+        barrier(d)
+        return TrainResult(self.model, final, step, stopped_by)
+
+
+def pretrain(config: PretrainConfig | str | Path, out_dir: str | Path, resume: bool = True,
+             overrides: dict | None = None) -> Path:
+    """Pretrain from a config (object, JSON path or name in configs/pretrain/); returns out_dir/final.
+
+    resume=True continues the run in out_dir from its last checkpoint (same data order, optimizer
+    state and masks); a changed config is refused with the differing keys listed. resume=False
+    refuses a folder that already holds a run.
+    """
+    cfg = load_config(config, overrides)
+    return run_training(cfg, out_dir, resume=resume).path

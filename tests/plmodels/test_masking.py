@@ -1,0 +1,116 @@
+"""Tests for MLM / NSP / causal-LM targets and the learning-rate schedules."""
+import math
+
+import pytest
+import torch
+
+from plmodels.masking import (IGNORE_INDEX, MaskingConfig, causal_lm_labels, mask_tokens, nsp_pairs,
+                              step_generator, word_starts)
+from plmodels.schedule import lr_at
+
+V, MASK, SPECIALS = 1000, 4, {0, 1, 2, 3, 4}
+
+
+def _batch(B=256, T=128, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, V, (B, T), generator=g)
+    ids[:, 0] = 2          # [CLS]
+    ids[:, -1] = 3         # [SEP]
+    ids[:, -10:-1] = 0     # padding
+    return ids
+
+
+def test_bert_recipe_statistics():
+    ids = _batch()
+    out, labels = mask_tokens(ids, mask_id=MASK, vocab_size=V, special_ids=SPECIALS,
+                              generator=step_generator(0, 0))
+    sel = labels != IGNORE_INDEX
+    eligible = ~torch.isin(ids, torch.tensor(sorted(SPECIALS)))
+    n = sel.sum().item()
+    assert abs(n / eligible.sum().item() - 0.15) < 0.005
+    assert not (sel & ~eligible).any(), "a special token was selected"
+    assert torch.equal(labels[sel], ids[sel])
+    assert torch.equal(out[~sel], ids[~sel]), "unselected tokens must be unchanged"
+    masked = (out[sel] == MASK).float().mean().item()
+    same = (out[sel] == ids[sel]).float().mean().item()
+    rand = 1 - masked - same
+    assert abs(masked - 0.8) < 0.015 and abs(same - 0.1) < 0.012 and abs(rand - 0.1) < 0.012
+    # random replacements are never special tokens
+    replaced = out[sel][(out[sel] != MASK) & (out[sel] != ids[sel])]
+    assert not torch.isin(replaced, torch.tensor(sorted(SPECIALS))).any()
+
+
+def test_dynamic_masks_differ_by_step_and_reproduce():
+    ids = _batch(B=16)
+    kw = dict(mask_id=MASK, vocab_size=V, special_ids=SPECIALS)
+    a1, l1 = mask_tokens(ids, generator=step_generator(7, 10), **kw)
+    a2, l2 = mask_tokens(ids, generator=step_generator(7, 10), **kw)
+    b, lb = mask_tokens(ids, generator=step_generator(7, 11), **kw)
+    c, lc = mask_tokens(ids, generator=step_generator(8, 10), **kw)
+    assert torch.equal(a1, a2) and torch.equal(l1, l2)
+    assert not torch.equal(l1, lb) and not torch.equal(l1, lc)
+
+
+def test_whole_word_masking_takes_whole_words():
+    vocab = {f"w{i}": i for i in range(5, 500)} | {f"##c{i}": i for i in range(500, V)}
+    cont = torch.tensor(sorted(i for t, i in vocab.items() if t.startswith("##")))
+    ids = _batch(B=64, seed=3)
+    starts = word_starts(ids, cont)
+    out, labels = mask_tokens(ids, mask_id=MASK, vocab_size=V, special_ids=SPECIALS,
+                              generator=step_generator(0, 1), cfg=MaskingConfig(whole_word=True),
+                              starts=starts)
+    sel = labels != IGNORE_INDEX
+    assert sel.any()
+    # a continuation piece is selected iff the token before it (same word) is selected
+    cont_pos = ~starts[:, 1:] & ~torch.isin(ids[:, 1:], torch.tensor(sorted(SPECIALS)))
+    prev_special = torch.isin(ids[:, :-1], torch.tensor(sorted(SPECIALS)))
+    check = cont_pos & ~prev_special
+    assert torch.equal(sel[:, 1:][check], sel[:, :-1][check])
+
+
+def test_nsp_pairs_layout():
+    content = torch.arange(5, 5 + 8 * 20).view(8, 20)
+    ids, types, lab = nsp_pairs(content, cls_id=2, sep_id=3, generator=step_generator(1, 2))
+    assert ids.shape == (8, 23) and set(lab.tolist()) <= {0, 1}
+    for i in range(8):
+        seps = (ids[i] == 3).nonzero().flatten().tolist()
+        assert ids[i, 0] == 2 and len(seps) == 2 and seps[1] == 22
+        c = seps[0] - 1
+        assert torch.equal(ids[i, 1:1 + c], content[i, :c])
+        assert (types[i, :seps[0] + 1] == 0).all() and (types[i, seps[0] + 1:] == 1).all()
+        b = ids[i, seps[0] + 1:22]
+        if lab[i] == 0:
+            assert torch.equal(b, content[i, c:])
+        else:
+            assert not torch.equal(b, content[i, c:])
+    assert 0 < lab.sum() < 8  # both classes occur (fixed generator)
+
+
+def test_causal_labels_are_shifted_inputs():
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 0, 0]])
+    am = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    lab = causal_lm_labels(ids, am)
+    assert lab.tolist() == [[6, 7, 8, -100], [10, -100, -100, -100]]
+
+
+def test_masking_config_checks():
+    with pytest.raises(ValueError, match="rate"):
+        MaskingConfig(rate=1.5)
+    with pytest.raises(ValueError, match="bogus"):
+        MaskingConfig.from_dict({"rate": 0.1, "bogus": 1})
+
+
+def test_schedules_by_hand():
+    kw = dict(peak=1.0, warmup=10, total=110)
+    assert lr_at(0, **kw) == pytest.approx(0.1)
+    assert lr_at(9, **kw) == pytest.approx(1.0)
+    assert lr_at(10, **kw) == pytest.approx(1.0)
+    assert lr_at(60, **kw, schedule="linear") == pytest.approx(0.5)
+    assert lr_at(110, **kw, schedule="linear") == pytest.approx(0.0)
+    assert lr_at(60, **kw, schedule="cosine") == pytest.approx(0.5)
+    assert lr_at(35, **kw, schedule="cosine") == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+    assert lr_at(80, **kw, schedule="constant") == 1.0
+    assert lr_at(110, **kw, schedule="cosine", min_ratio=0.1) == pytest.approx(0.1)
+    assert lr_at(500, **kw) == pytest.approx(0.0)   # past the end it stays at the floor
+    with pytest.raises(ValueError, match="unknown schedule"):
+        lr_at(0, **kw, schedule="nope")

@@ -1,0 +1,121 @@
+"""Tests for pretraining: loss goes down, bit-exact resume, config checks, checkpoint schedule."""
+import json
+import random
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from plmodels.train import PretrainConfig, load_config, pretrain, run_training, should_checkpoint
+
+
+def _corpus(path, n, seed):
+    """A toy language with structure a small model can learn: agreement and fixed phrases."""
+    rng = random.Random(seed)
+    nouns = {"sg": ["the cat", "a dog", "the king", "my friend", "the old man"],
+             "pl": ["the cats", "two dogs", "the kings", "my friends", "the old men"]}
+    verbs = {"sg": ["sees", "likes", "follows", "calls"], "pl": ["see", "like", "follow", "call"]}
+    objs = ["the river", "a small house", "the green hill", "her brother", "the night sky"]
+    lines = []
+    for _ in range(n):
+        num = rng.choice(["sg", "pl"])
+        lines.append(f"{rng.choice(nouns[num])} {rng.choice(verbs[num])} {rng.choice(objs)} .")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    return _corpus(d / "train.txt", 4000, 0), _corpus(d / "valid.txt", 400, 1)
+
+
+def _cfg(data, kind="encoder", **kw):
+    train, valid = data
+    base = dict(kind=kind, train_source=str(train), train_split=None, eval_source=str(valid), eval_split=None,
+                preset="tiny", vocab_size=200, tokenizer_sample_chars=100_000, seq_len=32, batch_size=8,
+                lr=3e-3, warmup_steps=5, max_steps=8, eval_every=0, eval_sequences=32, log_every=1000,
+                ckpt_log_spaced=True, bf16="off", seed=3, num_threads=1)
+    return PretrainConfig.from_dict({**base, **kw})
+
+
+def _eval_losses(run):
+    rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+    return [(r["step"], r["value"]) for r in rows if r["split"] == "eval" and r["metric"] == "loss"], rows
+
+
+# The encoder uses the pre-LN / RoPE / no-dropout recipe: BERT's post-LN sits on the unigram
+# plateau far longer than a test may take.
+@pytest.mark.parametrize("kind,steps,extra", [
+    ("encoder", 120, {"model": {"norm": "pre", "dropout": 0.0, "position": "rope"}, "lr": 5e-3}),
+    ("decoder", 80, {"vocab_size": 300}),
+])
+def test_tiny_pretraining_lowers_heldout_loss_below_unigram(data, tmp_path, kind, steps, extra):
+    final = pretrain(_cfg(data, kind, max_steps=steps, ckpt_log_spaced=False, **extra), tmp_path / "run")
+    losses, rows = _eval_losses(tmp_path / "run")
+    (s0, first), (s1, last) = losses[0], losses[-1]
+    unigram = next(r["value"] for r in rows if r["metric"] == "unigram_loss")
+    assert (s0, s1) == (0, steps)
+    assert last < first - 1.5 and last < unigram - 0.2, (first, last, unigram)
+    card = json.loads((final / "card.json").read_text())
+    assert card["steps"] == steps and card["tokens"] == steps * 8 * 32
+    assert card["metrics"]["eval_loss"] == pytest.approx(last)
+    assert card["metrics"]["eval_unigram_loss"] == pytest.approx(unigram)
+    assert card["loss_curve"]["train_loss"][0][0] == 1
+
+
+def test_killed_run_resumes_bit_exact(data, tmp_path):
+    # Both runs share one tokenizer: the WordPiece trainer breaks frequency ties in no fixed order,
+    # so two separately trained tokenizers may number the vocabulary differently.
+    pretrain(_cfg(data, max_steps=1), tmp_path / "tok")
+    cfg = _cfg(data, max_steps=7, tokenizer_path=str(tmp_path / "tok" / "tokenizer"))
+    straight = pretrain(cfg, tmp_path / "a")
+    killed = run_training(cfg, tmp_path / "b", stop_at_step=4)  # last checkpoint: step 4 (log-spaced)
+    assert killed.path is None and not (tmp_path / "b" / "final").exists()
+    resumed = pretrain(cfg, tmp_path / "b")
+    wa, wb = load_file(str(straight / "model.safetensors")), load_file(str(resumed / "model.safetensors"))
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.equal(wa[k], wb[k]), k
+    oa, ob = (load_file(str(p / "train_state.safetensors")) for p in (straight, resumed))
+    assert all(torch.equal(oa[k], ob[k]) for k in oa) and oa.keys() == ob.keys()
+    # and the resumed run really started from step 4: its metrics hold each train step once
+    steps = [r["step"] for r in _eval_losses(tmp_path / "b")[1] if r["split"] == "train"]
+    assert steps == list(range(1, 8))
+
+
+def test_resume_with_changed_config_refuses_listing_keys(data, tmp_path):
+    cfg = _cfg(data, max_steps=2)
+    pretrain(cfg, tmp_path / "r")
+    with pytest.raises(ValueError, match=r"\['lr', 'seq_len'\]"):
+        pretrain(cfg, tmp_path / "r", overrides={"lr": 1e-2, "seq_len": 16})
+    with pytest.raises(FileExistsError):
+        pretrain(cfg, tmp_path / "r", resume=False)
+
+
+def test_unknown_config_key_is_named(tmp_path):
+    with pytest.raises(ValueError, match="bogus_key"):
+        PretrainConfig.from_dict({"kind": "encoder", "train_source": "x", "bogus_key": 1})
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps({"kind": "encoder", "train_source": "x", "lrr": 1}))
+    with pytest.raises(ValueError, match=r"c\.json.*lrr"):
+        load_config(p)
+    with pytest.raises(ValueError, match="MaskingConfig.*ratee"):
+        PretrainConfig.from_dict({"kind": "encoder", "train_source": "x", "masking": {"ratee": 0.2}})
+
+
+def test_shipped_configs_load():
+    for name in ["encoder-tiny", "encoder-mini", "encoder-small", "encoder-base", "encoder-mini-rope",
+                 "decoder-tiny", "decoder-mini", "decoder-small", "decoder-base"]:
+        cfg = load_config(name)
+        assert cfg.kind == name.split("-")[0]
+    rope = load_config("encoder-mini-rope")
+    assert rope.model["position"] == "rope" and rope.lr == 2e-3 and rope.batch_size == 64 and rope.clip == 0.5
+
+
+def test_log_spaced_checkpoint_steps(data, tmp_path):
+    cfg = _cfg(data, max_steps=40, ckpt_every=10)
+    assert [s for s in range(1, 41) if should_checkpoint(s, cfg)] == [1, 2, 4, 8, 10, 16, 20, 30, 32, 40]
+    pretrain(_cfg(data, max_steps=5), tmp_path / "run")
+    names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
+    assert names == ["step_0000001", "step_0000002", "step_0000004"]

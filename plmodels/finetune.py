@@ -5,7 +5,7 @@ al. 2019 Sec. 5.3).
 
 Library entry points (the CLI `workbench finetune` calls the first):
 
-    finetune(config, out_dir, overrides=None, data=None) -> Path   # the finetuned checkpoint folder
+    finetune(config, out_dir, overrides=None, *, data) -> Path   # the finetuned checkpoint folder
     load_classifier(path) -> Classifier                            # base model + head, eval mode
 
 Features:
@@ -19,9 +19,8 @@ Early stopping on dev accuracy: the best head/model state seen at an evaluation 
 Checkpoint folder (`out_dir`): the `plmodels.save` layout for the base model (updated or not) +
 `head.safetensors` + `finetune.json` {task, mode, labels, dev metrics, base checkpoint hash, ...}.
 
-Data: `data=None` reads SST-2 / UD-EWT through `workbench.readers` and `workbench.paths` — the one
-place where plmodels reaches up into workbench, lazily and only in `load_task_data`; callers that
-have the data pass `TaskData` instead.
+Data: the caller passes the examples as `TaskData`; plmodels reads no data set itself
+(`workbench.finetuning` loads SST-2 and UD POS through the data root and calls `finetune`).
 """
 from __future__ import annotations
 
@@ -116,26 +115,6 @@ class TaskData:
     labels: list[str]
     train: list
     dev: list
-
-
-def load_task_data(cfg: FinetuneConfig) -> TaskData:
-    """SST-2 (GLUE TSV) or UD-EWT UPOS from the shared data folder (see module docstring)."""
-    from workbench.paths import dataset_dir
-    from workbench.readers import read_conllu, read_sst2
-
-    cap = lambda xs, n: xs if n is None else xs[:n]  # noqa: E731
-    if cfg.task == "sst2":
-        folder = dataset_dir("glue_sst2")
-        tr, dv = (read_sst2(folder / f) for f in ("train.tsv", "dev.tsv"))
-        return TaskData("sentence", ["negative", "positive"],
-                        cap([(x.text, x.label) for x in tr], cfg.max_train_examples),
-                        cap([(x.text, x.label) for x in dv], cfg.max_dev_examples))
-    folder = dataset_dir("ud_english_ewt")
-    tr, dv = (read_conllu(folder / f"en_ewt-ud-{s}.conllu") for s in ("train", "dev"))
-    labels = sorted({t for s in tr for t in s.upos})
-    index = {t: i for i, t in enumerate(labels)}
-    conv = lambda sents: [(list(s.words), [index.get(t, IGNORE_INDEX) for t in s.upos]) for s in sents if len(s)]  # noqa: E731
-    return TaskData("token", labels, cap(conv(tr), cfg.max_train_examples), cap(conv(dv), cfg.max_dev_examples))
 
 
 def encode(examples: list, kind: str, tok, seq_len: int) -> tuple[list[tuple[list[int], object]], int]:
@@ -277,7 +256,7 @@ def _fit(cfg: FinetuneConfig, params: list, n_train: int, loss_of, evaluate, sta
     return {**best, "steps": step, "stopped_by": stopped_by}
 
 
-def finetune(config, out_dir: str | Path, overrides: dict | None = None, data: TaskData | None = None) -> Path:
+def finetune(config, out_dir: str | Path, overrides: dict | None = None, *, data: TaskData) -> Path:
     """Finetune `config.base` on `config.task` in `config.mode`; returns the checkpoint folder out_dir."""
     import plmodels
     from safetensors.torch import save_file
@@ -286,7 +265,6 @@ def finetune(config, out_dir: str | Path, overrides: dict | None = None, data: T
     out_dir = Path(out_dir)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    data = data if data is not None else load_task_data(cfg)
     if data.kind != TASK_KINDS[cfg.task]:
         raise ValueError(f"task {cfg.task!r} needs {TASK_KINDS[cfg.task]} data, got {data.kind!r}")
     base, tok = plmodels.load(cfg.base)

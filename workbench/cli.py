@@ -21,7 +21,7 @@ def _pretrain(a: argparse.Namespace) -> None:
 
 
 def _finetune(a: argparse.Namespace) -> None:
-    from plmodels.finetune import finetune
+    from workbench.finetuning import finetune
 
     overrides = json.loads(a.set) if a.set else None
     path = finetune(a.config, a.out, overrides=overrides)

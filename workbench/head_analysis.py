@@ -24,6 +24,7 @@ folder "gutenberg_pd:train" name a source explicitly. The source used is recorde
 """
 from __future__ import annotations
 
+from workbench.config import JsonConfig
 import functools
 import json
 import re
@@ -31,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
 
@@ -50,7 +51,7 @@ _WORD_RE = re.compile(r"\w+|[^\w\s]")
 
 
 @dataclass(frozen=True)
-class HeadRunConfig:
+class HeadRunConfig(JsonConfig):
     """A head-analysis run. Class thresholds are not here: they live in `heads_config`
     (configs/heads.json, read by probes.heads.HeadConfig)."""
 
@@ -83,26 +84,11 @@ class HeadRunConfig:
         if self.n_boot < 0:
             raise ValueError(f"HeadRunConfig.n_boot must be >= 0, got {self.n_boot}")
 
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping, where: str = "heads run config") -> "HeadRunConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"{where}: unknown keys {unknown}; valid keys: {sorted(names)}")
-        return cls(**dict(d))
-
     @classmethod
     def load(cls, path: str | Path) -> "HeadRunConfig":
         """A JSON file of HeadRunConfig fields. A file of HeadConfig thresholds (like configs/heads.json)
         is accepted too and becomes `heads_config`."""
-        path = Path(path)
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from e
+        d = cls.read_json(path)
         threshold_keys = {f.name for f in fields(HeadConfig)}
         if d and set(d) <= threshold_keys:
             return cls(heads_config=str(path))
@@ -113,14 +99,9 @@ class HeadRunConfig:
         return HeadConfig.load(p if p.is_absolute() else REPO_ROOT / p)
 
 
-def resolve_config(config: "HeadRunConfig | Mapping | str | Path | None") -> HeadRunConfig:
-    if config is None:
-        return HeadRunConfig()
-    if isinstance(config, HeadRunConfig):
-        return config
-    if isinstance(config, Mapping):
-        return HeadRunConfig.from_dict(config)
-    return HeadRunConfig.load(config)
+def resolve_config(config) -> HeadRunConfig:
+    """None -> the defaults; a dict; a path; or a HeadRunConfig itself."""
+    return HeadRunConfig.resolve(config)
 
 
 # ------------------------------------------------------------------------------ frequencies

@@ -145,7 +145,7 @@ def _import_step(name: str, spec: dict) -> Callable[[Context], dict]:
 
 def _finetune_step(name: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
-        from plmodels.finetune import finetune
+        from workbench.finetuning import finetune
 
         overrides = dict(spec.get("overrides", {}))
         overrides["base"] = str(ctx.model_path(spec["base"]))

@@ -23,12 +23,12 @@ those targets are removed and counted (in the run record `probe_run.json` and a 
 """
 from __future__ import annotations
 
-import json
+from workbench.config import JsonConfig
 import logging
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -54,8 +54,10 @@ UNSEEN_POLICIES = ("drop", "error")
 
 # ------------------------------------------------------------------------------------ config
 @dataclass(frozen=True)
-class ProbeRunConfig:
+class ProbeRunConfig(JsonConfig):
     """A probing run; configs/probe.json holds the canonical values (no hidden defaults)."""
+
+    DEFAULT_FILE = DEFAULT_CONFIG
 
     tasks: tuple[str, ...] = ("pos", "deps", "const", "ner", "entities", "coref")
     pooling: str = "first"              # subword -> word pooling in the store (first | last | mean)
@@ -109,36 +111,9 @@ class ProbeRunConfig:
         if self.n_boot < 0:
             raise ValueError(f"ProbeRunConfig.n_boot must be >= 0, got {self.n_boot}")
 
-    def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping, where: str = "probe config") -> "ProbeRunConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"{where}: unknown keys {unknown}; valid keys: {sorted(names)}")
-        return cls(**dict(d))
-
-    @classmethod
-    def load(cls, path: str | Path = DEFAULT_CONFIG) -> "ProbeRunConfig":
-        path = Path(path)
-        try:
-            d = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: invalid JSON at line {e.lineno}: {e.msg}") from e
-        return cls.from_dict(d, str(path))
-
-
-def resolve_config(config: "ProbeRunConfig | Mapping | str | Path | None") -> ProbeRunConfig:
-    """None -> configs/probe.json; a path -> that file; a dict -> its keys; a config -> itself."""
-    if config is None:
-        return ProbeRunConfig.load(DEFAULT_CONFIG)
-    if isinstance(config, ProbeRunConfig):
-        return config
-    if isinstance(config, Mapping):
-        return ProbeRunConfig.from_dict(config)
-    return ProbeRunConfig.load(config)
+def resolve_config(config) -> ProbeRunConfig:
+    """None -> the default file (or defaults); a dict; a path; or a ProbeRunConfig itself."""
+    return ProbeRunConfig.resolve(config)
 
 
 # ------------------------------------------------------------------------------------ data

@@ -89,6 +89,13 @@ def _fvf(a: argparse.Namespace) -> None:
     print(f"frozen-vs-finetuned table: {a.out / 'tables' / 'frozen_vs_finetuned.parquet'}")
 
 
+def _emergence(a: argparse.Namespace) -> None:
+    from workbench.emergence import emergence_cli
+
+    emergence_cli(a.run, a.out, config=a.config)
+    print(f"emergence table: {a.out / 'tables' / 'emergence.parquet'}")
+
+
 def _run(a: argparse.Namespace) -> None:
     from workbench.pipeline import run_pipeline
 
@@ -177,6 +184,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, default=Path("runs/frozen_vs_finetuned"))
     s.add_argument("--config", type=Path)
     s.set_defaults(fn=_fvf)
+
+    s = sub.add_parser("emergence", help="probes and head scores over a pretraining run's log-spaced checkpoints")
+    s.add_argument("run", type=Path, help="a pretraining run folder (with checkpoints/step_*)")
+    s.add_argument("--out", type=Path, default=Path("runs/emergence"))
+    s.add_argument("--config", type=Path, help="JSON of EmergenceConfig fields")
+    s.set_defaults(fn=_emergence)
 
     s = sub.add_parser("run", help="the whole study as a pipeline of cached steps")
     s.add_argument("config", type=Path, help="configs/demo.json, configs/full.json, ...")

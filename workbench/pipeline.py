@@ -210,6 +210,20 @@ def _fvf_step(model: str, spec: dict) -> Callable[[Context], dict]:
     return fn
 
 
+def _emergence_step(model: str, spec: dict) -> Callable[[Context], dict]:
+    """How structure emerges: probes and head scores over one pretraining run's checkpoints."""
+    def fn(ctx: Context) -> dict:
+        from workbench.emergence import emergence_cli
+
+        run_folder = ctx.run_dir / "models" / model
+        if not (run_folder / "checkpoints").is_dir():
+            return {"skipped": f"{model} has no checkpoints/ (not pretrained in this run)"}
+        tables = emergence_cli(run_folder, ctx.run_dir / "emergence" / model, config=spec.get("config"))
+        write_tables(ctx.run_dir, tables)
+        return {"tables": sorted(tables)}
+    return fn
+
+
 def _compare_step(a: str, b: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
         from workbench.compare import compare_models
@@ -269,6 +283,11 @@ def build_steps(cfg: dict) -> list[Step]:
         for model in spec["models"]:
             steps.append(Step(f"frozen_vs_finetuned:{model}", spec, _fvf_step(model, spec),
                               after=[_model_step(cfg, model)]))
+    spec = cfg.get("emergence")
+    if spec:
+        for model in spec["models"]:
+            steps.append(Step(f"emergence:{model}", spec, _emergence_step(model, spec),
+                              after=[_model_step(cfg, model), "tasks"]))
     steps.append(Step("report", cfg.get("report", {}), _report_step, after=[s.name for s in steps]))
     return steps
 

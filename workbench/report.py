@@ -468,8 +468,27 @@ def _head_change(run_dir: Path, s: Section) -> str:
     return "; ".join(clauses)
 
 
+def emergence_section(run_dir: Path) -> Section:
+    """Scores against tokens seen over one pretraining run's log-spaced checkpoints."""
+    from workbench.emergence import emergence_figure
+
+    s = Section("How structure emerges during pretraining")
+    df = views.table(run_dir, "emergence")
+    if df is None:
+        s.missing.append("emergence")
+        return s
+    s.figs.append(emergence_figure(df))
+    last = df[df["step"] == df.groupby("model")["step"].transform("max")]
+    s.tables.append(("Scores at the last checkpoint analysed", last))
+    first, final = df["tokens"].min(), df["tokens"].max()
+    s.sentence = (f"{df['step'].nunique()} checkpoints from {_f(first, 0)} to {_f(final, 0)} tokens; "
+                  f"the table gives each score at the last one, the figure how it got there.")
+    return s
+
+
 SECTIONS: tuple[Callable[[Path], Section], ...] = (
     run_section, models_section, probing_section, heads_section, pruning_section, compare_section,
+    emergence_section,
 )
 
 

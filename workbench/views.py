@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "frozen_vs_finetuned": "workbench frozen-vs-finetuned MODEL",
     "models": "workbench run configs/demo.json (or workbench pretrain / import-hf)",
     "attention": "workbench run configs/demo.json",
+    "emergence": "workbench emergence RUN_FOLDER (a pretraining run with log-spaced checkpoints)",
 }
 MAX_TEXT_WORDS = 200  # typed sentences are cut here (the heatmap shows fewer; see workbench/figures)
 

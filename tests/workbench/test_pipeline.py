@@ -68,12 +68,12 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tmp_path, capfd):
     assert list(steps) == expected
     assert all(s["status"] == "done" for s in steps.values())
     for name in ("probing", "probing_summary", "mix_weights", "heads", "heads_classes", "relations",
-                 "importance", "pruning", "cka", "head_change", "frozen_vs_finetuned"):
+                 "importance", "pruning", "cka", "head_change", "frozen_vs_finetuned", "emergence"):
         assert (run_a / "tables" / f"{name}.parquet").exists(), name
     html = (run_a / "report" / "report.html").read_text()
     md = (run_a / "report" / "summary.md").read_text()
     for section in ("Models and training", "Per-layer probing", "Attention heads", "Head importance and pruning",
-                    "Frozen vs finetuned"):
+                    "Frozen vs finetuned", "How structure emerges"):
         assert section.lower() in html.lower(), section
         assert section.lower() in md.lower(), section
     info = json.loads((run_a / "run.json").read_text())

@@ -1,0 +1,92 @@
+"""Tests for workbench.ablate: equal-token budgets, the head summary, and a tiny two-variant ablation."""
+import json
+import math
+import random
+
+import pandas as pd
+import pytest
+
+from workbench.ablate import AblationEval, check_targets, run_ablation, summarise_heads, to_markdown, variant_config
+
+
+def _corpus(path, n, seed):
+    rng = random.Random(seed)
+    nouns = ["the cat", "a dog", "the king", "my friend", "the old man", "the cats", "two dogs"]
+    verbs = ["sees", "likes", "follows", "calls", "see", "like"]
+    objs = ["the river", "a small house", "the green hill", "her brother", "the night sky"]
+    path.write_text("\n".join(f"{rng.choice(nouns)} {rng.choice(verbs)} {rng.choice(objs)} ." for _ in range(n)) + "\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    d = tmp_path_factory.mktemp("corpus")
+    train, valid = _corpus(d / "train.txt", 2000, 0), _corpus(d / "valid.txt", 200, 1)
+    return dict(kind="encoder", train_source=str(train), train_split=None, eval_source=str(valid), eval_split=None,
+                preset="tiny", vocab_size=200, tokenizer_sample_chars=100_000, seq_len=32, batch_size=8,
+                lr=3e-3, warmup_steps=5, max_steps=8, eval_every=0, eval_sequences=16, log_every=1000,
+                bf16="off", seed=3, model={"norm": "pre", "dropout": 0.0})
+
+
+def test_variant_config_spends_the_same_tokens_whatever_the_batch(base, tmp_path):
+    from plmodels.train import PretrainConfig
+
+    cfg0 = PretrainConfig.from_dict(base)
+    ev = AblationEval(warmup_frac=0.25, evals_per_run=2)
+    a = variant_config(cfg0, {}, 10_000, ev)
+    b = variant_config(cfg0, {"batch_size": 16, "model": {"position": "rope"}, "warmup_frac": 0.5}, 10_000, ev)
+    assert a.max_steps == math.ceil(10_000 / (8 * 32)) == 40 and b.max_steps == math.ceil(10_000 / (16 * 32)) == 20
+    assert (a.warmup_steps, b.warmup_steps) == (10, 10)  # 0.25 * 40 and the variant's own 0.5 * 20
+    assert b.model == {"norm": "pre", "dropout": 0.0, "position": "rope"}  # nested dicts merge
+    assert a.eval_every == 20 and not a.ckpt_log_spaced and a.max_minutes is None and a.num_threads == 1
+    c = variant_config(cfg0, {"warmup_steps": 3}, 10_000, ev)
+    assert c.warmup_steps == 3  # an explicit warmup wins
+
+
+def test_summarise_heads_margin_is_best_direction_minus_baseline():
+    rel = pd.DataFrame({"relation": ["det", "det", "case", "nsubj"], "direction": ["a", "b", "a", "a"],
+                        "test_acc": [0.80, 0.50, 0.40, 0.9], "baseline_acc": [0.60, 0.10, 0.55, 0.1]})
+    heads = pd.DataFrame({"score": ["positional_share:-1", "positional_share:+1", "positional_share:-2"],
+                          "value": [0.3, 0.95, 0.99]})
+    out = summarise_heads(heads, rel)
+    assert out["det_margin"] == pytest.approx(0.40)  # direction b: 0.50 - 0.10 beats a: 0.20
+    assert out["case_margin"] == pytest.approx(-0.15)
+    assert out["positional_max"] == pytest.approx(0.95)  # offset -2 does not count
+
+
+@pytest.mark.slow
+def test_tiny_ablation_rows_and_rerun_is_cached(base, tmp_path):
+    ev = {"evals_per_run": 2, "eval_sequences": 16, "pos_train_sentences": 30, "pos_test_sentences": 20,
+          "head_sentences": 12}
+    variants = {"learned": {}, "rope_lr": {"model": {"position": "rope"}, "lr": 5e-3}}
+    df = run_ablation(base, variants, tmp_path / "abl", budget_tokens=12 * 8 * 32, eval=ev)
+    assert list(df["variant"]) == ["learned", "rope_lr"]
+    assert (df["tokens"] == 12 * 8 * 32).all() and (df["steps"] == 12).all()
+    assert (df["tokens_per_s"] > 0).all()
+    assert (df["eval_loss"] < df["unigram_loss"] + 1.0).all()  # trained past random init (ln 200 = 5.3)
+    assert ((df["pos_layer0"] > 0.2) & (df["pos_layer0"] <= 1)).all()  # 17 UPOS labels: chance ~ 0.17 at best
+    assert df["pos_gain"].equals(df["pos_best"] - df["pos_layer0"])
+    assert json.loads(df.loc[1, "overrides"])["lr"] == 5e-3
+    assert (tmp_path / "abl" / "ablation.parquet").is_file()
+    assert "| rope_lr |" in (tmp_path / "abl" / "ablation.md").read_text()
+    stamp = (tmp_path / "abl" / "rope_lr" / "final" / "model.safetensors").stat().st_mtime_ns
+    df2 = run_ablation(base, variants, tmp_path / "abl", budget_tokens=12 * 8 * 32, eval=ev, only=["rope_lr"])
+    assert (tmp_path / "abl" / "rope_lr" / "final" / "model.safetensors").stat().st_mtime_ns == stamp
+    pd.testing.assert_frame_equal(df, df2)
+    with pytest.raises(ValueError, match="unknown variants"):
+        run_ablation(base, variants, tmp_path / "abl", budget_tokens=100, only=["nope"])
+
+
+def test_to_markdown_formats_percentages():
+    df = pd.DataFrame([{"variant": "x", "tokens": 1000, "tokens_per_s": 512.4, "eval_loss": 3.21, "eval_acc": 0.123,
+                        "eval_ppl": 24.8, "pos_layer0": 0.8, "pos_best": 0.85, "pos_gain": 0.05,
+                        "det_margin": float("nan"), "case_margin": 0.2, "positional_max": 0.9, "load_avg": 9.0}])
+    md = to_markdown(df)
+    assert "| x | 1,000 | 512 | 3.210 | 12.3 | 24.8 | 80.0 | 85.0 | 5.0 |  | 20.0 | 90.0 | 9.000 |" in md
+
+
+def test_check_targets_passes_only_at_or_above_target_and_fails_nan():
+    row = {"eval_acc": 0.38, "pos_gain": 0.049, "positional_max": 0.95, "det_margin": float("nan"), "case_margin": 0.2}
+    out = check_targets(row).set_index("measure")["passed"].to_dict()
+    assert out == {"eval_acc": True, "pos_gain": False, "positional_max": True, "det_margin": False,
+                   "case_margin": True}

@@ -1,0 +1,394 @@
+"""Pretraining ablations at an equal token budget: which recipe choices make a small model learn.
+
+Each variant is the base pretraining config plus a dict of overrides (`plmodels.train` keys; the
+nested "model" and "masking" dicts are merged). Every variant trains for the same number of tokens
+(`budget_tokens`; max_steps = ceil(budget / (batch_size * seq_len * grad_accum)), so a bigger batch
+takes fewer, larger steps and the schedule is stretched to the run), then is measured:
+
+- throughput: training tokens / training seconds (read from metrics.jsonl; on a shared CPU this is
+  only comparable between runs made under the same load — the table records it, not a ranking);
+- held-out loss, masked-token accuracy (encoder) or perplexity (decoder) at the budget, from the
+  trainer's fixed-row, fixed-mask evaluation, with the unigram baseline beside it;
+- POS probe by layer: multinomial logistic regression on the first-subword vector of each word
+  (UPOS of UD EWT train words -> accuracy on EWT dev words), layer 0 = embeddings; the "gain" is
+  best layer minus layer 0 (the layer-wise probing of Tenney et al. 2019 in its cheapest form);
+- attention heads (`workbench.head_analysis`, Clark et al. 2019): for det and case, the best head's
+  test accuracy minus the best fixed-offset baseline (both picked on dev), and the largest share of a
+  head's argmax at offset -1 or +1 (Voita et al. 2019 call >= 90% a positional head).
+
+Prior art for the choices tried: Izsak et al. 2021 ("How to Train BERT with an Academic Budget"),
+Geiping & Goldstein 2022 ("Cramming"), Wettig et al. 2023 ("Should You Mask 15% in MLM?").
+
+API: `run_ablation(base_config, variants, out_root, budget_tokens) -> DataFrame`, one row per
+variant, written to out_root/ablation.parquet and out_root/ablation.md. A variant whose folder
+already holds `final/` is not retrained; one whose `row.json` exists is not re-measured.
+CLI: `python -m workbench.ablate configs/ablations/encoder.json runs/ablations/encoder [--only a,b]`.
+"""
+from __future__ import annotations
+
+from workbench.config import JsonConfig
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+ROW_FILE = "row.json"
+COLUMNS = ["variant", "overrides", "steps", "tokens", "tokens_per_s", "train_seconds", "eval_loss", "eval_acc",
+           "eval_ppl", "unigram_loss", "pos_layer0", "pos_best", "pos_best_layer", "pos_gain",
+           "det_margin", "case_margin", "positional_max", "load_avg"]
+
+
+@dataclass(frozen=True)
+class AblationEval(JsonConfig):
+    """How each variant is trained and measured (kept small: these are minutes-long runs)."""
+
+    warmup_frac: float = 0.1          # warmup steps as a share of the run (unless a variant sets warmup_steps)
+    evals_per_run: int = 4            # held-out evaluations spread over the run (loss curves)
+    eval_sequences: int = 200         # held-out rows (fixed rows, fixed mask)
+    num_threads: int = 1              # torch threads per run (the CPU is shared)
+    pos_train_sentences: int = 500    # EWT train sentences for the POS probe (~8k words)
+    pos_test_sentences: int = 300     # EWT dev sentences it is scored on
+    head_sentences: int = 300         # EWT dev / test sentences for the head analysis
+    cache_dir: str | None = None      # shared token cache (default out_root/_cache)
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.warmup_frac < 1.0:
+            raise ValueError(f"AblationEval.warmup_frac must be in [0, 1), got {self.warmup_frac}")
+        for name in ("evals_per_run", "eval_sequences", "num_threads", "pos_train_sentences",
+                     "pos_test_sentences", "head_sentences"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"AblationEval.{name} must be >= 1, got {getattr(self, name)}")
+
+
+# ------------------------------------------------------------------------------------------ configs
+def variant_config(base_config, overrides: Mapping | None, budget_tokens: int, ev: AblationEval):
+    """The PretrainConfig of one variant at `budget_tokens` tokens.
+
+    `overrides` may hold "warmup_frac" (popped here) to change the warmup share for this variant
+    (e.g. a one-cycle schedule with warmup_frac 0.5). Evaluations, checkpoints and threads are fixed
+    by `ev` so that all variants are measured alike.
+    """
+    from plmodels.train import load_config
+
+    if budget_tokens < 1:
+        raise ValueError(f"budget_tokens must be >= 1, got {budget_tokens}")
+    overrides = dict(overrides or {})
+    warmup_frac = float(overrides.pop("warmup_frac", ev.warmup_frac))
+    cfg = load_config(base_config, overrides)
+    per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum
+    steps = max(1, math.ceil(budget_tokens / per_step))
+    fixed = {"max_steps": steps, "max_minutes": None, "eval_every": max(1, steps // ev.evals_per_run),
+             "eval_sequences": ev.eval_sequences, "ckpt_every": 0, "ckpt_log_spaced": False,
+             "num_threads": ev.num_threads, "log_every": max(1, steps // 10)}
+    if "warmup_steps" not in overrides:
+        fixed["warmup_steps"] = int(round(warmup_frac * steps))
+    return load_config(cfg, fixed)
+
+
+def with_shared_tokenizer(cfg, out_root: Path):
+    """`cfg` with tokenizer_path set to one tokenizer trained once for all variants (as the trainer
+    would train it: same sample, size and seed), in out_root/_tokenizer-<kind>-<vocab>."""
+    from plmodels.corpus import sample_texts_for_tokenizer
+    from plmodels.tokenizer import Tokenizer
+    from plmodels.train import load_config, resolve_path
+
+    if cfg.tokenizer_path:
+        return cfg
+    folder = (out_root / f"_tokenizer-{cfg.kind}-{cfg.vocab_size}").resolve()
+    if not (folder / "tokenizer.json").is_file():
+        texts = sample_texts_for_tokenizer(resolve_path(cfg.train_source, cfg.data_dir), cfg.tokenizer_sample_chars,
+                                           cfg.train_split, seed=cfg.seed)
+        train = Tokenizer.train_wordpiece if cfg.kind == "encoder" else Tokenizer.train_bpe
+        tok = train(texts, cfg.vocab_size, lowercase=cfg.lowercase) if cfg.kind == "encoder" else train(texts, cfg.vocab_size)
+        tok.save(folder)
+    return load_config(cfg, {"tokenizer_path": str(folder)})
+
+
+def load_spec(path: str | Path) -> dict:
+    """An ablation file: {"base": config path or name, "budget_tokens": int, "base_overrides": {...},
+    "eval": {AblationEval fields}, "variants": {name: overrides}}."""
+    path = Path(path)
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    known = {"base", "budget_tokens", "base_overrides", "eval", "variants", "notes"}
+    unknown = sorted(set(spec) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown keys {unknown}; known: {sorted(known)}")
+    for key in ("base", "budget_tokens", "variants"):
+        if key not in spec:
+            raise ValueError(f"{path}: missing key {key!r}")
+    return spec
+
+
+# ------------------------------------------------------------------------------------------ training
+def train_variant(cfg, out_dir: Path, cache_dir: Path) -> Path:
+    """Train one variant into out_dir (resuming an interrupted one); returns out_dir/final."""
+    from plmodels.train import pretrain
+
+    final = out_dir / "final"
+    if (final / "train_state.json").is_file():
+        return final
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    link = out_dir / "cache"
+    if not link.exists():  # one token cache for every variant with the same tokenizer
+        os.symlink(os.path.abspath(cache_dir), link)
+    return pretrain(cfg, out_dir, resume=True)
+
+
+def read_metrics(run_dir: Path) -> pd.DataFrame:
+    """metrics.jsonl of a pretraining run as a DataFrame (step, tokens, split, metric, value, time)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    return pd.DataFrame(rows, columns=["step", "tokens", "split", "metric", "value", "time"])
+
+
+def training_summary(run_dir: Path) -> dict:
+    """Steps, tokens, tokens/s and the last held-out metrics of a run folder."""
+    m = read_metrics(run_dir)
+    train = m[m["split"] == "train"]
+    last = train.iloc[-1]
+    ev = m[m["split"] == "eval"]
+    ev = ev[ev["step"] == ev["step"].max()].set_index("metric")["value"] if len(ev) else pd.Series(dtype=float)
+    get = lambda k: float(ev[k]) if k in ev else float("nan")  # noqa: E731
+    return {"steps": int(last["step"]), "tokens": int(last["tokens"]), "train_seconds": float(last["time"]),
+            "tokens_per_s": float(last["tokens"]) / max(1e-9, float(last["time"])),
+            "eval_loss": get("loss"), "eval_acc": get("acc"), "eval_ppl": get("ppl"),
+            "unigram_loss": get("unigram_loss")}
+
+
+# ------------------------------------------------------------------------------------------ measures
+def ud_words(split: str, n_sentences: int) -> tuple[list[list[str]], np.ndarray]:
+    """First n sentences of UD EWT `split`: word lists and the flat UPOS label array."""
+    from workbench.tasks import ud_sentences
+
+    sents = ud_sentences("ewt", split)[:n_sentences]
+    return [list(s.words) for s in sents], np.array([u for s in sents for u in s.upos])
+
+
+def _kept_labels(store, labels_per_sentence: list[np.ndarray]) -> np.ndarray:
+    """Labels of the words the store kept (a prefix of each sentence under policy "truncate")."""
+    kept = store.n_kept()
+    return np.concatenate([lab[:k] for lab, k in zip(labels_per_sentence, kept)])
+
+
+def pos_by_layer(model, tokenizer, store_root: Path, ev: AblationEval, seed: int = 0) -> dict[int, float]:
+    """UPOS accuracy per layer (0 = embeddings) of a logistic-regression probe on first-subword vectors.
+
+    Train: first `pos_train_sentences` of EWT train; test: first `pos_test_sentences` of EWT dev.
+    Features are standardised with the train mean/std; dev words with a label unseen in train are
+    dropped (counted in the warning-free way: UPOS has 17 labels, all present in 500 sentences).
+    """
+    from sklearn.linear_model import LogisticRegression
+
+    from workbench.activations import extract
+    from workbench.tasks import ud_sentences
+
+    out = {}
+    data = {}
+    for split, n in (("train", ev.pos_train_sentences), ("dev", ev.pos_test_sentences)):
+        sents = ud_sentences("ewt", split)[:n]
+        store = extract(model, tokenizer, [list(s.words) for s in sents], store_root, key_extra=f"ablate-pos:{split}",
+                        progress=False)
+        data[split] = (store, _kept_labels(store, [np.array(s.upos) for s in sents]))
+    (tr, y_tr), (te, y_te) = data["train"], data["dev"]
+    seen = np.isin(y_te, np.unique(y_tr))
+    for layer in range(int(model.config.n_layers) + 1):
+        X_tr = np.asarray(tr.layer(layer), dtype=np.float32)
+        X_te = np.asarray(te.layer(layer), dtype=np.float32)[seen]
+        mu, sd = X_tr.mean(0), X_tr.std(0) + 1e-6
+        clf = LogisticRegression(max_iter=300, C=1.0, random_state=seed)
+        clf.fit((X_tr - mu) / sd, y_tr)
+        out[layer] = float(clf.score((X_te - mu) / sd, y_te[seen]))
+    return out
+
+
+def head_scores(model, tokenizer, out_dir: Path, ev: AblationEval) -> dict[str, float]:
+    """det / case margins (best head test acc - best fixed-offset baseline, max over directions) and
+    the largest positional share at offset -1 or +1, from `workbench.head_analysis.analyse_loaded`."""
+    from workbench.head_analysis import analyse_loaded
+
+    cfg = {"max_sentences": ev.head_sentences, "freq_source": "ewt:train", "similarity_max_words": 200,
+           "n_boot": 0, "induction_sequences": 2, "induction_length": 20}
+    tables = analyse_loaded(model, tokenizer, out_dir=out_dir, config=cfg, model_name=out_dir.parent.name,
+                            store_root=out_dir / "store", progress=False)
+    return summarise_heads(tables["heads"], tables["relations"])
+
+
+def summarise_heads(heads: pd.DataFrame, relations: pd.DataFrame) -> dict[str, float]:
+    """{"det_margin", "case_margin", "positional_max"} from the `heads` and `relations` tables."""
+    out = {}
+    for rel in ("det", "case"):
+        r = relations[relations["relation"] == rel]
+        margin = (r["test_acc"] - r["baseline_acc"]).max() if len(r) else float("nan")
+        out[f"{rel}_margin"] = float(margin)
+    pos = heads[heads["score"].isin(["positional_share:-1", "positional_share:+1"])]["value"]
+    out["positional_max"] = float(pos.max()) if len(pos) else float("nan")
+    return out
+
+
+def measure_variant(name: str, final: Path, ev: AblationEval, overrides: Mapping) -> dict:
+    """One row of the ablation table for a trained variant (cached in <run>/row.json)."""
+    import plmodels
+
+    run_dir = final.parent
+    row_path = run_dir / ROW_FILE
+    if row_path.is_file():
+        return json.loads(row_path.read_text(encoding="utf-8"))
+    model, tok = plmodels.load(final)
+    row = {"variant": name, "overrides": json.dumps(overrides, sort_keys=True), **training_summary(run_dir)}
+    pos = pos_by_layer(model, tok, run_dir / "store", ev)
+    best = max(pos, key=pos.get)
+    row.update({"pos_layer0": pos[0], "pos_best": pos[best], "pos_best_layer": int(best),
+                "pos_gain": pos[best] - pos[0], "pos_by_layer": json.dumps(pos)})
+    row.update(head_scores(model, tok, run_dir / "heads", ev))
+    row["load_avg"] = os.getloadavg()[0]
+    _write_text(row_path, json.dumps(row, indent=2, sort_keys=True) + "\n")
+    return row
+
+
+# Targets of the 60-minute encoder recipe (issue 11), on the row `measure_variant` writes:
+# masked-token accuracy on Gutenberg valid, POS best layer over layer 0, a positional head at -1 or +1
+# (Voita et al. 2019's 90%), det and case heads over the best fixed offset (Clark et al. 2019).
+ENCODER_TARGETS = {"eval_acc": 0.38, "pos_gain": 0.05, "positional_max": 0.90, "det_margin": 0.15,
+                   "case_margin": 0.15}
+
+
+def check_targets(row: Mapping, targets: Mapping[str, float] = ENCODER_TARGETS) -> pd.DataFrame:
+    """One line per target: measure, value, target, passed (value >= target; NaN fails)."""
+    rows = []
+    for k, t in targets.items():
+        v = float(row.get(k, float("nan")))
+        rows.append({"measure": k, "value": v, "target": t, "passed": bool(v >= t)})
+    return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------------------------------------ the run
+def run_ablation(base_config, variants: Mapping[str, Mapping], out_root: str | Path, budget_tokens: int,
+                 eval: AblationEval | Mapping | None = None, base_overrides: Mapping | None = None,
+                 only: list[str] | None = None, measure: bool = True) -> pd.DataFrame:
+    """Train and measure each variant at `budget_tokens`; one row per variant (COLUMNS), written to
+    out_root/ablation.parquet and out_root/ablation.md (rows of variants measured so far)."""
+    from plmodels.train import load_config
+
+    ev = eval if isinstance(eval, AblationEval) else AblationEval.from_dict(eval or {})
+    out_root = Path(out_root)
+    cache = Path(ev.cache_dir) if ev.cache_dir else out_root / "_cache"
+    unknown = sorted(set(only or []) - set(variants))
+    if unknown:
+        raise ValueError(f"unknown variants {unknown}; known: {sorted(variants)}")
+    if isinstance(base_config, Mapping):
+        from plmodels.train import PretrainConfig
+
+        base_config = PretrainConfig.from_dict(dict(base_config), source="base_config")
+    base = with_shared_tokenizer(load_config(base_config, dict(base_overrides or {})), out_root)
+    for name, ov in variants.items():
+        if only and name not in only:
+            continue
+        cfg = variant_config(base, ov, budget_tokens, ev)
+        t0 = time.monotonic()
+        final = train_variant(cfg, out_root / name, cache)
+        print(f"[ablate] {name}: trained in {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
+        if measure:
+            measure_variant(name, final, ev, ov)
+    rows = [json.loads((out_root / n / ROW_FILE).read_text()) for n in variants if (out_root / n / ROW_FILE).is_file()]
+    df = pd.DataFrame(rows)
+    for c in COLUMNS:
+        if c not in df:
+            df[c] = np.nan
+    df = df[COLUMNS + [c for c in df.columns if c not in COLUMNS]]
+    write_outputs(df, out_root)
+    return df
+
+
+def _write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
+    os.replace(tmp, path)
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    """The table as GitHub Markdown (accuracies in %, margins in points)."""
+    cols = ["variant", "tokens", "tokens_per_s", "eval_loss", "eval_acc", "eval_ppl", "pos_layer0", "pos_best",
+            "pos_gain", "det_margin", "case_margin", "positional_max", "load_avg"]
+    pct = {"eval_acc", "pos_layer0", "pos_best", "pos_gain", "det_margin", "case_margin", "positional_max"}
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df.iterrows():
+        cells = []
+        for c in cols:
+            v = r.get(c)
+            if isinstance(v, str):
+                cells.append(v)
+            elif v is None or (isinstance(v, float) and math.isnan(v)):
+                cells.append("")
+            elif c in pct:
+                cells.append(f"{100 * v:.1f}")
+            elif c in ("tokens", "tokens_per_s"):
+                cells.append(f"{v:,.0f}")
+            else:
+                cells.append(f"{v:.3f}" if c != "eval_ppl" else f"{v:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def loss_curves_figure(out_root: Path, names: list[str]):
+    """Plotly figure: held-out loss (markers) and train loss (lines) against tokens, per variant."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    for name in names:
+        if not (out_root / name / "metrics.jsonl").is_file():
+            continue
+        m = read_metrics(out_root / name)
+        tr = m[(m["split"] == "train") & (m["metric"] == "loss")]
+        ev = m[(m["split"] == "eval") & (m["metric"] == "loss")]
+        fig.add_trace(go.Scatter(x=tr["tokens"], y=tr["value"].rolling(5, min_periods=1).mean(), mode="lines",
+                                 name=f"{name} train", legendgroup=name, opacity=0.5))
+        fig.add_trace(go.Scatter(x=ev["tokens"], y=ev["value"], mode="markers+lines", name=f"{name} held-out",
+                                 legendgroup=name))
+    fig.update_layout(xaxis_title="tokens seen", yaxis_title="loss (nats)", height=500,
+                      title="Loss at an equal token budget")
+    return fig
+
+
+def write_outputs(df: pd.DataFrame, out_root: Path) -> None:
+    out_root.mkdir(parents=True, exist_ok=True)
+    _write_text(out_root / "loss_curves.html",
+                loss_curves_figure(out_root, list(df["variant"]) if len(df) else []).to_html(include_plotlyjs="cdn"))
+    fd, tmp = tempfile.mkstemp(dir=out_root, prefix=".ablation.", suffix=".parquet.tmp")
+    os.close(fd)
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, out_root / "ablation.parquet")
+    _write_text(out_root / "ablation.md", to_markdown(df))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("spec", help="configs/ablations/<name>.json")
+    ap.add_argument("out_root")
+    ap.add_argument("--only", default="", help="comma-separated variant names")
+    ap.add_argument("--no-measure", action="store_true", help="train only")
+    ap.add_argument("--budget-tokens", type=int, default=None)
+    a = ap.parse_args(argv)
+    spec = load_spec(a.spec)
+    df = run_ablation(spec["base"], spec["variants"], a.out_root, a.budget_tokens or spec["budget_tokens"],
+                      eval=spec.get("eval"), base_overrides=spec.get("base_overrides"),
+                      only=[s for s in a.only.split(",") if s] or None, measure=not a.no_measure)
+    print(to_markdown(df))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,50 +1,56 @@
 """Training-step speed: our encoder/decoder vs Hugging Face BERT/GPT-2 (eager, fp32), same shape.
 
 One training step = forward + backward + AdamW step on a batch of 32 x 128 tokens, 4 layers, width
-256, 4 heads, FFN 1024, vocabulary 16000 (the `mini` preset). Ours runs its real training step
-(`plmodels.train.lm_loss`: MLM logits only at the 15% masked positions; SDPA attention), in fp32
-and with bf16 autocast; the references run eager fp32 with their own loss. Each timing is the
-median of `--iters` steps after `--warmup` steps. Achieved GFLOP/s uses the analytic count
-(6 x multiply-adds per parameter-matmul token, Kaplan et al. 2020, plus attention and LM head) and
-is reported against the matmul peak measured in the same run (2048^2 GEMMs, fp32 and bf16).
+256, 4 heads, FFN 1024, vocabulary 16000 (the `mini` preset), dropout 0.1 on both sides. Ours runs
+its real training step (`plmodels.train.lm_loss` + `make_optimizer`): SDPA attention, fused
+chunked linear cross-entropy (MLM logits only at the 15% masked positions for the encoder), fused
+AdamW. The references run eager fp32 with their own loss and torch's default (foreach) AdamW.
 
-    python benchmarks/bench_train.py [--threads N] [--iters 5] [--warmup 2]
+The CPU may be shared, so every variant is built first and the timed steps are interleaved
+(A, B, C, A, B, C, ...) in this one process; each figure is the median of `--iters` steps after
+`--warmup` steps; "x HF" is the median over rounds of the same-round ratio HF time / our time
+(robust to the load drifting between rounds). `--compile` adds `torch.compile` rows (their first call, the compilation, is
+reported separately: it is paid once per run). `--ablate` adds rows with one of our changes undone
+(foreach AdamW; materialised logits + F.cross_entropy). `--bf16` adds bf16-autocast rows.
+Achieved GFLOP/s uses the analytic count (6 x multiply-adds per parameter-matmul token, Kaplan et
+al. 2020, plus attention and LM head) against the fp32 matmul peak measured in the same run.
+
+    nice python benchmarks/bench_train.py [--threads N] [--iters 5] [--warmup 1] [--compile] [--ablate]
 Writes a table to stdout and benchmarks/results/train.json.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
 from pathlib import Path
+from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 from plmodels.checkpoint import build_model
-from plmodels.masking import MaskingConfig, mask_tokens, step_generator
+from plmodels.masking import IGNORE_INDEX, MaskingConfig, mask_tokens, step_generator
 from plmodels.presets import preset
 from plmodels.train import Batch, lm_loss
 
 B, T, V, L, D, H, FF = 32, 128, 16000, 4, 256, 4, 1024
 OUT = Path(__file__).resolve().parent / "results" / "train.json"
-
-
-def timed(step, warmup: int, iters: int) -> float:
-    for _ in range(warmup):
-        step()
-    ts = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
-        step()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+REF = {"encoder": ("HF BertForMaskedLM", 2.0), "decoder": ("HF GPT2LMHeadModel", 1.5)}
 
 
 def matmul_peak(dtype: torch.dtype, n: int = 2048, iters: int = 5) -> float:
     a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
-    return 2 * n**3 / timed(lambda: a @ b, 2, iters) / 1e9
+    a @ b
+    ts = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        a @ b
+        ts.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(ts) / 1e9
 
 
 def step_flops(n_pred: int, causal: bool) -> float:
@@ -55,87 +61,147 @@ def step_flops(n_pred: int, causal: bool) -> float:
     return body + attn + head
 
 
-def ours(kind: str, autocast: bool, warmup: int, iters: int) -> tuple[float, int]:
-    torch.manual_seed(0)
-    fields = {**preset(kind, "mini"), "vocab_size": V}
-    model = build_model(kind, fields).train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
-    ids = torch.randint(5, V, (B, T + (kind == "decoder")))
+def batch_for(kind: str) -> Batch:
+    ids = torch.randint(5, V, (B, T + (kind == "decoder")), generator=torch.Generator().manual_seed(0))
     if kind == "encoder":
         x, y = mask_tokens(ids, mask_id=4, vocab_size=V, special_ids={0, 1, 2, 3, 4},
                            generator=step_generator(0, 0), cfg=MaskingConfig())
-        batch = Batch(x, y)
-    else:
-        batch = Batch(ids[:, :-1], ids[:, 1:])
-    n_pred = int((batch.labels != -100).sum())
+        return Batch(x, y)
+    return Batch(ids[:, :-1], ids[:, 1:])
 
-    def step():
-        loss, _ = lm_loss(model, batch, autocast)
+
+def unfused_loss(model, batch: Batch) -> torch.Tensor:
+    """The loss with materialised logits and F.cross_entropy (the ablation of the fused CE)."""
+    sel = batch.labels != IGNORE_INDEX
+    if model.kind == "encoder":
+        h = model(batch.input_ids, attn_impl="sdpa").last_hidden_state[sel]
+        logits, targets = model.mlm_logits(h), batch.labels[sel]
+    else:
+        logits = model(batch.input_ids, attn_impl="sdpa").logits.flatten(0, 1)
+        targets = batch.labels.flatten()
+    return F.cross_entropy(logits, targets, reduction="sum") / int(sel.sum())
+
+
+def ours(kind: str, *, compile: bool = False, fused_adamw: bool = True, fused_ce: bool = True,
+         autocast: bool = False) -> tuple[Callable[[], None], int]:
+    """(one training step, number of vocabulary-projected positions) for our model."""
+    torch.manual_seed(0)
+    model = build_model(kind, {**preset(kind, "mini"), "vocab_size": V}).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if fused_adamw else {"foreach": True}))
+    run = torch.compile(model) if compile else model
+    batch = batch_for(kind)
+
+    def step() -> None:
+        loss = lm_loss(run, batch, autocast)[0] if fused_ce else unfused_loss(run, batch)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return timed(step, warmup, iters), n_pred
+    return step, int((batch.labels != IGNORE_INDEX).sum())
 
 
-def reference(kind: str, warmup: int, iters: int) -> tuple[float, int]:
+def reference(kind: str) -> tuple[Callable[[], None], int]:
     import transformers as tf
 
     torch.manual_seed(0)
+    batch = batch_for(kind)
     if kind == "encoder":
         cfg = tf.BertConfig(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
                             intermediate_size=FF, max_position_embeddings=512)
         cfg._attn_implementation = "eager"
-        model = tf.BertForMaskedLM(cfg).train()
-        ids = torch.randint(5, V, (B, T))
-        _, labels = mask_tokens(ids, mask_id=4, vocab_size=V, special_ids={0, 1, 2, 3, 4},
-                                generator=step_generator(0, 0), cfg=MaskingConfig())
+        model, ids, labels = tf.BertForMaskedLM(cfg).train(), batch.input_ids, batch.labels
     else:
         cfg = tf.GPT2Config(vocab_size=V, n_embd=D, n_layer=L, n_head=H, n_inner=FF, n_positions=512)
         cfg._attn_implementation = "eager"
-        model = tf.GPT2LMHeadModel(cfg).train()
-        ids = torch.randint(5, V, (B, T))
-        labels = ids
+        ids = batch.input_ids  # GPT-2 shifts the labels inside
+        model, labels = tf.GPT2LMHeadModel(cfg).train(), ids
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
 
-    def step():
+    def step() -> None:
         model(input_ids=ids, labels=labels).loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    n_pred = B * T  # the references project every position onto the vocabulary
-    return timed(step, warmup, iters), n_pred
+    return step, B * T  # the references project every position onto the vocabulary
+
+
+def variants(a: argparse.Namespace) -> list[dict]:
+    out = []
+    for kind in ("encoder", "decoder"):
+        ref_name, target = REF[kind]
+        rows = [(f"{ref_name} (eager fp32)", lambda k=kind: reference(k)),
+                (f"ours {kind} fp32", lambda k=kind: ours(k))]
+        if a.compile:
+            rows.append((f"ours {kind} fp32 + torch.compile", lambda k=kind: ours(k, compile=True)))
+        if a.ablate:
+            rows += [(f"ours {kind}, foreach AdamW", lambda k=kind: ours(k, fused_adamw=False)),
+                     (f"ours {kind}, unfused CE", lambda k=kind: ours(k, fused_ce=False))]
+        if a.bf16:
+            rows.append((f"ours {kind} bf16 autocast", lambda k=kind: ours(k, autocast=True)))
+        for i, (name, make) in enumerate(rows):
+            step, n_pred = make()
+            out.append({"model": name, "kind": kind, "step": step, "n_pred": n_pred, "is_ref": i == 0,
+                        "target": target, "times": [], "first_s": None})
+    return out
+
+
+def measure(vs: list[dict], warmup: int, iters: int) -> None:
+    for v in vs:  # warm-up (torch.compile compiles here: the first call's time is reported)
+        for w in range(warmup):
+            t0 = time.perf_counter()
+            v["step"]()
+            if w == 0:
+                v["first_s"] = time.perf_counter() - t0
+    for i in range(iters):  # interleaved: A, B, C, A, B, C, ...
+        for v in vs:
+            t0 = time.perf_counter()
+            v["step"]()
+            v["times"].append(time.perf_counter() - t0)
+        print(f"round {i + 1}/{iters}: " + ", ".join(f"{v['model']} {v['times'][-1]:.2f}s" for v in vs), flush=True)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's, same for all)")
     ap.add_argument("--iters", type=int, default=5)
-    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--compile", action="store_true", help="add torch.compile rows")
+    ap.add_argument("--ablate", action="store_true", help="add rows with foreach AdamW / unfused CE")
+    ap.add_argument("--bf16", action="store_true", help="add bf16 autocast rows (slow without AVX512-BF16/AMX)")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    peak = {"fp32": matmul_peak(torch.float32), "bf16": matmul_peak(torch.bfloat16)}
+    load_start = os.getloadavg()
+    peak = matmul_peak(torch.float32)
+    vs = variants(a)
+    measure(vs, max(1, a.warmup), a.iters)
+    peak = max(peak, matmul_peak(torch.float32))  # best of before and after
     rows = []
-    for kind, ref_name, target in (("encoder", "BertForMaskedLM", 2.0), ("decoder", "GPT2LMHeadModel", 1.5)):
-        t_ref, n_ref = reference(kind, a.warmup, a.iters)
-        t32, n = ours(kind, False, a.warmup, a.iters)
-        t16, _ = ours(kind, True, a.warmup, a.iters)
-        for name, t, npred, dt in ((f"HF {ref_name} (eager fp32)", t_ref, n_ref, "fp32"),
-                                   (f"ours {kind} fp32", t32, n, "fp32"), (f"ours {kind} bf16 autocast", t16, n, "bf16")):
-            gflops = step_flops(npred, kind == "decoder") / t / 1e9
-            rows.append({"model": name, "kind": kind, "seconds_per_step": t, "tokens_per_s": B * T / t,
-                         "speedup_vs_hf": t_ref / t, "target": target, "gflops": gflops,
-                         "share_of_peak": gflops / peak[dt], "peak_dtype": dt})
-    print(f"matmul peak: fp32 {peak['fp32']:.1f} GFLOP/s, bf16 {peak['bf16']:.1f} GFLOP/s, threads {torch.get_num_threads()}")
-    print(f"{'model':40s} {'s/step':>8s} {'tok/s':>9s} {'x HF':>6s} {'GFLOP/s':>8s} {'% peak':>7s}")
+    for v in vs:
+        t = statistics.median(v["times"])
+        ref_times = next(r for r in vs if r["kind"] == v["kind"] and r["is_ref"])["times"]
+        paired = statistics.median(a / b for a, b in zip(ref_times, v["times"]))  # same-round ratios
+        gflops = step_flops(v["n_pred"], v["kind"] == "decoder") / t / 1e9
+        rows.append({"model": v["model"], "kind": v["kind"], "seconds_per_step": t, "times": v["times"],
+                     "first_call_s": v["first_s"], "tokens_per_s": B * T / t, "speedup_vs_hf": paired,
+                     "speedup_of_medians": statistics.median(ref_times) / t,
+                     "target": v["target"], "gflops": gflops, "share_of_peak": gflops / peak})
+    load_end = os.getloadavg()
+    print(f"matmul peak fp32 {peak:.1f} GFLOP/s, threads {torch.get_num_threads()}, "
+          f"load average {load_start[0]:.1f} -> {load_end[0]:.1f}")
+    print("x HF = median over rounds of the same-round time ratio; x HF med = ratio of the median times")
+    print(f"{'model':44s} {'s/step':>7s} {'tok/s':>7s} {'x HF':>6s} {'x HF med':>8s} {'target':>6s} {'GFLOP/s':>8s} "
+          f"{'% peak':>7s} {'1st call':>8s}")
     for r in rows:
-        print(f"{r['model']:40s} {r['seconds_per_step']:8.3f} {r['tokens_per_s']:9,.0f} {r['speedup_vs_hf']:6.2f} "
-              f"{r['gflops']:8.1f} {100 * r['share_of_peak']:6.1f}%")
+        print(f"{r['model']:44s} {r['seconds_per_step']:7.2f} {r['tokens_per_s']:7,.0f} {r['speedup_vs_hf']:6.2f} "
+              f"{r['speedup_of_medians']:8.2f} "
+              f"{r['target']:6.1f} {r['gflops']:8.1f} {100 * r['share_of_peak']:6.1f}% {r['first_call_s']:8.1f}")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     result = {"shape": {"batch": B, "seq_len": T, "vocab": V, "layers": L, "width": D, "heads": H, "ffn": FF},
-              "threads": torch.get_num_threads(), "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-              "matmul_peak_gflops": peak, "rows": rows, "iters": a.iters, "warmup": a.warmup}
+              "threads": torch.get_num_threads(), "torch": torch.__version__,
+              "machine": platform.processor() or platform.machine(), "load_average": [load_start, load_end],
+              "matmul_peak_gflops": {"fp32": peak}, "rows": rows, "iters": a.iters, "warmup": a.warmup,
+              "note": "medians of interleaved steps in one process; first_call_s includes torch.compile"}
     tmp = OUT.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     tmp.replace(OUT)

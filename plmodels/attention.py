@@ -48,10 +48,17 @@ def attention(
     head_mask: (H,). Returns out (B, H, T, Dh) and probs (B, H, T, T), the probabilities that
     multiplied v (after dropout and head mask, as in HF BERT). `edit_probs` sees the post-softmax
     probabilities first (the `attn.pattern` hook site)."""
-    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])  # (B, H, T, T)
+    # q is scaled before the product (B H T Dh elements instead of B H T T; the product needs a
+    # contiguous copy of the permuted q anyway), and the mask is added in place: the matmul's
+    # backward needs q and k, not its output, so this is autograd-safe.
+    scores = (q * (1.0 / math.sqrt(q.shape[-1]))) @ k.transpose(-2, -1)  # (B, H, T, T)
     if mask is not None:
-        scores = scores + mask
-    probs = scores.softmax(dim=-1)
+        in_place = torch.broadcast_shapes(scores.shape, mask.shape) == scores.shape and mask.dtype == scores.dtype
+        scores = scores.add_(mask) if in_place else scores + mask
+    if scores.requires_grad or torch.is_autocast_enabled(scores.device.type):
+        probs = scores.softmax(dim=-1)
+    else:  # no autograd (extraction, inference_mode): softmax over the scores' own memory
+        probs = torch._softmax(scores, -1, False, out=scores)
     if edit_probs is not None:
         probs = edit_probs(probs)
     if dropout_p > 0.0:

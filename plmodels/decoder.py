@@ -129,4 +129,8 @@ class Decoder(HookedModel, PrunableMixin, nn.Module):
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) -> (..., V) next-token logits (tied to the token embeddings by default)."""
-        return F.linear(hidden, self.wte.weight if self.lm_head is None else self.lm_head.weight)
+        return F.linear(hidden, self.lm_weight())
+
+    def lm_weight(self) -> torch.Tensor:
+        """(V, D) weight of the LM head (the token embeddings when tied)."""
+        return self.wte.weight if self.lm_head is None else self.lm_head.weight

@@ -312,9 +312,16 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) -> (..., V): BERT's MLM transform and (tied) decoder; call on masked positions."""
-        h = self.mlm.norm(self.mlm.act(self.mlm.dense(hidden)))
+        return F.linear(self.mlm_transform(hidden), *self.mlm_projection())
+
+    def mlm_transform(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., D) -> (..., D): LayerNorm(act(W h + b)), the MLM head before the vocabulary projection."""
+        return self.mlm.norm(self.mlm.act(self.mlm.dense(hidden)))
+
+    def mlm_projection(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(weight (V, D), bias (V,) or None) of the MLM vocabulary projection (tied by default)."""
         weight = self.embeddings.word.weight if self.mlm.decoder is None else self.mlm.decoder.weight
-        return F.linear(h, weight, self.mlm.bias)
+        return weight, self.mlm.bias
 
     def nsp_logits(self, pooled: torch.Tensor) -> torch.Tensor:
         """(B, D) pooled [CLS] -> (B, 2) next-sentence logits (index 0 = "is next", as BERT)."""

@@ -50,7 +50,7 @@ from plmodels.schedule import SCHEDULES, lr_at
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "pretrain"
 # Keys that may change when a run resumes: they change neither the data, the model nor the updates.
-RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name"}
+RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"}
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -94,6 +94,7 @@ class PretrainConfig:
     bf16: str = "auto"                            # "auto" | "on" | "off": autocast to bfloat16
     seed: int = 0
     num_threads: int | None = None                # torch.set_num_threads (None: leave as is)
+    compile: bool = False                         # torch.compile the model for the train step (slow start)
     masking: dict = field(default_factory=dict)   # MaskingConfig fields (encoder only)
 
     def __post_init__(self) -> None:
@@ -232,6 +233,13 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def make_optimizer(model: torch.nn.Module, cfg: PretrainConfig) -> torch.optim.AdamW:
+    """AdamW over `param_groups`, with the fused kernel (one pass over each parameter's state
+    instead of foreach's ~8 elementwise passes: ~3x faster optimizer step on CPU)."""
+    return torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
+                             eps=cfg.eps, fused=True)
+
+
 def append_metrics(path: Path, step: int, tokens: int, split: str, metrics: dict, t: float) -> None:
     with open(path, "a", encoding="utf-8") as f:
         for k, v in metrics.items():
@@ -258,30 +266,92 @@ class Batch:
     nsp_labels: torch.Tensor | None = None
 
 
+class LinearCrossEntropy(torch.autograd.Function):
+    """sum_i CE(h_i W^T + b, y_i) over rows with y_i != -100, computed in row chunks (fused linear
+    cross-entropy, as in Liger-Kernel / Wijmans et al. 2024 "Cut Your Losses").
+
+    For each chunk of rows the logits z = h W^T + b (c, V) are formed, the loss is lse(z) - z_y, and
+    the gradient dL/dz = softmax(z) - onehot(y) is written over z in place (log-softmax, then exp);
+    then dL/dh = dz W and dL/dW += dz^T h, dL/db += sum dz. So the full (N, V) logits, their fp32 log-softmax copy and the
+    separate backward pass over them are never materialised; backward only scales the stored
+    gradients by the incoming scalar. Same FLOPs as linear + F.cross_entropy (3 matmuls).
+    hidden (N, D), weight (V, D), bias (V,) or None, targets (N,) long -> scalar (sum, not mean).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, chunk_rows: int):
+        n = hidden.shape[0]
+        grad_h = torch.empty_like(hidden)
+        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
+        total = hidden.new_zeros((), dtype=torch.float32)
+        for s in range(0, n, chunk_rows):
+            h, y = hidden[s: s + chunk_rows], targets[s: s + chunk_rows]
+            z = h @ weight.t() if bias is None else torch.addmm(bias, h, weight.t())  # (c, V)
+            valid = y != IGNORE_INDEX
+            y0 = y.clamp_min(0)[:, None]  # (c, 1); ignored rows are zeroed below
+            torch._log_softmax(z, -1, False, out=z)  # log-probabilities, in place (one fused pass)
+            total -= (z.gather(1, y0)[:, 0] * valid).sum()
+            z.exp_()  # softmax
+            z.scatter_add_(1, y0, torch.full_like(y0, -1, dtype=z.dtype))  # - onehot(y)
+            if not bool(valid.all()):
+                z[~valid] = 0.0  # ignored rows contribute nothing
+            torch.mm(z, weight, out=grad_h[s: s + chunk_rows])
+            if grad_w is not None:
+                grad_w.addmm_(z.t(), h)
+            if grad_b is not None:
+                grad_b += z.sum(0)
+        ctx.save_for_backward(grad_h, grad_w, grad_b)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grad_h, grad_w, grad_b = ctx.saved_tensors
+        scale = lambda g: None if g is None else g * grad_out.to(g.dtype)  # noqa: E731
+        return scale(grad_h), scale(grad_w), scale(grad_b), None, None
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         targets: torch.Tensor, chunk_rows: int = 1024) -> torch.Tensor:
+    """Summed cross-entropy of the logits hidden @ weight.T + bias against targets (-100 ignored).
+
+    With grad enabled, fp32 inputs and no autocast it takes the fused chunked path
+    (`LinearCrossEntropy`); otherwise it is exactly `F.cross_entropy(F.linear(...).float(), ...)`.
+    hidden (N, D), weight (V, D), bias (V,) or None, targets (N,) -> scalar fp32.
+    """
+    fused = (torch.is_grad_enabled() and not torch.is_autocast_enabled(hidden.device.type)
+             and hidden.dtype == weight.dtype == torch.float32)
+    if fused:
+        return LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_rows)
+    return F.cross_entropy(F.linear(hidden, weight, bias).float(), targets, reduction="sum")
+
+
 def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
     """Mean cross-entropy over labelled positions, and their count.
 
     Encoder: hidden states at the masked positions only, hidden[labels != -100] (M, D), go through
-    `model.mlm_logits` -> (M, V): with 15% masking this skips 85% of the vocabulary projection, the
-    largest matmul of a small model. Decoder: logits (B, T, V) against the shifted labels.
+    the MLM transform and the (tied) vocabulary projection: with 15% masking this skips 85% of the
+    projection, the largest matmul of a small model. Decoder: next-token logits at every position
+    against the shifted labels. Both use `linear_cross_entropy`, which never materialises the
+    full logits when training in fp32.
     """
     device_type = batch.input_ids.device.type
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
         if model.kind == "encoder":
             out = model(batch.input_ids, token_type_ids=batch.token_type_ids, attn_impl="sdpa")
             sel = batch.labels != IGNORE_INDEX
-            logits = model.mlm_logits(out.last_hidden_state[sel])  # (M, V)
             targets = batch.labels[sel]
             n = int(targets.numel())
-            loss = F.cross_entropy(logits.float(), targets, reduction="sum") / max(1, n)
+            h = model.mlm_transform(out.last_hidden_state[sel])  # (M, D)
+            loss = linear_cross_entropy(h, *model.mlm_projection(), targets) / max(1, n)
             if batch.nsp_labels is not None:
                 nsp = model.nsp_logits(out.pooler_output)
                 loss = loss + F.cross_entropy(nsp.float(), batch.nsp_labels)
         else:
-            out = model(batch.input_ids, attn_impl="sdpa")
-            logits = out.logits  # (B, T, V)
+            out = model(batch.input_ids, attn_impl="sdpa", return_logits=False)
             n = int((batch.labels != IGNORE_INDEX).sum())
-            loss = F.cross_entropy(logits.float().flatten(0, 1), batch.labels.flatten(), reduction="sum") / max(1, n)
+            h = out.last_hidden_state.flatten(0, 1)  # (B T, D)
+            loss = linear_cross_entropy(h, model.lm_weight(), None, batch.labels.flatten()) / max(1, n)
     return loss, n
 
 
@@ -631,8 +701,7 @@ def run_training(cfg: PretrainConfig, out_dir: str | Path, resume: bool = True,
 
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.kind, model_cfg).to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas,
-                                  eps=cfg.eps, foreach=True)
+    optimizer = make_optimizer(model, cfg)
     step, tokens, elapsed = 0, 0, 0.0
     metrics_path = out_dir / "metrics.jsonl"
     ckpt = latest_checkpoint(out_dir) if resuming else None
@@ -677,9 +746,11 @@ class _Loop:
         self.n_train_tokens = int(len(train_ids))
         self.tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * d.world
         self.last_eval: dict[str, float] = {}
+        # the compiled wrapper shares the parameters; eval, hooks and saving use the plain model
+        self.step_model = torch.compile(model) if cfg.compile else model
 
     def train_step(self, step: int) -> float:
-        cfg, model = self.cfg, self.model
+        cfg, model = self.cfg, self.step_model
         _seed_step(cfg.seed, step, self.d.rank)
         lr = lr_at(step, peak=cfg.lr, warmup=cfg.warmup_steps, total=cfg.max_steps,
                    schedule=cfg.schedule, min_ratio=cfg.min_lr_ratio)

@@ -36,6 +36,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -107,14 +108,20 @@ class _Batch:
     word_base: np.ndarray      # (B + 1,) local word offset of each piece
 
 
+MIN_FILL = 0.8  # a batch takes a sequence only if it is >= MIN_FILL * the batch's longest
+
+
 def _make_batches(pieces: list[Piece], batch_tokens: int, max_attn_cells: int | None) -> list[list[int]]:
-    """Greedy length-sorted batches: B * T_max <= batch_tokens (and B * T_max^2 <= max_attn_cells)."""
+    """Greedy length-sorted batches: B * T_max <= batch_tokens (and B * T_max^2 <= max_attn_cells),
+    and every sequence at least MIN_FILL * T_max long, so a batch computes at most 1 / MIN_FILL
+    tokens (real + padding) per real one (EWT dev at 8192 tokens: 1.11 computed per real token instead of
+    1.28 without this rule, 14 batches instead of 7)."""
     order = sorted(range(len(pieces)), key=lambda i: -len(pieces[i].ids))
     batches, cur, cur_len = [], [], 0
     for i in order:
         t = len(pieces[i].ids)
         t_max = max(cur_len, t)
-        fits = (len(cur) + 1) * t_max <= batch_tokens
+        fits = (len(cur) + 1) * t_max <= batch_tokens and t >= MIN_FILL * t_max
         if max_attn_cells is not None:
             fits = fits and (len(cur) + 1) * t_max * t_max <= max_attn_cells
         if cur and not fits:
@@ -179,15 +186,22 @@ def word_attention_maps(att: torch.Tensor, tok_word: torch.Tensor, special_slot:
     """
     B, T = tok_word.shape
     C = n_words + n_special
-    col = torch.where(tok_word >= 0, tok_word, torch.where(special_slot >= 0, n_words + special_slot, -1))
-    P = torch.zeros(B, T, C + 1, dtype=att.dtype)
-    P.scatter_(2, torch.where(col >= 0, col, C).unsqueeze(2), 1.0)
-    P = P[..., :C]                                                 # (B, T, C)
-    R = torch.zeros(B, n_words + 1, T, dtype=att.dtype)
-    R.scatter_(1, torch.where(tok_word >= 0, tok_word, n_words).unsqueeze(1), 1.0)
-    R = R[:, :n_words]                                             # (B, n, T)
-    R = R / R.sum(-1, keepdim=True).clamp_min(1.0)
-    out = R.unsqueeze(-3) @ (att @ P.unsqueeze(-3))                # (..., B, H, n, C)
+    # The 0/1 maps are built in numpy: a handful of tiny tensor ops costs ~10 ms each in OpenMP
+    # synchronisation when the CPU is shared, more than the matmuls below.
+    tw, sl = tok_word.cpu().numpy(), special_slot.cpu().numpy()
+    col = np.where(tw >= 0, tw, np.where(sl >= 0, n_words + sl, C))
+    bi, ti = np.arange(B)[:, None], np.arange(T)[None, :]
+    P = np.zeros((B, T, C + 1), dtype=np.float32)
+    P[bi, ti, col] = 1.0                                           # padding -> the dropped column C
+    R = np.zeros((B, n_words + 1, T), dtype=np.float32)
+    R[bi, np.where(tw >= 0, tw, n_words), ti] = 1.0
+    R = R[:, :n_words]
+    R /= np.maximum(R.sum(-1, keepdims=True), 1.0)                 # mean over attending subwords
+    P = torch.from_numpy(P[..., :C]).to(att.device, att.dtype)     # (B, T, C)
+    R = torch.from_numpy(R).to(att.device, att.dtype)              # (B, n, T)
+    H = att.shape[-3]
+    AP = att.reshape(*att.shape[:-3], H * T, T) @ P                # (..., B, H T, C): one bmm over B
+    out = R.unsqueeze(-3) @ AP.view(*att.shape[:-1], C)            # (..., B, H, n, C)
     return out[..., :n_words], out[..., n_words:]
 
 
@@ -376,25 +390,22 @@ def _write_attention(batch: _Batch, atts, tokenizer_slots: dict[int, int], n_spe
     """Convert a batch's token attentions (L tensors (B, H_l, T, T)) to word level and write them."""
     L = len(atts)
     B, T = batch.ids.shape
-    tok_word = torch.full((B, T), -1, dtype=torch.long)
-    slot = torch.full((B, T), -1, dtype=torch.long)
+    tok_word = np.full((B, T), -1, dtype=np.int64)  # numpy: tiny per-row ops, no OpenMP round trips
+    slot = np.full((B, T), -1, dtype=np.int64)
     n_max = 0
     for b, p in enumerate(batch.pieces):
-        tok_word[b, : len(p.ids)] = torch.from_numpy(p.tok_word)
-        sl = np.full(len(p.ids), -1, dtype=np.int64)
+        tok_word[b, : len(p.ids)] = p.tok_word
         for tid, k in tokenizer_slots.items():
-            sl[(p.ids == tid) & (p.tok_word < 0)] = k
-        slot[b, : len(p.ids)] = torch.from_numpy(sl)
+            slot[b, : len(p.ids)][(p.ids == tid) & (p.tok_word < 0)] = k
         n_max = max(n_max, int(p.tok_word.max(initial=-1)) + 1)
-    if all(a.shape[1] == n_heads for a in atts):
-        full = torch.stack(atts).float()                       # (L, B, H, T, T)
-    else:
-        full = torch.full((L, B, n_heads, T, T), float("nan"))
-        for l, a in enumerate(atts):  # pruned layers have fewer heads: the rest stay NaN
-            full[l, :, : a.shape[1]] = a.float()
-    word, special = word_attention_maps(full, tok_word, slot, n_max, n_special)
-    word = word.to(torch.float16).numpy()        # (L, B, H, n, n)
-    special = special.to(torch.float16).numpy()  # (L, B, H, n, K)
+    tok_word, slot = torch.from_numpy(tok_word), torch.from_numpy(slot)
+    alloc = np.empty if all(a.shape[1] == n_heads for a in atts) else partial(np.full, fill_value=np.nan)
+    word = alloc((L, B, n_heads, n_max, n_max), dtype=np.float16)
+    special = alloc((L, B, n_heads, n_max, n_special), dtype=np.float16)
+    for l, a in enumerate(atts):  # layer by layer (no stacked copy); pruned layers' missing heads stay NaN
+        w, sp = word_attention_maps(a.float(), tok_word, slot, n_max, n_special)  # (B, H_l, n, n), (B, H_l, n, K)
+        word[l, :, : a.shape[1]] = w.numpy()
+        special[l, :, : a.shape[1]] = sp.numpy()
     for b, p in enumerate(batch.pieces):
         n = len(p.own_words)
         s = p.sent

@@ -62,6 +62,20 @@ def load_run_config(path: str | Path) -> dict:
     return cfg
 
 
+def _with_files(obj: Any) -> Any:
+    """`obj` with every string naming an existing JSON file replaced by that file's content, so a
+    step's key changes when a config file it points to changes, not only when the path does."""
+    if isinstance(obj, dict):
+        return {k: _with_files(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_with_files(v) for v in obj]
+    if isinstance(obj, str) and obj.endswith(".json"):
+        path = _resolve(obj)
+        if path.is_file():
+            return {"file": obj, "content": json.loads(path.read_text())}
+    return obj
+
+
 def _sha(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -305,6 +319,15 @@ def _log(msg: str) -> None:
     print(f"[workbench run] {msg}", file=sys.stderr, flush=True)
 
 
+def step_keys(cfg: dict, steps: list[Step] | None = None) -> dict[str, str]:
+    """Each step's cache key: its own config (with the JSON files it names), the seed, and the keys
+    of the steps it reads, so a change anywhere upstream re-runs everything downstream."""
+    keys: dict[str, str] = {}
+    for step in steps if steps is not None else build_steps(cfg):
+        keys[step.name] = _sha([_with_files(step.params), cfg["seed"], [keys[a] for a in step.after if a in keys]])
+    return keys
+
+
 def run_pipeline(config: str | Path, run_dir: str | Path | None = None, force: bool = False) -> Path:
     """Run (or resume) the study described by `config`; returns the run folder.
 
@@ -319,12 +342,11 @@ def run_pipeline(config: str | Path, run_dir: str | Path | None = None, force: b
             "data_root": str(data_root()), "data_checksums": data_checksums(), "steps": states}
     atomic_write_json(run_dir / "run.json", info)
 
-    keys: dict[str, str] = {}
     steps = build_steps(cfg)
+    keys = step_keys(cfg, steps)
     t_run = time.perf_counter()
     for i, step in enumerate(steps, 1):
-        key = _sha([step.params, cfg["seed"], [keys[a] for a in step.after if a in keys]])
-        keys[step.name] = key
+        key = keys[step.name]
         old = states.get(step.name, {})
         if old.get("status") == "done" and old.get("key") == key:
             _log(f"[{i}/{len(steps)}] {step.name}: unchanged, skipped")

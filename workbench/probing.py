@@ -227,7 +227,9 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
             r = cumulative_scores(tr, te, layers=layers, **common)
             out["probing"].append(r.probing)
             out["probing_summary"].append(r.summary)
-        if "control" in cfg.modes:
+        if "control" in cfg.modes and _word_level(tr):
+            # Hewitt & Liang (2019) define control tasks for word-level tasks (one label per word
+            # type); span and span-pair tasks (deps, const, ner, coref, ...) get no control row.
             r = control_task_scores(tr, te, train.types(), test.types(), layers=layers, task_scores=single, **common)
             out["probing"].append(r.probing)
             out["probing_summary"].append(r.summary)
@@ -239,6 +241,12 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
                 rows += res.rows(model_name, task, name, params.get("pooling", ""), l, cfg.seeds[0])
             out["probing"].append(pd.DataFrame(rows, columns=PROBING_COLUMNS))
     return out
+
+
+def _word_level(split) -> bool:
+    """True when every target is one word and there is no second span (POS-like tasks)."""
+    span1 = np.asarray(split.span1)
+    return split.span2 is None and bool(np.all(span1[:, 1] - span1[:, 0] == 1))
 
 
 def _drop_unseen(train: TaskSplit, test: TaskSplit) -> int:

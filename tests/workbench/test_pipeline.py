@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from workbench.paths import data_root
-from workbench.pipeline import build_steps, load_run_config, run_pipeline
+from workbench.pipeline import build_steps, load_run_config, run_pipeline, step_keys
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "tiny.json"
@@ -38,6 +38,20 @@ def test_steps_follow_the_config():
     assert names.index("pretrain:encoder") < names.index("finetune:encoder-sst2") < names.index(
         "compare:encoder:encoder-sst2")
     assert {"probe:encoder", "probe:decoder", "heads:encoder", "heads:decoder", "prune:encoder"} <= set(names)
+
+
+def test_keys_follow_config_files_and_upstream_steps(tmp_path):
+    probe = tmp_path / "probe.json"
+    probe.write_text(json.dumps({"seeds": [0]}))
+    cfg = load_run_config(TINY)
+    cfg["probe"] = dict(cfg["probe"], config=str(probe))
+    before = step_keys(cfg)
+    probe.write_text(json.dumps({"seeds": [0, 1]}))          # same path, new content
+    after = step_keys(cfg)
+    changed = {k for k in before if before[k] != after[k]}
+    assert changed == {"probe:encoder", "probe:decoder", "report"}
+    cfg["seed"] = 1                                            # the seed reaches every step
+    assert all(step_keys(cfg)[k] != after[k] for k in after)
 
 
 def _tables(run: Path) -> dict[str, pd.DataFrame]:

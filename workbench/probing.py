@@ -75,7 +75,7 @@ class ProbeRunConfig(JsonConfig):
     patience: int = 2
     hidden: int = 256                   # MLP hidden width (edge probe)
     proj_dim: int = 256                 # per-span projection (edge probe)
-    batch_size: int = 1024
+    batch_size: int = 256
     n_boot: int = 1000                  # bootstrap resamples over test items (0 = no item CI)
     unseen_labels: str = "drop"         # eval labels missing from train: "drop" (counted) | "error"
     store_max_bytes: int | None = 4 * 2**30  # disk budget of one store extraction

@@ -26,7 +26,6 @@ CLI: `python -m workbench.ablate configs/ablations/encoder.json runs/ablations/e
 """
 from __future__ import annotations
 
-from workbench.config import JsonConfig
 import argparse
 import json
 import math
@@ -40,6 +39,8 @@ from typing import Mapping
 
 import numpy as np
 import pandas as pd
+
+from workbench.config import JsonConfig, read_json_keys
 
 ROW_FILE = "row.json"
 COLUMNS = ["variant", "overrides", "steps", "tokens", "tokens_per_s", "train_seconds", "eval_loss", "eval_acc",
@@ -116,19 +117,8 @@ def with_shared_tokenizer(cfg, out_root: Path):
 def load_spec(path: str | Path) -> dict:
     """An ablation file: {"base": config path or name, "budget_tokens": int, "base_overrides": {...},
     "eval": {AblationEval fields}, "variants": {name: overrides}}."""
-    path = Path(path)
-    try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
-    known = {"base", "budget_tokens", "base_overrides", "eval", "variants", "notes"}
-    unknown = sorted(set(spec) - known)
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {unknown}; known: {sorted(known)}")
-    for key in ("base", "budget_tokens", "variants"):
-        if key not in spec:
-            raise ValueError(f"{path}: missing key {key!r}")
-    return spec
+    return read_json_keys(path, {"base", "budget_tokens", "base_overrides", "eval", "variants", "notes"},
+                          required=("base", "budget_tokens", "variants"))
 
 
 # ------------------------------------------------------------------------------------------ training

@@ -43,7 +43,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from workbench.align import Alignment, Piece, align_sentences
+from workbench.align import Piece, align_sentences
 from workbench.io import atomic_dir, atomic_write_json, clean_stale_tmp
 from workbench.progress import Progress
 

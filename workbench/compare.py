@@ -19,7 +19,6 @@ Both models must share a tokenizer (same fingerprint): CKA and JS compare the sa
 """
 from __future__ import annotations
 
-from workbench.config import JsonConfig
 import sys
 import time
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ import pandas as pd
 
 from probes.cka import MinibatchCKA, cka_frame, cka_matrix
 from probes.head_similarity import head_change_frame, js_divergence_per_head
+from workbench.config import JsonConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "compare.json"

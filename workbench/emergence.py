@@ -20,7 +20,6 @@ targets — the next rung above the unigram baseline that `plmodels.train` repor
 """
 from __future__ import annotations
 
-from workbench.config import JsonConfig
 import json
 import math
 import re
@@ -31,6 +30,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+
+from workbench.config import JsonConfig
 
 COLUMNS = ["model", "step", "tokens", "task_or_score", "metric", "value"]
 _STEP_RE = re.compile(r"^step_(\d+)$")

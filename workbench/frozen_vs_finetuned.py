@@ -18,7 +18,6 @@ Table `frozen_vs_finetuned` (model, task, setting, metric, value, seed, ci_low, 
 """
 from __future__ import annotations
 
-from workbench.config import JsonConfig
 import json
 import math
 import sys
@@ -36,6 +35,7 @@ from torch import nn
 
 from probes.scalar_mix import ScalarMix
 from probes.stats import mean_ci
+from workbench.config import JsonConfig
 
 COLUMNS = ["model", "task", "setting", "metric", "value", "seed", "ci_low", "ci_high"]
 IGNORE = -100

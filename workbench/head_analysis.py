@@ -24,7 +24,6 @@ folder "gutenberg_pd:train" name a source explicitly. The source used is recorde
 """
 from __future__ import annotations
 
-from workbench.config import JsonConfig
 import functools
 import json
 import re
@@ -42,8 +41,8 @@ import torch
 
 from probes.head_similarity import HeadSimilarity, mds_embedding
 from probes.heads import HeadConfig, HeadStats, Sentence, best_heads_per_relation
+from workbench.config import JsonConfig
 from workbench.activations import Store, extract
-from workbench.io import atomic_write_json
 from workbench.paths import REPO_ROOT, data_root
 
 SIMILARITY_COLUMNS = ["model", "layer", "head", "x", "y"]
@@ -337,19 +336,10 @@ def analyse_heads(model_path: str | Path, out_dir: str | Path | None = None, con
 
 def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: dict) -> None:
     from workbench import plots
-    from workbench.probing import write_figures
-    from workbench.results import write_tables
+    from workbench.results import write_analysis_outputs
 
-    target = run_dir if run_dir is not None else out_dir
-    if target is not None:
-        write_tables(target, tables)
-    if out_dir is None:
-        return
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "heads_run.json", {**record, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
     m = record["model"]
-    write_figures(out / "figures", {
+    write_analysis_outputs(tables, out_dir, run_dir, record, "heads_run.json", lambda: {
         f"heads_roles_{m}": plots.head_roles_figure(tables["heads_classes"]),
         f"heads_relations_{m}": plots.relations_figure(tables["relations"]),
         f"heads_map_{m}": plots.head_map_figure(tables["head_similarity"], tables["heads_classes"]),

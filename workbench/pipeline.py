@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from workbench.config import read_json_keys
 from workbench.io import atomic_write_json
 from workbench.paths import data_root
 from workbench.results import run_info, write_tables
@@ -46,20 +47,7 @@ DATA_FILES = [
 # ------------------------------------------------------------------------------------ config
 def load_run_config(path: str | Path) -> dict:
     """Read a run config (JSON); unknown top-level keys raise ValueError naming them."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"run config {path} does not exist (see configs/demo.json)")
-    try:
-        cfg = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: not valid JSON: {e.msg}") from None
-    unknown = sorted(set(cfg) - CONFIG_KEYS)
-    if unknown:
-        raise ValueError(f"{path}: unknown keys {unknown}; allowed: {sorted(CONFIG_KEYS)}")
-    for key in ("name", "seed", "models"):
-        if key not in cfg:
-            raise ValueError(f"{path}: missing key {key!r}")
-    return cfg
+    return read_json_keys(path, CONFIG_KEYS, required=("name", "seed", "models"))
 
 
 def _with_files(obj: Any) -> Any:

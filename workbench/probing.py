@@ -23,7 +23,6 @@ those targets are removed and counted (in the run record `probe_run.json` and a 
 """
 from __future__ import annotations
 
-from workbench.config import JsonConfig
 import logging
 import sys
 import time
@@ -40,9 +39,10 @@ from probes.edge import PROBES, make_probe
 from probes.layers import (MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, ProbeData, cumulative_scores,
                            per_layer_scores, scalar_mix_probe)
 from probes.mdl import online_codelength
+from workbench.config import JsonConfig
 from workbench.activations import POOLINGS, TaskArrays, extract, task_arrays
-from workbench.io import atomic_write_json, atomic_write_text
 from workbench.paths import REPO_ROOT
+from workbench.results import write_analysis_outputs
 
 log = logging.getLogger(__name__)
 
@@ -351,21 +351,12 @@ def _tables(frames: dict[str, list[pd.DataFrame]]) -> dict[str, pd.DataFrame]:
 
 
 def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: dict) -> None:
-    from workbench.results import write_tables
-
-    target = run_dir if run_dir is not None else out_dir
-    if target is not None:
-        write_tables(target, tables)
-    if out_dir is None:
-        return
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "probe_run.json", {**record, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
-    write_figures(out / "figures", {
-        f"probing_layers_{record['model']}": _fig("layer_scores_figure", tables["probing"]),
-        f"probing_cumulative_{record['model']}": _fig("cumulative_figure", tables["probing"]),
-        f"probing_mix_{record['model']}": _fig("mix_weights_figure", tables["mix_weights"]),
-        f"probing_summary_{record['model']}": _fig("summary_figure", tables["probing_summary"]),
+    m = record["model"]
+    write_analysis_outputs(tables, out_dir, run_dir, record, "probe_run.json", lambda: {
+        f"probing_layers_{m}": _fig("layer_scores_figure", tables["probing"]),
+        f"probing_cumulative_{m}": _fig("cumulative_figure", tables["probing"]),
+        f"probing_mix_{m}": _fig("mix_weights_figure", tables["mix_weights"]),
+        f"probing_summary_{m}": _fig("summary_figure", tables["probing_summary"]),
     })
 
 
@@ -373,16 +364,6 @@ def _fig(builder: str, df: pd.DataFrame):
     from workbench import plots
 
     return getattr(plots, builder)(df) if len(df) else None
-
-
-def write_figures(folder: Path, figures: dict) -> list[Path]:
-    """Write each Plotly figure as JSON (`plotly.io.from_json` reads it back); None entries are skipped."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for name, fig in figures.items():
-        if fig is not None:
-            paths.append(atomic_write_text(folder / f"{name}.json", fig.to_json()))
-    return paths
 
 
 # ------------------------------------------------------------------------------------ baseline

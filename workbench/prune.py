@@ -22,7 +22,6 @@ than One?"; Voita et al. 2019, "Analyzing Multi-Head Self-Attention").
 """
 from __future__ import annotations
 
-from workbench.config import JsonConfig
 import json
 import shutil
 import sys
@@ -42,6 +41,7 @@ from probes.l0 import l0_importance, l0_sweep
 from probes.pruning import (DEFAULT_FRACTIONS, METRICS, Metric, heads_to_prune_for_loss, kendall_table,
                             measure_speed_and_size, prune_model, pruning_curve, random_pruning_curves,
                             roles_vs_importance)
+from workbench.config import JsonConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "configs" / "prune.json"

@@ -11,12 +11,13 @@ lives in one place.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from workbench.io import write_parquet_atomic
+from workbench.io import atomic_write_json, atomic_write_text, write_parquet_atomic
 
 TABLES = (
     "training", "probing", "probing_summary", "mix_weights", "heads", "heads_classes",
@@ -106,3 +107,26 @@ def upsert_table(run_dir: str | Path, name: str, df: pd.DataFrame, key: str = "m
 def write_tables(run_dir: str | Path, tables: dict[str, pd.DataFrame], key: str = "model") -> list[Path]:
     """`upsert_table` for every table of an analysis' result dict."""
     return [upsert_table(run_dir, name, df, key=key) for name, df in tables.items()]
+
+
+def write_figures(folder: Path, figures: dict) -> list[Path]:
+    """Write each Plotly figure as JSON (`plotly.io.from_json` reads it back); None entries are skipped."""
+    folder.mkdir(parents=True, exist_ok=True)
+    return [atomic_write_text(folder / f"{name}.json", fig.to_json()) for name, fig in figures.items()
+            if fig is not None]
+
+
+def write_analysis_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: dict,
+                           record_name: str, figures) -> None:
+    """An analysis' outputs: its tables (upserted into `run_dir`, else `out_dir`), and in `out_dir`
+    its record (`record_name`, with a creation time) and figures. `figures()` builds the
+    {name: Figure} dict; it is only called when there is an `out_dir` to write them to."""
+    target = run_dir if run_dir is not None else out_dir
+    if target is not None:
+        write_tables(target, tables)
+    if out_dir is None:
+        return
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / record_name, {**record, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+    write_figures(out / "figures", figures())

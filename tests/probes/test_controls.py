@@ -1,20 +1,12 @@
 """Control tasks (Hewitt & Liang 2019): labels fixed per type, following the label distribution."""
 import numpy as np
 import pytest
-import torch
 
 from probes.controls import control_labels, control_task_scores, selectivity, span_types
 from probes.layers import ProbeData, per_layer_scores
 
 PARAMS = dict(pooling="mean", proj_dim=16, hidden=32, lr=1e-2, batch_size=128, max_epochs=15, patience=3)
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def test_control_labels_fixed_per_type_and_independent_of_context():

@@ -9,14 +9,6 @@ from probes.scalar_mix import ScalarMix
 
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny problems: torch's thread pool only adds contention on the shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 FAST = dict(proj_dim=16, hidden=32, lr=1e-2, batch_size=128, max_epochs=15, patience=3)
 

@@ -66,19 +66,6 @@ def self_labelled_batches(model, n_batches: int = 3, seed: int = 1) -> list[dict
     return batches
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models are overhead-bound: one thread avoids fighting over the shared cores."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def planted(one_thread):
-    model = planted_encoder()
-    return model, self_labelled_batches(model)
 
 
 def _loss(model, batch, head_mask):

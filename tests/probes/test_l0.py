@@ -12,18 +12,6 @@ from probes.pruning import METRICS, mlm_loss
 from tests.probes.test_importance import CRUCIAL, planted_encoder, self_labelled_batches
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def planted(one_thread):
-    model = planted_encoder()
-    return model, self_labelled_batches(model)
 
 
 def test_expected_l0_and_deterministic_gates_by_hand():

@@ -1,7 +1,6 @@
 """Layer analyses: a label planted only in layer 2 of a 5-layer fake store is found there."""
 import numpy as np
 import pytest
-import torch
 
 from probes.layers import (MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, ProbeData, center_of_gravity,
                            cumulative_scores, differential_scores, expected_layer, per_layer_scores,
@@ -9,13 +8,6 @@ from probes.layers import (MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, ProbeD
 
 PARAMS = dict(pooling="mean", proj_dim=16, hidden=32, lr=1e-2, batch_size=128, max_epochs=20, patience=4)
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

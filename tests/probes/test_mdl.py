@@ -1,19 +1,11 @@
 """MDL online code (Voita & Titov 2020): learnable task compresses, random labels do not."""
 import numpy as np
 import pytest
-import torch
 
 from probes.mdl import PORTIONS, block_boundaries, online_codelength, uniform_codelength
 
 PARAMS = dict(pooling="mean", proj_dim=16, hidden=32, lr=1e-2, batch_size=64, max_epochs=10, patience=2)
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def _data(random_labels: bool):

@@ -28,22 +28,9 @@ from tests.probes.test_importance import (
     N_HEADS,
     N_LAYERS,
     planted_encoder,
-    self_labelled_batches,
 )
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def planted(one_thread):
-    model = planted_encoder()
-    return model, self_labelled_batches(model)
 
 
 def test_curve_ends_are_the_unmasked_and_all_masked_metrics(planted):

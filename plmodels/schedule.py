@@ -9,6 +9,10 @@ step at lr 0). After warmup, with progress p = (step - warmup) / max(1, total - 
 - "constant": lr = peak
 - "onecycle" (Smith 2018, triangular one-cycle): the warmup is the rising half; after it lr falls
   linearly to m at `total` — identical in shape to "linear" but meant with warmup ~ total / 2.
+- "wsd" (warmup-stable-decay; the "trapezoidal" schedule of Zhai et al. 2022, MiniCPM's WSD, Hu et
+  al. 2024): lr = peak until the last `decay_frac` of the post-warmup steps, then linear to m,
+  i.e. with q = (p - (1 - decay_frac)) / decay_frac: lr = peak for q <= 0, m + (peak - m)(1 - q)
+  after. Under a short budget it keeps the rate high for longer than "linear" does.
 """
 from __future__ import annotations
 
@@ -35,18 +39,28 @@ SCHEDULES: dict[str, ScheduleFn] = {
     "cosine": _cosine,
     "constant": _constant,
     "onecycle": _linear,
+    "wsd": _constant,  # placeholder for the name check; lr_at applies decay_frac (see _wsd)
 }
 
 
+def _wsd(p: float, decay_frac: float) -> float:
+    q = (p - (1.0 - decay_frac)) / decay_frac
+    return 1.0 if q <= 0.0 else 1.0 - min(q, 1.0)
+
+
 def lr_at(step: int, *, peak: float, warmup: int, total: int, schedule: str = "linear",
-          min_ratio: float = 0.0) -> float:
-    """The learning rate for 0-based optimizer step `step` (see module docstring for the formulas)."""
+          min_ratio: float = 0.0, decay_frac: float = 0.2) -> float:
+    """The learning rate for 0-based optimizer step `step` (see module docstring for the formulas);
+    `decay_frac` in (0, 1] is used by "wsd" only."""
     if schedule not in SCHEDULES:
         raise ValueError(f"unknown schedule {schedule!r}; known: {sorted(SCHEDULES)}")
+    if not 0.0 < decay_frac <= 1.0:
+        raise ValueError(f"decay_frac must be in (0, 1], got {decay_frac}")
     if step < 0 or warmup < 0 or total < 1:
         raise ValueError(f"need step >= 0, warmup >= 0, total >= 1; got step={step}, warmup={warmup}, total={total}")
     if step < warmup:
         return peak * (step + 1) / warmup
     p = min(1.0, max(0.0, (step - warmup) / max(1, total - warmup)))
     floor = min_ratio * peak
-    return floor + (peak - floor) * SCHEDULES[schedule](p)
+    mult = _wsd(p, decay_frac) if schedule == "wsd" else SCHEDULES[schedule](p)
+    return floor + (peak - floor) * mult

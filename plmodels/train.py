@@ -36,7 +36,7 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -81,8 +81,9 @@ class PretrainConfig:
     eps: float = 1e-6                             # AdamW epsilon
     weight_decay: float = 0.01
     warmup_steps: int = 100
-    schedule: str = "linear"                      # linear | cosine | constant | onecycle
+    schedule: str = "linear"                      # linear | cosine | constant | onecycle | wsd
     min_lr_ratio: float = 0.0                     # floor of the decay as a share of lr
+    decay_frac: float = 0.2                       # "wsd": share of the post-warmup steps spent decaying
     clip: float = 1.0                             # max global grad norm (0 = off)
     max_steps: int = 1000                         # optimizer steps; also the schedule's length
     max_minutes: float | None = None              # wall-clock training budget (whichever comes first)
@@ -110,6 +111,8 @@ class PretrainConfig:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {self.schedule!r}")
+        if not 0.0 < self.decay_frac <= 1.0:
+            raise ValueError(f"decay_frac must be in (0, 1], got {self.decay_frac}")
         if self.bf16 not in ("auto", "on", "off"):
             raise ValueError(f"bf16 must be 'auto', 'on' or 'off', got {self.bf16!r}")
         if self.lr <= 0 or self.clip < 0 or self.weight_decay < 0:
@@ -652,6 +655,11 @@ def check_resume(out_dir: Path, resolved: dict, resume: bool) -> bool:
     if not resume:
         raise FileExistsError(f"{out_dir} already holds a run (config.resolved.json); resume it or use another folder")
     old = json.loads(path.read_text(encoding="utf-8"))
+    # a key added to PretrainConfig after the run was written is the same config if it has its default
+    defaults = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
+    for k, v in resolved.get("pretrain", {}).items():
+        if k not in old.get("pretrain", {}) and k in defaults and v == defaults[k]:
+            old.setdefault("pretrain", {})[k] = v
     strip = lambda r: {**r, "pretrain": {k: v for k, v in r["pretrain"].items() if k not in RESUME_SAFE_KEYS}}  # noqa: E731
     diff = [k.removeprefix("pretrain.") for k in config_diff(strip(old), strip(resolved))]
     if diff:
@@ -753,7 +761,7 @@ class _Loop:
         cfg, model = self.cfg, self.step_model
         _seed_step(cfg.seed, step, self.d.rank)
         lr = lr_at(step, peak=cfg.lr, warmup=cfg.warmup_steps, total=cfg.max_steps,
-                   schedule=cfg.schedule, min_ratio=cfg.min_lr_ratio)
+                   schedule=cfg.schedule, min_ratio=cfg.min_lr_ratio, decay_frac=cfg.decay_frac)
         for g in self.opt.param_groups:
             g["lr"] = lr
         total = 0.0

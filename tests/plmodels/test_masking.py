@@ -112,5 +112,13 @@ def test_schedules_by_hand():
     assert lr_at(80, **kw, schedule="constant") == 1.0
     assert lr_at(110, **kw, schedule="cosine", min_ratio=0.1) == pytest.approx(0.1)
     assert lr_at(500, **kw) == pytest.approx(0.0)   # past the end it stays at the floor
+    # wsd, 10 warmup + 100 steps, decay over the last 20: flat to step 90, half way at 100, floor at 110
+    assert lr_at(60, **kw, schedule="wsd") == 1.0
+    assert lr_at(90, **kw, schedule="wsd") == pytest.approx(1.0)
+    assert lr_at(100, **kw, schedule="wsd") == pytest.approx(0.5)
+    assert lr_at(110, **kw, schedule="wsd") == pytest.approx(0.0)
+    assert lr_at(60, **kw, schedule="wsd", decay_frac=1.0) == pytest.approx(lr_at(60, **kw, schedule="linear"))
+    with pytest.raises(ValueError, match="decay_frac"):
+        lr_at(0, **kw, schedule="wsd", decay_frac=0.0)
     with pytest.raises(ValueError, match="unknown schedule"):
         lr_at(0, **kw, schedule="nope")

@@ -93,6 +93,19 @@ def test_resume_with_changed_config_refuses_listing_keys(data, tmp_path):
         pretrain(cfg, tmp_path / "r", resume=False)
 
 
+def test_resume_accepts_a_key_added_later_at_its_default(data, tmp_path):
+    cfg = _cfg(data, max_steps=2)
+    pretrain(cfg, tmp_path / "r")
+    path = tmp_path / "r" / "config.resolved.json"
+    old = json.loads(path.read_text())
+    del old["pretrain"]["decay_frac"]          # as written before the field existed
+    path.write_text(json.dumps(old))
+    pretrain(cfg, tmp_path / "r", overrides={"max_minutes": 5})   # resumes: same config
+    path.write_text(json.dumps(old))
+    with pytest.raises(ValueError, match=r"\['decay_frac'\]"):
+        pretrain(cfg, tmp_path / "r", overrides={"decay_frac": 0.5})
+
+
 def test_unknown_config_key_is_named(tmp_path):
     with pytest.raises(ValueError, match="bogus_key"):
         PretrainConfig.from_dict({"kind": "encoder", "train_source": "x", "bogus_key": 1})

@@ -19,19 +19,24 @@ from __future__ import annotations
 import math
 from typing import Callable
 
-ScheduleFn = Callable[[float], float]  # progress p in [0, 1] -> multiplier in [0, 1]
+ScheduleFn = Callable[[float, float], float]  # (progress p in [0, 1], decay_frac) -> multiplier in [0, 1]
 
 
-def _linear(p: float) -> float:
+def _linear(p: float, decay_frac: float) -> float:
     return 1.0 - p
 
 
-def _cosine(p: float) -> float:
+def _cosine(p: float, decay_frac: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * p))
 
 
-def _constant(p: float) -> float:
+def _constant(p: float, decay_frac: float) -> float:
     return 1.0
+
+
+def _wsd(p: float, decay_frac: float) -> float:
+    q = (p - (1.0 - decay_frac)) / decay_frac  # progress through the final decay phase
+    return 1.0 if q <= 0.0 else 1.0 - min(q, 1.0)
 
 
 SCHEDULES: dict[str, ScheduleFn] = {
@@ -39,13 +44,8 @@ SCHEDULES: dict[str, ScheduleFn] = {
     "cosine": _cosine,
     "constant": _constant,
     "onecycle": _linear,
-    "wsd": _constant,  # placeholder for the name check; lr_at applies decay_frac (see _wsd)
+    "wsd": _wsd,
 }
-
-
-def _wsd(p: float, decay_frac: float) -> float:
-    q = (p - (1.0 - decay_frac)) / decay_frac
-    return 1.0 if q <= 0.0 else 1.0 - min(q, 1.0)
 
 
 def lr_at(step: int, *, peak: float, warmup: int, total: int, schedule: str = "linear",
@@ -62,5 +62,4 @@ def lr_at(step: int, *, peak: float, warmup: int, total: int, schedule: str = "l
         return peak * (step + 1) / warmup
     p = min(1.0, max(0.0, (step - warmup) / max(1, total - warmup)))
     floor = min_ratio * peak
-    mult = _wsd(p, decay_frac) if schedule == "wsd" else SCHEDULES[schedule](p)
-    return floor + (peak - floor) * mult
+    return floor + (peak - floor) * SCHEDULES[schedule](p, decay_frac)

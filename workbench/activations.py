@@ -184,10 +184,19 @@ def word_attention_maps(att: torch.Tensor, tok_word: torch.Tensor, special_slot:
     and special (..., B, H, n_words, K) with W = R A P (sum over attended subwords, mean over
     attending ones).
     """
+    R, P = word_maps(tok_word, special_slot, n_words, n_special, att.dtype, att.device)
+    return apply_word_maps(att, R, P, n_words)
+
+
+def word_maps(tok_word: torch.Tensor, special_slot: torch.Tensor, n_words: int, n_special: int,
+              dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """The two 0/1-based maps of `word_attention_maps`: R (B, n, T) averages over a word's subwords
+    (rows), P (B, T, n + K) sums the attended subwords into words and special columns. They depend
+    only on the batch, so a caller converting every layer builds them once."""
     B, T = tok_word.shape
     C = n_words + n_special
-    # The 0/1 maps are built in numpy: a handful of tiny tensor ops costs ~10 ms each in OpenMP
-    # synchronisation when the CPU is shared, more than the matmuls below.
+    # Built in numpy: a handful of tiny tensor ops costs ~10 ms each in OpenMP synchronisation when
+    # the CPU is shared, more than the matmuls that use them.
     tw, sl = tok_word.cpu().numpy(), special_slot.cpu().numpy()
     col = np.where(tw >= 0, tw, np.where(sl >= 0, n_words + sl, C))
     bi, ti = np.arange(B)[:, None], np.arange(T)[None, :]
@@ -197,9 +206,13 @@ def word_attention_maps(att: torch.Tensor, tok_word: torch.Tensor, special_slot:
     R[bi, np.where(tw >= 0, tw, n_words), ti] = 1.0
     R = R[:, :n_words]
     R /= np.maximum(R.sum(-1, keepdims=True), 1.0)                 # mean over attending subwords
-    P = torch.from_numpy(P[..., :C]).to(att.device, att.dtype)     # (B, T, C)
-    R = torch.from_numpy(R).to(att.device, att.dtype)              # (B, n, T)
-    H = att.shape[-3]
+    return (torch.from_numpy(np.ascontiguousarray(R)).to(device, dtype),      # (B, n, T)
+            torch.from_numpy(np.ascontiguousarray(P[..., :C])).to(device, dtype))  # (B, T, C)
+
+
+def apply_word_maps(att: torch.Tensor, R: torch.Tensor, P: torch.Tensor, n_words: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """R A P for attention (..., B, H, T, T) -> (word (..., B, H, n, n), special (..., B, H, n, K))."""
+    H, T, C = att.shape[-3], att.shape[-1], P.shape[-1]
     AP = att.reshape(*att.shape[:-3], H * T, T) @ P                # (..., B, H T, C): one bmm over B
     out = R.unsqueeze(-3) @ AP.view(*att.shape[:-1], C)            # (..., B, H, n, C)
     return out[..., :n_words], out[..., n_words:]
@@ -402,8 +415,9 @@ def _write_attention(batch: _Batch, atts, tokenizer_slots: dict[int, int], n_spe
     alloc = np.empty if all(a.shape[1] == n_heads for a in atts) else partial(np.full, fill_value=np.nan)
     word = alloc((L, B, n_heads, n_max, n_max), dtype=np.float16)
     special = alloc((L, B, n_heads, n_max, n_special), dtype=np.float16)
+    R, P = word_maps(tok_word, slot, n_max, n_special)  # once per batch, shared by every layer
     for l, a in enumerate(atts):  # layer by layer (no stacked copy); pruned layers' missing heads stay NaN
-        w, sp = word_attention_maps(a.float(), tok_word, slot, n_max, n_special)  # (B, H_l, n, n), (B, H_l, n, K)
+        w, sp = apply_word_maps(a.float(), R, P, n_max)  # (B, H_l, n, n), (B, H_l, n, K)
         word[l, :, : a.shape[1]] = w.numpy()
         special[l, :, : a.shape[1]] = sp.numpy()
     for b, p in enumerate(batch.pieces):

@@ -58,6 +58,7 @@ class FinetuneConfig:
     seq_len: int = 128                          # subword limit; longer inputs are truncated (counted)
     batch_size: int = 32
     lr: float = 5e-5                            # peak lr (BERT finetuning range 2e-5..5e-5; frozen: ~1e-3)
+    head_lr: float | None = None                # peak lr of the new task head in full mode (None: lr)
     weight_decay: float = 0.01
     warmup_ratio: float = 0.1                   # share of max steps spent warming up
     epochs: int = 3
@@ -77,6 +78,8 @@ class FinetuneConfig:
         for name in ("seq_len", "batch_size", "epochs", "eval_every", "patience"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.head_lr is not None and self.head_lr <= 0:
+            raise ValueError(f"head_lr must be > 0 or null, got {self.head_lr}")
         if self.lr <= 0 or not 0 <= self.warmup_ratio < 1 or not 0 <= self.head_dropout < 1:
             raise ValueError(f"need lr > 0, warmup_ratio and head_dropout in [0, 1); got {self.lr}, "
                              f"{self.warmup_ratio}, {self.head_dropout}")
@@ -204,15 +207,22 @@ def frozen_features(clf: Classifier, encoded: list, batch_size: int) -> tuple[to
     return torch.cat(feats), torch.cat(labs)
 
 
-def _fit(cfg: FinetuneConfig, params: list, n_train: int, loss_of, evaluate, state_of, load_state) -> dict:
+def _fit(cfg: FinetuneConfig, params: list, n_train: int, loss_of, evaluate, state_of, load_state,
+         head_params: list | None = None) -> dict:
     """AdamW with warmup + linear decay over index batches, dev evaluation every `eval_every` steps
     and at each epoch end, early stopping after `patience` evaluations without a better dev accuracy;
-    the best state is restored. Returns {"dev_acc", "best_step", "steps", "stopped_by"}."""
+    the best state is restored. `head_params` (a subset of `params`) peak at `cfg.head_lr` instead of
+    `cfg.lr` when it is set. Returns {"dev_acc", "best_step", "steps", "stopped_by"}."""
     steps_per_epoch = math.ceil(n_train / cfg.batch_size)
     total = min(cfg.max_steps or 10**12, steps_per_epoch * cfg.epochs)
-    decay = [p for p in params if p.dim() >= 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}], lr=cfg.lr)
+    head_ids = {id(p) for p in head_params or []} if cfg.head_lr is not None else set()
+    groups = []
+    for is_head in (False, True):
+        peak = cfg.head_lr if is_head else cfg.lr
+        mine = [p for p in params if (id(p) in head_ids) == is_head]
+        groups += [{"params": [p for p in mine if p.dim() >= 2], "weight_decay": cfg.weight_decay, "peak": peak},
+                   {"params": [p for p in mine if p.dim() < 2], "weight_decay": 0.0, "peak": peak}]
+    opt = torch.optim.AdamW([g for g in groups if g["params"]], lr=cfg.lr)
     best = {"dev_acc": -1.0, "best_step": 0}
     best_state, bad, step, t0, stopped_by = None, 0, 0, time.monotonic(), "epochs"
     gen = torch.Generator().manual_seed(cfg.seed)
@@ -220,7 +230,7 @@ def _fit(cfg: FinetuneConfig, params: list, n_train: int, loss_of, evaluate, sta
         order = torch.randperm(n_train, generator=gen)
         for i in range(0, n_train, cfg.batch_size):
             for g in opt.param_groups:
-                g["lr"] = lr_at(step, peak=cfg.lr, warmup=int(cfg.warmup_ratio * total), total=total)
+                g["lr"] = lr_at(step, peak=g["peak"], warmup=int(cfg.warmup_ratio * total), total=total)
             loss = loss_of(order[i: i + cfg.batch_size])
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -311,7 +321,7 @@ def finetune(config, out_dir: str | Path, overrides: dict | None = None, *, data
         state_of = lambda: copy.deepcopy(clf.state_dict())  # noqa: E731
         load_state = lambda s: clf.load_state_dict(s)  # noqa: E731
 
-    result = _fit(cfg, params, n_train, loss_of, evaluate, state_of, load_state)
+    result = _fit(cfg, params, n_train, loss_of, evaluate, state_of, load_state, head_params=list(clf.head.parameters()))
     info = {"task": cfg.task, "kind": data.kind, "mode": cfg.mode, "labels": data.labels,
             "dev_metrics": {"accuracy": result["dev_acc"]}, "best_step": result["best_step"],
             "steps": result["steps"], "stopped_by": result["stopped_by"], "n_train": len(train),

@@ -56,7 +56,10 @@ class FvFConfig(JsonConfig):
     batch_size: int = 32
     head_epochs: int = 20
     head_lr: float = 1e-3
-    finetune_overrides: dict = field(default_factory=lambda: {"epochs": 1, "max_minutes": 2.0, "lr": 5e-5})
+    # full finetuning: the body at a BERT finetuning rate, the fresh task head at the frozen heads' rate
+    # (with one head lr for both, a short run leaves the new head nearly untrained)
+    finetune_overrides: dict = field(default_factory=lambda: {"epochs": 1, "max_minutes": 2.0, "lr": 5e-5,
+                                                              "head_lr": 1e-3})
     finetuned: dict = field(default_factory=dict)  # {task: existing finetuned folder} instead of training
     num_threads: int | None = None
 

@@ -77,6 +77,20 @@ def test_token_classification_frozen_beats_chance(base, tmp_path):
     assert acc > 0.9  # majority class (FILL) is ~85%; word identity is linearly readable
 
 
+def test_head_lr_trains_the_head_at_its_own_rate(base, tmp_path):
+    """Full mode with a near-zero body lr and a large head_lr: the head learns the planted token
+    labels while the pretrained weights hardly move (one optimizer, two peak rates)."""
+    tags = {w: 0 for w in FILL} | {w: 1 for w in POS} | {w: 2 for w in NEG}
+    sents = lambda n, s: [(t.split(), [tags[w] for w in t.split()]) for t, _ in _sentences(n, s)]  # noqa: E731
+    data = TaskData("token", ["FILL", "POS", "NEG"], sents(200, 3), sents(50, 4))
+    out = finetune(_cfg(base, "pos", "full", epochs=10, lr=1e-9, head_lr=1e-2), tmp_path / "pos", data=data)
+    assert json.loads((out / "finetune.json").read_text())["dev_metrics"]["accuracy"] > 0.9
+    wa, wb = (load_file(str(p / "model.safetensors")) for p in (base, out))
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) < 1e-4
+    with pytest.raises(ValueError, match="head_lr"):
+        FinetuneConfig(base="x", task="pos", head_lr=0.0)
+
+
 def test_finetune_config_errors(tmp_path):
     with pytest.raises(ValueError, match="bogus"):
         FinetuneConfig.from_dict({"base": "x", "task": "sst2", "bogus": 1})

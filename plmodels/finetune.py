@@ -39,7 +39,7 @@ from torch import nn
 
 from plmodels.masking import IGNORE_INDEX
 from plmodels.schedule import lr_at
-from plmodels.train import _fmt_time, log, write_json_atomic
+from plmodels.train import _fmt_time, log, read_json_file, write_json_atomic
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "finetune"
 TASK_KINDS = {"sst2": "sentence", "pos": "token"}
@@ -102,11 +102,7 @@ def load_finetune_config(config, overrides: dict | None = None) -> FinetuneConfi
         path = CONFIG_DIR / f"{config}.json"
         if not path.is_file():
             raise FileNotFoundError(f"no finetune config {config!r}; known: {sorted(p.stem for p in CONFIG_DIR.glob('*.json'))}")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
-    return FinetuneConfig.from_dict({**d, **(overrides or {})}, source=str(path))
+    return FinetuneConfig.from_dict({**read_json_file(path), **(overrides or {})}, source=str(path))
 
 
 # --------------------------------------------------------------------------------------------- data

@@ -165,11 +165,7 @@ def load_config(config: "PretrainConfig | str | Path", overrides: dict | None = 
             known = sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
             raise FileNotFoundError(f"no config file {path} and no config named {config!r}; known: {known}")
         path = named
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
-    return PretrainConfig.from_dict(merge_overrides(d, overrides), source=str(path))
+    return PretrainConfig.from_dict(merge_overrides(read_json_file(path), overrides), source=str(path))
 
 
 def resolve_path(p: str, data_dir: str) -> Path:
@@ -248,6 +244,14 @@ def append_metrics(path: Path, step: int, tokens: int, split: str, metrics: dict
         for k, v in metrics.items():
             f.write(json.dumps({"step": step, "tokens": tokens, "split": split, "metric": k,
                                 "value": float(v), "time": round(t, 3)}) + "\n")
+
+
+def read_json_file(path: Path) -> Any:
+    """json.load of `path`; invalid JSON is a ValueError naming the file and line."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:

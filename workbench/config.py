@@ -17,13 +17,12 @@ from typing import Any, ClassVar, Mapping
 def read_json_keys(path: str | Path, known: set[str], required: tuple[str, ...] = ()) -> dict:
     """A JSON object from `path` whose keys must be among `known` and include `required`; every
     error names the file (and the line, for invalid JSON)."""
+    from plmodels.train import read_json_file
+
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
-    try:
-        d = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None
+    d = read_json_file(path)
     unknown = sorted(set(d) - known)
     if unknown:
         raise ValueError(f"{path}: unknown keys {unknown}; allowed: {sorted(known)}")

@@ -1,15 +1,11 @@
 """Shared fixtures for the probes tests."""
 import pytest
-import torch
 
 
 @pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models and problems are overhead-bound: torch's thread pool only adds contention."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _one_thread_here(one_thread):
+    """Every probes test module runs on one thread (tests/conftest.py: one_thread)."""
     yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,5 @@
 """The activation store: pooled vectors and word attention equal a direct recomputation, the second
 request is served from disk, budgets refuse, a failed extraction leaves nothing behind."""
-import json
 import os
 
 import numpy as np
@@ -16,15 +15,6 @@ from workbench.activations import BudgetError, Store, extract, extract_task, wor
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "unbelievable things happen today",
          "the cat and the dog are friends", "mice hide under tables"] * 4
 SENTS = [s.split() for s in TEXTS[:5]] + [["unbelievable", "unhappiness", "the", "cat"], ["x"], []]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: threads only add contention on a shared CPU."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ CFG = CompareRunConfig(max_sentences=40, cka_kinds=("linear", "linear_mb", "rbf"
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    torch.set_num_threads(1)
     texts = [" ".join(s.words) for s in ud_sentences("ewt", "train")[:300]]
     tok = Tokenizer.train_wordpiece(texts, 300)
     torch.manual_seed(0)

@@ -20,7 +20,6 @@ CFG = dict(tasks=["sst2", "pos"], settings=["last", "mean_last", "layer:1", "sca
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    torch.set_num_threads(1)
     texts = [" ".join(s.words) for s in ud_sentences("ewt", "train")[:300]]
     tok = Tokenizer.train_wordpiece(texts, 300)
     torch.manual_seed(0)

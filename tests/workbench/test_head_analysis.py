@@ -59,7 +59,6 @@ def forced(tmp_path_factory):
     torch.manual_seed(0)
     model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64,
                                   max_positions=MAX_POS, dropout=0.0)).eval()
-    torch.set_num_threads(1)
     with model.hooks(fwd=[("blocks.1.attn.pattern", _previous_token)]):
         tables = analyse_loaded(model, tok, tmp / "out", RUN, model_name="forced", progress=False)
     return tmp / "out", tok, tables

@@ -34,7 +34,6 @@ def ckpt(tmp_path_factory):
 @pytest.fixture(scope="module")
 def run(ckpt, tmp_path_factory):
     out = tmp_path_factory.mktemp("probe")
-    torch.set_num_threads(1)
     tables = probe_model(ckpt, tasks=["pos", "deps"], out_dir=out, config=CFG, progress=False)
     return out, tables
 
@@ -77,7 +76,6 @@ def test_layer_score_equals_a_direct_edge_probe_on_the_store(run, ckpt):
     keep = np.isin(te.labels[:100], tr.labels[:n_tr])
     assert int((~keep).sum()) == info["eval_unseen_label_dropped"]
     probe = EdgeProbe(pooling="self_attn", hidden=16, proj_dim=16, max_epochs=2, patience=2, batch_size=1024, seed=0)
-    torch.set_num_threads(1)
     probe.fit(tr.store.layer(1), tr.labels[:n_tr], tr.span1[:n_tr])
     acc = probe.score(te.store.layer(1), te.labels[:100][keep], te.span1[:100][keep])["accuracy"]
     p = t["probing"]

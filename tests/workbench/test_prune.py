@@ -25,7 +25,6 @@ CFG = dict(methods=["michel", "ablation", "confidence", "l0", "random"], eval_da
 
 @pytest.fixture(scope="module")
 def encoder_dir(tmp_path_factory):
-    torch.set_num_threads(1)
     texts = [" ".join(s.words) for s in ud_sentences("ewt", "train")[:300]]
     tok = Tokenizer.train_wordpiece(texts, 300)
     torch.manual_seed(0)

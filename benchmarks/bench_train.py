@@ -15,7 +15,7 @@ reported separately: it is paid once per run). `--ablate` adds rows with one of 
 Achieved GFLOP/s uses the analytic count (6 x multiply-adds per parameter-matmul token, Kaplan et
 al. 2020, plus attention and LM head) against the fp32 matmul peak measured in the same run.
 
-    nice python benchmarks/bench_train.py [--threads N] [--iters 5] [--warmup 1] [--compile] [--ablate]
+    nice python benchmarks/bench_train.py [--kinds encoder decoder] [--threads N] [--iters 5] [--warmup 1] [--compile] [--ablate]
 Writes a table to stdout and benchmarks/results/train.json.
 """
 from __future__ import annotations
@@ -127,7 +127,7 @@ def reference(kind: str) -> tuple[Callable[[], None], int]:
 
 def variants(a: argparse.Namespace) -> list[dict]:
     out = []
-    for kind in ("encoder", "decoder"):
+    for kind in a.kinds:
         ref_name, target = REF[kind]
         rows = [(f"{ref_name} (eager fp32)", lambda k=kind: reference(k)),
                 (f"ours {kind} fp32", lambda k=kind: ours(k))]
@@ -167,6 +167,8 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--compile", action="store_true", help="add torch.compile rows")
     ap.add_argument("--ablate", action="store_true", help="add rows with foreach AdamW / unfused CE")
+    ap.add_argument("--kinds", nargs="+", default=["encoder", "decoder"], choices=["encoder", "decoder"],
+                    help="which models to time (default both)")
     ap.add_argument("--bf16", action="store_true", help="add bf16 autocast rows (slow without AVX512-BF16/AMX)")
     a = ap.parse_args()
     if a.threads:

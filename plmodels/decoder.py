@@ -28,6 +28,7 @@ from .encoder import (
     init_weights,
     layer_norm,
 )
+from .dropout import Dropout
 from .hooks import HookedModel, HookPoint
 from .outputs import DecoderOutput
 from .positions import alibi_distance, rope_cos_sin
@@ -72,7 +73,7 @@ class Decoder(HookedModel, PrunableMixin, nn.Module):
         cfg = config
         self.wte = nn.Embedding(cfg.vocab_size, cfg.d_model)
         self.wpe = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.position == "learned" else None
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.embed = HookPoint()
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = layer_norm(cfg) if cfg.norm == "pre" else None

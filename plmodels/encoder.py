@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import MultiHeadAttention, keep_mask, resolve_attn_impl
+from .dropout import Dropout
 from .hooks import HookedModel, HookPoint
 from .outputs import EncoderOutput
 from .positions import alibi_distance, rope_cos_sin
@@ -146,7 +147,7 @@ class Block(nn.Module):
         self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, bias=cfg.bias, dropout=cfg.dropout, position=cfg.position)
         self.norm1, self.norm2 = layer_norm(cfg), layer_norm(cfg)
         self.mlp = MLP(cfg)
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.attn_out, self.mlp_out, self.resid_post = HookPoint(), HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor, keep, **attn_kw) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -226,7 +227,7 @@ class Embeddings(nn.Module):
         self.position = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.position == "learned" else None
         self.segment = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size > 0 else None
         self.norm = layer_norm(cfg) if cfg.norm == "post" else None
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         x = self.word(input_ids)  # (B, T, D)

@@ -30,6 +30,21 @@ def test_linear_cross_entropy_matches_reference_loss_and_grads(bias):
     assert torch.autograd.grad(linear_cross_entropy(h, w, b, y, 10), h)[0][::5].abs().max() == 0
 
 
+def test_linear_cross_entropy_is_exact_when_the_target_probability_underflows():
+    # logits 200 apart: p_y = exp(-200) is 0 in fp32, so -log p_y would be inf; those rows are
+    # recomputed as lse - z_y, the others keep -log p_y
+    torch.manual_seed(2)
+    h = (torch.randn(12, 4) * 40).requires_grad_()
+    w = torch.randn(7, 4, requires_grad=True)
+    y = torch.randint(0, 7, (12,))
+    fused = linear_cross_entropy(h, w, None, y, chunk_rows=5)
+    ref = F.cross_entropy(h @ w.T, y, reduction="sum")
+    assert torch.isfinite(fused) and fused.item() > 500  # some rows did underflow
+    assert_close(fused, ref)
+    for g, r in zip(torch.autograd.grad(fused, (h, w)), torch.autograd.grad(ref, (h, w))):
+        assert_close(g, r)
+
+
 def test_linear_cross_entropy_without_grad_is_plain_cross_entropy():
     torch.manual_seed(1)
     h, w, y = torch.randn(6, 4), torch.randn(9, 4), torch.randint(0, 9, (6,))

@@ -1,0 +1,48 @@
+"""plmodels.dropout: the drop rate, the scale, the gradient, reproducibility and eval identity."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plmodels.dropout import Dropout, dropout, dropout_mask
+
+
+def test_mask_drops_at_the_rate_and_keeps_the_expectation():
+    torch.manual_seed(0)
+    m = dropout_mask((1_000_000,), 0.1)
+    p = 3277 / 32768  # p rounded to 15 bits
+    assert m.unique().tolist() == [0.0, pytest.approx(1 / (1 - p))]
+    dropped = (m == 0).float().mean().item()
+    assert abs(dropped - p) < 5 * (p * (1 - p) / 1e6) ** 0.5  # within 5 standard errors
+    assert abs(m.mean().item() - 1.0) < 0.002
+
+
+def test_both_halves_of_each_draw_are_used_independently():
+    torch.manual_seed(1)
+    m = dropout_mask((400_000,), 0.5) == 0
+    even, odd = m[0::2].float(), m[1::2].float()  # the two 15-bit halves of the same int32 draw
+    assert abs(even.mean().item() - 0.5) < 0.005 and abs(odd.mean().item() - 0.5) < 0.005
+    assert abs(((even - 0.5) * (odd - 0.5)).mean().item()) < 0.002  # uncorrelated
+
+
+def test_gradient_uses_the_forward_mask_and_seed_reproduces_it():
+    x = torch.randn(64, 33, requires_grad=True)
+    torch.manual_seed(3)
+    y = dropout(x, 0.25)
+    (g,) = torch.autograd.grad(y.sum(), x)
+    kept = y != 0
+    assert torch.equal(g != 0, kept)
+    torch.testing.assert_close(g[kept], torch.full_like(g[kept], 1 / (1 - 8192 / 32768)))
+    torch.manual_seed(3)
+    assert torch.equal(dropout(x, 0.25), y)
+
+
+def test_module_is_identity_in_eval_and_refuses_bad_rates():
+    layer = Dropout(0.3).eval()
+    x = torch.randn(5, 7)
+    assert layer(x) is x
+    assert dropout(x, 0.0) is x
+    with pytest.raises(ValueError, match="dropout probability"):
+        Dropout(1.0)
+    with pytest.raises(ValueError, match="dropout probability"):
+        dropout(x, 0.99999)

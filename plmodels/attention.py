@@ -139,6 +139,26 @@ def additive_mask(keep: torch.Tensor | None, bias: torch.Tensor | None, dtype: t
     return mask if bias is None else mask + bias.to(dtype)
 
 
+class Packing:
+    """The real (non-padding) tokens of a padded (B, T) batch, so that the position-wise layers
+    (projections, MLP, LayerNorm) run on those N tokens only; attention scatters them back into the
+    padded (B, T) layout. With length-sorted batches ~10% of the tokens are padding (unpadding, as
+    in Geiping & Goldstein 2022, "Cramming"). rows: (N,) flat indices b T + t of the real tokens."""
+
+    def __init__(self, attention_mask: torch.Tensor) -> None:
+        self.batch, self.length = attention_mask.shape
+        self.rows = attention_mask.flatten().nonzero().squeeze(1)  # (N,)
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, ...) -> (N, ...)."""
+        return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.rows)
+
+    def pad(self, x: torch.Tensor) -> torch.Tensor:
+        """(N, ...) -> (B, T, ...), zeros at the padding."""
+        out = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy_(0, self.rows, x)
+        return out.view(self.batch, self.length, *x.shape[1:])
+
+
 class MultiHeadAttention(nn.Module):
     """Self-attention sub-layer: fused QKV projection (one Linear D -> 3 H Dh), optional RoPE on
     q and k, optional ALiBi bias, output projection H Dh -> D. Hook sites: `pattern`, `head_out`."""
@@ -168,18 +188,20 @@ class MultiHeadAttention(nn.Module):
         alibi_dist: torch.Tensor | None = None,
         head_mask: torch.Tensor | None = None,
         eager: bool = False,
+        packing: Packing | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, D) -> (out (B, T, D), probs (B, H, T, T) on the eager path else None).
 
         keep: bool (B|1, 1, T, T) may-attend mask; head_mask: (H_original,), entries of pruned heads
-        are ignored."""
-        B, T, _ = x.shape
+        are ignored. With `packing`, x and out are the (N, D) real tokens only."""
+        B, T = (packing.batch, packing.length) if packing is not None else x.shape[:2]
         H, Dh = self.n_heads, self.head_dim
         if H == 0:  # every head pruned: nothing to attend with, only the output bias remains
-            out = x.new_zeros(B, T, self.d_model)
+            out = x.new_zeros(*x.shape[:-1], self.d_model)
             out = out if self.out.bias is None else out + self.out.bias
             return out, (x.new_zeros(B, 0, T, T) if eager else None)
-        qkv = self.qkv(x).view(B, T, 3, H, Dh)  # (B, T, 3, H, Dh)
+        qkv = self.qkv(x)  # (B, T, 3 D) or packed (N, 3 D)
+        qkv = (packing.pad(qkv) if packing is not None else qkv).view(B, T, 3, H, Dh)  # (B, T, 3, H, Dh)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, Dh)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
@@ -197,8 +219,10 @@ class MultiHeadAttention(nn.Module):
             if head_mask is not None:
                 raise ValueError("the SDPA path cannot apply a head mask; use the eager path")
             y, probs = sdpa_attention(q, k, v, mask, is_causal=is_causal, dropout_p=p), None
-        y = self.head_out(y.transpose(1, 2))  # (B, T, H, Dh)
-        return self.out(y.reshape(B, T, H * Dh)), probs  # (B, T, H Dh) -> (B, T, D)
+        y = self.head_out(y.transpose(1, 2)).reshape(B, T, H * Dh)  # (B, T, H, Dh) -> (B, T, H Dh)
+        if packing is not None:
+            y = packing.pack(y)  # (N, H Dh)
+        return self.out(y), probs  # -> (B, T, D) or (N, D)
 
     @torch.no_grad()
     def prune(self, heads: list[int]) -> None:

@@ -27,6 +27,7 @@ from .encoder import (
     config_to_dict,
     init_weights,
     layer_norm,
+    packing_for,
 )
 from .dropout import Dropout
 from .hooks import HookedModel, HookPoint
@@ -94,11 +95,14 @@ class Decoder(HookedModel, PrunableMixin, nn.Module):
         output_attentions: bool = False,
         attn_impl: str = "auto",
         return_logits: bool = True,
+        unpad: bool = False,
     ) -> DecoderOutput:
+        """unpad=True: the position-wise layers see the real tokens only (see Encoder.forward)."""
         cfg = self.config
         T = input_ids.shape[1]
         check_length(T, cfg.max_positions)
         self._check_head_mask(head_mask)
+        packing = packing_for(self, attention_mask, unpad)
         eager = resolve_attn_impl(
             attn_impl, output_attentions=output_attentions, head_mask=head_mask, pattern_hooks=self._pattern_hooks_active()
         )
@@ -106,7 +110,7 @@ class Decoder(HookedModel, PrunableMixin, nn.Module):
         keep, is_causal = keep_mask(
             attention_mask, T, input_ids.device, causal=True, explicit=eager or cfg.position == "alibi"
         )
-        kw: dict[str, Any] = {"eager": eager, "is_causal": is_causal}
+        kw: dict[str, Any] = {"eager": eager, "is_causal": is_causal, "packing": packing}
         if cfg.position == "rope":
             kw["rope"] = rope_cos_sin(T, cfg.d_model // cfg.n_heads, input_ids.device)
         elif cfg.position == "alibi":
@@ -115,12 +119,16 @@ class Decoder(HookedModel, PrunableMixin, nn.Module):
         if self.wpe is not None:
             x = x + self.wpe.weight[:T]  # (T, D) broadcast over B
         x = self.embed(self.drop(x))
+        x = x if packing is None else packing.pack(x)  # (N, D): real tokens only
         hidden, attns = [x], []
         for l, block in enumerate(self.blocks):
             x, probs = block(x, keep, head_mask=None if head_mask is None else head_mask[l], **kw)
             hidden.append(x)
             attns.append(probs)
         last = x if self.final_norm is None else self.final_norm(x)
+        if packing is not None:  # back to (B, T, D)
+            last = packing.pad(last)
+            hidden = [packing.pad(h) for h in hidden] if output_hidden_states else hidden
         return DecoderOutput(
             last_hidden_state=last,
             logits=self.lm_logits(last) if return_logits else None,

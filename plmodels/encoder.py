@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import MultiHeadAttention, keep_mask, resolve_attn_impl
+from .attention import MultiHeadAttention, Packing, keep_mask, resolve_attn_impl
 from .dropout import Dropout
 from .hooks import HookedModel, HookPoint
 from .outputs import EncoderOutput
@@ -184,6 +184,20 @@ def check_length(seq_len: int, max_positions: int) -> None:
         )
 
 
+def packing_for(model: Any, attention_mask: torch.Tensor | None, unpad: bool) -> Packing | None:
+    """The `Packing` of a padded batch when unpad=True and there is padding, else None. Hooks on the
+    residual-stream sites of a block would see (N, D) tensors instead of (B, T, D), so unpadding
+    refuses them (the attention sites `pattern` and `head_out` keep their padded shapes)."""
+    if not unpad or attention_mask is None or bool(attention_mask.all()):
+        return None
+    packed_sites = ("resid_pre", "attn_out", "mlp_out", "resid_post")
+    active = [name for name, p in model.hook_points().items() if p.fns and name.endswith(packed_sites)]
+    if active:
+        raise ValueError(f"unpad=True cannot run with hooks on {active} (they would see packed (N, D) "
+                         "tensors); use unpad=False")
+    return Packing(attention_mask)
+
+
 class PrunableMixin:
     """`n_heads_per_layer` and `prune_heads`, shared by encoder and decoder (needs self.blocks)."""
 
@@ -282,27 +296,35 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         attn_impl: str = "auto",
+        unpad: bool = False,
     ) -> EncoderOutput:
+        """unpad=True runs the position-wise layers on the real tokens only (`Packing`); the outputs
+        are then zero at the padding (instead of vectors computed for [PAD] tokens)."""
         cfg = self.config
         T = input_ids.shape[1]
         check_length(T, cfg.max_positions)
         self._check_head_mask(head_mask)
+        packing = packing_for(self, attention_mask, unpad)
         eager = resolve_attn_impl(
             attn_impl, output_attentions=output_attentions, head_mask=head_mask, pattern_hooks=self._pattern_hooks_active()
         )
         keep, _ = keep_mask(attention_mask, T, input_ids.device, causal=False, explicit=eager)
-        kw: dict[str, Any] = {"eager": eager}
+        kw: dict[str, Any] = {"eager": eager, "packing": packing}
         if cfg.position == "rope":
             kw["rope"] = rope_cos_sin(T, cfg.d_model // cfg.n_heads, input_ids.device)
         elif cfg.position == "alibi":
             kw["alibi_dist"] = alibi_distance(T, input_ids.device)  # symmetric -|i - j|
         x = self.embed(self.embeddings(input_ids, token_type_ids))  # (B, T, D)
+        x = x if packing is None else packing.pack(x)  # (N, D): real tokens only
         hidden, attns = [x], []
         for l, block in enumerate(self.blocks):
             x, probs = block(x, keep, head_mask=None if head_mask is None else head_mask[l], **kw)
             hidden.append(x)
             attns.append(probs)
         last = x if self.final_norm is None else self.final_norm(x)
+        if packing is not None:  # back to (B, T, D)
+            last = packing.pad(last)
+            hidden = [packing.pad(h) for h in hidden] if output_hidden_states else hidden
         pooled = torch.tanh(self.pooler(last[:, 0]))  # (B, D) from [CLS]
         return EncoderOutput(
             last_hidden_state=last,

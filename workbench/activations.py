@@ -24,7 +24,8 @@ token -> column map (vectorised; no per-word Python loop).
 
 Extraction streams length-sorted, token-budgeted batches through the model (SDPA unless attention
 is requested), pools with index_select / index_add over a flat token -> word map, and `pwrite`s each
-sentence's rows at their global offsets, so RAM is bounded by one batch whatever the dataset size.
+sentence's rows at their global offsets, so RAM is bounded by two batches (one in the model, the
+previous one being written by a writer thread) whatever the dataset size.
 It builds into a temporary sibling folder and renames it when complete: a killed extraction leaves
 no store, only a temp folder that the next run deletes (restart, not resume).
 """
@@ -35,6 +36,7 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -143,8 +145,13 @@ def _build_batch(pieces: list[Piece], sent_offsets: np.ndarray, pad_id: int) -> 
     for b, p in enumerate(pieces):
         ids[b, : len(p.ids)] = p.ids
         mask[b, : len(p.ids)] = 1
-        t = np.flatnonzero((p.tok_word >= 0) & np.isin(p.tok_word, p.own_words))
-        local = np.searchsorted(p.own_words, p.tok_word[t])  # own_words is sorted
+        n_own = len(p.own_words)
+        if n_own and p.own_words[0] == 0 and p.own_words[-1] == n_own - 1:  # owns all its words 0..n-1
+            t = np.flatnonzero(p.tok_word >= 0)
+            local = p.tok_word[t]
+        else:  # a window owning some of its words
+            t = np.flatnonzero((p.tok_word >= 0) & np.isin(p.tok_word, p.own_words))
+            local = np.searchsorted(p.own_words, p.tok_word[t])  # own_words is sorted
         tok_idx.append(b * T + t)
         tok_word.append(base[-1] + local)
         dest.append(sent_offsets[p.sent] + p.own_words)
@@ -359,8 +366,9 @@ class Estimate:
 def estimate_bytes(n_layers: int, d_model: int, n_heads: int, sent_words: np.ndarray,
                    batch_shapes: list[tuple[int, int]], attentions: bool, n_special: int,
                    param_bytes: int = 0) -> Estimate:
-    """Disk = (L+1) N D 2 [+ sum_s n_s^2 L H 2 + N L H K 2]; RAM = params + max over batches of
-    (L+1) B T D 4 x 3 (hidden states, their pooled copies, model work space) [+ L B H T T 4 x 2]."""
+    """Disk = (L+1) N D 2 [+ sum_s n_s^2 L H 2 + N L H K 2]; RAM = params + 2 x max over batches of
+    (L+1) B T D 4 x 3 (hidden states, their pooled copies, model work space) [+ L B H T T 4 x 2]
+    (two batches are alive: one in the model, the previous one in the writer thread)."""
     L1, N = n_layers + 1, int(sent_words.sum())
     disk = L1 * N * d_model * 2
     if attentions:
@@ -372,13 +380,13 @@ def estimate_bytes(n_layers: int, d_model: int, n_heads: int, sent_words: np.nda
         if attentions:
             ram += n_layers * B * n_heads * T * T * 4 * 2
         peak = max(peak, ram)
-    return Estimate(disk=int(disk), ram=int(param_bytes + peak))
+    return Estimate(disk=int(disk), ram=int(param_bytes + 2 * peak))
 
 
 # ---------------------------------------------------------------------------------- extraction
 def _forward(model, ids, mask, attentions: bool):
     kw = dict(attention_mask=mask, output_hidden_states=True, output_attentions=attentions,
-              attn_impl="eager" if attentions else "sdpa")
+              attn_impl="eager" if attentions else "sdpa", unpad=True)  # padding rows are never read
     if getattr(model, "kind", "encoder") == "decoder":
         kw["return_logits"] = False
     return model(ids, **kw)
@@ -404,13 +412,13 @@ def _write_attention(batch: _Batch, atts, tokenizer_slots: dict[int, int], n_spe
     L = len(atts)
     B, T = batch.ids.shape
     tok_word = np.full((B, T), -1, dtype=np.int64)  # numpy: tiny per-row ops, no OpenMP round trips
-    slot = np.full((B, T), -1, dtype=np.int64)
-    n_max = 0
     for b, p in enumerate(batch.pieces):
         tok_word[b, : len(p.ids)] = p.tok_word
-        for tid, k in tokenizer_slots.items():
-            slot[b, : len(p.ids)][(p.ids == tid) & (p.tok_word < 0)] = k
-        n_max = max(n_max, int(p.tok_word.max(initial=-1)) + 1)
+    ids, real = batch.ids.numpy(), batch.mask.numpy().astype(bool)
+    slot = np.full((B, T), -1, dtype=np.int64)
+    for tid, k in tokenizer_slots.items():
+        slot[(ids == tid) & (tok_word < 0) & real] = k
+    n_max = int(tok_word.max(initial=-1)) + 1
     tok_word, slot = torch.from_numpy(tok_word), torch.from_numpy(slot)
     alloc = np.empty if all(a.shape[1] == n_heads for a in atts) else partial(np.full, fill_value=np.nan)
     word = alloc((L, B, n_heads, n_max, n_max), dtype=np.float16)
@@ -448,7 +456,8 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
     root = Path(store_root)
     tok_fp = tokenizer.fingerprint()
     mid = model_id or model_fingerprint(model)
-    key = store_key(mid, data_hash(sentences), pooling, tok_fp, policy, key_extra)
+    dhash = data_hash(sentences)
+    key = store_key(mid, dhash, pooling, tok_fp, policy, key_extra)
     for with_attn in ([True] if attentions else [True, False]):
         d = _store_dir(root, key, pooling, with_attn)
         if (d / INDEX_FILE).is_file():
@@ -500,21 +509,38 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                     special_fd = os.open(tmp / "special.f16", os.O_RDWR | os.O_CREAT, 0o644)
                     os.ftruncate(special_fd, N * L * H * K * 2)
                 total = sum(len(p.ids) for p in align.pieces)
-                with Progress(total, "extract", "tok", disable=not progress) as bar:
+
+                def store_batch(batch: _Batch, hidden: tuple, atts: tuple | None) -> None:
+                    """Pool, convert and write one batch (runs in the writer thread)."""
+                    with torch.inference_mode():
+                        B, T = batch.ids.shape
+                        pooled = np.empty((L + 1, len(batch.dest_rows), D), dtype=np.float16)
+                        for l, h in enumerate(hidden):
+                            pooled[l] = POOLINGS[pooling](h.reshape(B * T, D).float().cpu(),
+                                                          batch.plan).to(torch.float16).numpy()
+                        _write_batch(batch, pooled, fds, D * 2)
+                        if atts is not None:
+                            _write_attention(batch, [a.cpu() for a in atts], slots, K, H,
+                                             attn_fd, special_fd, attn_offsets, sent_offsets)
+
+                # Batch k is pooled and written by one writer thread while batch k+1 runs through
+                # the model: the writes, the word-attention conversion and the pooling are mostly
+                # single-threaded, and overlapping them with the (multi-threaded) forward keeps
+                # every core busy. At most one batch waits for the writer, so RAM stays bounded.
+                with Progress(total, "extract", "tok", disable=not progress) as bar, \
+                        ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer") as writer:
+                    pending = None
                     for idx in batches:
                         batch = _build_batch([align.pieces[i] for i in idx], sent_offsets, pad_id)
                         out = _forward(model, batch.ids.to(device), batch.mask.to(device), attentions)
-                        pool = POOLINGS[pooling]
-                        B, T = batch.ids.shape
-                        pooled = np.empty((L + 1, len(batch.dest_rows), D), dtype=np.float16)
-                        for l, h in enumerate(out.hidden_states):
-                            pooled[l] = pool(h.reshape(B * T, D).float().cpu(), batch.plan).to(torch.float16).numpy()
-                        _write_batch(batch, pooled, fds, D * 2)
-                        if attentions:
-                            _write_attention(batch, [a.cpu() for a in out.attentions], slots, K, H,
-                                             attn_fd, special_fd, attn_offsets, sent_offsets)
-                        del out, pooled
+                        if pending is not None:
+                            pending.result()  # re-raises a writer error here
+                        pending = writer.submit(store_batch, batch, out.hidden_states,
+                                                out.attentions if attentions else None)
+                        del out
                         bar.update(int(batch.mask.sum()))
+                    if pending is not None:
+                        pending.result()
             finally:
                 for fd in fds + ([attn_fd, special_fd] if attentions else []):
                     if fd >= 0:
@@ -525,7 +551,7 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                 "model_kind": getattr(model, "kind", None), "n_layers": L + 1, "d_model": D,
                 "n_words": N, "n_sentences": len(sentences), "pooling": pooling,
                 "tokenizer_fingerprint": tok_fp, "dtype": "float16",
-                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "data_hash": data_hash(sentences),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "data_hash": dhash,
                 "key_extra": key_extra, "attentions": attentions, "alignment": align.report(),
                 "estimate": {"disk": est.disk, "ram": est.ram},
             }

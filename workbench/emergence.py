@@ -89,7 +89,7 @@ def _rows(model: str, step: int, tokens: int, task: str, values: Mapping[str, fl
 class _LMEval:
     """The run's own held-out rows and fixed mask, built once and scored on each checkpoint."""
 
-    def __init__(self, run: Path, eval_sequences: int | None):
+    def __init__(self, run: Path, eval_sequences: int | None, eval_name: str = "eval"):
         import torch
 
         from plmodels.corpus import PackedDataset
@@ -100,16 +100,20 @@ class _LMEval:
         cfg = PretrainConfig.from_dict(resolved["pretrain"], source=str(run / "config.resolved.json"))
         if eval_sequences is not None:
             cfg = load_config(cfg, {"eval_sequences": eval_sequences})
-        self.ok = cfg.eval_source is not None
+        sources = {"eval": (cfg.eval_source, cfg.eval_split), **{k: tuple(v) for k, v in cfg.extra_eval.items()}}
+        if eval_name not in sources:
+            raise ValueError(f"{run}: no held-out set {eval_name!r}; the run has {sorted(sources)}")
+        src, split = sources[eval_name]
+        self.ok = src is not None
         if not self.ok:
             return
         tok = Tokenizer.load(run / "tokenizer")
         train = token_cache(cfg.train_source, cfg.train_split, cfg, tok, run, Dist(), cfg.max_train_texts)
         counts = torch.from_numpy(np.bincount(train, minlength=tok.vocab_size)).double()
         log_unigram = ((counts + 1) / (counts.sum() + tok.vocab_size)).log()
-        ids = token_cache(cfg.eval_source, cfg.eval_split, cfg, tok, run, Dist())
+        ids = token_cache(src, split, cfg, tok, run, Dist())
         ds = PackedDataset.for_tokenizer(ids, cfg.seq_len, cfg.seed, tok)
-        self.evaluator = Evaluator("eval", ds, cfg, tok, log_unigram, torch.device("cpu"))
+        self.evaluator = Evaluator(eval_name, ds, cfg, tok, log_unigram, torch.device("cpu"))
         self.train_ids, self.kind, self.vocab = train, cfg.kind, tok.vocab_size
 
     def __call__(self, model) -> dict[str, float]:
@@ -280,13 +284,15 @@ def bigram_baseline(train_ids: np.ndarray, prev: np.ndarray, targets: np.ndarray
             "beta": float(beta)}
 
 
-def decoder_baselines(run_folder: str | Path, eval_sequences: int | None = None) -> dict[str, float]:
-    """`bigram_baseline` on exactly the held-out targets the decoder run is evaluated on."""
+def decoder_baselines(run_folder: str | Path, eval_sequences: int | None = None,
+                      eval_name: str = "eval") -> dict[str, float]:
+    """`bigram_baseline` on exactly the held-out targets the decoder run is evaluated on: its main
+    held-out set ("eval") or one of its `extra_eval` sets by name (e.g. "wikitext2")."""
     import torch
 
     from plmodels.masking import IGNORE_INDEX
 
-    ev = _LMEval(Path(run_folder), eval_sequences)
+    ev = _LMEval(Path(run_folder), eval_sequences, eval_name)
     if not ev.ok or ev.kind != "decoder":
         raise ValueError(f"{run_folder}: a bigram baseline needs a decoder run with an eval_source")
     prev, tgt = [], []

@@ -83,12 +83,17 @@ def test_bigram_baseline_planted_cycle():
 
 
 def test_decoder_baselines_match_the_trainers_unigram(tmp_path):
-    run = _run(tmp_path, "decoder", 2, vocab_size=300, ckpt_log_spaced=False)
-    out = decoder_baselines(run)
+    other = _corpus(tmp_path / "other.txt", 150, 7)
+    run = _run(tmp_path, "decoder", 2, vocab_size=300, ckpt_log_spaced=False,
+               extra_eval={"other": [str(other), None]})
     rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
-    uni = next(r["value"] for r in rows if r["metric"] == "unigram_loss")
-    assert out["unigram_loss"] == pytest.approx(uni, rel=1e-6)
-    assert out["bigram_loss"] < out["unigram_loss"] - 0.5  # the toy language is very bigram-predictable
+    for name in ("eval", "other"):  # the main held-out set and an extra_eval set, by name
+        out = decoder_baselines(run, eval_name=name)
+        uni = next(r["value"] for r in rows if r["metric"] == "unigram_loss" and r["split"] == name)
+        assert out["unigram_loss"] == pytest.approx(uni, rel=1e-6)
+        assert out["bigram_loss"] < out["unigram_loss"] - 0.5  # the toy language is very bigram-predictable
+    with pytest.raises(ValueError, match="no held-out set 'wiki'"):
+        decoder_baselines(run, eval_name="wiki")
 
 
 def test_emergence_refuses_unknown_steps(encoder_run, tmp_path):

@@ -24,8 +24,7 @@ token -> column map (vectorised; no per-word Python loop).
 
 Extraction streams length-sorted, token-budgeted batches through the model (SDPA unless attention
 is requested), pools with index_select / index_add over a flat token -> word map, and `pwrite`s each
-sentence's rows at their global offsets, so RAM is bounded by two batches (one in the model, the
-previous one being written by a writer thread) whatever the dataset size.
+sentence's rows at their global offsets, so RAM is bounded by one batch whatever the dataset size.
 It builds into a temporary sibling folder and renames it when complete: a killed extraction leaves
 no store, only a temp folder that the next run deletes (restart, not resume).
 """
@@ -36,7 +35,6 @@ import json
 import os
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -366,9 +364,8 @@ class Estimate:
 def estimate_bytes(n_layers: int, d_model: int, n_heads: int, sent_words: np.ndarray,
                    batch_shapes: list[tuple[int, int]], attentions: bool, n_special: int,
                    param_bytes: int = 0) -> Estimate:
-    """Disk = (L+1) N D 2 [+ sum_s n_s^2 L H 2 + N L H K 2]; RAM = params + 2 x max over batches of
-    (L+1) B T D 4 x 3 (hidden states, their pooled copies, model work space) [+ L B H T T 4 x 2]
-    (two batches are alive: one in the model, the previous one in the writer thread)."""
+    """Disk = (L+1) N D 2 [+ sum_s n_s^2 L H 2 + N L H K 2]; RAM = params + max over batches of
+    (L+1) B T D 4 x 3 (hidden states, their pooled copies, model work space) [+ L B H T T 4 x 2]."""
     L1, N = n_layers + 1, int(sent_words.sum())
     disk = L1 * N * d_model * 2
     if attentions:
@@ -380,7 +377,7 @@ def estimate_bytes(n_layers: int, d_model: int, n_heads: int, sent_words: np.nda
         if attentions:
             ram += n_layers * B * n_heads * T * T * 4 * 2
         peak = max(peak, ram)
-    return Estimate(disk=int(disk), ram=int(param_bytes + 2 * peak))
+    return Estimate(disk=int(disk), ram=int(param_bytes + peak))
 
 
 # ---------------------------------------------------------------------------------- extraction
@@ -509,38 +506,21 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                     special_fd = os.open(tmp / "special.f16", os.O_RDWR | os.O_CREAT, 0o644)
                     os.ftruncate(special_fd, N * L * H * K * 2)
                 total = sum(len(p.ids) for p in align.pieces)
-
-                def store_batch(batch: _Batch, hidden: tuple, atts: tuple | None) -> None:
-                    """Pool, convert and write one batch (runs in the writer thread)."""
-                    with torch.inference_mode():
-                        B, T = batch.ids.shape
-                        pooled = np.empty((L + 1, len(batch.dest_rows), D), dtype=np.float16)
-                        for l, h in enumerate(hidden):
-                            pooled[l] = POOLINGS[pooling](h.reshape(B * T, D).float().cpu(),
-                                                          batch.plan).to(torch.float16).numpy()
-                        _write_batch(batch, pooled, fds, D * 2)
-                        if atts is not None:
-                            _write_attention(batch, [a.cpu() for a in atts], slots, K, H,
-                                             attn_fd, special_fd, attn_offsets, sent_offsets)
-
-                # Batch k is pooled and written by one writer thread while batch k+1 runs through
-                # the model: the writes, the word-attention conversion and the pooling are mostly
-                # single-threaded, and overlapping them with the (multi-threaded) forward keeps
-                # every core busy. At most one batch waits for the writer, so RAM stays bounded.
-                with Progress(total, "extract", "tok", disable=not progress) as bar, \
-                        ThreadPoolExecutor(max_workers=1, thread_name_prefix="store-writer") as writer:
-                    pending = None
+                with Progress(total, "extract", "tok", disable=not progress) as bar:
                     for idx in batches:
                         batch = _build_batch([align.pieces[i] for i in idx], sent_offsets, pad_id)
                         out = _forward(model, batch.ids.to(device), batch.mask.to(device), attentions)
-                        if pending is not None:
-                            pending.result()  # re-raises a writer error here
-                        pending = writer.submit(store_batch, batch, out.hidden_states,
-                                                out.attentions if attentions else None)
-                        del out
+                        B, T = batch.ids.shape
+                        pooled = np.empty((L + 1, len(batch.dest_rows), D), dtype=np.float16)
+                        for l, h in enumerate(out.hidden_states):
+                            pooled[l] = POOLINGS[pooling](h.reshape(B * T, D).float().cpu(),
+                                                          batch.plan).to(torch.float16).numpy()
+                        _write_batch(batch, pooled, fds, D * 2)
+                        if attentions:
+                            _write_attention(batch, [a.cpu() for a in out.attentions], slots, K, H,
+                                             attn_fd, special_fd, attn_offsets, sent_offsets)
+                        del out, pooled
                         bar.update(int(batch.mask.sum()))
-                    if pending is not None:
-                        pending.result()
             finally:
                 for fd in fds + ([attn_fd, special_fd] if attentions else []):
                     if fd >= 0:

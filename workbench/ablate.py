@@ -172,8 +172,11 @@ def _kept_labels(store, labels_per_sentence: list[np.ndarray]) -> np.ndarray:
     return np.concatenate([lab[:k] for lab, k in zip(labels_per_sentence, kept)])
 
 
-def pos_by_layer(model, tokenizer, store_root: Path, ev: AblationEval, seed: int = 0) -> dict[int, float]:
-    """UPOS accuracy per layer (0 = embeddings) of a logistic-regression probe on first-subword vectors.
+def pos_by_layer(model, tokenizer, store_root: Path, ev: AblationEval, seed: int = 0,
+                 pooling: str = "first") -> dict[int, float]:
+    """UPOS accuracy per layer (0 = embeddings) of a logistic-regression probe on word vectors pooled
+    by `pooling` (first subword by default; "last" suits a causal decoder, whose last subword of a
+    word is the only one that has seen the whole word).
 
     Train: first `pos_train_sentences` of EWT train; test: first `pos_test_sentences` of EWT dev.
     Features are standardised with the train mean/std; dev words with a label unseen in train are
@@ -189,7 +192,7 @@ def pos_by_layer(model, tokenizer, store_root: Path, ev: AblationEval, seed: int
     for split, n in (("train", ev.pos_train_sentences), ("dev", ev.pos_test_sentences)):
         sents = ud_sentences("ewt", split)[:n]
         store = extract(model, tokenizer, [list(s.words) for s in sents], store_root, key_extra=f"ablate-pos:{split}",
-                        progress=False)
+                        pooling=pooling, progress=False)
         data[split] = (store, _kept_labels(store, [np.array(s.upos) for s in sents]))
     (tr, y_tr), (te, y_te) = data["train"], data["dev"]
     seen = np.isin(y_te, np.unique(y_tr))

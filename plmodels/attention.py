@@ -82,7 +82,7 @@ def sdpa_attention(
 
     With dropout on the CPU, PyTorch has no fused kernel and falls back to its math path, which draws
     the mask with bernoulli_; the eager `attention` above computes the same function with the
-    cheaper mask of dropout.py (1.4x faster attention, fwd + bwd, for the mini shape)."""
+    cheaper mask of dropout.py (fwd + bwd of one mini-shape layer: 47 ms against 58-82 ms)."""
     if dropout_p > 0.0 and q.device.type == "cpu":
         if is_causal:
             T = q.shape[-2]

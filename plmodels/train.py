@@ -293,8 +293,8 @@ class LinearCrossEntropy(torch.autograd.Function):
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
         grad_b = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
         total = hidden.new_zeros((), dtype=torch.float32)
-        # one logits buffer for all chunks: a fresh (c, V) tensor per chunk is a fresh mmap whose
-        # pages fault in on first touch, which cost ~10% of a mini decoder step on the CPU
+        # one logits buffer for all chunks: a fresh (c, V) tensor per chunk (64 MB for the mini
+        # decoder) is a fresh mmap whose pages fault in on first touch
         buf = hidden.new_empty(min(chunk_rows, n), weight.shape[0])
         for s in range(0, n, chunk_rows):
             h, y = hidden[s: s + chunk_rows], targets[s: s + chunk_rows]
@@ -303,8 +303,9 @@ class LinearCrossEntropy(torch.autograd.Function):
             valid = y != IGNORE_INDEX
             y0 = y.clamp_min(0)[:, None]  # (c, 1); ignored rows are zeroed below
             torch._softmax(z, -1, False, out=z)  # probabilities, in place (one fused kernel)
-            nll = -z.gather(1, y0)[:, 0].log()  # -log p_y = lse(z) - z_y
-            tiny = z.gather(1, y0)[:, 0] < 1e-30  # p_y near fp32 underflow: recompute lse exactly
+            p_y = z.gather(1, y0)[:, 0]
+            nll = -p_y.log()  # -log p_y = lse(z) - z_y
+            tiny = p_y < 1e-30  # p_y near fp32 underflow: recompute lse(z) - z_y exactly
             if bool(tiny.any()):
                 exact = h[tiny] @ weight.t() if bias is None else torch.addmm(bias, h[tiny], weight.t())
                 nll[tiny] = exact.logsumexp(-1) - exact.gather(1, y0[tiny])[:, 0]

@@ -84,10 +84,8 @@ def sdpa_attention(
     the mask with bernoulli_; the eager `attention` above computes the same function with the
     cheaper mask of dropout.py (fwd + bwd of one mini-shape layer: 47 ms against 58-82 ms)."""
     if dropout_p > 0.0 and q.device.type == "cpu":
-        if is_causal:
-            T = q.shape[-2]
-            keep = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-            causal = torch.zeros(T, T, dtype=q.dtype, device=q.device).masked_fill_(~keep, torch.finfo(q.dtype).min)
+        if is_causal:  # the mask is_causal stands for, materialised for the eager path
+            causal = additive_mask(keep_mask(None, q.shape[-2], q.device, causal=True, explicit=True)[0], None, q.dtype)
             mask = causal if mask is None else mask + causal
         return attention(q, k, v, mask, dropout_p=dropout_p)[0]
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal)

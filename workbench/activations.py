@@ -506,6 +506,7 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                     special_fd = os.open(tmp / "special.f16", os.O_RDWR | os.O_CREAT, 0o644)
                     os.ftruncate(special_fd, N * L * H * K * 2)
                 total = sum(len(p.ids) for p in align.pieces)
+                pool = POOLINGS[pooling]
                 with Progress(total, "extract", "tok", disable=not progress) as bar:
                     for idx in batches:
                         batch = _build_batch([align.pieces[i] for i in idx], sent_offsets, pad_id)
@@ -513,8 +514,7 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                         B, T = batch.ids.shape
                         pooled = np.empty((L + 1, len(batch.dest_rows), D), dtype=np.float16)
                         for l, h in enumerate(out.hidden_states):
-                            pooled[l] = POOLINGS[pooling](h.reshape(B * T, D).float().cpu(),
-                                                          batch.plan).to(torch.float16).numpy()
+                            pooled[l] = pool(h.reshape(B * T, D).float().cpu(), batch.plan).to(torch.float16).numpy()
                         _write_batch(batch, pooled, fds, D * 2)
                         if attentions:
                             _write_attention(batch, [a.cpu() for a in out.attentions], slots, K, H,

@@ -80,10 +80,14 @@ def sdpa_attention(
 ) -> torch.Tensor:
     """Fused attention, (B, H, T, Dh) -> (B, H, T, Dh); mask additive in q's dtype or None.
 
-    With dropout on the CPU, PyTorch has no fused kernel and falls back to its math path, which draws
-    the mask with bernoulli_; the eager `attention` above computes the same function with the
-    cheaper mask of dropout.py (fwd + bwd of one mini-shape layer: 47 ms against 58-82 ms)."""
-    if dropout_p > 0.0 and q.device.type == "cpu":
+    Two CPU cases go to the eager `attention` above, which computes the same function:
+    - dropout: PyTorch has no fused CPU kernel and falls back to its math path, which draws the mask
+      with bernoulli_; eager uses the cheaper mask of dropout.py (fwd + bwd of one mini-shape layer:
+      47 ms against 58-82 ms);
+    - bfloat16 (training under bf16 autocast): the CPU flash kernel's backward is slow in bf16; fwd +
+      bwd at 64 x 4 heads x 128 x 64 took 95 ms against 25 ms eager (bf16 matmuls, bf16 softmax) on an
+      AVX512-BF16 CPU, where fp32 SDPA took 60 ms (benchmarks: docs/training.md, "Speed")."""
+    if q.device.type == "cpu" and (dropout_p > 0.0 or q.dtype == torch.bfloat16):
         if is_causal:  # the mask is_causal stands for, materialised for the eager path
             causal = additive_mask(keep_mask(None, q.shape[-2], q.device, causal=True, explicit=True)[0], None, q.dtype)
             mask = causal if mask is None else mask + causal

@@ -13,6 +13,11 @@ step at lr 0). After warmup, with progress p = (step - warmup) / max(1, total - 
   al. 2024): lr = peak until the last `decay_frac` of the post-warmup steps, then linear to m,
   i.e. with q = (p - (1 - decay_frac)) / decay_frac: lr = peak for q <= 0, m + (peak - m)(1 - q)
   after. Under a short budget it keeps the rate high for longer than "linear" does.
+
+Schedules run on the step count, or on the clock (`schedule_step`): with a wall-clock budget the
+schedule position is the further of the step and the share of the budget used, so the decay ends
+when the budget does, whatever the machine's speed (as in Geiping & Goldstein 2022, "Cramming",
+whose schedules are tied to the time budget).
 """
 from __future__ import annotations
 
@@ -63,3 +68,13 @@ def lr_at(step: int, *, peak: float, warmup: int, total: int, schedule: str = "l
     p = min(1.0, max(0.0, (step - warmup) / max(1, total - warmup)))
     floor = min_ratio * peak
     return floor + (peak - floor) * SCHEDULES[schedule](p, decay_frac)
+
+
+def schedule_step(step: int, elapsed_s: float, budget_s: float | None, total: int) -> int:
+    """The step at which to read the schedule: `step`, or, with a time budget, the further of `step`
+    and the budget's used share mapped onto the `total` steps, floor(total * elapsed / budget)."""
+    if budget_s is None:
+        return step
+    if budget_s <= 0:
+        raise ValueError(f"budget_s must be > 0, got {budget_s}")
+    return max(step, min(total, int(total * max(0.0, elapsed_s) / budget_s)))

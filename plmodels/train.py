@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from plmodels.masking import IGNORE_INDEX, MaskingConfig, continuation_ids, mask_tokens, step_generator, word_starts
 from plmodels.presets import preset as preset_fields
-from plmodels.schedule import SCHEDULES, lr_at
+from plmodels.schedule import SCHEDULES, lr_at, schedule_step
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "pretrain"
 # Keys that may change when a run resumes: they change neither the data, the model nor the updates.
@@ -87,6 +87,8 @@ class PretrainConfig:
     clip: float = 1.0                             # max global grad norm (0 = off)
     max_steps: int = 1000                         # optimizer steps; also the schedule's length
     max_minutes: float | None = None              # wall-clock training budget (whichever comes first)
+    schedule_clock: str = "steps"                 # "steps" | "time": lr schedule over max_steps, or over
+                                                  # max_minutes too (ends with the budget; not replayable)
     eval_every: int = 200                         # steps between evaluations (0 = only at the end)
     eval_sequences: int = 256                     # held-out rows evaluated (fixed rows, fixed mask)
     log_every: int = 10                           # steps between progress lines on stderr
@@ -119,6 +121,10 @@ class PretrainConfig:
             raise ValueError(f"need lr > 0, clip >= 0, weight_decay >= 0; got {self.lr}, {self.clip}, {self.weight_decay}")
         if self.max_minutes is not None and self.max_minutes <= 0:
             raise ValueError(f"max_minutes must be > 0 or null, got {self.max_minutes}")
+        if self.schedule_clock not in ("steps", "time"):
+            raise ValueError(f"schedule_clock must be 'steps' or 'time', got {self.schedule_clock!r}")
+        if self.schedule_clock == "time" and self.max_minutes is None:
+            raise ValueError("schedule_clock 'time' needs max_minutes (the budget the schedule spans)")
         preset_fields(self.kind, self.preset)  # checks the preset name
         MaskingConfig.from_dict(self.masking)  # checks the masking keys
 
@@ -283,63 +289,83 @@ class LinearCrossEntropy(torch.autograd.Function):
     then dL/dh = dz W and dL/dW += dz^T h, dL/db += sum dz. So the full (N, V) logits, their fp32 log-softmax copy and the
     separate backward pass over them are never materialised; backward only scales the stored
     gradients by the incoming scalar. Same FLOPs as linear + F.cross_entropy (3 matmuls).
+
+    `compute_dtype` bfloat16 is the bf16-autocast version: the three matmuls run in bf16 (as
+    autocast runs F.linear and its backward), the softmax and the loss in fp32 on an fp32 copy of
+    the bf16 logits (as `F.cross_entropy(logits.float())` does), dz is rounded to bf16 for the two
+    backward matmuls, and dL/dW accumulates over chunks in fp32.
     hidden (N, D), weight (V, D), bias (V,) or None, targets (N,) long -> scalar (sum, not mean).
     """
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, chunk_rows: int):
+    def forward(ctx, hidden, weight, bias, targets, chunk_rows: int, compute_dtype=torch.float32):
         n = hidden.shape[0]
-        grad_h = torch.empty_like(hidden)
-        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-        grad_b = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
+        low = compute_dtype != torch.float32
+        h_all, w = hidden.to(compute_dtype), weight.to(compute_dtype)
+        b = None if bias is None else bias.to(compute_dtype)
+        grad_h = torch.empty_like(h_all)
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros_like(bias, dtype=torch.float32) if bias is not None and ctx.needs_input_grad[2] else None
         total = hidden.new_zeros((), dtype=torch.float32)
         # one logits buffer for all chunks: a fresh (c, V) tensor per chunk (64 MB for the mini
         # decoder) is a fresh mmap whose pages fault in on first touch
-        buf = hidden.new_empty(min(chunk_rows, n), weight.shape[0])
-        for s in range(0, n, chunk_rows):
-            h, y = hidden[s: s + chunk_rows], targets[s: s + chunk_rows]
-            z = buf[: h.shape[0]]  # (c, V), contiguous
-            torch.mm(h, weight.t(), out=z) if bias is None else torch.addmm(bias, h, weight.t(), out=z)
-            valid = y != IGNORE_INDEX
-            y0 = y.clamp_min(0)[:, None]  # (c, 1); ignored rows are zeroed below
-            torch._softmax(z, -1, False, out=z)  # probabilities, in place (one fused kernel)
-            p_y = z.gather(1, y0)[:, 0]
-            nll = -p_y.log()  # -log p_y = lse(z) - z_y
-            tiny = p_y < 1e-30  # p_y near fp32 underflow: recompute lse(z) - z_y exactly
-            if bool(tiny.any()):
-                exact = h[tiny] @ weight.t() if bias is None else torch.addmm(bias, h[tiny], weight.t())
-                nll[tiny] = exact.logsumexp(-1) - exact.gather(1, y0[tiny])[:, 0]
-            total += (nll * valid).sum()
-            z.scatter_add_(1, y0, torch.full_like(y0, -1, dtype=z.dtype))  # - onehot(y)
-            if not bool(valid.all()):
-                z[~valid] = 0.0  # ignored rows contribute nothing
-            torch.mm(z, weight, out=grad_h[s: s + chunk_rows])
-            if grad_w is not None:
-                grad_w.addmm_(z.t(), h)
-            if grad_b is not None:
-                grad_b += z.sum(0)
-        ctx.save_for_backward(grad_h, grad_w, grad_b)
+        rows = min(chunk_rows, n)
+        buf = h_all.new_empty(rows, weight.shape[0])  # logits in the compute dtype
+        buf32 = buf.new_empty(rows, weight.shape[0], dtype=torch.float32) if low else buf
+        with torch.autocast(hidden.device.type, enabled=False):
+            for s in range(0, n, chunk_rows):
+                h, y = h_all[s: s + chunk_rows], targets[s: s + chunk_rows]
+                z = buf[: h.shape[0]]  # (c, V), contiguous
+                torch.mm(h, w.t(), out=z) if b is None else torch.addmm(b, h, w.t(), out=z)
+                z32 = buf32[: h.shape[0]].copy_(z) if low else z
+                valid = y != IGNORE_INDEX
+                y0 = y.clamp_min(0)[:, None]  # (c, 1); ignored rows are zeroed below
+                torch._softmax(z32, -1, False, out=z32)  # probabilities, in place (one fused kernel)
+                p_y = z32.gather(1, y0)[:, 0]
+                nll = -p_y.log()  # -log p_y = lse(z) - z_y
+                tiny = p_y < 1e-30  # p_y near fp32 underflow: recompute lse(z) - z_y exactly
+                if bool(tiny.any()):
+                    if low:  # z still holds the bf16 logits
+                        exact = z[tiny].float()
+                    else:
+                        exact = h[tiny] @ w.t() if b is None else torch.addmm(b, h[tiny], w.t())
+                    nll[tiny] = exact.logsumexp(-1) - exact.gather(1, y0[tiny])[:, 0]
+                total += (nll * valid).sum()
+                z32.scatter_add_(1, y0, torch.full_like(y0, -1, dtype=z32.dtype))  # - onehot(y)
+                if not bool(valid.all()):
+                    z32[~valid] = 0.0  # ignored rows contribute nothing
+                dz = z.copy_(z32) if low else z32  # dL/dz in the compute dtype
+                torch.mm(dz, w, out=grad_h[s: s + chunk_rows])
+                if grad_w is not None:
+                    grad_w.add_(dz.t() @ h) if low else grad_w.addmm_(dz.t(), h)
+                if grad_b is not None:
+                    grad_b += dz.sum(0, dtype=torch.float32)
+        ctx.save_for_backward(grad_h.to(hidden.dtype), grad_w, grad_b)
         return total
 
     @staticmethod
     def backward(ctx, grad_out):
         grad_h, grad_w, grad_b = ctx.saved_tensors
         scale = lambda g: None if g is None else g * grad_out.to(g.dtype)  # noqa: E731
-        return scale(grad_h), scale(grad_w), scale(grad_b), None, None
+        return scale(grad_h), scale(grad_w), scale(grad_b), None, None, None
 
 
 def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                          targets: torch.Tensor, chunk_rows: int = 1024) -> torch.Tensor:
     """Summed cross-entropy of the logits hidden @ weight.T + bias against targets (-100 ignored).
 
-    With grad enabled, fp32 inputs and no autocast it takes the fused chunked path
-    (`LinearCrossEntropy`); otherwise it is exactly `F.cross_entropy(F.linear(...).float(), ...)`.
+    With grad enabled it takes the fused chunked path (`LinearCrossEntropy`): in fp32 when autocast
+    is off and the inputs are fp32, in bf16 under CPU bf16 autocast. Otherwise it is exactly
+    `F.cross_entropy(F.linear(...).float(), ...)`.
     hidden (N, D), weight (V, D), bias (V,) or None, targets (N,) -> scalar fp32.
     """
-    fused = (torch.is_grad_enabled() and not torch.is_autocast_enabled(hidden.device.type)
-             and hidden.dtype == weight.dtype == torch.float32)
-    if fused:
-        return LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_rows)
+    if torch.is_grad_enabled():
+        device = hidden.device.type
+        if not torch.is_autocast_enabled(device) and hidden.dtype == weight.dtype == torch.float32:
+            return LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_rows)
+        if (device == "cpu" and torch.is_autocast_enabled(device)
+                and torch.get_autocast_dtype(device) == torch.bfloat16):
+            return LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_rows, torch.bfloat16)
     return F.cross_entropy(F.linear(hidden, weight, bias).float(), targets, reduction="sum")
 
 
@@ -486,15 +512,20 @@ def broadcast_parameters(model: torch.nn.Module, d: Dist) -> None:
             dist.broadcast(t.data, src=0)
 
 
-def any_rank(flag: bool, d: Dist, device: torch.device) -> bool:
-    """True on every rank when `flag` is True on rank 0 (stop decisions are made by rank 0)."""
+def rank0_value(x: float, d: Dist, device: torch.device) -> float:
+    """Rank 0's `x` on every rank (decisions that depend on the clock are made by rank 0)."""
     if d.world == 1:
-        return flag
+        return x
     import torch.distributed as dist
 
-    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    t = torch.tensor([float(x)], dtype=torch.float64, device=device)
     dist.broadcast(t, src=0)
-    return bool(t.item())
+    return float(t.item())
+
+
+def any_rank(flag: bool, d: Dist, device: torch.device) -> bool:
+    """True on every rank when `flag` is True on rank 0 (stop decisions are made by rank 0)."""
+    return bool(rank0_value(1.0 if flag else 0.0, d, device))
 
 
 # --------------------------------------------------------------------------------------------- data
@@ -771,10 +802,14 @@ class _Loop:
         # the compiled wrapper shares the parameters; eval, hooks and saving use the plain model
         self.step_model = torch.compile(model) if cfg.compile else model
 
-    def train_step(self, step: int) -> float:
+    def train_step(self, step: int, elapsed: float) -> float:
         cfg, model = self.cfg, self.step_model
         _seed_step(cfg.seed, step, self.d.rank)
-        lr = lr_at(step, peak=cfg.lr, warmup=cfg.warmup_steps, total=cfg.max_steps,
+        budget = cfg.max_minutes * 60 if cfg.schedule_clock == "time" else None
+        at = schedule_step(step, elapsed, budget, cfg.max_steps)
+        if budget is not None:  # every rank must use the same rate
+            at = int(rank0_value(at, self.d, self.device))
+        lr = lr_at(at, peak=cfg.lr, warmup=cfg.warmup_steps, total=cfg.max_steps,
                    schedule=cfg.schedule, min_ratio=cfg.min_lr_ratio, decay_frac=cfg.decay_frac)
         for g in self.opt.param_groups:
             g["lr"] = lr
@@ -827,7 +862,7 @@ class _Loop:
         if d.main and step == 0 and self.evals:
             self.evaluate(0, 0, 0.0)
         while step < cfg.max_steps:
-            loss = self.train_step(step)
+            loss = self.train_step(step, elapsed + time.monotonic() - t0)
             step, tokens = step + 1, tokens + self.tokens_per_step
             now = elapsed + time.monotonic() - t0
             loss_sum, n_loss = loss_sum + loss, n_loss + 1

@@ -45,6 +45,43 @@ def test_linear_cross_entropy_is_exact_when_the_target_probability_underflows():
         assert_close(g, r)
 
 
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_cross_entropy_under_bf16_autocast_matches_autocast_reference(bias):
+    # the bf16 path: matmuls in bf16 like autocast's F.linear, softmax/loss in fp32 like
+    # F.cross_entropy(logits.float()); ignored rows still get no gradient
+    torch.manual_seed(3)
+    h = torch.randn(45, 16, requires_grad=True)
+    w = (torch.randn(30, 16) * 0.5).requires_grad_()
+    b = torch.randn(30, requires_grad=True) if bias else None
+    y = torch.randint(0, 30, (45,))
+    y[::4] = -100
+    params = [h, w] + ([b] if bias else [])
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = linear_cross_entropy(h, w, b, y, chunk_rows=16) * 0.5  # chunks of 16, 16, 13
+        ref = F.cross_entropy(F.linear(h, w, b).float(), y, reduction="sum") * 0.5
+    exact = F.cross_entropy(F.linear(h, w, b), y, reduction="sum") * 0.5  # fp32, for scale
+    assert fused.dtype == torch.float32
+    assert_close(fused, ref, rtol=1e-3, atol=1e-3)
+    assert not torch.allclose(ref, exact, rtol=1e-6, atol=0)  # the reference really ran in bf16
+    grads, refs = torch.autograd.grad(fused, params), torch.autograd.grad(ref, params)
+    for g, r in zip(grads, refs):
+        assert g.dtype == r.dtype == torch.float32
+        assert_close(g, r, rtol=2e-2, atol=2e-2 * r.abs().max().item())
+    assert grads[0][::4].abs().max() == 0
+
+
+def test_linear_cross_entropy_bf16_is_exact_when_the_target_probability_underflows():
+    torch.manual_seed(2)
+    h = (torch.randn(12, 4) * 40).requires_grad_()
+    w = torch.randn(7, 4, requires_grad=True)
+    y = torch.randint(0, 7, (12,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        fused = linear_cross_entropy(h, w, None, y, chunk_rows=5)
+        ref = F.cross_entropy(F.linear(h, w).float(), y, reduction="sum")
+    assert torch.isfinite(fused) and fused.item() > 500
+    assert_close(fused, ref, rtol=1e-3, atol=1e-2)
+
+
 def test_linear_cross_entropy_without_grad_is_plain_cross_entropy():
     torch.manual_seed(1)
     h, w, y = torch.randn(6, 4), torch.randn(9, 4), torch.randint(0, 9, (6,))
@@ -95,3 +132,40 @@ def test_eager_attention_in_place_softmax_matches_reference_without_grad():
     assert_close(probs, ref)
     assert_close(out, ref @ v)
     assert probs[0, :, :, -2:].abs().max() == 0
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_lm_loss_under_bf16_autocast_matches_unfused_autocast_loss(kind):
+    # bf16 training: the bf16 fused CE against logits + F.cross_entropy under the same autocast
+    # (the attention path of bf16 training is checked in the next test)
+    torch.manual_seed(0)
+    fields = {**preset(kind, "tiny"), "vocab_size": 50, "dropout": 0.0}
+    model = build_model(kind, fields).train()
+    ids = torch.randint(5, 50, (3, 12))
+    labels = ids.clone()
+    labels[:, ::3] = -100
+    params = list(model.parameters())
+    loss, _ = lm_loss(model, Batch(ids, labels), autocast=True)
+    g = torch.autograd.grad(loss, params, allow_unused=True)
+    sel = labels != -100
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        h = model(ids, attn_impl="eager").last_hidden_state
+        logits = model.mlm_logits(h[sel]) if kind == "encoder" else model(ids, attn_impl="eager").logits[sel]
+        ref = F.cross_entropy(logits.float(), labels[sel])
+    r = torch.autograd.grad(ref, params, allow_unused=True)
+    assert_close(loss, ref, rtol=2e-2, atol=2e-2)
+    for a, b in zip(g, r):
+        if a is not None and b is not None:
+            assert_close(a, b, rtol=0.1, atol=0.05 * b.abs().max().item() + 1e-6)
+
+
+def test_sdpa_path_in_bf16_on_the_cpu_matches_fp32_attention():
+    from plmodels.attention import sdpa_attention
+
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(2, 3, 9, 8) for _ in range(3))
+    for causal in (False, True):
+        ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = sdpa_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=causal)
+        assert out.dtype == torch.bfloat16
+        assert_close(out.float(), ref, rtol=3e-2, atol=3e-2)

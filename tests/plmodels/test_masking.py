@@ -6,7 +6,7 @@ import torch
 
 from plmodels.masking import (IGNORE_INDEX, MaskingConfig, causal_lm_labels, mask_tokens, nsp_pairs,
                               step_generator, word_starts)
-from plmodels.schedule import lr_at
+from plmodels.schedule import lr_at, schedule_step
 
 V, MASK, SPECIALS = 1000, 4, {0, 1, 2, 3, 4}
 
@@ -122,3 +122,14 @@ def test_schedules_by_hand():
         lr_at(0, **kw, schedule="wsd", decay_frac=0.0)
     with pytest.raises(ValueError, match="unknown schedule"):
         lr_at(0, **kw, schedule="nope")
+
+
+def test_schedule_step_on_the_clock_by_hand():
+    assert schedule_step(10, 999.0, None, 100) == 10  # step clock: the step itself
+    assert schedule_step(10, 30.0, 60.0, 100) == 50  # half the budget used: half the schedule
+    assert schedule_step(70, 30.0, 60.0, 100) == 70  # ahead of the clock: the step
+    assert schedule_step(10, 90.0, 60.0, 100) == 100  # past the budget: the end (lr at its floor)
+    # 3/4 of the budget used at step 0: linear decay read at step 75, (1 - (75 - 10) / 90)
+    assert lr_at(schedule_step(0, 45.0, 60.0, 100), peak=1.0, warmup=10, total=100) == pytest.approx(25 / 90)
+    with pytest.raises(ValueError):
+        schedule_step(1, 1.0, 0.0, 10)

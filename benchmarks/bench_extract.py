@@ -10,7 +10,9 @@
    6-layer 384-wide encoder, hidden states only.
 
 Prints a table and writes benchmarks/results/extract.json.
-Run: nice python benchmarks/bench_extract.py [--threads 2] [--reps 3] [--skip-ram] [--fixed]
+`--bf16` adds our extraction with precision="bf16" and HF under bf16 autocast (interleaved).
+
+Run: nice python benchmarks/bench_extract.py [--threads 2] [--reps 3] [--skip-ram] [--fixed] [--bf16]
 """
 from __future__ import annotations
 
@@ -59,9 +61,9 @@ def _hf_bert(model: Encoder):
     return BertModel(cfg, add_pooling_layer=False).eval()
 
 
-def _hf_run(hf, batches: list[list[list[int]]]) -> float:
+def _hf_run(hf, batches: list[list[list[int]]], bf16: bool = False) -> float:
     t0 = time.perf_counter()
-    with torch.inference_mode():
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         for b in batches:
             T = max(map(len, b))
             ids = torch.zeros(len(b), T, dtype=torch.long)
@@ -73,7 +75,7 @@ def _hf_run(hf, batches: list[list[list[int]]]) -> float:
     return time.perf_counter() - t0
 
 
-def throughput(tok: Tokenizer, workdir: Path, reps: int = 3, fixed: bool = False) -> dict:
+def throughput(tok: Tokenizer, workdir: Path, reps: int = 3, fixed: bool = False, bf16: bool = False) -> dict:
     sents = [list(s.words) for s in ud_sentences("ewt", "dev")]
     model = _encoder(tok, {})
     hf = _hf_bert(model)
@@ -84,7 +86,7 @@ def throughput(tok: Tokenizer, workdir: Path, reps: int = 3, fixed: bool = False
     computed = sum(len(b) * len(b[0]) for b in sorted_b)  # B * T_max summed: real + padding
     _hf_run(hf, sorted_b[-2:])  # warm-up
     # The CPU is shared: interleave the methods (A, B, C, A, B, C, ...) and compare medians.
-    t_sorted, t_ours, t_hid = [], [], []
+    t_sorted, t_ours, t_hid, t_hf16, t_ours16 = [], [], [], [], []
     for r in range(reps):
         t_sorted.append(_hf_run(hf, sorted_b))
         t0 = time.perf_counter()
@@ -93,11 +95,21 @@ def throughput(tok: Tokenizer, workdir: Path, reps: int = 3, fixed: bool = False
         t0 = time.perf_counter()
         hid = extract(model, tok, sents, workdir / f"h{r}", attentions=False, progress=False)
         t_hid.append(time.perf_counter() - t0)
-        print(f"rep {r + 1}/{reps}: HF sorted {t_sorted[-1]:.1f}s, ours attn {t_ours[-1]:.1f}s, "
-              f"ours hidden {t_hid[-1]:.1f}s", flush=True)
+        line = f"rep {r + 1}/{reps}: HF sorted {t_sorted[-1]:.1f}s, ours attn {t_ours[-1]:.1f}s, ours hidden {t_hid[-1]:.1f}s"
+        if bf16:  # the same two, both under bf16 autocast
+            t_hf16.append(_hf_run(hf, sorted_b, bf16=True))
+            t0 = time.perf_counter()
+            extract(model, tok, sents, workdir / f"b{r}", attentions=True, precision="bf16", progress=False)
+            t_ours16.append(time.perf_counter() - t0)
+            line += f", HF bf16 {t_hf16[-1]:.1f}s, ours attn bf16 {t_ours16[-1]:.1f}s"
+        print(line, flush=True)
     med = lambda xs: float(np.median(xs))  # noqa: E731
     res = {"hf_sorted_s": t_sorted, "ours_attn_s_all": t_ours, "ours_hidden_s_all": t_hid,
            "ours_vs_hf_paired": med([a / b for a, b in zip(t_sorted, t_ours)])}  # same-rep ratios
+    if bf16:
+        res.update(hf_bf16_s_all=t_hf16, ours_attn_bf16_s_all=t_ours16,
+                   ours_bf16_vs_hf_fp32_paired=med([a / b for a, b in zip(t_sorted, t_ours16)]),
+                   ours_bf16_vs_hf_bf16_paired=med([a / b for a, b in zip(t_hf16, t_ours16)]))
     t_sorted, t_ours, t_hid = med(t_sorted), med(t_ours), med(t_hid)
     if fixed:  # slow (corpus order pads every batch to its longest sentence); measured once
         res["hf_fixed32_tok_s"] = n_tok / _hf_run(hf, [ids[i: i + 32] for i in range(0, len(ids), 32)])
@@ -156,13 +168,14 @@ def main() -> None:
     ap.add_argument("--skip-ram", action="store_true", help="keep the peak-RAM figures of the last run")
     ap.add_argument("--fixed", action="store_true", help="also time HF on fixed batches of 32 (slow)")
     ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions (median; the CPU may be shared)")
+    ap.add_argument("--bf16", action="store_true", help="also time ours (precision='bf16') and HF under bf16 autocast")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()
     tok = _tokenizer()
     with tempfile.TemporaryDirectory() as d:
         res = {"threads": torch.get_num_threads(), "reps": args.reps, "torch": torch.__version__}
-        res.update(throughput(tok, Path(d), args.reps, args.fixed))
+        res.update(throughput(tok, Path(d), args.reps, args.fixed, args.bf16))
         if not args.skip_ram:
             res.update(peak_ram(Path(d), args.threads))
         elif RESULTS.is_file():
@@ -178,6 +191,8 @@ def main() -> None:
             print(f"{k:40s} {v:>14.2f}" if isinstance(v, float) else f"{k:40s} {str(v):>14s}")
     ok = {"attn extraction >= HF eager (same sorted batches, paired median)": res["ours_vs_hf_paired"] >= 1.0,
           "read-back >= 10x recompute": res["read_speedup"] >= 10}
+    if "ours_bf16_vs_hf_fp32_paired" in res:
+        ok["attn extraction, precision bf16 >= HF eager fp32 (paired median)"] = res["ours_bf16_vs_hf_fp32_paired"] >= 1.0
     if "hf_fixed32_tok_s" in res:
         ok["attn extraction >= HF eager (fixed batches)"] = res["ours_attn_tok_s"] >= res["hf_fixed32_tok_s"]
     if "peak_rss_mib" in res:

@@ -11,7 +11,10 @@ The CPU may be shared, so every variant is built first and the timed steps are i
 `--warmup` steps; "x HF" is the median over rounds of the same-round ratio HF time / our time
 (robust to the load drifting between rounds). `--compile` adds `torch.compile` rows (their first call, the compilation, is
 reported separately: it is paid once per run). `--ablate` adds rows with one of our changes undone
-(foreach AdamW; materialised logits + F.cross_entropy). `--bf16` adds bf16-autocast rows.
+(foreach AdamW; materialised logits + F.cross_entropy). bf16-autocast rows are added where the
+trainer's `bf16: "auto"` turns autocast on (CPUs with AVX512-BF16/AMX: it is then what
+`workbench pretrain` runs), or with `--bf16`; `--no-bf16` leaves them out. Their GFLOP/s share is
+taken against the bf16 matmul peak.
 Achieved GFLOP/s uses the analytic count (6 x multiply-adds per parameter-matmul token, Kaplan et
 al. 2020, plus attention and LM head) against the fp32 matmul peak measured in the same run.
 
@@ -35,7 +38,7 @@ import torch.nn.functional as F
 from plmodels.checkpoint import build_model
 from plmodels.masking import IGNORE_INDEX, MaskingConfig, mask_tokens, step_generator
 from plmodels.presets import preset
-from plmodels.train import Batch, lm_loss
+from plmodels.train import Batch, lm_loss, use_bf16
 
 B, T, V, L, D, H, FF = 32, 128, 16000, 4, 256, 4, 1024
 OUT = Path(__file__).resolve().parent / "results" / "train.json"
@@ -138,6 +141,7 @@ def variants(a: argparse.Namespace) -> list[dict]:
                      (f"ours {kind}, unfused CE", lambda k=kind: ours(k, fused_ce=False))]
         if a.bf16:
             rows.append((f"ours {kind} bf16 autocast", lambda k=kind: ours(k, autocast=True)))
+
         for i, (name, make) in enumerate(rows):
             step, n_pred = make()
             out.append({"model": name, "kind": kind, "step": step, "n_pred": n_pred, "is_ref": i == 0,
@@ -169,40 +173,50 @@ def main() -> None:
     ap.add_argument("--ablate", action="store_true", help="add rows with foreach AdamW / unfused CE")
     ap.add_argument("--kinds", nargs="+", default=["encoder", "decoder"], choices=["encoder", "decoder"],
                     help="which models to time (default both)")
-    ap.add_argument("--bf16", action="store_true", help="add bf16 autocast rows (slow without AVX512-BF16/AMX)")
+    auto = use_bf16("auto", torch.device("cpu"))
+    ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=auto,
+                    help=f"bf16 autocast rows (default here: {'on' if auto else 'off'}, as the trainer's bf16='auto')")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     load_start = os.getloadavg()
     peak = matmul_peak(torch.float32)
+    peak16 = matmul_peak(torch.bfloat16) if a.bf16 else None
     vs = variants(a)
     measure(vs, max(1, a.warmup), a.iters)
     peak = max(peak, matmul_peak(torch.float32))  # best of before and after
+    if a.bf16:
+        peak16 = max(peak16, matmul_peak(torch.bfloat16))
     rows = []
     for v in vs:
         t = statistics.median(v["times"])
         ref_times = next(r for r in vs if r["kind"] == v["kind"] and r["is_ref"])["times"]
         paired = statistics.median(a / b for a, b in zip(ref_times, v["times"]))  # same-round ratios
         gflops = step_flops(v["n_pred"], v["kind"] == "decoder") / t / 1e9
+        row_peak = peak16 if "bf16" in v["model"] else peak
         rows.append({"model": v["model"], "kind": v["kind"], "seconds_per_step": t, "times": v["times"],
                      "first_call_s": v["first_s"], "tokens_per_s": B * T / t, "speedup_vs_hf": paired,
                      "speedup_of_medians": statistics.median(ref_times) / t,
-                     "target": v["target"], "gflops": gflops, "share_of_peak": gflops / peak})
+                     "target": v["target"], "gflops": gflops, "share_of_peak": gflops / row_peak,
+                     "trainer_default": ("bf16" in v["model"]) == auto and not v["is_ref"]
+                     and "compile" not in v["model"] and "," not in v["model"]})
     load_end = os.getloadavg()
-    print(f"matmul peak fp32 {peak:.1f} GFLOP/s, threads {torch.get_num_threads()}, "
+    print(f"matmul peak fp32 {peak:.1f} GFLOP/s" + (f", bf16 {peak16:.1f}" if a.bf16 else "")
+          + f", threads {torch.get_num_threads()}, "
           f"load average {load_start[0]:.1f} -> {load_end[0]:.1f}")
     print("x HF = median over rounds of the same-round time ratio; x HF med = ratio of the median times")
     print(f"{'model':44s} {'s/step':>7s} {'tok/s':>7s} {'x HF':>6s} {'x HF med':>8s} {'target':>6s} {'GFLOP/s':>8s} "
           f"{'% peak':>7s} {'1st call':>8s}")
     for r in rows:
-        print(f"{r['model']:44s} {r['seconds_per_step']:7.2f} {r['tokens_per_s']:7,.0f} {r['speedup_vs_hf']:6.2f} "
+        print(f"{r['model'] + (' *' if r['trainer_default'] else ''):44s} {r['seconds_per_step']:7.2f} {r['tokens_per_s']:7,.0f} {r['speedup_vs_hf']:6.2f} "
               f"{r['speedup_of_medians']:8.2f} "
               f"{r['target']:6.1f} {r['gflops']:8.1f} {100 * r['share_of_peak']:6.1f}% {r['first_call_s']:8.1f}")
+    print("* = what `workbench pretrain` runs on this machine (bf16: 'auto'); the targets are judged on it")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     result = {"shape": {"batch": B, "seq_len": T, "vocab": V, "layers": L, "width": D, "heads": H, "ffn": FF},
               "threads": torch.get_num_threads(), "torch": torch.__version__,
               "machine": platform.processor() or platform.machine(), "load_average": [load_start, load_end],
-              "matmul_peak_gflops": {"fp32": peak}, "rows": rows, "iters": a.iters, "warmup": a.warmup,
+              "matmul_peak_gflops": {"fp32": peak, "bf16": peak16}, "bf16_auto": auto, "rows": rows, "iters": a.iters, "warmup": a.warmup,
               "note": "medians of interleaved steps in one process; first_call_s includes torch.compile"}
     tmp = OUT.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")

@@ -149,15 +149,19 @@ class Packing:
 
     def __init__(self, attention_mask: torch.Tensor) -> None:
         self.batch, self.length = attention_mask.shape
-        self.rows = attention_mask.flatten().nonzero().squeeze(1)  # (N,)
+        real = attention_mask.flatten().bool()
+        self.rows = real.nonzero().squeeze(1)  # (N,)
+        self.pad_rows = (~real).nonzero().squeeze(1)  # (B T - N,)
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """(B, T, ...) -> (N, ...)."""
         return x.reshape(self.batch * self.length, *x.shape[2:]).index_select(0, self.rows)
 
     def pad(self, x: torch.Tensor) -> torch.Tensor:
-        """(N, ...) -> (B, T, ...), zeros at the padding."""
-        out = x.new_zeros(self.batch * self.length, *x.shape[1:]).index_copy_(0, self.rows, x)
+        """(N, ...) -> (B, T, ...), zeros at the padding (only the padding rows are zeroed: attention
+        multiplies them by probability 0, which must not meet a NaN from uninitialised memory)."""
+        out = x.new_empty(self.batch * self.length, *x.shape[1:]).index_copy_(0, self.rows, x)
+        out.index_fill_(0, self.pad_rows, 0.0)
         return out.view(self.batch, self.length, *x.shape[1:])
 
 

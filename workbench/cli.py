@@ -50,7 +50,8 @@ def _data_tasks(a: argparse.Namespace) -> None:
 def _extract(a: argparse.Namespace) -> None:
     from workbench.activations import extract_cli
 
-    store = extract_cli(a.model, a.data, a.out, pooling=a.pooling, attentions=a.attentions)
+    store = extract_cli(a.model, a.data, a.out, pooling=a.pooling, attentions=a.attentions,
+                        precision=a.precision)
     print(f"store: {store.path}")
 
 
@@ -150,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, default=Path("runs/store"))
     s.add_argument("--pooling", default="first", choices=["first", "last", "mean"])
     s.add_argument("--attentions", action="store_true", help="also store word-level attention maps")
+    s.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: forward under bf16 autocast (faster on AVX512-BF16/AMX CPUs; not exact)")
     s.set_defaults(fn=_extract)
 
     s = sub.add_parser("probe", help="edge probing per layer, scalar mix, cumulative, controls")

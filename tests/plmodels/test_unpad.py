@@ -44,3 +44,15 @@ def test_unpad_without_padding_is_the_plain_forward_and_refuses_hooks():
         with model.hooks([("blocks.0.resid_post", lambda t, name: None)]):
             with pytest.raises(ValueError, match=r"unpad=True cannot run with hooks on \[.blocks.0.resid_post.\]"):
                 model(ids, attention_mask=mask, unpad=True)
+
+
+def test_packing_pad_is_exact_zeros_at_the_padding_and_round_trips():
+    from plmodels.attention import Packing
+
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
+    x = torch.randn(3, 4, 5)
+    pk = Packing(mask)
+    for _ in range(3):  # fresh (uninitialised) buffers each time
+        padded = pk.pad(pk.pack(x))
+        assert torch.equal(padded[mask.bool()], x[mask.bool()])
+        assert torch.equal(padded[~mask.bool()], torch.zeros(int((~mask.bool()).sum()), 5))

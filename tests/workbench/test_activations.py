@@ -229,3 +229,18 @@ def test_extract_cli_reads_a_checkpoint_and_ewt(wp, tmp_path):
     want, _, _ = _direct(model, wp, sents[1], "first")
     got = torch.from_numpy(store.layers()[:, store.sentence_rows(1)].astype(np.float32))
     torch.testing.assert_close(got, want.half().float(), atol=3e-3, rtol=3e-3)
+
+
+def test_bf16_precision_is_a_separate_store_close_to_fp32(wp, tmp_path):
+    model = _enc(wp)
+    exact = extract(model, wp, SENTS, tmp_path, attentions=True, batch_tokens=40, progress=False)
+    fast = extract(model, wp, SENTS, tmp_path, attentions=True, batch_tokens=40, precision="bf16", progress=False)
+    assert fast.path != exact.path and fast.index["precision"] == "bf16" and exact.index["precision"] == "fp32"
+    a, b = exact.layers().astype(np.float32), fast.layers().astype(np.float32)
+    assert not np.array_equal(a, b)  # it really ran in bf16
+    scale = np.abs(a).max(axis=(1, 2), keepdims=True)
+    assert np.abs(a - b).max() / scale.max() < 0.05  # bf16 rounding, not a different computation
+    for (_, wa, sa), (_, wb, sb) in zip(exact.iter_sentence_attention(), fast.iter_sentence_attention()):
+        np.testing.assert_allclose(wb.astype(np.float32), wa.astype(np.float32), atol=2e-2)
+    with pytest.raises(ValueError, match="precision"):
+        extract(model, wp, SENTS, tmp_path, precision="fp8", progress=False)

@@ -117,6 +117,31 @@ def test_unknown_config_key_is_named(tmp_path):
         PretrainConfig.from_dict({"kind": "encoder", "train_source": "x", "masking": {"ratee": 0.2}})
 
 
+def test_time_clock_needs_a_budget_and_a_known_name():
+    with pytest.raises(ValueError, match="needs max_minutes"):
+        PretrainConfig(kind="encoder", train_source="x", schedule_clock="time")
+    with pytest.raises(ValueError, match="schedule_clock"):
+        PretrainConfig(kind="encoder", train_source="x", schedule_clock="wall", max_minutes=1)
+    assert PretrainConfig(kind="encoder", train_source="x", schedule_clock="time", max_minutes=1).max_minutes == 1
+
+
+def test_time_clock_schedule_ends_with_the_budget(data, tmp_path, monkeypatch):
+    # a fake clock that advances 1 s per reading: the 30 s budget runs out long before max_steps,
+    # and the schedule on the clock has decayed the rate to (almost) zero by then, where the step
+    # clock would still be near the peak
+    import plmodels.train as train
+
+    fake = iter(range(0, 10**6))
+    monkeypatch.setattr(train.time, "monotonic", lambda: float(next(fake)))
+    final = pretrain(_cfg(data, max_steps=1000, warmup_steps=2, max_minutes=0.5, schedule_clock="time",
+                          ckpt_log_spaced=False, eval_sequences=8), tmp_path / "run")
+    state = json.loads((final / "train_state.json").read_text())
+    card = json.loads((final / "card.json").read_text())
+    assert card["stopped_by"] == "time budget" and state["step"] < 100
+    last_lr = state["param_groups"][0]["lr"]
+    assert last_lr < 0.1 * 3e-3, last_lr  # step clock at step < 100 of 1000: > 0.9 of the peak
+
+
 def test_shipped_configs_load():
     for name in ["encoder-tiny", "encoder-mini", "encoder-small", "encoder-base", "encoder-mini-rope",
                  "decoder-tiny", "decoder-mini", "decoder-small", "decoder-base"]:

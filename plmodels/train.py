@@ -99,6 +99,8 @@ class PretrainConfig:
     num_threads: int | None = None                # torch.set_num_threads (None: leave as is)
     compile: bool = False                         # torch.compile the model for the train step (slow start)
     masking: dict = field(default_factory=dict)   # MaskingConfig fields (encoder only)
+    eval_masking: dict = field(default_factory=dict)  # MaskingConfig fields of the held-out mask (encoder);
+                                                  # empty = BERT's 15% 80/10/10, whatever `masking` is
 
     def __post_init__(self) -> None:
         if self.kind not in ("encoder", "decoder"):
@@ -127,6 +129,8 @@ class PretrainConfig:
             raise ValueError("schedule_clock 'time' needs max_minutes (the budget the schedule spans)")
         preset_fields(self.kind, self.preset)  # checks the preset name
         MaskingConfig.from_dict(self.masking)  # checks the masking keys
+        if MaskingConfig.from_dict(self.eval_masking).nsp:
+            raise ValueError("eval_masking.nsp must be false (the held-out evaluation has no NSP pairs)")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -150,10 +154,10 @@ class PretrainConfig:
 
 
 def merge_overrides(d: dict, overrides: dict | None) -> dict:
-    """`d` updated by `overrides`; the nested dicts "model", "masking", "extra_eval" are merged."""
+    """`d` updated by `overrides`; the nested dicts "model", "masking", "eval_masking", "extra_eval" are merged."""
     out = dict(d)
     for k, v in (overrides or {}).items():
-        if k in ("model", "masking", "extra_eval") and isinstance(v, dict):
+        if k in ("model", "masking", "eval_masking", "extra_eval") and isinstance(v, dict):
             out[k] = {**out.get(k, {}), **v}
         else:
             out[k] = v
@@ -622,9 +626,14 @@ def make_batch(rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Gener
 
 
 # --------------------------------------------------------------------------------------- evaluation
+EVAL_BATCH = 64  # rows per held-out forward (does not change the targets or the mask)
+
+
 class Evaluator:
     """Held-out loss on fixed rows with a fixed mask (encoder: masked-token loss and accuracy;
-    decoder: loss and perplexity), plus the unigram baseline on the same targets.
+    decoder: loss and perplexity), plus the unigram baseline on the same targets. The rows and the
+    mask depend on (seed, eval_sequences, seq_len, eval_masking) only, not on the training masking
+    or the batch size.
 
     Unigram baseline: p(w) = (count_train(w) + 1) / (N + V) (add-one), loss = mean -log p(target);
     a model that has only learnt token frequencies sits on this "unigram plateau".
@@ -637,11 +646,14 @@ class Evaluator:
             raise ValueError(f"eval corpus {name!r} packs into no row of {cfg.seq_len} tokens")
         idx = torch.linspace(0, len(ds) - 1, n).long().tolist()  # spread over the whole split
         rows = torch.from_numpy(np.stack([ds[i] for i in idx]))
-        masking = replace(cfg.masking_config, nsp=False)
+        # the held-out mask is BERT's standard one unless eval_masking says otherwise, drawn once over
+        # all rows: runs with other training masks or batch sizes are scored on the same targets
+        masking = MaskingConfig.from_dict(cfg.eval_masking)
         cont = continuation_ids(tok.hf.get_vocab()) if masking.whole_word else None
         gen = step_generator(cfg.seed, 0, stream=1_000_003)  # the fixed eval mask
-        self.batches = [make_batch(rows[i: i + cfg.batch_size], tok, masking, gen, cont, device)
-                        for i in range(0, n, cfg.batch_size)]
+        whole = make_batch(rows, tok, masking, gen, cont, device)
+        self.batches = [Batch(whole.input_ids[i: i + EVAL_BATCH], whole.labels[i: i + EVAL_BATCH])
+                        for i in range(0, n, EVAL_BATCH)]
         targets = torch.cat([b.labels[b.labels != IGNORE_INDEX].cpu() for b in self.batches])
         self.unigram_loss = float(-log_unigram[targets].mean())
 

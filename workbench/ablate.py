@@ -60,8 +60,13 @@ class AblationEval(JsonConfig):
     pos_test_sentences: int = 300     # EWT dev sentences it is scored on
     head_sentences: int = 300         # EWT dev / test sentences for the head analysis
     cache_dir: str | None = None      # shared token cache (default out_root/_cache)
+    tokens_per_s: float = 12000.0     # budget_minutes only: expected training speed, which sizes the
+                                      # schedule's step axis (max_steps = this x budget / tokens per step);
+                                      # an overestimate, so that the time budget, not max_steps, ends a run
 
     def __post_init__(self) -> None:
+        if not self.tokens_per_s > 0:
+            raise ValueError(f"AblationEval.tokens_per_s must be > 0, got {self.tokens_per_s}")
         if not 0.0 <= self.warmup_frac < 1.0:
             raise ValueError(f"AblationEval.warmup_frac must be in [0, 1), got {self.warmup_frac}")
         for name in ("evals_per_run", "eval_sequences", "num_threads", "pos_train_sentences",
@@ -71,23 +76,36 @@ class AblationEval(JsonConfig):
 
 
 # ------------------------------------------------------------------------------------------ configs
-def variant_config(base_config, overrides: Mapping | None, budget_tokens: int, ev: AblationEval):
-    """The PretrainConfig of one variant at `budget_tokens` tokens.
+def variant_config(base_config, overrides: Mapping | None, budget_tokens: int | None, ev: AblationEval,
+                   budget_minutes: float | None = None):
+    """The PretrainConfig of one variant at `budget_tokens` tokens or `budget_minutes` of training.
 
+    An equal token budget fixes max_steps = ceil(budget / tokens per step). An equal wall-time budget
+    (the issue's "ablations at equal wall time") trains for max_minutes = budget_minutes with the lr
+    schedule on the clock (`schedule_clock: "time"`), so every variant decays to the end of the same
+    budget whatever its speed; max_steps = ev.tokens_per_s x budget / tokens per step is the
+    schedule's step axis, and the warmup is a share of it (so a share of the time).
     `overrides` may hold "warmup_frac" (popped here) to change the warmup share for this variant
     (e.g. a one-cycle schedule with warmup_frac 0.5). Evaluations, checkpoints and threads are fixed
     by `ev` so that all variants are measured alike.
     """
     from plmodels.train import load_config
 
-    if budget_tokens < 1:
-        raise ValueError(f"budget_tokens must be >= 1, got {budget_tokens}")
+    if (budget_tokens is None) == (budget_minutes is None):
+        raise ValueError("give exactly one of budget_tokens and budget_minutes")
+    if (budget_tokens is not None and budget_tokens < 1) or (budget_minutes is not None and not budget_minutes > 0):
+        raise ValueError(f"the budget must be positive, got {budget_tokens or budget_minutes}")
     overrides = dict(overrides or {})
     warmup_frac = float(overrides.pop("warmup_frac", ev.warmup_frac))
     cfg = load_config(base_config, overrides)
     per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum
-    steps = max(1, math.ceil(budget_tokens / per_step))
-    fixed = {"max_steps": steps, "max_minutes": None, "eval_every": max(1, steps // ev.evals_per_run),
+    if budget_minutes is not None:
+        steps = max(1, math.ceil(ev.tokens_per_s * budget_minutes * 60 / per_step))
+        timing = {"max_minutes": float(budget_minutes), "schedule_clock": "time"}
+    else:
+        steps = max(1, math.ceil(budget_tokens / per_step))
+        timing = {"max_minutes": None, "schedule_clock": "steps"}
+    fixed = {"max_steps": steps, **timing, "eval_every": max(1, steps // ev.evals_per_run),
              "eval_sequences": ev.eval_sequences, "ckpt_every": 0, "ckpt_log_spaced": False,
              "num_threads": ev.num_threads, "log_every": max(1, steps // 10)}
     if "warmup_steps" not in overrides:
@@ -115,10 +133,14 @@ def with_shared_tokenizer(cfg, out_root: Path):
 
 
 def load_spec(path: str | Path) -> dict:
-    """An ablation file: {"base": config path or name, "budget_tokens": int, "base_overrides": {...},
+    """An ablation file: {"base": config path or name, "budget_tokens": int or "budget_minutes": float,
+    "base_overrides": {...},
     "eval": {AblationEval fields}, "variants": {name: overrides}}."""
-    return read_json_keys(path, {"base", "budget_tokens", "base_overrides", "eval", "variants", "notes"},
-                          required=("base", "budget_tokens", "variants"))
+    spec = read_json_keys(path, {"base", "budget_tokens", "budget_minutes", "base_overrides", "eval", "variants", "notes"},
+                          required=("base", "variants"))
+    if ("budget_tokens" in spec) == ("budget_minutes" in spec):
+        raise ValueError(f"{path}: give exactly one of budget_tokens and budget_minutes")
+    return spec
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -230,6 +252,26 @@ def summarise_heads(heads: pd.DataFrame, relations: pd.DataFrame) -> dict[str, f
     return out
 
 
+def decoder_scores(run_dir: Path, model, tokenizer, ev: AblationEval) -> dict[str, float]:
+    """What a decoder row adds: POS by layer on last-subword vectors (in a causal model only a word's
+    last subword has seen the whole word) and, for the main held-out set and every extra_eval set,
+    the model's perplexity beside the unigram and bigram baselines on the same targets
+    (`workbench.emergence.decoder_baselines`)."""
+    from workbench.emergence import decoder_baselines
+
+    pos = pos_by_layer(model, tokenizer, run_dir / "store", ev, pooling="last")
+    best = max(pos, key=pos.get)
+    out = {"pos_last_layer0": pos[0], "pos_last_best": pos[best], "pos_last_gain": pos[best] - pos[0]}
+    m = read_metrics(run_dir)
+    for split in sorted(set(m["split"]) - {"train"}):
+        last = m[(m["split"] == split) & (m["step"] == m[m["split"] == split]["step"].max())].set_index("metric")["value"]
+        base = decoder_baselines(run_dir, eval_name=split)
+        prefix = "" if split == "eval" else f"{split}_"
+        out.update({f"{prefix}model_ppl": float(last["ppl"]), f"{prefix}bigram_ppl": base["bigram_ppl"],
+                    f"{prefix}unigram_ppl": base["unigram_ppl"]})
+    return out
+
+
 def measure_variant(name: str, final: Path, ev: AblationEval, overrides: Mapping) -> dict:
     """One row of the ablation table for a trained variant (cached in <run>/row.json)."""
     import plmodels
@@ -244,6 +286,8 @@ def measure_variant(name: str, final: Path, ev: AblationEval, overrides: Mapping
     best = max(pos, key=pos.get)
     row.update({"pos_layer0": pos[0], "pos_best": pos[best], "pos_best_layer": int(best),
                 "pos_gain": pos[best] - pos[0], "pos_by_layer": json.dumps(pos)})
+    if model.kind == "decoder":
+        row.update(decoder_scores(run_dir, model, tok, ev))
     row.update(head_scores(model, tok, run_dir / "heads", ev))
     row["load_avg"] = os.getloadavg()[0]
     _write_text(row_path, json.dumps(row, indent=2, sort_keys=True) + "\n")
@@ -267,11 +311,13 @@ def check_targets(row: Mapping, targets: Mapping[str, float] = ENCODER_TARGETS) 
 
 
 # ------------------------------------------------------------------------------------------ the run
-def run_ablation(base_config, variants: Mapping[str, Mapping], out_root: str | Path, budget_tokens: int,
+def run_ablation(base_config, variants: Mapping[str, Mapping], out_root: str | Path, budget_tokens: int | None = None,
                  eval: AblationEval | Mapping | None = None, base_overrides: Mapping | None = None,
-                 only: list[str] | None = None, measure: bool = True) -> pd.DataFrame:
-    """Train and measure each variant at `budget_tokens`; one row per variant (COLUMNS), written to
-    out_root/ablation.parquet and out_root/ablation.md (rows of variants measured so far)."""
+                 only: list[str] | None = None, measure: bool = True,
+                 budget_minutes: float | None = None) -> pd.DataFrame:
+    """Train and measure each variant at `budget_tokens` or `budget_minutes` (one of them; see
+    `variant_config`); one row per variant (COLUMNS), written to out_root/ablation.parquet and
+    out_root/ablation.md (rows of variants measured so far)."""
     from plmodels.train import load_config
 
     ev = eval if isinstance(eval, AblationEval) else AblationEval.from_dict(eval or {})
@@ -288,7 +334,7 @@ def run_ablation(base_config, variants: Mapping[str, Mapping], out_root: str | P
     for name, ov in variants.items():
         if only and name not in only:
             continue
-        cfg = variant_config(base, ov, budget_tokens, ev)
+        cfg = variant_config(base, ov, budget_tokens, ev, budget_minutes)
         t0 = time.monotonic()
         final = train_variant(cfg, out_root / name, cache)
         print(f"[ablate] {name}: trained in {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
@@ -373,10 +419,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out_root")
     ap.add_argument("--only", default="", help="comma-separated variant names")
     ap.add_argument("--no-measure", action="store_true", help="train only")
-    ap.add_argument("--budget-tokens", type=int, default=None)
+    budget = ap.add_mutually_exclusive_group()
+    budget.add_argument("--budget-tokens", type=int, default=None, help="equal token budget per variant")
+    budget.add_argument("--budget-minutes", type=float, default=None, help="equal wall time per variant")
     a = ap.parse_args(argv)
     spec = load_spec(a.spec)
-    df = run_ablation(spec["base"], spec["variants"], a.out_root, a.budget_tokens or spec["budget_tokens"],
+    minutes = a.budget_minutes if a.budget_minutes is not None else (None if a.budget_tokens else spec.get("budget_minutes"))
+    tokens = None if minutes is not None else (a.budget_tokens or spec.get("budget_tokens"))
+    df = run_ablation(spec["base"], spec["variants"], a.out_root, tokens, budget_minutes=minutes,
                       eval=spec.get("eval"), base_overrides=spec.get("base_overrides"),
                       only=[s for s in a.only.split(",") if s] or None, measure=not a.no_measure)
     print(to_markdown(df))

@@ -117,6 +117,21 @@ def test_unknown_config_key_is_named(tmp_path):
         PretrainConfig.from_dict({"kind": "encoder", "train_source": "x", "masking": {"ratee": 0.2}})
 
 
+def test_heldout_targets_do_not_depend_on_training_mask_or_batch(data, tmp_path):
+    # the eval mask is BERT's 15% whatever the training masking and batch size, so runs that differ
+    # in those are scored on the same targets (same unigram loss, same count); eval_masking changes it
+    def eval_row(name, **kw):
+        pretrain(_cfg(data, max_steps=1, ckpt_log_spaced=False, **kw), tmp_path / name)
+        _, rows = _eval_losses(tmp_path / name)
+        return next(r["value"] for r in rows if r["metric"] == "unigram_loss" and r["step"] == 0)
+
+    a = eval_row("a")
+    assert eval_row("b", masking={"rate": 0.4}, batch_size=4) == a
+    assert eval_row("c", eval_masking={"rate": 0.4}) != a
+    with pytest.raises(ValueError, match="eval_masking"):
+        _cfg(data, eval_masking={"nsp": True})
+
+
 def test_time_clock_needs_a_budget_and_a_known_name():
     with pytest.raises(ValueError, match="needs max_minutes"):
         PretrainConfig(kind="encoder", train_source="x", schedule_clock="time")

@@ -43,6 +43,22 @@ def test_variant_config_spends_the_same_tokens_whatever_the_batch(base, tmp_path
     assert c.warmup_steps == 3  # an explicit warmup wins
 
 
+def test_variant_config_equal_wall_time_puts_the_schedule_on_the_clock(base):
+    from plmodels.train import PretrainConfig
+
+    cfg0 = PretrainConfig.from_dict(base)
+    ev = AblationEval(warmup_frac=0.2, tokens_per_s=1024)
+    a = variant_config(cfg0, {}, None, ev, budget_minutes=2)
+    b = variant_config(cfg0, {"batch_size": 16}, None, ev, budget_minutes=2)
+    # 1024 tok/s x 120 s = 122,880 tokens: 480 steps of 8 x 32, 240 of 16 x 32; warmup 20% of each
+    assert (a.max_steps, b.max_steps) == (480, 240) and (a.warmup_steps, b.warmup_steps) == (96, 48)
+    assert a.max_minutes == 2 and a.schedule_clock == "time"
+    with pytest.raises(ValueError, match="exactly one"):
+        variant_config(cfg0, {}, 1000, ev, budget_minutes=2)
+    with pytest.raises(ValueError, match="exactly one"):
+        variant_config(cfg0, {}, None, ev)
+
+
 def test_summarise_heads_margin_is_best_direction_minus_baseline():
     rel = pd.DataFrame({"relation": ["det", "det", "case", "nsubj"], "direction": ["a", "b", "a", "a"],
                         "test_acc": [0.80, 0.50, 0.40, 0.9], "baseline_acc": [0.60, 0.10, 0.55, 0.1]})

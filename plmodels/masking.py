@@ -14,6 +14,11 @@ text starts with "##" continues the previous word, and a word is selected with p
 taking all its pieces with it (the 80/10/10 choice is still made per token, as in BERT's
 `create_pretraining_data.py`).
 
+Masking-ratio decay (Yang et al. 2023, "Learning Better Masking for Better Language Model
+Pre-training", ACL) is an option: with `rate_final` set, the selection rate falls linearly from
+`rate` to `rate_final` over the run (the trainer passes the lr schedule's position), so a model
+gets the denser signal of a high rate early and ends on the rate it is evaluated at.
+
 Next-sentence prediction (BERT Sec. 3.1, off by default as in RoBERTa) builds
 `[CLS] A [SEP] B [SEP]` where B is the true continuation of A half the time (label 0, "IsNext") and
 a segment from another sequence otherwise (label 1, "NotNext"); token_type_ids are 0 on A and 1 on B.
@@ -39,6 +44,16 @@ class MaskingConfig:
     random_frac: float = 0.1    # of the selected: replaced by a random non-special token
     whole_word: bool = False    # select whole words (needs WordPiece "##" continuation ids)
     nsp: bool = False           # next-sentence prediction pairs (BERT); off as in RoBERTa
+    rate_final: float | None = None  # masking-ratio decay: `rate` falls linearly to this over the run
+                                # (Yang et al. 2023, "Learning Better Masking for Better Language
+                                # Model Pre-training"); None = `rate` throughout
+
+    def rate_at(self, progress: float) -> float:
+        """The selection rate at training progress in [0, 1] (the lr schedule's position)."""
+        if self.rate_final is None:
+            return self.rate
+        p = min(1.0, max(0.0, progress))
+        return self.rate + (self.rate_final - self.rate) * p
 
     def __post_init__(self) -> None:
         for name in ("rate", "mask_frac", "random_frac"):
@@ -47,6 +62,8 @@ class MaskingConfig:
                 raise ValueError(f"MaskingConfig.{name} must be in [0, 1], got {v}")
         if self.rate == 0.0:
             raise ValueError("MaskingConfig.rate must be > 0 (nothing would be predicted)")
+        if self.rate_final is not None and not 0.0 < self.rate_final <= 1.0:
+            raise ValueError(f"MaskingConfig.rate_final must be in (0, 1] or null, got {self.rate_final}")
         if self.mask_frac + self.random_frac > 1.0 + 1e-9:
             raise ValueError(
                 f"MaskingConfig.mask_frac + random_frac must be <= 1, got {self.mask_frac} + {self.random_frac}"

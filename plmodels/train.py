@@ -129,8 +129,10 @@ class PretrainConfig:
             raise ValueError("schedule_clock 'time' needs max_minutes (the budget the schedule spans)")
         preset_fields(self.kind, self.preset)  # checks the preset name
         MaskingConfig.from_dict(self.masking)  # checks the masking keys
-        if MaskingConfig.from_dict(self.eval_masking).nsp:
-            raise ValueError("eval_masking.nsp must be false (the held-out evaluation has no NSP pairs)")
+        em = MaskingConfig.from_dict(self.eval_masking)
+        if em.nsp or em.rate_final is not None:
+            raise ValueError("eval_masking.nsp must be false and eval_masking.rate_final null (the held-out "
+                             "mask is fixed and has no NSP pairs)")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -603,10 +605,15 @@ class Batches:
         idx = self._orders[epoch][start: start + B]
         return torch.from_numpy(np.stack([self.ds[int(k)] for k in idx]))
 
-    def get(self, step: int, micro: int, device: torch.device) -> Batch:
+    def get(self, step: int, micro: int, device: torch.device, progress: float = 0.0) -> Batch:
+        """The micro-batch of (step, micro) on this rank; `progress` in [0, 1] (the schedule's
+        position) sets the masking rate when it decays (`MaskingConfig.rate_final`)."""
         rows = self.rows(step, micro)
         gen = step_generator(self.cfg.seed, step, stream=micro * self.d.world + self.d.rank)
-        return make_batch(rows, self.tok, self.masking, gen, self.cont_ids, device)
+        masking = self.masking
+        if masking.rate_final is not None:
+            masking = replace(masking, rate=masking.rate_at(progress), rate_final=None)
+        return make_batch(rows, self.tok, masking, gen, self.cont_ids, device)
 
 
 def make_batch(rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Generator, cont_ids, device) -> Batch:
@@ -826,8 +833,9 @@ class _Loop:
         for g in self.opt.param_groups:
             g["lr"] = lr
         total = 0.0
+        progress = at / cfg.max_steps
         for micro in range(cfg.grad_accum):
-            loss, _ = lm_loss(model, self.batches.get(step, micro, self.device), self.autocast)
+            loss, _ = lm_loss(model, self.batches.get(step, micro, self.device, progress), self.autocast)
             (loss / cfg.grad_accum).backward()
             total += loss.item() / cfg.grad_accum
         average_gradients(model, self.d)

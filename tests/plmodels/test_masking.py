@@ -93,6 +93,29 @@ def test_causal_labels_are_shifted_inputs():
     assert lab.tolist() == [[6, 7, 8, -100], [10, -100, -100, -100]]
 
 
+def test_masking_rate_decay_by_hand_and_in_the_batches():
+    from types import SimpleNamespace
+
+    from plmodels.corpus import PackedDataset
+    from plmodels.train import Batches, Dist, PretrainConfig
+
+    cfg = MaskingConfig(rate=0.4, rate_final=0.15)
+    assert [cfg.rate_at(p) for p in (0.0, 0.5, 1.0, 2.0)] == pytest.approx([0.4, 0.275, 0.15, 0.15])
+    assert MaskingConfig(rate=0.3).rate_at(0.9) == 0.3  # no decay: constant
+    with pytest.raises(ValueError, match="rate_final"):
+        MaskingConfig(rate=0.3, rate_final=0.0)
+    # the trainer's batches follow the progress it passes (the lr schedule's position)
+    tok = SimpleNamespace(kind="wordpiece", cls_id=2, sep_id=3, mask_id=MASK, vocab_size=V, special_ids=SPECIALS,
+                          hf=None)
+    ids = torch.randint(5, V, (200_000,), generator=torch.Generator().manual_seed(0)).numpy()
+    ds = PackedDataset(ids, seq_len=128, seed=0, mode="mlm", cls_id=2, sep_id=3)
+    pc = PretrainConfig(kind="encoder", train_source="x", batch_size=256, masking={"rate": 0.4, "rate_final": 0.15})
+    batches = Batches(ds, pc, Dist(), tok)
+    share = lambda p: (batches.get(0, 0, torch.device("cpu"), p).labels != IGNORE_INDEX).float().mean().item()  # noqa: E731
+    assert share(0.0) == pytest.approx(0.4 * 126 / 128, abs=0.01)  # [CLS] and [SEP] are never selected
+    assert share(1.0) == pytest.approx(0.15 * 126 / 128, abs=0.01)
+
+
 def test_masking_config_checks():
     with pytest.raises(ValueError, match="rate"):
         MaskingConfig(rate=1.5)

@@ -29,10 +29,8 @@ def test_every_ablation_variant_builds_a_config(path, monkeypatch):
     spec = load_spec(path)
     ev = AblationEval.from_dict(spec.get("eval") or {})
     base = load_config(spec["base"], dict(spec.get("base_overrides") or {}))
-    budget = {"budget_minutes": spec["budget_minutes"]} if "budget_minutes" in spec else {}
-    tokens = spec.get("budget_tokens")
     for name, overrides in spec["variants"].items():
-        cfg = variant_config(base, overrides, tokens, ev, **budget)
+        cfg = variant_config(base, overrides, spec.get("budget_tokens"), ev, spec.get("budget_minutes"))
         assert cfg.max_steps >= 1, name
         if "budget_minutes" in spec:
             assert cfg.schedule_clock == "time" and cfg.max_minutes == spec["budget_minutes"], name

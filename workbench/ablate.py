@@ -359,10 +359,15 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    """The table as GitHub Markdown (accuracies in %, margins in points)."""
+    """The table as GitHub Markdown (accuracies in %, margins in points). Decoder rows add the
+    last-subword POS gain and the perplexities beside their bigram baselines (`decoder_scores`)."""
     cols = ["variant", "tokens", "tokens_per_s", "eval_loss", "eval_acc", "eval_ppl", "pos_layer0", "pos_best",
             "pos_gain", "det_margin", "case_margin", "positional_max", "load_avg"]
-    pct = {"eval_acc", "pos_layer0", "pos_best", "pos_gain", "det_margin", "case_margin", "positional_max"}
+    decoder_cols = [c for c in df.columns if c == "pos_last_gain" or c.endswith(("bigram_ppl", "model_ppl"))]
+    if decoder_cols and df[decoder_cols].notna().any().any():
+        cols = cols[:-1] + decoder_cols + cols[-1:]
+    pct = {"eval_acc", "pos_layer0", "pos_best", "pos_gain", "det_margin", "case_margin", "positional_max",
+           "pos_last_gain"}
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():
         cells = []
@@ -377,7 +382,7 @@ def to_markdown(df: pd.DataFrame) -> str:
             elif c in ("tokens", "tokens_per_s"):
                 cells.append(f"{v:,.0f}")
             else:
-                cells.append(f"{v:.3f}" if c != "eval_ppl" else f"{v:.1f}")
+                cells.append(f"{v:.1f}" if c.endswith("ppl") else f"{v:.3f}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -398,7 +403,7 @@ def loss_curves_figure(out_root: Path, names: list[str]):
         fig.add_trace(go.Scatter(x=ev["tokens"], y=ev["value"], mode="markers+lines", name=f"{name} held-out",
                                  legendgroup=name))
     fig.update_layout(xaxis_title="tokens seen", yaxis_title="loss (nats)", height=500,
-                      title="Loss at an equal token budget")
+                      title="Loss against tokens seen")
     return fig
 
 

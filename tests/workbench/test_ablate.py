@@ -99,6 +99,18 @@ def test_to_markdown_formats_percentages():
                         "det_margin": float("nan"), "case_margin": 0.2, "positional_max": 0.9, "load_avg": 9.0}])
     md = to_markdown(df)
     assert "| x | 1,000 | 512 | 3.210 | 12.3 | 24.8 | 80.0 | 85.0 | 5.0 |  | 20.0 | 90.0 | 9.000 |" in md
+    assert "bigram" not in md  # encoder rows: no decoder columns
+
+
+def test_to_markdown_adds_decoder_columns():
+    row = {"variant": "d", "tokens": 10, "tokens_per_s": 1.0, "eval_loss": 4.0, "eval_acc": 0.3, "eval_ppl": 54.6,
+           "pos_layer0": 0.8, "pos_best": 0.83, "pos_gain": 0.03, "det_margin": 0.1, "case_margin": 0.2,
+           "positional_max": 0.5, "load_avg": 2.0, "pos_last_gain": 0.042, "model_ppl": 54.6, "bigram_ppl": 148.64,
+           "unigram_ppl": 898.6, "wikitext2_model_ppl": 2794.0, "wikitext2_bigram_ppl": 3179.1}
+    md = to_markdown(pd.DataFrame([row]))
+    header, _, line = md.splitlines()
+    assert header.endswith("| pos_last_gain | model_ppl | bigram_ppl | wikitext2_model_ppl | wikitext2_bigram_ppl | load_avg |")
+    assert line.endswith("| 4.2 | 54.6 | 148.6 | 2794.0 | 3179.1 | 2.000 |")
 
 
 def test_check_targets_passes_only_at_or_above_target_and_fails_nan():

@@ -363,7 +363,11 @@ def to_markdown(df: pd.DataFrame) -> str:
     last-subword POS gain and the perplexities beside their bigram baselines (`decoder_scores`)."""
     cols = ["variant", "tokens", "tokens_per_s", "eval_loss", "eval_acc", "eval_ppl", "pos_layer0", "pos_best",
             "pos_gain", "det_margin", "case_margin", "positional_max", "load_avg"]
-    decoder_cols = [c for c in df.columns if c == "pos_last_gain" or c.endswith(("bigram_ppl", "model_ppl"))]
+    decoder_cols = ["pos_last_gain"] if "pos_last_gain" in df else []
+    for c in df.columns:  # each held-out set's bigram ppl, after the model's (the main set's is eval_ppl)
+        if c.endswith("bigram_ppl"):
+            prefix = c[: -len("bigram_ppl")]
+            decoder_cols += [p for p in (f"{prefix}model_ppl",) if prefix and p in df] + [c]
     if decoder_cols and df[decoder_cols].notna().any().any():
         cols = cols[:-1] + decoder_cols + cols[-1:]
     pct = {"eval_acc", "pos_layer0", "pos_best", "pos_gain", "det_margin", "case_margin", "positional_max",

@@ -109,8 +109,9 @@ def test_to_markdown_adds_decoder_columns():
            "unigram_ppl": 898.6, "wikitext2_model_ppl": 2794.0, "wikitext2_bigram_ppl": 3179.1}
     md = to_markdown(pd.DataFrame([row]))
     header, _, line = md.splitlines()
-    assert header.endswith("| pos_last_gain | model_ppl | bigram_ppl | wikitext2_model_ppl | wikitext2_bigram_ppl | load_avg |")
-    assert line.endswith("| 4.2 | 54.6 | 148.6 | 2794.0 | 3179.1 | 2.000 |")
+    assert header.endswith("| eval_ppl | pos_layer0 | pos_best | pos_gain | det_margin | case_margin | positional_max | "
+                           "pos_last_gain | bigram_ppl | wikitext2_model_ppl | wikitext2_bigram_ppl | load_avg |")
+    assert line.endswith("| 4.2 | 148.6 | 2794.0 | 3179.1 | 2.000 |")
 
 
 def test_check_targets_passes_only_at_or_above_target_and_fails_nan():

@@ -366,8 +366,10 @@ def to_markdown(df: pd.DataFrame) -> str:
     decoder_cols = ["pos_last_gain"] if "pos_last_gain" in df else []
     for c in df.columns:  # each held-out set's bigram ppl, after the model's (the main set's is eval_ppl)
         if c.endswith("bigram_ppl"):
-            prefix = c[: -len("bigram_ppl")]
-            decoder_cols += [p for p in (f"{prefix}model_ppl",) if prefix and p in df] + [c]
+            model = c.replace("bigram_ppl", "model_ppl")
+            if model != "model_ppl" and model in df:
+                decoder_cols.append(model)
+            decoder_cols.append(c)
     if decoder_cols and df[decoder_cols].notna().any().any():
         cols = cols[:-1] + decoder_cols + cols[-1:]
     pct = {"eval_acc", "pos_layer0", "pos_best", "pos_gain", "det_margin", "case_margin", "positional_max",

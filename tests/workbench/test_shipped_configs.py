@@ -23,12 +23,18 @@ def test_pretrain_configs_load(path):
     assert cfg.name == path.stem
 
 
+def spec_base(path: Path):
+    """The spec, its AblationEval and its base config, as `run_ablation` builds them (bases are
+    relative to the repository root, so call it from there)."""
+    spec = load_spec(path)
+    base = load_config(spec["base"], dict(spec.get("base_overrides") or {}))
+    return spec, AblationEval.from_dict(spec.get("eval") or {}), base
+
+
 @pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
 def test_every_ablation_variant_builds_a_config(path, monkeypatch):
-    monkeypatch.chdir(ROOT)  # spec bases are relative to the repository root
-    spec = load_spec(path)
-    ev = AblationEval.from_dict(spec.get("eval") or {})
-    base = load_config(spec["base"], dict(spec.get("base_overrides") or {}))
+    monkeypatch.chdir(ROOT)
+    spec, ev, base = spec_base(path)
     for name, overrides in spec["variants"].items():
         cfg = variant_config(base, overrides, spec.get("budget_tokens"), ev, spec.get("budget_minutes"))
         assert cfg.max_steps >= 1, name
@@ -40,9 +46,7 @@ def test_encoder_time_ablations_keep_the_pre_ablation_baseline(monkeypatch):
     """encoder-time.json's results (docs/recipe.md, 1b) are against lr 2e-3 and 15% masking; the
     default recipe has moved on since, so the spec pins the old base in base_overrides."""
     monkeypatch.chdir(ROOT)
-    spec = load_spec(ROOT / "configs" / "ablations" / "encoder-time.json")
-    ev = AblationEval.from_dict(spec["eval"])
-    base = load_config(spec["base"], spec["base_overrides"])
+    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "encoder-time.json")
     cram = variant_config(base, spec["variants"]["cram"], None, ev, budget_minutes=spec["budget_minutes"])
     assert cram.lr == 0.002 and cram.masking["rate"] == 0.15
     assert cram.warmup_steps == round(0.2 * cram.max_steps)

@@ -55,3 +55,16 @@ def test_encoder_time_ablations_keep_the_pre_ablation_baseline(monkeypatch):
     assert m40.warmup_steps == round(0.35 * m40.max_steps)
     recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
     assert (recipe.lr, recipe.masking["rate"]) == (0.0015, 0.25)
+
+
+def test_decoder_time_ablations_keep_a_ten_percent_warmup_baseline(monkeypatch):
+    """decoder-time.json's table (docs/recipe.md, 1c) is against a 10% warmup; the decoder recipe
+    now warms up over 30% of the hour, which must not move the spec's `cram` baseline."""
+    monkeypatch.chdir(ROOT)
+    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "decoder-time.json")
+    cram = variant_config(base, spec["variants"]["cram"], None, ev, budget_minutes=spec["budget_minutes"])
+    assert cram.warmup_steps == round(0.1 * cram.max_steps)
+    wu30 = variant_config(base, spec["variants"]["warmup30"], None, ev, budget_minutes=spec["budget_minutes"])
+    assert wu30.warmup_steps == round(0.3 * wu30.max_steps)
+    recipe = load_config(ROOT / "configs" / "pretrain" / "decoder-mini-cram.json")
+    assert recipe.warmup_steps == round(0.3 * recipe.max_steps) and recipe.schedule_clock == "time"

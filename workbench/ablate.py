@@ -19,10 +19,18 @@ takes fewer, larger steps and the schedule is stretched to the run), then is mea
 Prior art for the choices tried: Izsak et al. 2021 ("How to Train BERT with an Academic Budget"),
 Geiping & Goldstein 2022 ("Cramming"), Wettig et al. 2023 ("Should You Mask 15% in MLM?").
 
+Seeds: head measures differ between seeds of one config by more than between recipes (one config's
+best +-1 head was 89% with seed 0 and 50% with seed 1 after 4.2M tokens; docs/recipe.md), so a
+single run ranks nothing on them. `seeds=[0, 1, 2]` (spec key "seeds", CLI `--seeds 0,1,2`) trains
+each variant once per seed, as "<variant>@s<seed>" (the seed sets initialisation, data order and
+masks; the tokenizer is shared), and `seed_summary` gives each measure's mean, sample standard
+deviation, min and max over a variant's seeds (out_root/ablation_seeds.parquet, and a second table
+in ablation.md).
+
 API: `run_ablation(base_config, variants, out_root, budget_tokens) -> DataFrame`, one row per
-variant, written to out_root/ablation.parquet and out_root/ablation.md. A variant whose folder
-already holds `final/` is not retrained; one whose `row.json` exists is not re-measured.
-CLI: `python -m workbench.ablate configs/ablations/encoder.json runs/ablations/encoder [--only a,b]`.
+variant and seed, written to out_root/ablation.parquet and out_root/ablation.md. A variant whose
+folder already holds `final/` is not retrained; one whose `row.json` exists is not re-measured.
+CLI: `python -m workbench.ablate configs/ablations/encoder.json runs/ablations/encoder [--only a,b] [--seeds 0,1]`.
 """
 from __future__ import annotations
 
@@ -35,7 +43,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -43,8 +51,8 @@ import pandas as pd
 from workbench.config import JsonConfig, read_json_keys
 
 ROW_FILE = "row.json"
-COLUMNS = ["variant", "overrides", "steps", "tokens", "tokens_per_s", "train_seconds", "eval_loss", "eval_acc",
-           "eval_ppl", "unigram_loss", "pos_layer0", "pos_best", "pos_best_layer", "pos_gain",
+COLUMNS = ["variant", "group", "seed", "overrides", "steps", "tokens", "tokens_per_s", "train_seconds", "eval_loss",
+           "eval_acc", "eval_ppl", "unigram_loss", "pos_layer0", "pos_best", "pos_best_layer", "pos_gain",
            "det_margin", "case_margin", "positional_max", "load_avg"]
 
 
@@ -135,12 +143,30 @@ def with_shared_tokenizer(cfg, out_root: Path):
 def load_spec(path: str | Path) -> dict:
     """An ablation file: {"base": config path or name, "budget_tokens": int or "budget_minutes": float,
     "base_overrides": {...},
-    "eval": {AblationEval fields}, "variants": {name: overrides}}."""
-    spec = read_json_keys(path, {"base", "budget_tokens", "budget_minutes", "base_overrides", "eval", "variants", "notes"},
-                          required=("base", "variants"))
+    "eval": {AblationEval fields}, "variants": {name: overrides}, optional "seeds": [int, ...]}."""
+    keys = {"base", "budget_tokens", "budget_minutes", "base_overrides", "eval", "variants", "notes", "seeds"}
+    spec = read_json_keys(path, keys, required=("base", "variants"))
     if ("budget_tokens" in spec) == ("budget_minutes" in spec):
         raise ValueError(f"{path}: give exactly one of budget_tokens and budget_minutes")
+    seeds = spec.get("seeds")
+    if seeds is not None and (not isinstance(seeds, list) or not seeds
+                              or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds)):
+        raise ValueError(f"{path}: field 'seeds' must be a non-empty list of integers, got {seeds!r}")
     return spec
+
+
+def with_seeds(variants: Mapping[str, Mapping], seeds: Sequence[int] | None) -> dict[str, tuple[str, dict]]:
+    """{run name: (variant, overrides)}: each variant once per seed, named "<variant>@s<seed>", with
+    "seed" set in its overrides (replacing any the variant had). seeds None: the variants as they are."""
+    if seeds is None:
+        return {name: (name, dict(ov)) for name, ov in variants.items()}
+    seeds = list(seeds)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be a non-empty list without repeats, got {seeds}")
+    bad = [name for name in variants if "@s" in name]
+    if bad:
+        raise ValueError(f"variant names may not contain '@s' (it marks the seed): {bad}")
+    return {f"{name}@s{seed}": (name, {**ov, "seed": int(seed)}) for name, ov in variants.items() for seed in seeds}
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -314,10 +340,12 @@ def check_targets(row: Mapping, targets: Mapping[str, float] = ENCODER_TARGETS) 
 def run_ablation(base_config, variants: Mapping[str, Mapping], out_root: str | Path, budget_tokens: int | None = None,
                  eval: AblationEval | Mapping | None = None, base_overrides: Mapping | None = None,
                  only: list[str] | None = None, measure: bool = True,
-                 budget_minutes: float | None = None) -> pd.DataFrame:
+                 budget_minutes: float | None = None, seeds: Sequence[int] | None = None) -> pd.DataFrame:
     """Train and measure each variant at `budget_tokens` or `budget_minutes` (one of them; see
-    `variant_config`); one row per variant (COLUMNS), written to out_root/ablation.parquet and
-    out_root/ablation.md (rows of variants measured so far)."""
+    `variant_config`), once per seed when `seeds` is given (`with_seeds`); one row per run (COLUMNS:
+    "group" is the variant, "seed" the run's seed), written to out_root/ablation.parquet and
+    out_root/ablation.md (rows of runs measured so far), and with more than one seed the
+    `seed_summary` to out_root/ablation_seeds.parquet. `only` names variants (all their seeds)."""
     from plmodels.train import load_config
 
     ev = eval if isinstance(eval, AblationEval) else AblationEval.from_dict(eval or {})
@@ -331,23 +359,65 @@ def run_ablation(base_config, variants: Mapping[str, Mapping], out_root: str | P
 
         base_config = PretrainConfig.from_dict(dict(base_config), source="base_config")
     base = with_shared_tokenizer(load_config(base_config, dict(base_overrides or {})), out_root)
-    for name, ov in variants.items():
-        if only and name not in only:
-            continue
+    runs = with_seeds(variants, seeds)
+    labels = {}
+    for name, (group, ov) in runs.items():
         cfg = variant_config(base, ov, budget_tokens, ev, budget_minutes)
+        labels[name] = {"group": group, "seed": cfg.seed}
+        if only and group not in only:
+            continue
         t0 = time.monotonic()
         final = train_variant(cfg, out_root / name, cache)
         print(f"[ablate] {name}: trained in {time.monotonic() - t0:.0f}s", file=sys.stderr, flush=True)
         if measure:
             measure_variant(name, final, ev, ov)
-    rows = [json.loads((out_root / n / ROW_FILE).read_text()) for n in variants if (out_root / n / ROW_FILE).is_file()]
+    rows = [{**json.loads((out_root / n / ROW_FILE).read_text()), **labels[n]}
+            for n in runs if (out_root / n / ROW_FILE).is_file()]
     df = pd.DataFrame(rows)
     for c in COLUMNS:
         if c not in df:
             df[c] = np.nan
     df = df[COLUMNS + [c for c in df.columns if c not in COLUMNS]]
-    write_outputs(df, out_root)
+    write_outputs(df, out_root, seed_summary(df) if seeds is not None and len(seeds) > 1 else None)
     return df
+
+
+SEED_MEASURES = ["eval_loss", "eval_acc", "eval_ppl", "pos_gain", "det_margin", "case_margin", "positional_max"]
+
+
+def seed_summary(df: pd.DataFrame, measures: Sequence[str] = SEED_MEASURES) -> pd.DataFrame:
+    """Tidy spread over seeds: one row per (group, measure) with n (runs with a value), mean, sd
+    (sample standard deviation, ddof 1; NaN for one run), min and max. Rows of `run_ablation`."""
+    out = []
+    for group, g in df.groupby("group", sort=False):
+        for m in measures:
+            v = pd.to_numeric(g[m], errors="coerce").dropna() if m in g else pd.Series(dtype=float)
+            if len(v) == 0:
+                continue
+            out.append({"group": group, "measure": m, "n": len(v), "mean": float(v.mean()),
+                        "sd": float(v.std(ddof=1)) if len(v) > 1 else float("nan"),
+                        "min": float(v.min()), "max": float(v.max())})
+    return pd.DataFrame(out, columns=["group", "measure", "n", "mean", "sd", "min", "max"])
+
+
+def seeds_markdown(summary: pd.DataFrame) -> str:
+    """`seed_summary` as one Markdown row per variant: "mean ± sd (min–max)" per measure, in the
+    units of `to_markdown` (accuracies and margins in %/points)."""
+    measures = [m for m in SEED_MEASURES if m in set(summary["measure"])]
+    lines = ["| variant | seeds | " + " | ".join(measures) + " |", "|" + "---|" * (len(measures) + 2)]
+    for group, g in summary.groupby("group", sort=False):
+        g = g.set_index("measure")
+        cells = []
+        for m in measures:
+            if m not in g.index:
+                cells.append("")
+                continue
+            r, k = g.loc[m], 100.0 if m in PCT_COLUMNS else 1.0
+            fmt = ".1f" if k == 100.0 or m == "eval_ppl" else ".3f"
+            sd = "" if math.isnan(r["sd"]) else f" ± {k * r['sd']:{fmt}}"
+            cells.append(f"{k * r['mean']:{fmt}}{sd} ({k * r['min']:{fmt}}–{k * r['max']:{fmt}})")
+        lines.append(f"| {group} | {int(g['n'].max())} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -356,6 +426,10 @@ def _write_text(path: Path, text: str) -> None:
         f.write(text)
     os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
     os.replace(tmp, path)
+
+
+PCT_COLUMNS = {"eval_acc", "pos_layer0", "pos_best", "pos_gain", "det_margin", "case_margin", "positional_max",
+               "pos_last_gain"}
 
 
 def to_markdown(df: pd.DataFrame) -> str:
@@ -372,8 +446,7 @@ def to_markdown(df: pd.DataFrame) -> str:
             decoder_cols.append(c)
     if decoder_cols and df[decoder_cols].notna().any().any():
         cols = cols[:-1] + decoder_cols + cols[-1:]
-    pct = {"eval_acc", "pos_layer0", "pos_best", "pos_gain", "det_margin", "case_margin", "positional_max",
-           "pos_last_gain"}
+    pct = PCT_COLUMNS
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():
         cells = []
@@ -413,15 +486,26 @@ def loss_curves_figure(out_root: Path, names: list[str]):
     return fig
 
 
-def write_outputs(df: pd.DataFrame, out_root: Path) -> None:
+def _write_parquet(df: pd.DataFrame, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".parquet.tmp")
+    os.close(fd)
+    df.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def write_outputs(df: pd.DataFrame, out_root: Path, seeds: pd.DataFrame | None = None) -> None:
+    """ablation.parquet, ablation.md and loss_curves.html; with `seeds` (a `seed_summary`) also
+    ablation_seeds.parquet and the spread table under the runs' table in ablation.md."""
     out_root.mkdir(parents=True, exist_ok=True)
     _write_text(out_root / "loss_curves.html",
                 loss_curves_figure(out_root, list(df["variant"]) if len(df) else []).to_html(include_plotlyjs="cdn"))
-    fd, tmp = tempfile.mkstemp(dir=out_root, prefix=".ablation.", suffix=".parquet.tmp")
-    os.close(fd)
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, out_root / "ablation.parquet")
-    _write_text(out_root / "ablation.md", to_markdown(df))
+    _write_parquet(df, out_root / "ablation.parquet")
+    md = to_markdown(df)
+    if seeds is not None:
+        _write_parquet(seeds, out_root / "ablation_seeds.parquet")
+        if len(seeds):
+            md += "\nOver seeds: mean ± sd (min–max)\n\n" + seeds_markdown(seeds)
+    _write_text(out_root / "ablation.md", md)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -433,14 +517,22 @@ def main(argv: list[str] | None = None) -> int:
     budget = ap.add_mutually_exclusive_group()
     budget.add_argument("--budget-tokens", type=int, default=None, help="equal token budget per variant")
     budget.add_argument("--budget-minutes", type=float, default=None, help="equal wall time per variant")
+    ap.add_argument("--seeds", default=None,
+                    help="comma-separated seeds: each variant once per seed (instead of the spec's)")
     a = ap.parse_args(argv)
     spec = load_spec(a.spec)
+    try:
+        seeds = [int(x) for x in a.seeds.split(",") if x.strip()] if a.seeds else spec.get("seeds")
+    except ValueError:
+        ap.error(f"--seeds must be comma-separated integers, got {a.seeds!r}")
     minutes = a.budget_minutes if a.budget_minutes is not None else (None if a.budget_tokens else spec.get("budget_minutes"))
     tokens = None if minutes is not None else (a.budget_tokens or spec.get("budget_tokens"))
     df = run_ablation(spec["base"], spec["variants"], a.out_root, tokens, budget_minutes=minutes,
                       eval=spec.get("eval"), base_overrides=spec.get("base_overrides"),
-                      only=[s for s in a.only.split(",") if s] or None, measure=not a.no_measure)
+                      only=[s for s in a.only.split(",") if s] or None, measure=not a.no_measure, seeds=seeds)
     print(to_markdown(df))
+    if seeds is not None and len(seeds) > 1 and len(df):
+        print(seeds_markdown(seed_summary(df)))
     return 0
 
 

@@ -6,7 +6,8 @@ import random
 import pandas as pd
 import pytest
 
-from workbench.ablate import AblationEval, check_targets, run_ablation, summarise_heads, to_markdown, variant_config
+from workbench.ablate import (AblationEval, check_targets, load_spec, run_ablation, seed_summary, seeds_markdown,
+                              summarise_heads, to_markdown, variant_config, with_seeds)
 
 
 def _corpus(path, n, seed):
@@ -91,6 +92,66 @@ def test_tiny_ablation_rows_and_rerun_is_cached(base, tmp_path):
     pd.testing.assert_frame_equal(df, df2)
     with pytest.raises(ValueError, match="unknown variants"):
         run_ablation(base, variants, tmp_path / "abl", budget_tokens=100, only=["nope"])
+
+
+@pytest.mark.slow
+def test_tiny_ablation_over_seeds_trains_each_seed_and_summarises(base, tmp_path):
+    ev = {"evals_per_run": 1, "eval_sequences": 16, "pos_train_sentences": 30, "pos_test_sentences": 20,
+          "head_sentences": 12}
+    out = tmp_path / "abl"
+    df = run_ablation(base, {"rope": {"model": {"position": "rope"}}}, out, budget_tokens=4 * 8 * 32, eval=ev,
+                      seeds=[1, 2])
+    assert list(df["variant"]) == ["rope@s1", "rope@s2"] and list(df["group"]) == ["rope", "rope"]
+    assert list(df["seed"]) == [1, 2]
+    from safetensors.torch import load_file
+
+    w1, w2 = (load_file(str(out / n / "final" / "model.safetensors")) for n in ("rope@s1", "rope@s2"))
+    assert not all(w1[k].equal(w2[k]) for k in w1)  # another seed: another initialisation and data order
+    assert df.loc[0, "eval_loss"] != df.loc[1, "eval_loss"]
+    summary = pd.read_parquet(out / "ablation_seeds.parquet")
+    loss = summary.set_index("measure").loc["eval_loss"]
+    assert loss["n"] == 2 and loss["mean"] == pytest.approx(df["eval_loss"].mean())
+    assert loss["min"] == pytest.approx(df["eval_loss"].min()) and loss["sd"] > 0
+    assert "Over seeds" in (out / "ablation.md").read_text()
+
+
+def test_with_seeds_names_one_run_per_variant_and_seed():
+    runs = with_seeds({"a": {"lr": 1e-3}, "b": {"seed": 9, "model": {"position": "rope"}}}, [0, 2])
+    assert list(runs) == ["a@s0", "a@s2", "b@s0", "b@s2"]
+    assert runs["a@s2"] == ("a", {"lr": 1e-3, "seed": 2})
+    assert runs["b@s0"] == ("b", {"seed": 0, "model": {"position": "rope"}})  # the seed list wins
+    assert with_seeds({"a": {"lr": 1e-3}}, None) == {"a": ("a", {"lr": 1e-3})}
+    with pytest.raises(ValueError, match="repeats"):
+        with_seeds({"a": {}}, [1, 1])
+    with pytest.raises(ValueError, match="@s"):
+        with_seeds({"x@s1": {}}, [0, 1])
+
+
+def test_seed_summary_mean_sd_min_max_by_hand():
+    nan = float("nan")
+    df = pd.DataFrame({"group": ["x", "x", "x", "y"], "eval_acc": [0.30, 0.34, 0.38, 0.5],
+                       "positional_max": [0.9, nan, 0.5, 0.7], "eval_loss": [3.0, 3.2, 3.4, 2.0]})
+    s = seed_summary(df, ["eval_acc", "positional_max", "eval_loss"]).set_index(["group", "measure"])
+    acc = s.loc[("x", "eval_acc")]
+    # mean 0.34; sample sd sqrt((0.04^2 + 0 + 0.04^2) / 2) = 0.04
+    assert (acc["n"], acc["mean"], acc["sd"], acc["min"], acc["max"]) == (3, pytest.approx(0.34), pytest.approx(0.04),
+                                                                        pytest.approx(0.30), pytest.approx(0.38))
+    pos = s.loc[("x", "positional_max")]
+    assert pos["n"] == 2 and pos["mean"] == pytest.approx(0.7)  # the missing value is not a zero
+    assert math.isnan(s.loc[("y", "eval_acc")]["sd"])  # one run: no spread
+    md = seeds_markdown(seed_summary(df, ["eval_acc", "positional_max", "eval_loss"]))
+    assert "| x | 3 | 3.200 ± 0.200 (3.000–3.400) | 34.0 ± 4.0 (30.0–38.0) | 70.0 ± 28.3 (50.0–90.0) |" in md
+    assert "| y | 1 | 2.000 (2.000–2.000) | 50.0 (50.0–50.0) | 70.0 (70.0–70.0) |" in md
+
+
+def test_load_spec_checks_seeds(tmp_path):
+    spec = {"base": "encoder-mini-cram", "budget_minutes": 1, "variants": {"a": {}}}
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps({**spec, "seeds": [0, 1]}))
+    bad.write_text(json.dumps({**spec, "seeds": "0,1"}))
+    assert load_spec(good)["seeds"] == [0, 1]
+    with pytest.raises(ValueError, match=r"bad\.json.*'seeds'"):
+        load_spec(bad)
 
 
 def test_to_markdown_formats_percentages():

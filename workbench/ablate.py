@@ -39,7 +39,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ import numpy as np
 import pandas as pd
 
 from workbench.config import JsonConfig, read_json_keys
+from workbench.io import atomic_write_text, write_parquet_atomic
 
 ROW_FILE = "row.json"
 COLUMNS = ["variant", "group", "seed", "overrides", "steps", "tokens", "tokens_per_s", "train_seconds", "eval_loss",
@@ -316,7 +316,7 @@ def measure_variant(name: str, final: Path, ev: AblationEval, overrides: Mapping
         row.update(decoder_scores(run_dir, model, tok, ev))
     row.update(head_scores(model, tok, run_dir / "heads", ev))
     row["load_avg"] = os.getloadavg()[0]
-    _write_text(row_path, json.dumps(row, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(row_path, json.dumps(row, indent=2, sort_keys=True) + "\n")
     return row
 
 
@@ -391,8 +391,8 @@ def seed_summary(df: pd.DataFrame, measures: Sequence[str] = SEED_MEASURES) -> p
     out = []
     for group, g in df.groupby("group", sort=False):
         for m in measures:
-            v = pd.to_numeric(g[m], errors="coerce").dropna() if m in g else pd.Series(dtype=float)
-            if len(v) == 0:
+            v = pd.to_numeric(g[m], errors="coerce").dropna() if m in g else ()
+            if not len(v):
                 continue
             out.append({"group": group, "measure": m, "n": len(v), "mean": float(v.mean()),
                         "sd": float(v.std(ddof=1)) if len(v) > 1 else float("nan"),
@@ -420,14 +420,6 @@ def seeds_markdown(summary: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
-    os.replace(tmp, path)
-
-
 PCT_COLUMNS = {"eval_acc", "pos_layer0", "pos_best", "pos_gain", "det_margin", "case_margin", "positional_max",
                "pos_last_gain"}
 
@@ -446,7 +438,6 @@ def to_markdown(df: pd.DataFrame) -> str:
             decoder_cols.append(c)
     if decoder_cols and df[decoder_cols].notna().any().any():
         cols = cols[:-1] + decoder_cols + cols[-1:]
-    pct = PCT_COLUMNS
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df.iterrows():
         cells = []
@@ -456,7 +447,7 @@ def to_markdown(df: pd.DataFrame) -> str:
                 cells.append(v)
             elif v is None or (isinstance(v, float) and math.isnan(v)):
                 cells.append("")
-            elif c in pct:
+            elif c in PCT_COLUMNS:
                 cells.append(f"{100 * v:.1f}")
             elif c in ("tokens", "tokens_per_s"):
                 cells.append(f"{v:,.0f}")
@@ -486,26 +477,19 @@ def loss_curves_figure(out_root: Path, names: list[str]):
     return fig
 
 
-def _write_parquet(df: pd.DataFrame, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".parquet.tmp")
-    os.close(fd)
-    df.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
-
-
 def write_outputs(df: pd.DataFrame, out_root: Path, seeds: pd.DataFrame | None = None) -> None:
     """ablation.parquet, ablation.md and loss_curves.html; with `seeds` (a `seed_summary`) also
     ablation_seeds.parquet and the spread table under the runs' table in ablation.md."""
     out_root.mkdir(parents=True, exist_ok=True)
-    _write_text(out_root / "loss_curves.html",
-                loss_curves_figure(out_root, list(df["variant"]) if len(df) else []).to_html(include_plotlyjs="cdn"))
-    _write_parquet(df, out_root / "ablation.parquet")
+    figure = loss_curves_figure(out_root, list(df["variant"]) if len(df) else [])
+    atomic_write_text(out_root / "loss_curves.html", figure.to_html(include_plotlyjs="cdn"))
+    write_parquet_atomic(df, out_root / "ablation.parquet", index=False)
     md = to_markdown(df)
     if seeds is not None:
-        _write_parquet(seeds, out_root / "ablation_seeds.parquet")
+        write_parquet_atomic(seeds, out_root / "ablation_seeds.parquet", index=False)
         if len(seeds):
             md += "\nOver seeds: mean ± sd (min–max)\n\n" + seeds_markdown(seeds)
-    _write_text(out_root / "ablation.md", md)
+    atomic_write_text(out_root / "ablation.md", md)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -530,9 +514,7 @@ def main(argv: list[str] | None = None) -> int:
     df = run_ablation(spec["base"], spec["variants"], a.out_root, tokens, budget_minutes=minutes,
                       eval=spec.get("eval"), base_overrides=spec.get("base_overrides"),
                       only=[s for s in a.only.split(",") if s] or None, measure=not a.no_measure, seeds=seeds)
-    print(to_markdown(df))
-    if seeds is not None and len(seeds) > 1 and len(df):
-        print(seeds_markdown(seed_summary(df)))
+    print((Path(a.out_root) / "ablation.md").read_text(encoding="utf-8"))  # the runs' table (and the seeds')
     return 0
 
 

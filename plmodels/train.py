@@ -69,6 +69,8 @@ class PretrainConfig:
     preset: str = "mini"                          # tiny | mini | small | base (plmodels.presets)
     model: dict = field(default_factory=dict)     # overrides of the preset's model-config fields
     tokenizer_path: str | None = None             # reuse a saved tokenizer folder instead of training
+                                                  # (a relative path is taken from the current directory,
+                                                  # like --out: tokenizers are run outputs, not data)
     vocab_size: int = 16000                       # tokenizer vocabulary when trained
     tokenizer_sample_chars: int = 5_000_000       # characters sampled from the train split to train it
     lowercase: bool = False                       # WordPiece lowercasing
@@ -544,7 +546,7 @@ def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist):
     tok_dir = out_dir / "tokenizer"
     if d.main and not (tok_dir / "tokenizer.json").is_file():
         if cfg.tokenizer_path:
-            tok = Tokenizer.load(resolve_path(cfg.tokenizer_path, cfg.data_dir))
+            tok = Tokenizer.load(Path(cfg.tokenizer_path).expanduser())
         else:
             t0 = time.monotonic()
             texts = sample_texts_for_tokenizer(resolve_path(cfg.train_source, cfg.data_dir),

@@ -64,11 +64,13 @@ def test_tiny_pretraining_lowers_heldout_loss_below_unigram(data, tmp_path, kind
     assert card["loss_curve"]["train_loss"][0][0] == 1
 
 
-def test_killed_run_resumes_bit_exact(data, tmp_path):
+def test_killed_run_resumes_bit_exact(data, tmp_path, monkeypatch):
     # Both runs share one tokenizer: the WordPiece trainer breaks frequency ties in no fixed order,
-    # so two separately trained tokenizers may number the vocabulary differently.
+    # so two separately trained tokenizers may number the vocabulary differently. The tokenizer path
+    # is relative: it is taken from the current directory (not the data root), as on the CLI.
     pretrain(_cfg(data, max_steps=1), tmp_path / "tok")
-    cfg = _cfg(data, max_steps=7, tokenizer_path=str(tmp_path / "tok" / "tokenizer"))
+    monkeypatch.chdir(tmp_path)
+    cfg = _cfg(data, max_steps=7, tokenizer_path="tok/tokenizer")
     straight = pretrain(cfg, tmp_path / "a")
     killed = run_training(cfg, tmp_path / "b", stop_at_step=4)  # last checkpoint: step 4 (log-spaced)
     assert killed.path is None and not (tmp_path / "b" / "final").exists()

@@ -64,7 +64,9 @@ def test_decoder_time_ablations_keep_a_ten_percent_warmup_baseline(monkeypatch):
     spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "decoder-time.json")
     cram = variant_config(base, spec["variants"]["cram"], None, ev, budget_minutes=spec["budget_minutes"])
     assert cram.warmup_steps == round(0.1 * cram.max_steps)
+    assert cram.batch_size == 64   # the table's batch, pinned by base_overrides; the recipe has 32
     wu30 = variant_config(base, spec["variants"]["warmup30"], None, ev, budget_minutes=spec["budget_minutes"])
     assert wu30.warmup_steps == round(0.3 * wu30.max_steps)
     recipe = load_config(ROOT / "configs" / "pretrain" / "decoder-mini-cram.json")
     assert recipe.warmup_steps == round(0.3 * recipe.max_steps) and recipe.schedule_clock == "time"
+    assert recipe.batch_size == 32

@@ -228,6 +228,23 @@ def _fmt_time(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
+def _warn_if_steps_end_first(cfg: PretrainConfig, step: int, now: float, rate: float,
+                             tokens_per_step: int) -> bool:
+    """With the lr schedule on the clock, a machine fast enough to reach max_steps before max_minutes
+    ends the run early: the schedule then follows the steps (`schedule_step` takes the further of
+    the two clocks) and the run stops short of its budget. Log it once, as soon as the rate is known
+    (returns True when it logged)."""
+    budget = cfg.max_minutes * 60
+    finish = now + (cfg.max_steps - step) * tokens_per_step / max(rate, 1e-9)
+    if finish >= 0.98 * budget:
+        return False
+    log(f"warning: at {rate:,.0f} tok/s this run reaches max_steps={cfg.max_steps} after about "
+        f"{_fmt_time(finish)} of its {_fmt_time(budget)} budget, so the lr schedule follows the steps and the "
+        f"run ends early; to train for the whole budget raise max_steps (and warmup_steps in proportion) to "
+        f"at least {math.ceil(cfg.max_steps * budget / finish)}")
+    return True
+
+
 def log_spaced(step: int) -> bool:
     """True at steps 1, 2, 4, 8, ... (powers of two): checkpoints to follow how structure emerges."""
     return step >= 1 and step & (step - 1) == 0
@@ -880,7 +897,7 @@ class _Loop:
         self.model.train()
         t0, t_log, tok_log, loss_sum, n_loss = time.monotonic(), time.monotonic(), tokens, 0.0, 0
         budget = None if cfg.max_minutes is None else cfg.max_minutes * 60
-        stopped_by = "max_steps"
+        stopped_by, warned = "max_steps", False
         if d.main and step == 0 and self.evals:
             self.evaluate(0, 0, 0.0)
         while step < cfg.max_steps:
@@ -897,6 +914,8 @@ class _Loop:
                         left = min(left, budget - now)
                     log(f"step {step}/{cfg.max_steps} | loss {loss_sum / n_loss:.4f} | lr {self.opt.param_groups[0]['lr']:.2e}"
                         f" | {rate:,.0f} tok/s | {_fmt_time(now)} elapsed | ETA {_fmt_time(left)}")
+                    if not warned and cfg.schedule_clock == "time" and step >= 2 * cfg.log_every:
+                        warned = _warn_if_steps_end_first(cfg, step, now, rate, self.tokens_per_step)
                     t_log, tok_log, loss_sum, n_loss = time.monotonic(), tokens, 0.0, 0
                 if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
                     self.evaluate(step, tokens, now)

@@ -159,6 +159,29 @@ def test_time_clock_schedule_ends_with_the_budget(data, tmp_path, monkeypatch):
     assert last_lr < 0.1 * 3e-3, last_lr  # step clock at step < 100 of 1000: > 0.9 of the peak
 
 
+def test_time_clock_warns_when_max_steps_would_end_the_run_first(data, tmp_path, monkeypatch, capsys):
+    # 1 s per clock reading: 40 steps take a few minutes of an hour's budget, so max_steps ends the
+    # run long before the clock does; the log must say so (once) and name a max_steps that fits
+    import plmodels.train as train
+
+    fake = iter(range(0, 10**6))
+    monkeypatch.setattr(train.time, "monotonic", lambda: float(next(fake)))
+    final = pretrain(_cfg(data, max_steps=40, warmup_steps=4, max_minutes=60, schedule_clock="time", log_every=5,
+                          ckpt_log_spaced=False, eval_every=0), tmp_path / "run")
+    err = capsys.readouterr().err
+    assert json.loads((final / "card.json").read_text())["stopped_by"] == "max_steps"
+    warnings = [line for line in err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "max_steps=40" in warnings[0], err
+    suggested = int(warnings[0].rsplit(" ", 1)[1])
+    assert suggested > 10 * 40   # an hour at a few seconds per step
+    # a budget that runs out long before max_steps: the clock ends the run, no warning
+    final = pretrain(_cfg(data, max_steps=1000, warmup_steps=2, max_minutes=5, schedule_clock="time", log_every=5,
+                          ckpt_log_spaced=False, eval_every=0), tmp_path / "run2")
+    err = capsys.readouterr().err
+    assert json.loads((final / "card.json").read_text())["stopped_by"] == "time budget"
+    assert "step 10/1000" in err and "warning: " not in err, err
+
+
 def test_shipped_configs_load():
     for name in ["encoder-tiny", "encoder-mini", "encoder-small", "encoder-base", "encoder-mini-rope",
                  "decoder-tiny", "decoder-mini", "decoder-small", "decoder-base"]:

@@ -57,10 +57,20 @@ def test_tables_have_the_design_schema_and_one_row_per_key(run):
 def test_summary_values_are_in_range(run):
     _, t = run
     s = t["probing_summary"].set_index(["task", "metric"])["value"]
+    p = t["probing"]
     for task in ("pos", "deps"):
         assert 0.0 <= s[(task, "expected_layer")] <= 2.0
-        cog = s[(task, "center_of_gravity")]
-        assert np.isnan(cog) or 0.0 <= cog <= 2.0
+        # Tenney's center of gravity, from the table's own differential rows; it lies in [0, 2] only
+        # when no delta is negative (a cumulative score that falls can push it outside)
+        d = p[(p.task == task) & p.metric.str.startswith("delta_")].sort_values("layer")
+        assert len(d) == 3 and d.metric.nunique() == 1
+        cog, delta = s[(task, "center_of_gravity")], d.value.to_numpy()
+        if delta.sum() <= 0:
+            assert np.isnan(cog)
+        else:
+            assert cog == pytest.approx(float(np.dot(d.layer.to_numpy(), delta) / delta.sum()), abs=1e-12)
+            if (delta >= 0).all():
+                assert -1e-12 <= cog <= 2.0 + 1e-12
     w = t["mix_weights"].groupby(["task", "seed"])["weight"].sum()
     np.testing.assert_allclose(w.to_numpy(), 1.0, atol=1e-6)
 

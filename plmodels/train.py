@@ -228,14 +228,12 @@ def _fmt_time(s: float) -> str:
     return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
-def _warn_if_steps_end_first(cfg: PretrainConfig, step: int, now: float, rate: float,
-                             tokens_per_step: int) -> bool:
+def _warn_if_steps_end_first(cfg: PretrainConfig, finish: float, rate: float) -> bool:
     """With the lr schedule on the clock, a machine fast enough to reach max_steps before max_minutes
     ends the run early: the schedule then follows the steps (`schedule_step` takes the further of
     the two clocks) and the run stops short of its budget. Log it once, as soon as the rate is known
-    (returns True when it logged)."""
+    (returns True when it logged). `finish`: the projected elapsed seconds at max_steps."""
     budget = cfg.max_minutes * 60
-    finish = now + (cfg.max_steps - step) * tokens_per_step / max(rate, 1e-9)
     if finish >= 0.98 * budget:
         return False
     log(f"warning: at {rate:,.0f} tok/s this run reaches max_steps={cfg.max_steps} after about "
@@ -909,13 +907,12 @@ class _Loop:
                 append_metrics(self.out_dir / "metrics.jsonl", step, tokens, "train", {"loss": loss}, now)
                 if step % cfg.log_every == 0 or step == cfg.max_steps:
                     rate = (tokens - tok_log) / max(1e-9, time.monotonic() - t_log)
-                    left = (cfg.max_steps - step) * self.tokens_per_step / max(rate, 1e-9)
-                    if budget is not None:
-                        left = min(left, budget - now)
+                    to_max_steps = (cfg.max_steps - step) * self.tokens_per_step / max(rate, 1e-9)
+                    left = to_max_steps if budget is None else min(to_max_steps, budget - now)
                     log(f"step {step}/{cfg.max_steps} | loss {loss_sum / n_loss:.4f} | lr {self.opt.param_groups[0]['lr']:.2e}"
                         f" | {rate:,.0f} tok/s | {_fmt_time(now)} elapsed | ETA {_fmt_time(left)}")
                     if not warned and cfg.schedule_clock == "time" and step >= 2 * cfg.log_every:
-                        warned = _warn_if_steps_end_first(cfg, step, now, rate, self.tokens_per_step)
+                        warned = _warn_if_steps_end_first(cfg, now + to_max_steps, rate)
                     t_log, tok_log, loss_sum, n_loss = time.monotonic(), tokens, 0.0, 0
                 if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
                     self.evaluate(step, tokens, now)

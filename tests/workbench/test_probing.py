@@ -11,7 +11,7 @@ import plmodels
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 from probes.edge import EdgeProbe
-from probes.layers import MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS
+from probes.layers import MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, center_of_gravity
 from workbench.activations import Store, task_arrays
 from workbench.probing import ProbeRunConfig, probe_model, random_baseline_checkpoint, select_records
 from workbench.results import load_table
@@ -65,12 +65,9 @@ def test_summary_values_are_in_range(run):
         d = p[(p.task == task) & p.metric.str.startswith("delta_")].sort_values("layer")
         assert len(d) == 3 and d.metric.nunique() == 1
         cog, delta = s[(task, "center_of_gravity")], d.value.to_numpy()
-        if delta.sum() <= 0:
-            assert np.isnan(cog)
-        else:
-            assert cog == pytest.approx(float(np.dot(d.layer.to_numpy(), delta) / delta.sum()), abs=1e-12)
-            if (delta >= 0).all():
-                assert -1e-12 <= cog <= 2.0 + 1e-12
+        assert cog == pytest.approx(center_of_gravity(delta, d.layer.to_numpy()), abs=1e-12, nan_ok=True)
+        if delta.sum() > 0 and (delta >= 0).all():
+            assert -1e-12 <= cog <= 2.0 + 1e-12
     w = t["mix_weights"].groupby(["task", "seed"])["weight"].sum()
     np.testing.assert_allclose(w.to_numpy(), 1.0, atol=1e-6)
 

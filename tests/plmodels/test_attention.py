@@ -74,6 +74,19 @@ def test_rope_preserves_norm_and_depends_only_on_relative_position():
     assert_close(rot(q, 7) @ rot(k, 4), rot(q, 5) @ rot(k, 2), atol=1e-5, rtol=1e-5)
 
 
+def test_rope_is_the_complex_rotation_of_channel_pairs_and_matches_rotate_half():
+    """Su et al. 2021, rotate-half layout: channels (i, i + Dh/2) form z = x_i + j x_{i+Dh/2}, which is
+    multiplied by exp(j pos theta_i), theta_i = 10000^(-2i/Dh)."""
+    torch.manual_seed(0)
+    T, Dh = 7, 8
+    x = torch.randn(2, 3, T, Dh)
+    cos, sin = rope_cos_sin(T, Dh)
+    theta = 10000.0 ** (-torch.arange(0, Dh, 2, dtype=torch.float64) / Dh)
+    z = torch.complex(x[..., : Dh // 2].double(), x[..., Dh // 2:].double())
+    z = z * torch.polar(torch.ones(T, Dh // 2, dtype=torch.float64), torch.outer(torch.arange(T).double(), theta))
+    assert_close(apply_rope(x, cos, sin), torch.cat((z.real, z.imag), -1).float(), atol=1e-6, rtol=1e-6)
+
+
 def test_resolve_attn_impl_never_falls_back_silently():
     assert resolve_attn_impl("auto", output_attentions=False, head_mask=None, pattern_hooks=False) is False
     assert resolve_attn_impl("auto", output_attentions=True, head_mask=None, pattern_hooks=False) is True

@@ -35,6 +35,21 @@ def test_sdpa_matches_eager_with_padding(kind, position, norm):
     assert_close(fast.last_hidden_state[-1, :n], alone[0], atol=1e-5, rtol=1e-5)
 
 
+@MODELS
+@POSITIONS
+def test_only_the_alibi_encoder_cannot_tell_left_from_right(kind, position):
+    """ALiBi's bias -m|i - j| is symmetric (Press et al. 2022), so an encoder with no other position
+    signal maps the reversed sequence to the reversed outputs: it has no notion of order beyond
+    distance. RoPE and learned positions break the symmetry, and so does a decoder's causal mask.
+    (docs/recipe.md section 1d: why an ALiBi encoder grows no +-1 heads.)"""
+    model = BUILDERS[kind](position=position, norm="pre")
+    ids, _ = batch(B=2, pad_from=None)
+    out = model(ids).last_hidden_state
+    out_rev = model(ids.flip(1)).last_hidden_state.flip(1)
+    equivariant = torch.allclose(out, out_rev, atol=1e-5, rtol=1e-5)
+    assert equivariant == (kind == "encoder" and position == "alibi")
+
+
 def test_gated_mlp_no_bias_parity_and_no_biases():
     model = tiny_encoder(mlp="gated", bias=False, activation="relu", norm="pre")
     assert not [n for n, _ in model.named_parameters() if n.endswith("bias")]

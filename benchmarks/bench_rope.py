@@ -1,0 +1,121 @@
+"""What rotary position embeddings cost in a training step of the encoder recipe, and what two
+cheaper ways of computing the same rotation would save.
+
+The model is the `encoder-mini-cram` recipe's (4 x 256 x 4 heads, FFN 1024, pre-LN, no biases, no
+dropout, vocabulary 16,000), one training step = `plmodels.train.lm_loss` + backward + fused AdamW on
+64 x 128 tokens with the recipe's 25% masking, under bf16 autocast where the trainer turns it on
+(`bf16: "auto"`). Rows, built first and then timed interleaved (A, B, C, A, B, C, ...) in this one
+process, each the median of `--iters` steps:
+
+- learned positions: no rotation at all (the floor RoPE is measured against);
+- RoPE as the models compute it: `plmodels.positions.apply_rope`, x * cos + rotate_half(x) * sin;
+- candidate "roll": rotate_half(x) * sin written as roll(x, Dh/2) * [-sin1, sin2] (bit-identical,
+  one full-size pass fewer);
+- candidate "roll + addcmul": the same with the multiply-add fused (not bit-identical in bf16).
+The candidates replace `plmodels.attention.apply_rope` for their row only.
+
+"x learned" is the median over rounds of the same-round ratio; the RoPE overhead is 1 - that.
+
+    python benchmarks/bench_rope.py [--iters 15] [--threads 2]
+Writes a table to stdout and benchmarks/results/rope.json.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import plmodels.attention as attention_module
+from plmodels.checkpoint import build_model
+from plmodels.masking import MaskingConfig, mask_tokens, step_generator
+from plmodels.positions import apply_rope
+from plmodels.presets import preset
+from plmodels.train import Batch, lm_loss, use_bf16
+
+B, T, V = 64, 128, 16000
+RECIPE = {"norm": "pre", "dropout": 0.0, "bias": False, "layer_norm_eps": 1e-5}
+OUT = Path(__file__).resolve().parent / "results" / "rope.json"
+
+
+def rope_roll(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """apply_rope with rotate_half(x) * sin as roll(x, Dh/2) * [-sin1, sin2] (bit-identical)."""
+    half = x.shape[-1] // 2
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return x * cos + x.roll(half, dims=-1) * signed
+
+
+def rope_addcmul(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """rope_roll with the multiply-add fused (not bit-identical in bf16)."""
+    half = x.shape[-1] // 2
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+    return torch.addcmul(x * cos, x.roll(half, dims=-1), signed)
+
+
+def make_step(position: str, rope_fn, autocast: bool):
+    torch.manual_seed(0)
+    model = build_model("encoder", {**preset("encoder", "mini"), **RECIPE, "position": position,
+                                    "vocab_size": V}).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    ids = torch.randint(5, V, (B, T), generator=torch.Generator().manual_seed(0))
+    x, y = mask_tokens(ids, mask_id=4, vocab_size=V, special_ids={0, 1, 2, 3, 4},
+                       generator=step_generator(0, 0), cfg=MaskingConfig(rate=0.25))
+    batch = Batch(x, y)
+
+    def step() -> None:
+        attention_module.apply_rope = rope_fn  # looked up at call time by MultiHeadAttention.forward
+        try:
+            lm_loss(model, batch, autocast)[0].backward()
+        finally:
+            attention_module.apply_rope = apply_rope
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None)
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    autocast = use_bf16("auto", torch.device("cpu"))
+    rows = {"learned positions": make_step("learned", apply_rope, autocast),
+            "RoPE (apply_rope)": make_step("rope", apply_rope, autocast),
+            "RoPE, roll": make_step("rope", rope_roll, autocast),
+            "RoPE, roll + addcmul": make_step("rope", rope_addcmul, autocast)}
+    times = {k: [] for k in rows}
+    for _ in range(a.warmup):
+        for step in rows.values():
+            step()
+    for i in range(a.iters):
+        for k, step in rows.items():
+            t0 = time.perf_counter()
+            step()
+            times[k].append(time.perf_counter() - t0)
+        print(f"round {i + 1}/{a.iters}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items()), flush=True)
+    base = times["learned positions"]
+    table = []
+    for k, v in times.items():
+        ratio = statistics.median(b / t for b, t in zip(base, v))
+        table.append({"variant": k, "median_s": statistics.median(v), "tokens_per_s": B * T / statistics.median(v),
+                      "x_learned": ratio})
+    print(f"\nbf16 autocast: {autocast}, threads: {torch.get_num_threads()}, {a.iters} rounds")
+    print("| variant | median step | tokens/s | speed vs learned (paired) |\n|---|---|---|---|")
+    for r in table:
+        print(f"| {r['variant']} | {r['median_s']:.3f} s | {r['tokens_per_s']:,.0f} | {r['x_learned']:.3f}x |")
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps({"bf16": autocast, "threads": torch.get_num_threads(), "iters": a.iters,
+                               "rows": table}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -74,7 +74,7 @@ def test_rope_preserves_norm_and_depends_only_on_relative_position():
     assert_close(rot(q, 7) @ rot(k, 4), rot(q, 5) @ rot(k, 2), atol=1e-5, rtol=1e-5)
 
 
-def test_rope_is_the_complex_rotation_of_channel_pairs_and_matches_rotate_half():
+def test_rope_is_the_complex_rotation_of_channel_pairs():
     """Su et al. 2021, rotate-half layout: channels (i, i + Dh/2) form z = x_i + j x_{i+Dh/2}, which is
     multiplied by exp(j pos theta_i), theta_i = 10000^(-2i/Dh)."""
     torch.manual_seed(0)

@@ -24,10 +24,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import time
 from pathlib import Path
 
 import torch
+from bench_train import measure  # the interleaved warm-up + timed rounds (benchmarks/ is on sys.path)
 
 import plmodels.attention as attention_module
 from plmodels.checkpoint import build_model
@@ -41,20 +41,22 @@ RECIPE = {"norm": "pre", "dropout": 0.0, "bias": False, "layer_norm_eps": 1e-5}
 OUT = Path(__file__).resolve().parent / "results" / "rope.json"
 
 
-def rope_roll(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """apply_rope with rotate_half(x) * sin as roll(x, Dh/2) * [-sin1, sin2] (bit-identical)."""
+def _roll_terms(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """(x * cos, roll(x, Dh/2), [-sin1, sin2]): rotate_half(x) * sin == roll(x) * signed sin."""
     half = x.shape[-1] // 2
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-    return x * cos + x.roll(half, dims=-1) * signed
+    return x * cos, x.roll(half, dims=-1), torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def rope_roll(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """apply_rope with rotate_half(x) * sin as roll(x, Dh/2) * [-sin1, sin2] (bit-identical)."""
+    xc, rolled, signed = _roll_terms(x, cos, sin)
+    return xc + rolled * signed
 
 
 def rope_addcmul(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """rope_roll with the multiply-add fused (not bit-identical in bf16)."""
-    half = x.shape[-1] // 2
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    signed = torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
-    return torch.addcmul(x * cos, x.roll(half, dims=-1), signed)
+    return torch.addcmul(*_roll_terms(x, cos, sin))
 
 
 def make_step(position: str, rope_fn, autocast: bool):
@@ -92,16 +94,9 @@ def main() -> None:
             "RoPE (apply_rope)": make_step("rope", apply_rope, autocast),
             "RoPE, roll": make_step("rope", rope_roll, autocast),
             "RoPE, roll + addcmul": make_step("rope", rope_addcmul, autocast)}
-    times = {k: [] for k in rows}
-    for _ in range(a.warmup):
-        for step in rows.values():
-            step()
-    for i in range(a.iters):
-        for k, step in rows.items():
-            t0 = time.perf_counter()
-            step()
-            times[k].append(time.perf_counter() - t0)
-        print(f"round {i + 1}/{a.iters}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items()), flush=True)
+    vs = [{"model": k, "step": step, "times": [], "first_s": None} for k, step in rows.items()]
+    measure(vs, a.warmup, a.iters)
+    times = {v["model"]: v["times"] for v in vs}
     base = times["learned positions"]
     table = []
     for k, v in times.items():

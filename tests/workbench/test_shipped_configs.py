@@ -53,8 +53,22 @@ def test_encoder_time_ablations_keep_the_pre_ablation_baseline(monkeypatch):
     m40 = variant_config(base, spec["variants"]["m40_warmup35"], None, ev, budget_minutes=spec["budget_minutes"])
     assert m40.masking["rate"] == 0.4 and m40.masking["mask_frac"] == 0.8  # nested keys merge
     assert m40.warmup_steps == round(0.35 * m40.max_steps)
+    assert cram.model["norm"] == "pre" and cram.model["position"] == "rope"
     recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
     assert (recipe.lr, recipe.masking["rate"]) == (0.0015, 0.25)
+
+
+def test_second_encoder_round_keeps_its_pre_ln_baseline(monkeypatch):
+    """encoder-time-2.json's table (docs/recipe.md, 1d) is against the pre-LN recipe; the recipe
+    became post-LN after it, which must move neither its `recipe` row nor its `post_ln` variant."""
+    monkeypatch.chdir(ROOT)
+    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "encoder-time-2.json")
+    build = lambda v: variant_config(base, spec["variants"][v], None, ev, budget_minutes=spec["budget_minutes"])  # noqa: E731
+    assert build("recipe").model["norm"] == "pre"
+    assert build("post_ln").model["norm"] == "post"
+    assert build("alibi").model == {**build("recipe").model, "position": "alibi"}  # nested keys merge
+    recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
+    assert recipe.model["norm"] == "post" and recipe.model["position"] == "rope"
 
 
 def test_decoder_time_ablations_keep_a_ten_percent_warmup_baseline(monkeypatch):

@@ -1,8 +1,9 @@
 """What rotary position embeddings cost in a training step of the encoder recipe, and what two
 cheaper ways of computing the same rotation would save.
 
-The model is the pre-LN `encoder-mini-cram` recipe's of the time the figures were taken (4 x 256 x 4 heads, FFN 1024, pre-LN, no biases, no
-dropout, vocabulary 16,000), one training step = `plmodels.train.lm_loss` + backward + fused AdamW on
+The model is the `encoder-mini-cram` recipe's as it was when the figures were taken (4 x 256 x 4
+heads, FFN 1024, pre-LN, no biases, no dropout, vocabulary 16,000; the recipe is post-LN since),
+one training step = `plmodels.train.lm_loss` + backward + fused AdamW on
 64 x 128 tokens with the recipe's 25% masking, under bf16 autocast where the trainer turns it on
 (`bf16: "auto"`). Rows, built first and then timed interleaved (A, B, C, A, B, C, ...) in this one
 process, each the median of `--iters` steps:

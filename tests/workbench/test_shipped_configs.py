@@ -63,6 +63,7 @@ def test_second_encoder_round_keeps_its_pre_ln_baseline(monkeypatch):
     became post-LN after it, which must move neither its `recipe` row nor its `post_ln` variant."""
     monkeypatch.chdir(ROOT)
     spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "encoder-time-2.json")
+
     def build(variant):
         return variant_config(base, spec["variants"][variant], None, ev, budget_minutes=spec["budget_minutes"])
 

@@ -101,9 +101,9 @@ def main() -> None:
     base = times["learned positions"]
     table = []
     for k, v in times.items():
-        ratio = statistics.median(b / t for b, t in zip(base, v))
-        table.append({"variant": k, "median_s": statistics.median(v), "tokens_per_s": B * T / statistics.median(v),
-                      "x_learned": ratio})
+        med = statistics.median(v)
+        table.append({"variant": k, "median_s": med, "tokens_per_s": B * T / med,
+                      "x_learned": statistics.median(b / t for b, t in zip(base, v))})
     print(f"\nbf16 autocast: {autocast}, threads: {torch.get_num_threads()}, {a.iters} rounds")
     print("| variant | median step | tokens/s | speed vs learned (paired) |\n|---|---|---|---|")
     for r in table:

@@ -86,8 +86,10 @@ def _rows(model: str, step: int, tokens: int, task: str, values: Mapping[str, fl
              "value": float(v)} for k, v in values.items()]
 
 
-class _LMEval:
-    """The run's own held-out rows and fixed mask, built once and scored on each checkpoint."""
+class HeldOutEval:
+    """The run's own held-out rows and fixed mask, built once and scored on each checkpoint
+    (`self.evaluator` is the trainer's `Evaluator`, so any model with the run's tokenizer can be
+    scored on the same task; `__call__` scores in fp32)."""
 
     def __init__(self, run: Path, eval_sequences: int | None, eval_name: str = "eval"):
         import torch
@@ -177,7 +179,7 @@ def emergence(run_folder: str | Path, out_dir: str | Path, tasks: Sequence[str] 
         if missing:
             raise ValueError(f"{run}: no checkpoint at steps {missing}; found {[s for s, _, _ in ckpts]}")
         ckpts = [c for c in ckpts if c[0] in cfg.steps]
-    lm = _LMEval(run, cfg.eval_sequences) if cfg.lm and (run / "config.resolved.json").is_file() else None
+    lm = HeldOutEval(run, cfg.eval_sequences) if cfg.lm and (run / "config.resolved.json").is_file() else None
     rows: list[dict] = []
     for step, tokens, path in ckpts:
         if progress:
@@ -292,7 +294,7 @@ def decoder_baselines(run_folder: str | Path, eval_sequences: int | None = None,
 
     from plmodels.masking import IGNORE_INDEX
 
-    ev = _LMEval(Path(run_folder), eval_sequences, eval_name)
+    ev = HeldOutEval(Path(run_folder), eval_sequences, eval_name)
     if not ev.ok or ev.kind != "decoder":
         raise ValueError(f"{run_folder}: a bigram baseline needs a decoder run with an eval_source")
     prev, tgt = [], []

@@ -14,7 +14,10 @@ takes fewer, larger steps and the schedule is stretched to the run), then is mea
   best layer minus layer 0 (the layer-wise probing of Tenney et al. 2019 in its cheapest form);
 - attention heads (`workbench.head_analysis`, Clark et al. 2019): for det and case, the best head's
   test accuracy minus the best fixed-offset baseline (both picked on dev), and the largest share of a
-  head's argmax at offset -1 or +1 (Voita et al. 2019 call >= 90% a positional head).
+  head's argmax at offset -1 or +1 (Voita et al. 2019 call >= 90% a positional head), on words
+  (the target's measure) and on tokens (Voita's own unit), with the word-level ceiling beside them:
+  what an ideal token-level -1 / +1 head scores on words, below 100% because a word's attention row
+  is the mean over its subwords (`workbench.head_analysis.positional_ceiling`).
 
 Prior art for the choices tried: Izsak et al. 2021 ("How to Train BERT with an Academic Budget"),
 Geiping & Goldstein 2022 ("Cramming"), Wettig et al. 2023 ("Should You Mask 15% in MLM?").
@@ -53,7 +56,7 @@ from workbench.io import atomic_write_text, write_parquet_atomic
 ROW_FILE = "row.json"
 COLUMNS = ["variant", "group", "seed", "overrides", "steps", "tokens", "tokens_per_s", "train_seconds", "eval_loss",
            "eval_acc", "eval_ppl", "unigram_loss", "pos_layer0", "pos_best", "pos_best_layer", "pos_gain",
-           "det_margin", "case_margin", "positional_max", "load_avg"]
+           "det_margin", "case_margin", "positional_max", "positional_ceiling", "positional_max_tokens", "load_avg"]
 
 
 @dataclass(frozen=True)
@@ -255,15 +258,19 @@ def pos_by_layer(model, tokenizer, store_root: Path, ev: AblationEval, seed: int
 
 
 def head_scores(model, tokenizer, out_dir: Path, ev: AblationEval) -> dict[str, float]:
-    """det / case margins (best head test acc - best fixed-offset baseline, max over directions) and
-    the largest positional share at offset -1 or +1, from `workbench.head_analysis.analyse_loaded`."""
+    """det / case margins (best head test acc - best fixed-offset baseline, max over directions), the
+    largest positional share at offset -1 or +1 on words and on tokens (``positional_max``,
+    ``positional_max_tokens``), from `workbench.head_analysis.analyse_loaded`, and
+    ``positional_ceiling``: the higher of the two word-level shares an ideal token-level -1 / +1 head
+    scores on the same sentences (`workbench.head_analysis.positional_ceiling`)."""
     from workbench.head_analysis import analyse_loaded
 
     cfg = {"max_sentences": ev.head_sentences, "freq_source": "ewt:train", "similarity_max_words": 200,
            "n_boot": 0, "induction_sequences": 2, "induction_length": 20}
     tables = analyse_loaded(model, tokenizer, out_dir=out_dir, config=cfg, model_name=out_dir.parent.name,
                             store_root=out_dir / "store", progress=False)
-    return summarise_heads(tables["heads"], tables["relations"])
+    ceiling = json.loads((out_dir / "heads_run.json").read_text(encoding="utf-8"))["positional_ceiling"]
+    return {**summarise_heads(tables["heads"], tables["relations"]), "positional_ceiling": max(ceiling.values())}
 
 
 def summarise_heads(heads: pd.DataFrame, relations: pd.DataFrame) -> dict[str, float]:
@@ -273,8 +280,9 @@ def summarise_heads(heads: pd.DataFrame, relations: pd.DataFrame) -> dict[str, f
         r = relations[relations["relation"] == rel]
         margin = (r["test_acc"] - r["baseline_acc"]).max() if len(r) else float("nan")
         out[f"{rel}_margin"] = float(margin)
-    pos = heads[heads["score"].isin(["positional_share:-1", "positional_share:+1"])]["value"]
-    out["positional_max"] = float(pos.max()) if len(pos) else float("nan")
+    for key, suffix in (("positional_max", ""), ("positional_max_tokens", ":tokens")):
+        pos = heads[heads["score"].isin([f"positional_share:-1{suffix}", f"positional_share:+1{suffix}"])]["value"]
+        out[key] = float(pos.max()) if pos.notna().any() else float("nan")
     return out
 
 
@@ -421,12 +429,13 @@ def seeds_markdown(summary: pd.DataFrame) -> str:
 
 
 PCT_COLUMNS = {"eval_acc", "pos_layer0", "pos_best", "pos_gain", "det_margin", "case_margin", "positional_max",
-               "pos_last_gain"}
+               "positional_ceiling", "positional_max_tokens", "pos_last_gain"}
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    """The table as GitHub Markdown (accuracies in %, margins in points). Decoder rows add the
-    last-subword POS gain and the perplexities beside their bigram baselines (`decoder_scores`)."""
+    """The table as GitHub Markdown (accuracies in %, margins in points). Rows that have them add the
+    positional ceiling and the best token-level ±1 head beside the word-level one; decoder rows add the last-subword POS gain and the
+    perplexities beside their bigram baselines (`decoder_scores`)."""
     cols = ["variant", "tokens", "tokens_per_s", "eval_loss", "eval_acc", "eval_ppl", "pos_layer0", "pos_best",
             "pos_gain", "det_margin", "case_margin", "positional_max", "load_avg"]
     decoder_cols = ["pos_last_gain"] if "pos_last_gain" in df else []
@@ -436,6 +445,9 @@ def to_markdown(df: pd.DataFrame) -> str:
             if model != "model_ppl" and model in df:
                 decoder_cols.append(model)
             decoder_cols.append(c)
+    extra = [c for c in ("positional_ceiling", "positional_max_tokens") if c in df and df[c].notna().any()]
+    i = cols.index("positional_max") + 1  # rows measured since 2026-11-25 have these two
+    cols = cols[:i] + extra + cols[i:]
     if decoder_cols and df[decoder_cols].notna().any().any():
         cols = cols[:-1] + decoder_cols + cols[-1:]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

@@ -15,6 +15,12 @@ Multi-Head Self-Attention"; Olsson et al. 2022, "In-context Learning and Inducti
    induction head at token i of the repeat attends to the token after i's earlier copy). These rows
    are named `previous_token:repeated_random` and `induction:repeated_random` in `heads`, and a head
    whose synthetic induction score reaches the `induction` threshold gets the role "induction".
+5. Positional heads on tokens as well as on words: `token_positional_shares` adds rows
+   ``positional_share:-1:tokens`` / ``:+1:tokens`` (Voita et al. 2019's unit: the share of tokens
+   whose largest attention weight is on the token at that offset) to `heads`, and
+   `positional_ceiling` records in heads_run.json what an ideal token-level -1 / +1 head scores on
+   the word level on the same sentences. It is below 1 wherever the tokenizer splits words, so a
+   word-level share compares with the 90% threshold only beside it.
 
 Word frequencies for rare-token heads (Voita et al. 2019 use the training-corpus frequency):
 `freq_source="auto"` counts lower-cased word tokens (regex \\w+|[^\\w\\s]) of the model's pretraining
@@ -160,6 +166,91 @@ def fits(tokenizer, words: Sequence[str], max_positions: int) -> bool:
     return len(tokenizer.encode_words(list(words)).ids) <= max_positions
 
 
+def positional_ceiling(tokenizer, sentences: Sequence[Sequence[str]], config: HeadConfig | None = None) -> dict[str, float]:
+    """Word-level positional shares of ideal token-level heads on these sentences: {"-1", "+1"}.
+
+    The ideal heads put all of every token's attention on token t-1 (or t+1; the first / last
+    token on itself). Their maps go through the same subword -> word conversion and `HeadStats` as
+    a model's, so the result is the highest ``positional_share:-1`` / ``:+1`` that a purely
+    token-positional head can score here. It is below 1 because a word's row is the mean over its
+    subwords: for a word of c subwords the -1 head gives 1/c to the previous word and (c-1)/c to
+    the word itself, so the argmax (ties to the lower index) is the previous word only for c <= 2;
+    the +1 head's is the next word only for c = 1. Voita et al. 2019's 90% threshold is set on
+    tokens; Clark et al. 2019's word-level view makes it depend on how often the tokenizer splits
+    words, which this number shows.
+    """
+    from workbench.activations import _special_slots, word_attention_maps
+
+    names, slots = _special_slots(tokenizer)
+    stats = HeadStats(config or HeadConfig(), special_names=names)
+    for i, (words, enc) in enumerate(zip(sentences, tokenizer.encode_words_batch([list(w) for w in sentences]))):
+        n, T = len(enc.word_spans), len(enc.ids)
+        if n == 0:
+            continue
+        tok_word = torch.full((1, T), -1, dtype=torch.long)
+        for w, (a, b) in enumerate(enc.word_spans):
+            tok_word[0, a:b] = w
+        slot = torch.tensor([[slots.get(t, -1) if tok_word[0, j] < 0 else -1 for j, t in enumerate(enc.ids)]])
+        t = torch.arange(T)
+        att = torch.zeros(1, 1, 2, T, T)  # (layer, batch, head, T, T): head 0 looks at t-1, head 1 at t+1
+        att[0, 0, 0, t, (t - 1).clamp(min=0)] = 1.0
+        att[0, 0, 1, t, (t + 1).clamp(max=T - 1)] = 1.0
+        word, special = word_attention_maps(att, tok_word, slot, n, len(names))
+        stats.update(Sentence(attn=word[:, 0].numpy(), special=special[:, 0].numpy(), words=list(words), sid=str(i)))
+    if getattr(stats, "n_words_", 0) == 0:  # nothing counted (no sentence, or no words)
+        return {"-1": float("nan"), "+1": float("nan")}
+    scores = stats.score_arrays()
+    return {"-1": float(scores["positional_share:-1"][0, 0]), "+1": float(scores["positional_share:+1"][0, 1])}
+
+
+@torch.inference_mode()
+def token_positional_shares(model, tokenizer, sentences: Sequence[Sequence[str]], offsets: Sequence[int] = (-1, 1),
+                            batch_size: int = 32) -> dict[int, np.ndarray]:
+    """Voita et al. 2019's positional share on tokens: {d: (L, H) array}, per head the share of
+    tokens t whose largest attention weight is on token t + d, over the tokens whose t + d is in the
+    sentence. As in the word-level measure (`probes.heads`), special tokens ([CLS], [SEP], BOS) are
+    neither rows nor candidates of the argmax (ties go to the lower index), so an ideal token-level
+    head scores 1.0 here while its word-level share is capped by `positional_ceiling`. Heads that a
+    pruned layer no longer has are NaN.
+    """
+    from workbench.activations import _forward
+
+    L = int(model.config.n_layers)
+    per_layer = list(getattr(model, "n_heads_per_layer", [model.config.n_heads] * L))
+    H = max(per_layer)
+    hits = {d: torch.zeros(L, H, dtype=torch.float64) for d in offsets}
+    den = dict.fromkeys(offsets, 0)
+    pad = tokenizer.pad_id if tokenizer.pad_id is not None else 0
+    encs = tokenizer.encode_words_batch([list(w) for w in sentences])
+    for i in range(0, len(encs), batch_size):
+        chunk = encs[i:i + batch_size]
+        B, T = len(chunk), max(len(e.ids) for e in chunk)
+        ids = torch.full((B, T), pad, dtype=torch.long)
+        mask = torch.zeros(B, T, dtype=torch.long)
+        real = torch.zeros(B, T, dtype=torch.bool)  # tokens of words: not special, not padding
+        for b, e in enumerate(chunk):
+            ids[b, :len(e.ids)] = torch.tensor(e.ids)
+            mask[b, :len(e.ids)] = 1
+            for a, z in e.word_spans:
+                real[b, a:z] = True
+        atts = _forward(model, ids, mask, attentions=True).attentions
+        argmaxes = [a.float().masked_fill(~real[:, None, None, :], -1.0).argmax(-1) for a in atts]  # (B, H_l, T)
+        t = torch.arange(T)
+        for d in offsets:
+            target = t + d
+            valid = real & ((target >= 0) & (target < T)) & real[:, target.clamp(0, T - 1)]  # t and t + d: word tokens
+            den[d] += int(valid.sum())
+            for layer, am in enumerate(argmaxes):
+                hits[d][layer, :am.shape[1]] += ((am == target) & valid[:, None, :]).sum((0, 2)).double()
+    out = {}
+    for d in offsets:
+        share = (hits[d] / den[d]).numpy() if den[d] else np.full((L, H), np.nan)
+        for layer, h in enumerate(per_layer):
+            share[layer, h:] = np.nan
+        out[d] = share
+    return out
+
+
 def _special_names(store: Store) -> tuple[str, ...]:
     return tuple(n.strip("[]").lower() for n in store.index["special_tokens"])
 
@@ -222,14 +313,19 @@ def repeated_random_sentences(model, tokenizer, n_sequences: int, length: int, s
     return out
 
 
+def _score_rows(values: np.ndarray, score: str, model_name: str) -> pd.DataFrame:
+    """(L, H) scores as rows of the `heads` table."""
+    L, H = values.shape
+    layer, head = np.divmod(np.arange(L * H), H)
+    return pd.DataFrame({"model": model_name, "layer": layer, "head": head, "score": score, "value": values.reshape(-1)})
+
+
 def _add_synthetic(report_heads: pd.DataFrame, classes: pd.DataFrame, stats: HeadStats, cfg: HeadConfig,
                    model_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Append the synthetic scores to `heads` and the induction role to `heads_classes`."""
     scores = stats.score_arrays()
-    L, H = stats.shape_
-    layer, head = np.divmod(np.arange(L * H), H)
-    extra = [pd.DataFrame({"model": model_name, "layer": layer, "head": head, "score": f"{name}:repeated_random",
-                           "value": scores[name].reshape(-1)}) for name in ("previous_token", "induction")]
+    _, H = stats.shape_
+    extra = [_score_rows(scores[name], f"{name}:repeated_random", model_name) for name in ("previous_token", "induction")]
     ind = np.nan_to_num(scores["induction"], nan=-np.inf).reshape(-1) >= cfg.induction
     rank = {f: i for i, f in enumerate(cfg.precedence)}
     rows = []
@@ -292,6 +388,10 @@ def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=N
         for s in repeated_random_sentences(model, tokenizer, cfg.induction_sequences, cfg.induction_length, cfg.seed):
             synth.update(s)
         heads, classes = _add_synthetic(heads, classes, synth, thresholds, model_name)
+    dev_words = [s.words for s in stores["dev"][1]]
+    ceiling = positional_ceiling(tokenizer, dev_words, thresholds)
+    heads = pd.concat([heads, *(_score_rows(share, f"positional_share:{d:+d}:tokens", model_name) for d, share
+                                in token_positional_shares(model, tokenizer, dev_words).items())], ignore_index=True)
     relations = best_heads_per_relation(dev_stats, test_stats, model=model_name, config=thresholds,
                                         special_names=names, n_boot=cfg.n_boot, seed=cfg.seed)
     dist = similarity.finalize()
@@ -304,6 +404,7 @@ def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=N
               "kind": model.kind, "config": cfg.to_dict(), "thresholds": thresholds.to_dict(),
               "frequency_source": freq_desc, "skipped": skipped, "special_tokens": list(names),
               "sentences": {"dev": len(stores["dev"][1]), "test": len(stores["test"][1])},
+              "positional_ceiling": ceiling,
               "similarity_words": dist.n_words, "stores": {k: str(v[0].path) for k, v in stores.items()},
               "seconds": round(time.perf_counter() - t0, 1)}
     _write_outputs(tables, out_dir, run_dir, record)

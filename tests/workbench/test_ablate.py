@@ -86,6 +86,8 @@ def test_tiny_ablation_rows_and_rerun_is_cached(base, tmp_path):
     assert json.loads(df.loc[1, "overrides"])["lr"] == 5e-3
     assert (tmp_path / "abl" / "ablation.parquet").is_file()
     assert "| rope_lr |" in (tmp_path / "abl" / "ablation.md").read_text()
+    assert ((df["positional_ceiling"] > 0.5) & (df["positional_ceiling"] <= 1)).all()  # same sentences, same tokenizer
+    assert df["positional_ceiling"].nunique() == 1 and "positional_ceiling" in (tmp_path / "abl" / "ablation.md").read_text()
     stamp = (tmp_path / "abl" / "rope_lr" / "final" / "model.safetensors").stat().st_mtime_ns
     df2 = run_ablation(base, variants, tmp_path / "abl", budget_tokens=12 * 8 * 32, eval=ev, only=["rope_lr"])
     assert (tmp_path / "abl" / "rope_lr" / "final" / "model.safetensors").stat().st_mtime_ns == stamp

@@ -14,7 +14,8 @@ from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 from probes.heads import RELATION_COLUMNS, HeadConfig, HeadStats, Sentence
 from workbench.activations import Store
-from workbench.head_analysis import HeadRunConfig, analyse_loaded, fits, sentence_attention
+from workbench.head_analysis import (HeadRunConfig, analyse_loaded, fits, positional_ceiling, sentence_attention,
+                                    token_positional_shares)
 from workbench.tasks import ud_sentences as _ud_sentences
 
 
@@ -77,6 +78,37 @@ def test_forced_previous_token_head_is_positional_minus_one(forced):
     roles = set(c[(c.layer == 1) & (c["head"] == 0)]["role"])
     assert "positional:-1" in roles
     assert "positional:-1" not in set(c[c.layer == 0]["role"])
+
+
+def test_forced_previous_token_head_scores_the_positional_ceiling(forced):
+    out, _, t = forced
+    rec = json.loads((out / "heads_run.json").read_text())
+    # the forced head is the ideal token-level -1 head, on the same dev sentences
+    assert _score(t, 1, 0, "positional_share:-1") == pytest.approx(rec["positional_ceiling"]["-1"])
+    assert 0.9 < rec["positional_ceiling"]["-1"] <= 1.0
+    assert _score(t, 1, 0, "positional_share:-1:tokens") == 1.0
+    assert _score(t, 1, 1, "positional_share:-1:tokens") < 0.9 and _score(t, 1, 0, "positional_share:+1:tokens") == 0.0
+
+
+def test_positional_ceiling_by_hand(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "##s", "sat",
+                                 "un", "##der", "##neath"]) + "\n")
+    tok = Tokenizer.from_bert_vocab(vocab, lowercase=False)
+    sents = [["cats", "the", "underneath", "sat"], ["sat"]]
+    assert [b - a for a, b in tok.encode_words(sents[0]).word_spans] == [2, 1, 3, 1]
+    # -1: "the" (1 subword) and "sat" (1) point back; "underneath" (3) gives 2/3 to itself.
+    # +1: "the" points ahead; "cats" (2) ties itself and "the", and a tie goes to the lower index.
+    # The one-word sentence has no neighbour at either offset and counts for neither.
+    assert positional_ceiling(tok, sents) == pytest.approx({"-1": 2 / 3, "+1": 1 / 3})
+    assert all(np.isnan(v) for v in positional_ceiling(tok, []).values())
+    # A model whose layer-1 head 0 is that ideal -1 head: 1.0 on tokens, the ceiling on words.
+    torch.manual_seed(0)
+    model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
+                                  max_positions=16, dropout=0.0)).eval()
+    with model.hooks(fwd=[("blocks.1.attn.pattern", _previous_token)]):
+        shares = token_positional_shares(model, tok, sents)
+    assert shares[-1][1, 0] == 1.0 and shares[1][1, 0] == 0.0
 
 
 def test_tables_schemas(forced):

@@ -434,8 +434,8 @@ PCT_COLUMNS = {"eval_acc", "pos_layer0", "pos_best", "pos_gain", "det_margin", "
 
 def to_markdown(df: pd.DataFrame) -> str:
     """The table as GitHub Markdown (accuracies in %, margins in points). Rows that have them add the
-    positional ceiling and the best token-level ±1 head beside the word-level one; decoder rows add the last-subword POS gain and the
-    perplexities beside their bigram baselines (`decoder_scores`)."""
+    positional ceiling and the best token-level ±1 head beside the word-level one; decoder rows add
+    the last-subword POS gain and the perplexities beside their bigram baselines (`decoder_scores`)."""
     cols = ["variant", "tokens", "tokens_per_s", "eval_loss", "eval_acc", "eval_ppl", "pos_layer0", "pos_best",
             "pos_gain", "det_margin", "case_margin", "positional_max", "load_avg"]
     decoder_cols = ["pos_last_gain"] if "pos_last_gain" in df else []

@@ -9,8 +9,9 @@ Per checkpoint (and `final` when its step is not already a checkpoint):
            seed, mode "single"): the best layer's score, layer 0's, and their difference
            (Tenney et al. 2019: layer 0 = the lexical baseline);
 - "heads": `workbench.head_analysis` on a few hundred UD EWT sentences: the largest share of one
-           head's argmax at offset -1 / +1 (Voita et al. 2019: >= 0.9 is a positional head), and
-           the det / case head margins over the best fixed offset (Clark et al. 2019, sec. 4.2).
+           head's argmax at offset -1 / +1 on words (`positional_max`) and on tokens
+           (`positional_max_tokens`; Voita et al. 2019: >= 0.9 is a positional head), and the det /
+           case head margins over the best fixed offset (Clark et al. 2019, sec. 4.2).
 
 The tidy `emergence` table: model, step, tokens, task_or_score, metric, value. A Plotly figure of
 each score against tokens seen (log x axis) is written to out_dir/emergence.html.
@@ -144,7 +145,8 @@ def probe_scores(path: Path, out_dir: Path, cfg: EmergenceConfig) -> dict[str, d
 
 
 def head_scores(model, tokenizer, out_dir: Path, n_sentences: int) -> dict[str, float]:
-    """Positional share (max over heads of offset -1 / +1) and det / case margins (Clark et al. 2019)."""
+    """Positional share (max over heads of offset -1 / +1, on words and on tokens), det / case margins
+    (Clark et al. 2019) and the number of heads with a syntactic role."""
     from workbench.ablate import summarise_heads
     from workbench.head_analysis import analyse_loaded
 

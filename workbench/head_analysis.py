@@ -183,21 +183,25 @@ def positional_ceiling(tokenizer, sentences: Sequence[Sequence[str]], config: He
 
     names, slots = _special_slots(tokenizer)
     stats = HeadStats(config or HeadConfig(), special_names=names)
+    counted = 0
     for i, (words, enc) in enumerate(zip(sentences, tokenizer.encode_words_batch([list(w) for w in sentences]))):
         n, T = len(enc.word_spans), len(enc.ids)
         if n == 0:
             continue
-        tok_word = torch.full((1, T), -1, dtype=torch.long)
+        tok_word = np.full(T, -1)
         for w, (a, b) in enumerate(enc.word_spans):
-            tok_word[0, a:b] = w
-        slot = torch.tensor([[slots.get(t, -1) if tok_word[0, j] < 0 else -1 for j, t in enumerate(enc.ids)]])
+            tok_word[a:b] = w
+        slot = np.array([slots.get(t, -1) for t in enc.ids])
+        slot[tok_word >= 0] = -1
         t = torch.arange(T)
         att = torch.zeros(1, 1, 2, T, T)  # (layer, batch, head, T, T): head 0 looks at t-1, head 1 at t+1
         att[0, 0, 0, t, (t - 1).clamp(min=0)] = 1.0
         att[0, 0, 1, t, (t + 1).clamp(max=T - 1)] = 1.0
-        word, special = word_attention_maps(att, tok_word, slot, n, len(names))
+        word, special = word_attention_maps(att, torch.from_numpy(tok_word)[None], torch.from_numpy(slot)[None], n,
+                                            len(names))
         stats.update(Sentence(attn=word[:, 0].numpy(), special=special[:, 0].numpy(), words=list(words), sid=str(i)))
-    if getattr(stats, "n_words_", 0) == 0:  # nothing counted (no sentence, or no words)
+        counted += 1
+    if not counted:
         return {"-1": float("nan"), "+1": float("nan")}
     scores = stats.score_arrays()
     return {"-1": float(scores["positional_share:-1"][0, 0]), "+1": float(scores["positional_share:+1"][0, 1])}

@@ -87,3 +87,30 @@ def test_decoder_time_ablations_keep_a_ten_percent_warmup_baseline(monkeypatch):
     recipe = load_config(ROOT / "configs" / "pretrain" / "decoder-mini-cram.json")
     assert recipe.warmup_steps == round(0.3 * recipe.max_steps) and recipe.schedule_clock == "time"
     assert recipe.batch_size == 32
+
+
+def test_third_encoder_round_is_the_post_ln_recipe_with_one_change_each(monkeypatch):
+    """encoder-time-3.json's table (docs/recipe.md, 1e) is against the recipe as it is now (post-LN,
+    wd 0.01, linear decay, 10% warmup). If the recipe moves, this fails, and the spec must pin the
+    old base in base_overrides (as rounds 1b and 1d do) before the table is rerun."""
+    monkeypatch.chdir(ROOT)
+    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "encoder-time-3.json")
+
+    def build(variant):
+        return variant_config(base, spec["variants"][variant], None, ev, budget_minutes=spec["budget_minutes"])
+
+    control = build("recipe")
+    assert control.model["norm"] == "post" and control.model["position"] == "rope"
+    assert (control.lr, control.weight_decay, control.schedule, control.masking["rate"]) == (0.0015, 0.01, "linear", 0.25)
+    assert control.warmup_steps == round(0.1 * control.max_steps)
+    assert build("wd0.1").weight_decay == 0.1
+    wsd = build("wsd")
+    assert (wsd.schedule, wsd.decay_frac, wsd.warmup_steps) == ("wsd", 0.3, control.warmup_steps)
+    onecycle = build("onecycle")
+    assert onecycle.schedule == "onecycle" and onecycle.warmup_steps == round(0.5 * onecycle.max_steps)
+    for name in ("wd0.1", "wsd", "onecycle"):   # one change each: everything else is the control's
+        other = build(name)
+        changed = {k for k in ("lr", "weight_decay", "schedule", "decay_frac", "warmup_steps", "batch_size", "model", "masking")
+                   if getattr(other, k) != getattr(control, k)}
+        assert changed <= {"wd0.1": {"weight_decay"}, "wsd": {"schedule", "decay_frac"},
+                           "onecycle": {"schedule", "warmup_steps"}}[name], (name, changed)

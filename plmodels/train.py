@@ -10,7 +10,8 @@ merged). Under `torchrun --nproc_per_node=N` the same call trains data-parallel 
 helpers below); only rank 0 writes.
 
 Steps: tokenizer (WordPiece for the encoder, byte-level BPE for the decoder, trained on a bounded
-sample of the corpus, or loaded) -> tokenize to a cache -> pack into `seq_len` rows -> AdamW
+sample of the corpus, or loaded) -> tokenize to a cache -> pack into `seq_len` rows (and, to train
+short first, `short_seq_len` rows for the first `short_frac` of the schedule) -> AdamW
 (Loshchilov & Hutter 2019; no weight decay on biases, norms and embeddings' LayerNorm) with
 warmup + decay (`plmodels.schedule`) -> loop with gradient accumulation, clipping, optional bf16
 autocast and MLM logits computed only at the masked positions -> held-out evaluation (fixed mask)
@@ -76,6 +77,13 @@ class PretrainConfig:
     lowercase: bool = False                       # WordPiece lowercasing
     max_train_texts: int | None = None            # cap on training documents read (None: all)
     seq_len: int = 128                            # tokens per packed row
+    short_seq_len: int | None = None              # "short first": rows of this length for the first
+    short_frac: float = 0.0                       # short_frac of the schedule (steps, or time on the clock),
+                                                  # batch_size * seq_len / short_seq_len rows a step (the same
+                                                  # tokens per step); then seq_len (Devlin et al. 2019, 3.1:
+                                                  # 128 for 90% of the steps, then 512)
+    eval_seq_len: int | None = None               # held-out row length (None: seq_len); fix it to compare
+                                                  # runs trained at different lengths on the same targets
     batch_size: int = 32                          # rows per micro-batch (per process)
     grad_accum: int = 1                           # micro-batches per optimizer step
     lr: float = 5e-4                              # peak learning rate
@@ -115,6 +123,19 @@ class PretrainConfig:
         for name in ("warmup_steps", "eval_every", "ckpt_every", "eval_sequences"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.eval_seq_len is not None and self.eval_seq_len < 1:
+            raise ValueError(f"eval_seq_len must be >= 1 or null, got {self.eval_seq_len}")
+        if (self.short_seq_len is None) != (self.short_frac == 0.0):
+            raise ValueError(f"short_seq_len and short_frac go together (a length and a share of the schedule), "
+                             f"got short_seq_len={self.short_seq_len}, short_frac={self.short_frac}")
+        if self.short_seq_len is not None:
+            if not 0.0 < self.short_frac < 1.0:
+                raise ValueError(f"short_frac must be in (0, 1), got {self.short_frac}")
+            if not 1 <= self.short_seq_len < self.seq_len:
+                raise ValueError(f"short_seq_len must be in [1, seq_len={self.seq_len}), got {self.short_seq_len}")
+            if (self.batch_size * self.seq_len) % self.short_seq_len:
+                raise ValueError(f"short_seq_len={self.short_seq_len} must divide batch_size * seq_len = "
+                                 f"{self.batch_size * self.seq_len}, so that a short step reads the same tokens")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {sorted(SCHEDULES)}, got {self.schedule!r}")
         if not 0.0 < self.decay_frac <= 1.0:
@@ -593,40 +614,61 @@ def token_cache(source: str, split: str | None, cfg: PretrainConfig, tok, out_di
     return corpus.tokenize_to_cache(texts(), tok, out_dir / "cache" / name, key=key, progress=False)
 
 
-class Batches:
-    """Micro-batches as a pure function of (step, micro, rank): the global batch of step s is
-    order(epoch)[pos : pos + B*A*W] with epoch = s // steps_per_epoch, and rank r's micro-batch a
-    is its slice (a*W + r)*B ... + B — disjoint shards, and nothing to store for resumption but s."""
+class _Rows:
+    """One packing of the train stream read as a pure function of (step, micro, rank): the global
+    batch of step s is order(epoch)[pos : pos + B*A*W] with epoch = s // steps_per_epoch, and rank
+    r's micro-batch a is its slice (a*W + r)*B ... + B."""
 
-    def __init__(self, ds, cfg: PretrainConfig, d: Dist, tok):
-        self.ds, self.cfg, self.d, self.tok = ds, cfg, d, tok
-        self.global_batch = cfg.batch_size * cfg.grad_accum * d.world
+    def __init__(self, ds, rows_per_micro: int, cfg: PretrainConfig, d: Dist):
+        self.ds, self.B, self.d = ds, rows_per_micro, d
+        self.global_batch = rows_per_micro * cfg.grad_accum * d.world
         self.steps_per_epoch = len(ds) // self.global_batch
         if self.steps_per_epoch < 1:
-            raise ValueError(f"the corpus packs into {len(ds)} rows of {cfg.seq_len} tokens, fewer than one "
+            raise ValueError(f"the corpus packs into {len(ds)} rows of {ds.seq_len} tokens, fewer than one "
                              f"global batch ({self.global_batch}); use more text or a smaller batch_size")
         self._orders: dict[int, torch.Tensor] = {}
-        self.masking = cfg.masking_config
-        self.cont_ids = continuation_ids(tok.hf.get_vocab()) if self.masking.whole_word else None
 
     def position(self, step: int) -> tuple[int, int]:
-        """(epoch, row position in the epoch) where step `step` starts."""
         return step // self.steps_per_epoch, (step % self.steps_per_epoch) * self.global_batch
 
     def rows(self, step: int, micro: int) -> torch.Tensor:
         epoch, pos = self.position(step)
         if epoch not in self._orders:
             self._orders = {epoch: self.ds.order(epoch)}
-        B = self.cfg.batch_size
-        start = pos + (micro * self.d.world + self.d.rank) * B
-        idx = self._orders[epoch][start: start + B]
+        start = pos + (micro * self.d.world + self.d.rank) * self.B
+        idx = self._orders[epoch][start: start + self.B]
         return torch.from_numpy(np.stack([self.ds[int(k)] for k in idx]))
+
+
+class Batches:
+    """Micro-batches as a pure function of (step, micro, rank, schedule position): disjoint shards
+    per rank, and nothing to store for resumption but the step. With `short_seq_len`, a step whose
+    schedule position is under `short_frac` reads `short_ds` (the same stream packed into short
+    rows, batch_size * seq_len / short_seq_len of them: the same tokens per step) at the same step
+    index; later steps read `ds`."""
+
+    def __init__(self, ds, cfg: PretrainConfig, d: Dist, tok, short_ds=None):
+        self.cfg, self.tok = cfg, tok
+        self.long = _Rows(ds, cfg.batch_size, cfg, d)
+        self.short = None if short_ds is None else _Rows(short_ds, cfg.batch_size * cfg.seq_len // cfg.short_seq_len,
+                                                          cfg, d)
+        self.masking = cfg.masking_config
+        self.cont_ids = continuation_ids(tok.hf.get_vocab()) if self.masking.whole_word else None
+
+    def position(self, step: int) -> tuple[int, int]:
+        """(epoch, row position in the epoch) where step `step` starts in the seq_len packing."""
+        return self.long.position(step)
+
+    def rows(self, step: int, micro: int, progress: float = 1.0) -> torch.Tensor:
+        short = self.short is not None and progress < self.cfg.short_frac
+        return (self.short if short else self.long).rows(step, micro)
 
     def get(self, step: int, micro: int, device: torch.device, progress: float = 0.0) -> Batch:
         """The micro-batch of (step, micro) on this rank; `progress` in [0, 1] (the schedule's
-        position) sets the masking rate when it decays (`MaskingConfig.rate_final`)."""
-        rows = self.rows(step, micro)
-        gen = step_generator(self.cfg.seed, step, stream=micro * self.d.world + self.d.rank)
+        position) picks the row length (`short_frac`) and sets the masking rate when it decays
+        (`MaskingConfig.rate_final`)."""
+        rows = self.rows(step, micro, progress)
+        gen = step_generator(self.cfg.seed, step, stream=micro * self.long.d.world + self.long.d.rank)
         masking = self.masking
         if masking.rate_final is not None:
             masking = replace(masking, rate=masking.rate_at(progress), rate_final=None)
@@ -656,8 +698,8 @@ EVAL_BATCH = 64  # rows per held-out forward (does not change the targets or the
 class Evaluator:
     """Held-out loss on fixed rows with a fixed mask (encoder: masked-token loss and accuracy;
     decoder: loss and perplexity), plus the unigram baseline on the same targets. The rows and the
-    mask depend on (seed, eval_sequences, seq_len, eval_masking) only, not on the training masking
-    or the batch size.
+    mask depend on (seed, eval_sequences, eval_seq_len or seq_len, eval_masking) only, not on the
+    training masking, the batch size or a short first phase.
 
     Unigram baseline: p(w) = (count_train(w) + 1) / (N + V) (add-one), loss = mean -log p(target);
     a model that has only learnt token frequencies sits on this "unigram plateau".
@@ -667,7 +709,7 @@ class Evaluator:
         self.name, self.device = name, device
         n = min(cfg.eval_sequences, len(ds))
         if n == 0:
-            raise ValueError(f"eval corpus {name!r} packs into no row of {cfg.seq_len} tokens")
+            raise ValueError(f"eval corpus {name!r} packs into no row of {ds.seq_len} tokens")
         idx = torch.linspace(0, len(ds) - 1, n).long().tolist()  # spread over the whole split
         rows = torch.from_numpy(np.stack([ds[i] for i in idx]))
         # the held-out mask is BERT's standard one unless eval_masking says otherwise, drawn once over
@@ -777,7 +819,8 @@ def run_training(cfg: PretrainConfig, out_dir: str | Path, resume: bool = True,
     from plmodels.corpus import PackedDataset
 
     train_ids = token_cache(cfg.train_source, cfg.train_split, cfg, tok, out_dir, d, cfg.max_train_texts)
-    batches = Batches(PackedDataset.for_tokenizer(train_ids, cfg.seq_len, cfg.seed, tok), cfg, d, tok)
+    short = None if cfg.short_seq_len is None else PackedDataset.for_tokenizer(train_ids, cfg.short_seq_len, cfg.seed, tok)
+    batches = Batches(PackedDataset.for_tokenizer(train_ids, cfg.seq_len, cfg.seed, tok), cfg, d, tok, short)
     counts = torch.from_numpy(np.bincount(train_ids, minlength=tok.vocab_size)).double()
     log_unigram = ((counts + 1) / (counts.sum() + tok.vocab_size)).log()
     evals = []
@@ -785,7 +828,7 @@ def run_training(cfg: PretrainConfig, out_dir: str | Path, resume: bool = True,
         for name, (src, split) in [("eval", (cfg.eval_source, cfg.eval_split))] + list(cfg.extra_eval.items()):
             if src is not None:
                 ids = token_cache(src, split, cfg, tok, out_dir, Dist())
-                ds = PackedDataset.for_tokenizer(ids, cfg.seq_len, cfg.seed, tok)
+                ds = PackedDataset.for_tokenizer(ids, cfg.eval_seq_len or cfg.seq_len, cfg.seed, tok)
                 evals.append(Evaluator(name, ds, cfg, tok, log_unigram, device))
 
     torch.manual_seed(cfg.seed)

@@ -64,13 +64,15 @@ def test_tiny_pretraining_lowers_heldout_loss_below_unigram(data, tmp_path, kind
     assert card["loss_curve"]["train_loss"][0][0] == 1
 
 
-def test_killed_run_resumes_bit_exact(data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("extra", [{}, {"short_seq_len": 16, "short_frac": 0.5}], ids=["plain", "short-first"])
+def test_killed_run_resumes_bit_exact(data, tmp_path, monkeypatch, extra):
+    # With a short first phase the kill (step 4) falls on its last step: steps 0-3 of 7 are short.
     # Both runs share one tokenizer: the WordPiece trainer breaks frequency ties in no fixed order,
     # so two separately trained tokenizers may number the vocabulary differently. The tokenizer path
     # is relative: it is taken from the current directory (not the data root), as on the CLI.
     pretrain(_cfg(data, max_steps=1), tmp_path / "tok")
     monkeypatch.chdir(tmp_path)
-    cfg = _cfg(data, max_steps=7, tokenizer_path="tok/tokenizer")
+    cfg = _cfg(data, max_steps=7, tokenizer_path="tok/tokenizer", **extra)
     straight = pretrain(cfg, tmp_path / "a")
     killed = run_training(cfg, tmp_path / "b", stop_at_step=4)  # last checkpoint: step 4 (log-spaced)
     assert killed.path is None and not (tmp_path / "b" / "final").exists()
@@ -132,6 +134,45 @@ def test_heldout_targets_do_not_depend_on_training_mask_or_batch(data, tmp_path)
     assert eval_row("c", eval_masking={"rate": 0.4}) != a
     with pytest.raises(ValueError, match="eval_masking"):
         _cfg(data, eval_masking={"nsp": True})
+
+
+def test_short_first_phase_reads_short_rows_then_seq_len_rows(data, tmp_path, monkeypatch):
+    # the first short_frac of the schedule reads rows of short_seq_len (twice as many: the same tokens
+    # per step), the rest rows of seq_len; the held-out rows stay at seq_len
+    import plmodels.train as train
+
+    shapes, real = [], train.lm_loss
+    monkeypatch.setattr(train, "lm_loss", lambda model, batch, autocast: shapes.append(tuple(batch.input_ids.shape))
+                        or real(model, batch, autocast))
+    final = pretrain(_cfg(data, max_steps=8, short_seq_len=16, short_frac=0.5, ckpt_log_spaced=False), tmp_path / "r")
+    assert shapes == [(16, 16)] * 4 + [(8, 32)] * 4
+    assert json.loads((final / "card.json").read_text())["tokens"] == 8 * 8 * 32
+    _, rows = _eval_losses(tmp_path / "r")
+    assert [r["tokens"] for r in rows if r["split"] == "train"] == [k * 256 for k in range(1, 9)]
+
+
+def test_eval_seq_len_scores_runs_of_any_length_on_the_same_targets(data, tmp_path):
+    def eval_row(name, **kw):
+        pretrain(_cfg(data, max_steps=1, ckpt_log_spaced=False, **kw), tmp_path / name)
+        _, rows = _eval_losses(tmp_path / name)
+        return [(r["metric"], r["value"]) for r in rows if r["metric"] == "unigram_loss" and r["step"] == 0]
+
+    at32 = eval_row("a")
+    assert eval_row("b", seq_len=16, batch_size=16, eval_seq_len=32) == at32
+    assert eval_row("c", short_seq_len=16, short_frac=0.5) == at32
+    assert eval_row("d", seq_len=16, batch_size=16) != at32
+
+
+def test_short_first_and_eval_length_are_checked():
+    base = dict(kind="encoder", train_source="x", seq_len=128, batch_size=64)
+    for bad, match in [({"short_seq_len": 64}, "go together"), ({"short_frac": 0.3}, "go together"),
+                       ({"short_seq_len": 128, "short_frac": 0.3}, r"short_seq_len must be in \[1, seq_len=128\)"),
+                       ({"short_seq_len": 64, "short_frac": 1.0}, r"short_frac must be in \(0, 1\)"),
+                       ({"short_seq_len": 60, "short_frac": 0.3}, "must divide batch_size \\* seq_len = 8192"),
+                       ({"eval_seq_len": 0}, "eval_seq_len")]:
+        with pytest.raises(ValueError, match=match):
+            PretrainConfig.from_dict({**base, **bad})
+    assert PretrainConfig.from_dict({**base, "short_seq_len": 64, "short_frac": 0.3}).short_frac == 0.3
 
 
 def test_time_clock_needs_a_budget_and_a_known_name():

@@ -114,3 +114,26 @@ def test_third_encoder_round_is_the_post_ln_recipe_with_one_change_each(monkeypa
                    if getattr(other, k) != getattr(control, k)}
         assert changed <= {"wd0.1": {"weight_decay"}, "wsd": {"schedule", "decay_frac"},
                            "onecycle": {"schedule", "warmup_steps"}}[name], (name, changed)
+
+
+def test_fourth_encoder_round_changes_only_the_row_length_and_scores_on_one_held_out_set(monkeypatch):
+    """encoder-time-4.json (docs/recipe.md, 1f): every variant reads the recipe's 8,192 tokens a step
+    and is scored on the same held-out rows of 128 tokens, whatever length it trains on."""
+    monkeypatch.chdir(ROOT)
+    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "encoder-time-4.json")
+
+    def build(variant):
+        return variant_config(base, spec["variants"][variant], None, ev, budget_minutes=spec["budget_minutes"])
+
+    control = build("recipe")
+    assert control.model["norm"] == "post" and (control.seq_len, control.batch_size) == (128, 64)
+    assert control.short_seq_len is None
+    lengths = {"recipe": (128, 64, None), "seq64": (64, 128, None), "short64": (128, 64, 64), "seq256": (256, 32, None)}
+    for name, (seq_len, batch, short) in lengths.items():
+        cfg = build(name)
+        assert (cfg.seq_len, cfg.batch_size, cfg.short_seq_len, cfg.eval_seq_len) == (seq_len, batch, short, 128), name
+        assert cfg.batch_size * cfg.seq_len == 8192 and cfg.max_steps == control.max_steps, name
+        assert cfg.warmup_steps == control.warmup_steps, name
+        for k in ("lr", "weight_decay", "schedule", "model", "masking", "clip"):
+            assert getattr(cfg, k) == getattr(control, k), (name, k)
+    assert build("short64").short_frac == 0.5

@@ -80,7 +80,7 @@ class PretrainConfig:
     short_seq_len: int | None = None              # "short first": rows of this length for the first
     short_frac: float = 0.0                       # short_frac of the schedule (steps, or time on the clock),
                                                   # batch_size * seq_len / short_seq_len rows a step (the same
-                                                  # tokens per step); then seq_len (Devlin et al. 2019, 3.1:
+                                                  # tokens per step); then seq_len (Devlin et al. 2019, A.2:
                                                   # 128 for 90% of the steps, then 512)
     eval_seq_len: int | None = None               # held-out row length (None: seq_len); fix it to compare
                                                   # runs trained at different lengths on the same targets
@@ -156,6 +156,11 @@ class PretrainConfig:
         if em.nsp or em.rate_final is not None:
             raise ValueError("eval_masking.nsp must be false and eval_masking.rate_final null (the held-out "
                              "mask is fixed and has no NSP pairs)")
+
+    @property
+    def heldout_len(self) -> int:
+        """Tokens per held-out row: eval_seq_len, else seq_len."""
+        return self.eval_seq_len or self.seq_len
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -698,7 +703,7 @@ EVAL_BATCH = 64  # rows per held-out forward (does not change the targets or the
 class Evaluator:
     """Held-out loss on fixed rows with a fixed mask (encoder: masked-token loss and accuracy;
     decoder: loss and perplexity), plus the unigram baseline on the same targets. The rows and the
-    mask depend on (seed, eval_sequences, eval_seq_len or seq_len, eval_masking) only, not on the
+    mask depend on (seed, eval_sequences, heldout_len, eval_masking) only, not on the
     training masking, the batch size or a short first phase.
 
     Unigram baseline: p(w) = (count_train(w) + 1) / (N + V) (add-one), loss = mean -log p(target);
@@ -828,7 +833,7 @@ def run_training(cfg: PretrainConfig, out_dir: str | Path, resume: bool = True,
         for name, (src, split) in [("eval", (cfg.eval_source, cfg.eval_split))] + list(cfg.extra_eval.items()):
             if src is not None:
                 ids = token_cache(src, split, cfg, tok, out_dir, Dist())
-                ds = PackedDataset.for_tokenizer(ids, cfg.eval_seq_len or cfg.seq_len, cfg.seed, tok)
+                ds = PackedDataset.for_tokenizer(ids, cfg.heldout_len, cfg.seed, tok)
                 evals.append(Evaluator(name, ds, cfg, tok, log_unigram, device))
 
     torch.manual_seed(cfg.seed)

@@ -115,7 +115,7 @@ class HeldOutEval:
         counts = torch.from_numpy(np.bincount(train, minlength=tok.vocab_size)).double()
         log_unigram = ((counts + 1) / (counts.sum() + tok.vocab_size)).log()
         ids = token_cache(src, split, cfg, tok, run, Dist())
-        ds = PackedDataset.for_tokenizer(ids, cfg.seq_len, cfg.seed, tok)
+        ds = PackedDataset.for_tokenizer(ids, cfg.heldout_len, cfg.seed, tok)
         self.evaluator = Evaluator(eval_name, ds, cfg, tok, log_unigram, torch.device("cpu"))
         self.train_ids, self.kind, self.vocab = train, cfg.kind, tok.vocab_size
 

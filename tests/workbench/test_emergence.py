@@ -99,3 +99,18 @@ def test_decoder_baselines_match_the_trainers_unigram(tmp_path):
 def test_emergence_refuses_unknown_steps(encoder_run, tmp_path):
     with pytest.raises(ValueError, match=r"no checkpoint at steps \[3\]"):
         emergence(encoder_run, tmp_path / "em", config={"steps": [1, 3], "tasks": []})
+
+
+def test_held_out_eval_reads_the_runs_held_out_length(tmp_path):
+    # a run trained on rows of 16 and scored on rows of 32 (eval_seq_len): the emergence step scores
+    # its checkpoints on the trainer's rows, so it reproduces the trainer's final held-out loss
+    from plmodels.checkpoint import load
+    from workbench.emergence import HeldOutEval
+
+    run = _run(tmp_path, "encoder", 4, seq_len=16, batch_size=16, eval_seq_len=32, ckpt_log_spaced=False,
+               model={"norm": "pre", "dropout": 0.0, "position": "rope"})
+    rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+    trainer = {r["metric"]: r["value"] for r in rows if r["split"] == "eval" and r["step"] == 4}
+    ours = HeldOutEval(run, eval_sequences=None)(load(run / "final")[0])
+    assert ours["unigram_loss"] == pytest.approx(trainer["unigram_loss"], rel=1e-9)
+    assert ours["loss"] == pytest.approx(trainer["loss"], rel=1e-5)

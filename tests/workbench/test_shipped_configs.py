@@ -137,3 +137,27 @@ def test_fourth_encoder_round_changes_only_the_row_length_and_scores_on_one_held
         for k in ("lr", "weight_decay", "schedule", "model", "masking", "clip"):
             assert getattr(cfg, k) == getattr(control, k), (name, k)
     assert build("short64").short_frac == 0.5
+
+
+def test_fifth_encoder_round_changes_only_the_shape_and_its_control_is_the_fourth_rounds(monkeypatch):
+    """encoder-time-5.json (docs/recipe.md, 1g) reuses round 4's control run, so its control must be
+    the same config; every variant keeps 64-dimensional heads and FFN = 4 x width."""
+    monkeypatch.chdir(ROOT)
+    built = {}
+    for spec_name in ("encoder-time-4.json", "encoder-time-5.json"):
+        spec, ev, base = spec_base(ROOT / "configs" / "ablations" / spec_name)
+        built[spec_name] = {v: variant_config(base, o, None, ev, budget_minutes=spec["budget_minutes"])
+                            for v, o in spec["variants"].items()}
+    control = built["encoder-time-5.json"]["recipe"]
+    assert control == built["encoder-time-4.json"]["recipe"]
+    for name, cfg in built["encoder-time-5.json"].items():
+        m = {**control.model, **cfg.model}
+        shape = {k: m.get(k) for k in ("n_layers", "d_model", "n_heads", "d_ff")}
+        if name == "recipe":
+            assert shape["n_layers"] is None        # the preset's: 4 x 256, 4 heads, FFN 1024
+            continue
+        assert shape["d_model"] == 64 * shape["n_heads"] and shape["d_ff"] == 4 * shape["d_model"], name
+        rest = {k: v for k, v in cfg.model.items() if k not in shape}
+        assert rest == control.model, name
+        assert (cfg.lr, cfg.batch_size, cfg.seq_len, cfg.warmup_steps, cfg.masking) == (
+            control.lr, control.batch_size, control.seq_len, control.warmup_steps, control.masking), name

@@ -90,9 +90,11 @@ def _rows(model: str, step: int, tokens: int, task: str, values: Mapping[str, fl
 class HeldOutEval:
     """The run's own held-out rows and fixed mask, built once and scored on each checkpoint
     (`self.evaluator` is the trainer's `Evaluator`, so any model with the run's tokenizer can be
-    scored on the same task; `__call__` scores in fp32)."""
+    scored on the same task; `__call__` scores in fp32). `eval_sequences` and `eval_seq_len`
+    (None: the run's) score on more rows or on rows of another length."""
 
-    def __init__(self, run: Path, eval_sequences: int | None, eval_name: str = "eval"):
+    def __init__(self, run: Path, eval_sequences: int | None, eval_name: str = "eval",
+                 eval_seq_len: int | None = None):
         import torch
 
         from plmodels.corpus import PackedDataset
@@ -103,6 +105,8 @@ class HeldOutEval:
         cfg = PretrainConfig.from_dict(resolved["pretrain"], source=str(run / "config.resolved.json"))
         if eval_sequences is not None:
             cfg = load_config(cfg, {"eval_sequences": eval_sequences})
+        if eval_seq_len is not None:  # rows of another length (the same stream, seed and mask rule)
+            cfg = load_config(cfg, {"eval_seq_len": eval_seq_len})
         sources = {"eval": (cfg.eval_source, cfg.eval_split), **{k: tuple(v) for k, v in cfg.extra_eval.items()}}
         if eval_name not in sources:
             raise ValueError(f"{run}: no held-out set {eval_name!r}; the run has {sorted(sources)}")

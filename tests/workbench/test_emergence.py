@@ -114,3 +114,5 @@ def test_held_out_eval_reads_the_runs_held_out_length(tmp_path):
     ours = HeldOutEval(run, eval_sequences=None)(load(run / "final")[0])
     assert ours["unigram_loss"] == pytest.approx(trainer["unigram_loss"], rel=1e-9)
     assert ours["loss"] == pytest.approx(trainer["loss"], rel=1e-5)
+    at16 = HeldOutEval(run, eval_sequences=None, eval_seq_len=16)
+    assert at16.evaluator.batches[0].input_ids.shape[1] == 16

@@ -653,7 +653,7 @@ class Batches:
     index; later steps read `ds`."""
 
     def __init__(self, ds, cfg: PretrainConfig, d: Dist, tok, short_ds=None):
-        self.cfg, self.tok = cfg, tok
+        self.cfg, self.d, self.tok = cfg, d, tok
         self.long = _Rows(ds, cfg.batch_size, cfg, d)
         self.short = None if short_ds is None else _Rows(short_ds, cfg.batch_size * cfg.seq_len // cfg.short_seq_len,
                                                           cfg, d)
@@ -673,7 +673,7 @@ class Batches:
         position) picks the row length (`short_frac`) and sets the masking rate when it decays
         (`MaskingConfig.rate_final`)."""
         rows = self.rows(step, micro, progress)
-        gen = step_generator(self.cfg.seed, step, stream=micro * self.long.d.world + self.long.d.rank)
+        gen = step_generator(self.cfg.seed, step, stream=micro * self.d.world + self.d.rank)
         masking = self.masking
         if masking.rate_final is not None:
             masking = replace(masking, rate=masking.rate_at(progress), rate_final=None)

@@ -103,10 +103,9 @@ class HeldOutEval:
 
         resolved = json.loads((run / "config.resolved.json").read_text(encoding="utf-8"))
         cfg = PretrainConfig.from_dict(resolved["pretrain"], source=str(run / "config.resolved.json"))
-        if eval_sequences is not None:
-            cfg = load_config(cfg, {"eval_sequences": eval_sequences})
-        if eval_seq_len is not None:  # rows of another length (the same stream, seed and mask rule)
-            cfg = load_config(cfg, {"eval_seq_len": eval_seq_len})
+        # more rows, or rows of another length (the same stream, seed and mask rule)
+        over = {k: v for k, v in (("eval_sequences", eval_sequences), ("eval_seq_len", eval_seq_len)) if v is not None}
+        cfg = load_config(cfg, over)
         sources = {"eval": (cfg.eval_source, cfg.eval_split), **{k: tuple(v) for k, v in cfg.extra_eval.items()}}
         if eval_name not in sources:
             raise ValueError(f"{run}: no held-out set {eval_name!r}; the run has {sorted(sources)}")

@@ -31,6 +31,14 @@ def spec_base(path: Path):
     return spec, AblationEval.from_dict(spec.get("eval") or {}), base
 
 
+def round_configs(name: str) -> dict:
+    """{variant: PretrainConfig} of configs/ablations/<name>, at the spec's budget, as `run_ablation`
+    builds them (call from the repository root)."""
+    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / name)
+    return {v: variant_config(base, o, spec.get("budget_tokens"), ev, spec.get("budget_minutes"))
+            for v, o in spec["variants"].items()}
+
+
 @pytest.mark.parametrize("path", SPECS, ids=[p.stem for p in SPECS])
 def test_every_ablation_variant_builds_a_config(path, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -46,11 +54,11 @@ def test_encoder_time_ablations_keep_the_pre_ablation_baseline(monkeypatch):
     """encoder-time.json's results (docs/recipe.md, 1b) are against lr 2e-3 and 15% masking; the
     default recipe has moved on since, so the spec pins the old base in base_overrides."""
     monkeypatch.chdir(ROOT)
-    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "encoder-time.json")
-    cram = variant_config(base, spec["variants"]["cram"], None, ev, budget_minutes=spec["budget_minutes"])
+    built = round_configs("encoder-time.json")
+    cram = built["cram"]
     assert cram.lr == 0.002 and cram.masking["rate"] == 0.15
     assert cram.warmup_steps == round(0.2 * cram.max_steps)
-    m40 = variant_config(base, spec["variants"]["m40_warmup35"], None, ev, budget_minutes=spec["budget_minutes"])
+    m40 = built["m40_warmup35"]
     assert m40.masking["rate"] == 0.4 and m40.masking["mask_frac"] == 0.8  # nested keys merge
     assert m40.warmup_steps == round(0.35 * m40.max_steps)
     assert cram.model["norm"] == "pre" and cram.model["position"] == "rope"
@@ -62,14 +70,11 @@ def test_second_encoder_round_keeps_its_pre_ln_baseline(monkeypatch):
     """encoder-time-2.json's table (docs/recipe.md, 1d) is against the pre-LN recipe; the recipe
     became post-LN after it, which must move neither its `recipe` row nor its `post_ln` variant."""
     monkeypatch.chdir(ROOT)
-    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "encoder-time-2.json")
+    built = round_configs("encoder-time-2.json")
 
-    def build(variant):
-        return variant_config(base, spec["variants"][variant], None, ev, budget_minutes=spec["budget_minutes"])
-
-    assert build("recipe").model["norm"] == "pre"
-    assert build("post_ln").model["norm"] == "post"
-    assert build("alibi").model == {**build("recipe").model, "position": "alibi"}  # nested keys merge
+    assert built["recipe"].model["norm"] == "pre"
+    assert built["post_ln"].model["norm"] == "post"
+    assert built["alibi"].model == {**built["recipe"].model, "position": "alibi"}  # nested keys merge
     recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
     assert recipe.model["norm"] == "post" and recipe.model["position"] == "rope"
 
@@ -78,11 +83,11 @@ def test_decoder_time_ablations_keep_a_ten_percent_warmup_baseline(monkeypatch):
     """decoder-time.json's table (docs/recipe.md, 1c) is against a 10% warmup; the decoder recipe
     now warms up over 30% of the hour, which must not move the spec's `cram` baseline."""
     monkeypatch.chdir(ROOT)
-    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "decoder-time.json")
-    cram = variant_config(base, spec["variants"]["cram"], None, ev, budget_minutes=spec["budget_minutes"])
+    built = round_configs("decoder-time.json")
+    cram = built["cram"]
     assert cram.warmup_steps == round(0.1 * cram.max_steps)
     assert cram.batch_size == 64   # the table's batch, pinned by base_overrides; the recipe has 32
-    wu30 = variant_config(base, spec["variants"]["warmup30"], None, ev, budget_minutes=spec["budget_minutes"])
+    wu30 = built["warmup30"]
     assert wu30.warmup_steps == round(0.3 * wu30.max_steps)
     recipe = load_config(ROOT / "configs" / "pretrain" / "decoder-mini-cram.json")
     assert recipe.warmup_steps == round(0.3 * recipe.max_steps) and recipe.schedule_clock == "time"
@@ -94,22 +99,19 @@ def test_third_encoder_round_is_the_post_ln_recipe_with_one_change_each(monkeypa
     wd 0.01, linear decay, 10% warmup). If the recipe moves, this fails, and the spec must pin the
     old base in base_overrides (as rounds 1b and 1d do) before the table is rerun."""
     monkeypatch.chdir(ROOT)
-    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "encoder-time-3.json")
+    built = round_configs("encoder-time-3.json")
 
-    def build(variant):
-        return variant_config(base, spec["variants"][variant], None, ev, budget_minutes=spec["budget_minutes"])
-
-    control = build("recipe")
+    control = built["recipe"]
     assert control.model["norm"] == "post" and control.model["position"] == "rope"
     assert (control.lr, control.weight_decay, control.schedule, control.masking["rate"]) == (0.0015, 0.01, "linear", 0.25)
     assert control.warmup_steps == round(0.1 * control.max_steps)
-    assert build("wd0.1").weight_decay == 0.1
-    wsd = build("wsd")
+    assert built["wd0.1"].weight_decay == 0.1
+    wsd = built["wsd"]
     assert (wsd.schedule, wsd.decay_frac, wsd.warmup_steps) == ("wsd", 0.3, control.warmup_steps)
-    onecycle = build("onecycle")
+    onecycle = built["onecycle"]
     assert onecycle.schedule == "onecycle" and onecycle.warmup_steps == round(0.5 * onecycle.max_steps)
     for name in ("wd0.1", "wsd", "onecycle"):   # one change each: everything else is the control's
-        other = build(name)
+        other = built[name]
         changed = {k for k in ("lr", "weight_decay", "schedule", "decay_frac", "warmup_steps", "batch_size", "model", "masking")
                    if getattr(other, k) != getattr(control, k)}
         assert changed <= {"wd0.1": {"weight_decay"}, "wsd": {"schedule", "decay_frac"},
@@ -120,34 +122,27 @@ def test_fourth_encoder_round_changes_only_the_row_length_and_scores_on_one_held
     """encoder-time-4.json (docs/recipe.md, 1f): every variant reads the recipe's 8,192 tokens a step
     and is scored on the same held-out rows of 128 tokens, whatever length it trains on."""
     monkeypatch.chdir(ROOT)
-    spec, ev, base = spec_base(ROOT / "configs" / "ablations" / "encoder-time-4.json")
+    built = round_configs("encoder-time-4.json")
 
-    def build(variant):
-        return variant_config(base, spec["variants"][variant], None, ev, budget_minutes=spec["budget_minutes"])
-
-    control = build("recipe")
+    control = built["recipe"]
     assert control.model["norm"] == "post" and (control.seq_len, control.batch_size) == (128, 64)
     assert control.short_seq_len is None
     lengths = {"recipe": (128, 64, None), "seq64": (64, 128, None), "short64": (128, 64, 64), "seq256": (256, 32, None)}
     for name, (seq_len, batch, short) in lengths.items():
-        cfg = build(name)
+        cfg = built[name]
         assert (cfg.seq_len, cfg.batch_size, cfg.short_seq_len, cfg.eval_seq_len) == (seq_len, batch, short, 128), name
         assert cfg.batch_size * cfg.seq_len == 8192 and cfg.max_steps == control.max_steps, name
         assert cfg.warmup_steps == control.warmup_steps, name
         for k in ("lr", "weight_decay", "schedule", "model", "masking", "clip"):
             assert getattr(cfg, k) == getattr(control, k), (name, k)
-    assert build("short64").short_frac == 0.5
+    assert built["short64"].short_frac == 0.5
 
 
 def test_fifth_encoder_round_changes_only_the_shape_and_its_control_is_the_fourth_rounds(monkeypatch):
     """encoder-time-5.json (docs/recipe.md, 1g) reuses round 4's control run, so its control must be
     the same config; every variant keeps 64-dimensional heads and FFN = 4 x width."""
     monkeypatch.chdir(ROOT)
-    built = {}
-    for spec_name in ("encoder-time-4.json", "encoder-time-5.json"):
-        spec, ev, base = spec_base(ROOT / "configs" / "ablations" / spec_name)
-        built[spec_name] = {v: variant_config(base, o, None, ev, budget_minutes=spec["budget_minutes"])
-                            for v, o in spec["variants"].items()}
+    built = {n: round_configs(n) for n in ("encoder-time-4.json", "encoder-time-5.json")}
     control = built["encoder-time-5.json"]["recipe"]
     assert control == built["encoder-time-4.json"]["recipe"]
     for name, cfg in built["encoder-time-5.json"].items():

@@ -516,16 +516,18 @@ class Dist:
         return self.rank == 0
 
 
-def init_distributed() -> tuple[Dist, torch.device]:
-    """Join the process group when WORLD_SIZE > 1 (gloo on CPU, nccl on GPU) and pick the device."""
+def init_distributed() -> tuple[Dist, torch.device, bool]:
+    """Join the process group when WORLD_SIZE > 1 (gloo on CPU, nccl on GPU) and pick the device;
+    the flag says whether this call joined it (and so should destroy it when done)."""
     import torch.distributed as dist
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     d = Dist(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
     device = torch.device(f"cuda:{d.local_rank}") if torch.cuda.is_available() else torch.device("cpu")
-    if world > 1 and not dist.is_initialized():
+    joined = world > 1 and not dist.is_initialized()
+    if joined:
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
-    return d, device
+    return d, device, joined
 
 
 def barrier(d: Dist) -> None:
@@ -804,9 +806,23 @@ def _seed_step(seed: int, step: int, rank: int) -> None:
 def run_training(cfg: PretrainConfig, out_dir: str | Path, resume: bool = True,
                  stop_at_step: int | None = None) -> TrainResult:
     """The pretraining loop (see module docstring). `stop_at_step` ends the process's work right
-    after that step's checkpoint without writing `final` — it simulates a kill, for tests."""
-    out_dir = Path(out_dir)
-    d, device = init_distributed()
+    after that step's checkpoint without writing `final` — it simulates a kill, for tests. A process
+    group this call joined is destroyed before it returns: a process that exits with the group alive
+    can be aborted while gloo's threads are torn down ("terminate called without an active
+    exception", exit status -6; seen in the two-process test). Every rank has passed the loop's
+    last barrier by then."""
+    d, device, joined = init_distributed()
+    try:
+        return _train(cfg, Path(out_dir), resume, stop_at_step, d, device)
+    finally:
+        if joined:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int | None, d: Dist,
+           device: torch.device) -> TrainResult:
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     if d.main:

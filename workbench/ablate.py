@@ -330,8 +330,12 @@ def measure_variant(name: str, final: Path, ev: AblationEval, overrides: Mapping
 
 # Targets of the 60-minute encoder recipe (issue 11), on the row `measure_variant` writes:
 # masked-token accuracy on Gutenberg valid, POS best layer over layer 0, a positional head at -1 or +1
-# (Voita et al. 2019's 90%), det and case heads over the best fixed offset (Clark et al. 2019).
-ENCODER_TARGETS = {"eval_acc": 0.38, "pos_gain": 0.05, "positional_max": 0.90, "det_margin": 0.15,
+# in Voita et al. 2019's sense (a "positional head" puts its largest attention weight on one relative
+# position, in practice -1 or +1, for at least 90% of the *tokens*; so `positional_max_tokens`, not
+# the word-level `positional_max`, whose ceiling with a subword vocabulary is below 100%:
+# `workbench.head_analysis.positional_ceiling`), det and case heads over the best fixed offset
+# (Clark et al. 2019, on words).
+ENCODER_TARGETS = {"eval_acc": 0.38, "pos_gain": 0.05, "positional_max_tokens": 0.90, "det_margin": 0.15,
                    "case_margin": 0.15}
 
 
@@ -390,7 +394,8 @@ def run_ablation(base_config, variants: Mapping[str, Mapping], out_root: str | P
     return df
 
 
-SEED_MEASURES = ["eval_loss", "eval_acc", "eval_ppl", "pos_gain", "det_margin", "case_margin", "positional_max"]
+SEED_MEASURES = ["eval_loss", "eval_acc", "eval_ppl", "pos_gain", "det_margin", "case_margin", "positional_max",
+                 "positional_max_tokens"]
 
 
 def seed_summary(df: pd.DataFrame, measures: Sequence[str] = SEED_MEASURES) -> pd.DataFrame:

@@ -178,7 +178,20 @@ def test_to_markdown_adds_decoder_columns():
 
 
 def test_check_targets_passes_only_at_or_above_target_and_fails_nan():
-    row = {"eval_acc": 0.38, "pos_gain": 0.049, "positional_max": 0.95, "det_margin": float("nan"), "case_margin": 0.2}
+    row = {"eval_acc": 0.38, "pos_gain": 0.049, "positional_max_tokens": 0.95, "det_margin": float("nan"),
+           "case_margin": 0.2}
     out = check_targets(row).set_index("measure")["passed"].to_dict()
-    assert out == {"eval_acc": True, "pos_gain": False, "positional_max": True, "det_margin": False,
+    assert out == {"eval_acc": True, "pos_gain": False, "positional_max_tokens": True, "det_margin": False,
                    "case_margin": True}
+
+
+def test_the_positional_target_reads_voitas_token_share_not_the_word_share():
+    """A perfect token-level -1 head (share 1.0 on tokens) scores at most the tokenizer's word-level
+    ceiling on words (about 0.91 for the recipe's vocabulary); the target follows Voita et al. 2019,
+    whose 90% is set on tokens, so a row with a 0.86 word share and a 0.98 token share passes and a
+    0.95 word share with a 0.85 token share does not."""
+    base = {"eval_acc": 0.45, "pos_gain": 0.06, "det_margin": 0.2, "case_margin": 0.2}
+    ok = check_targets({**base, "positional_max": 0.86, "positional_max_tokens": 0.98})
+    assert ok["passed"].all() and "positional_max" not in set(ok["measure"])
+    bad = check_targets({**base, "positional_max": 0.95, "positional_max_tokens": 0.85}).set_index("measure")
+    assert not bad.loc["positional_max_tokens", "passed"] and bad["passed"].sum() == 4

@@ -77,6 +77,7 @@ def test_second_encoder_round_keeps_its_pre_ln_baseline(monkeypatch):
     assert built["alibi"].model == {**built["recipe"].model, "position": "alibi"}  # nested keys merge
     recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
     assert recipe.model["norm"] == "post" and recipe.model["position"] == "rope"
+    assert recipe.model["n_heads"] == 8 and recipe.preset == "mini"   # 8 heads of 32 on the mini's 256
 
 
 def test_decoder_time_ablations_keep_a_ten_percent_warmup_baseline(monkeypatch):
@@ -95,14 +96,15 @@ def test_decoder_time_ablations_keep_a_ten_percent_warmup_baseline(monkeypatch):
 
 
 def test_third_encoder_round_is_the_post_ln_recipe_with_one_change_each(monkeypatch):
-    """encoder-time-3.json's table (docs/recipe.md, 1e) is against the recipe as it is now (post-LN,
-    wd 0.01, linear decay, 10% warmup). If the recipe moves, this fails, and the spec must pin the
-    old base in base_overrides (as rounds 1b and 1d do) before the table is rerun."""
+    """encoder-time-3.json's table (docs/recipe.md, 1e) is against the post-LN recipe with 4 heads
+    (wd 0.01, linear decay, 10% warmup). The recipe moved to 8 heads after it, so the spec pins 4 in
+    base_overrides (as rounds 1b and 1d pin theirs); if the recipe moves again, this fails."""
     monkeypatch.chdir(ROOT)
     built = round_configs("encoder-time-3.json")
 
     control = built["recipe"]
     assert control.model["norm"] == "post" and control.model["position"] == "rope"
+    assert control.model["n_heads"] == 4
     assert (control.lr, control.weight_decay, control.schedule, control.masking["rate"]) == (0.0015, 0.01, "linear", 0.25)
     assert control.warmup_steps == round(0.1 * control.max_steps)
     assert built["wd0.1"].weight_decay == 0.1
@@ -126,6 +128,7 @@ def test_fourth_encoder_round_changes_only_the_row_length_and_scores_on_one_held
 
     control = built["recipe"]
     assert control.model["norm"] == "post" and (control.seq_len, control.batch_size) == (128, 64)
+    assert control.model["n_heads"] == 4   # pinned: the recipe has 8 heads since this round
     assert control.short_seq_len is None
     lengths = {"recipe": (128, 64, None), "seq64": (64, 128, None), "short64": (128, 64, 64), "seq256": (256, 32, None)}
     for name, (seq_len, batch, short) in lengths.items():
@@ -149,10 +152,10 @@ def test_fifth_encoder_round_changes_only_the_shape_and_its_control_is_the_fourt
         m = {**control.model, **cfg.model}
         shape = {k: m.get(k) for k in ("n_layers", "d_model", "n_heads", "d_ff")}
         if name == "recipe":
-            assert shape["n_layers"] is None        # the preset's: 4 x 256, 4 heads, FFN 1024
+            assert shape["n_layers"] is None and shape["n_heads"] == 4   # the preset's 4 x 256, FFN 1024; 4 heads pinned
             continue
         assert shape["d_model"] == 64 * shape["n_heads"] and shape["d_ff"] == 4 * shape["d_model"], name
         rest = {k: v for k, v in cfg.model.items() if k not in shape}
-        assert rest == control.model, name
+        assert rest == {k: v for k, v in control.model.items() if k not in shape}, name
         assert (cfg.lr, cfg.batch_size, cfg.seq_len, cfg.warmup_steps, cfg.masking) == (
             control.lr, control.batch_size, control.seq_len, control.warmup_steps, control.masking), name

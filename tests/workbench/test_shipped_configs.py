@@ -61,19 +61,20 @@ def test_encoder_time_ablations_keep_the_pre_ablation_baseline(monkeypatch):
     m40 = built["m40_warmup35"]
     assert m40.masking["rate"] == 0.4 and m40.masking["mask_frac"] == 0.8  # nested keys merge
     assert m40.warmup_steps == round(0.35 * m40.max_steps)
-    assert cram.model["norm"] == "pre" and cram.model["position"] == "rope"
+    assert cram.model["norm"] == "pre" and cram.model["position"] == "rope" and cram.model["n_heads"] == 4
     recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
     assert (recipe.lr, recipe.masking["rate"]) == (0.0015, 0.25)
 
 
 def test_second_encoder_round_keeps_its_pre_ln_baseline(monkeypatch):
-    """encoder-time-2.json's table (docs/recipe.md, 1d) is against the pre-LN recipe; the recipe
-    became post-LN after it, which must move neither its `recipe` row nor its `post_ln` variant."""
+    """encoder-time-2.json's table (docs/recipe.md, 1d) is against the pre-LN recipe with 4 heads; the
+    recipe became post-LN after it, and then 8 heads, which must move neither its `recipe` row nor its
+    `post_ln` variant."""
     monkeypatch.chdir(ROOT)
     built = round_configs("encoder-time-2.json")
 
-    assert built["recipe"].model["norm"] == "pre"
-    assert built["post_ln"].model["norm"] == "post"
+    assert built["recipe"].model["norm"] == "pre" and built["recipe"].model["n_heads"] == 4
+    assert built["post_ln"].model["norm"] == "post" and built["post_ln"].model["n_heads"] == 4
     assert built["alibi"].model == {**built["recipe"].model, "position": "alibi"}  # nested keys merge
     recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
     assert recipe.model["norm"] == "post" and recipe.model["position"] == "rope"

@@ -871,6 +871,9 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
                 metrics_path.write_text("".join(r + "\n" for r in keep))
     broadcast_parameters(model, d)
     autocast = use_bf16(cfg.bf16, device)
+    if d.main:
+        why = "as set" if cfg.bf16 != "auto" else ("native" if autocast else "no native") + " bf16 on this device"
+        log(f"precision: {'bf16 autocast' if autocast else 'fp32'} (bf16: {cfg.bf16!r}, {why})")
     loop = _Loop(cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids)
     return loop.run(step, tokens, elapsed, stop_at_step)
 

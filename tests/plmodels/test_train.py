@@ -221,6 +221,7 @@ def test_time_clock_warns_when_max_steps_would_end_the_run_first(data, tmp_path,
     err = capsys.readouterr().err
     assert json.loads((final / "card.json").read_text())["stopped_by"] == "time budget"
     assert "step 10/1000" in err and "warning: " not in err, err
+    assert "precision: fp32 (bf16: 'off', as set)" in err   # the start of the log says what it trains in
 
 
 def test_shipped_configs_load():

@@ -160,3 +160,16 @@ def test_fifth_encoder_round_changes_only_the_shape_and_its_control_is_the_fourt
         assert rest == {k: v for k, v in control.model.items() if k not in shape}, name
         assert (cfg.lr, cfg.batch_size, cfg.seq_len, cfg.warmup_steps, cfg.masking) == (
             control.lr, control.batch_size, control.seq_len, control.warmup_steps, control.masking), name
+
+
+def test_the_fp32_encoder_config_is_the_recipe_at_batch_32():
+    """encoder-mini-cram-fp32.json (docs/recipe.md, "Batch 32 on a CPU without native bf16") is the
+    recipe with half the batch and twice the steps, so its warmup stays 10% of the hour. Any other
+    difference would be a recipe change that reached one file and not the other."""
+    recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json").to_dict()
+    fp32 = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram-fp32.json").to_dict()
+    changed = {k for k in recipe.keys() | fp32.keys() if recipe.get(k) != fp32.get(k)}
+    assert changed == {"name", "batch_size", "max_steps", "warmup_steps"}
+    assert fp32["batch_size"] * 2 == recipe["batch_size"] and fp32["max_steps"] == 2 * recipe["max_steps"]
+    assert fp32["warmup_steps"] / fp32["max_steps"] == recipe["warmup_steps"] / recipe["max_steps"] == 0.1
+    assert fp32["schedule_clock"] == "time" and fp32["max_minutes"] == recipe["max_minutes"] == 60

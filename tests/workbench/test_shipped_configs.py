@@ -173,3 +173,27 @@ def test_the_fp32_encoder_config_is_the_recipe_at_batch_32():
     assert fp32["batch_size"] * 2 == recipe["batch_size"] and fp32["max_steps"] == 2 * recipe["max_steps"]
     assert fp32["warmup_steps"] / fp32["max_steps"] == recipe["warmup_steps"] / recipe["max_steps"] == 0.1
     assert fp32["schedule_clock"] == "time" and fp32["max_minutes"] == recipe["max_minutes"] == 60
+
+
+RUNS = [ROOT / "configs" / f"{n}.json" for n in ("demo", "full", "tiny")]
+
+
+@pytest.mark.parametrize("path", RUNS, ids=[p.stem for p in RUNS])
+def test_every_pretraining_step_of_a_run_config_builds_a_config(path, monkeypatch):
+    """The `workbench run` configs: each model's pretraining config with the run's overrides, as
+    `workbench.pipeline` passes them to `pretrain` (a misspelt override would otherwise surface only
+    when the run reaches that step)."""
+    from workbench.pipeline import load_run_config
+
+    monkeypatch.chdir(ROOT)
+    models = load_run_config(path)["models"]
+    built = {name: load_config(spec["pretrain"], dict(spec.get("overrides") or {}))
+             for name, spec in models.items() if "pretrain" in spec}
+    assert built, path
+    if path.stem == "demo":
+        # both demo models take many small steps (docs/recipe.md 2b); the encoder's schedule runs on a
+        # 5-minute clock, so a CPU too slow to reach max_steps still ends with the lr decayed
+        enc, dec = built["encoder"], built["decoder"]
+        assert enc.model["norm"] == "post" and enc.model["n_heads"] == 8 and enc.masking["rate"] == 0.25
+        assert (enc.batch_size, enc.max_steps, enc.schedule_clock, enc.max_minutes) == (8, 1280, "time", 5.0)
+        assert (dec.batch_size, dec.max_steps, dec.schedule_clock) == (8, 220, "steps")

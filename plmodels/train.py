@@ -194,18 +194,45 @@ def merge_overrides(d: dict, overrides: dict | None) -> dict:
     return out
 
 
+def config_path(config: str | Path, relative_to: Path | None = None) -> Path:
+    """The file of a pretraining config: a path (relative to `relative_to` when given, else to the
+    working directory) or a name in configs/pretrain/."""
+    path = Path(config) if relative_to is None else relative_to / config
+    if path.is_file():
+        return path
+    named = CONFIG_DIR / f"{config}.json"
+    if not named.is_file():
+        known = sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
+        raise FileNotFoundError(f"no config file {path} and no config named {config!r}; known: {known}")
+    return named
+
+
+def read_config_file(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
+    """A pretraining config file as a dict. A file with `"extends": BASE` is BASE's dict updated by
+    the file's own keys as `merge_overrides` updates (the nested dicts merged key by key); BASE is a
+    path relative to the file's folder or a name in configs/pretrain/, and may extend another."""
+    path = Path(path)
+    chain = _chain + (path.resolve(),)
+    if path.resolve() in _chain:
+        raise ValueError("config 'extends' cycle: " + " -> ".join(str(p) for p in chain))
+    d = read_json_file(path)
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: a config file must hold a JSON object, got {type(d).__name__}")
+    base = d.pop("extends", None)
+    if base is None:
+        return d
+    if not isinstance(base, str):
+        raise ValueError(f"{path}: 'extends' must name a config file or config, got {base!r}")
+    return merge_overrides(read_config_file(config_path(base, relative_to=path.parent), chain), d)
+
+
 def load_config(config: "PretrainConfig | str | Path", overrides: dict | None = None) -> PretrainConfig:
-    """A PretrainConfig from an object, a JSON path or a name in configs/pretrain/, with overrides."""
+    """A PretrainConfig from an object, a JSON path or a name in configs/pretrain/, with overrides
+    (a file may extend another: `read_config_file`)."""
     if isinstance(config, PretrainConfig):
         return PretrainConfig.from_dict(merge_overrides(config.to_dict(), overrides)) if overrides else config
-    path = Path(config)
-    if not path.is_file():
-        named = CONFIG_DIR / f"{config}.json"
-        if not named.is_file():
-            known = sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
-            raise FileNotFoundError(f"no config file {path} and no config named {config!r}; known: {known}")
-        path = named
-    return PretrainConfig.from_dict(merge_overrides(read_json_file(path), overrides), source=str(path))
+    path = config_path(config)
+    return PretrainConfig.from_dict(merge_overrides(read_config_file(path), overrides), source=str(path))
 
 
 def resolve_path(p: str, data_dir: str) -> Path:

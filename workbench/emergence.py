@@ -120,7 +120,7 @@ class HeldOutEval:
         ids = token_cache(src, split, cfg, tok, run, Dist())
         ds = PackedDataset.for_tokenizer(ids, cfg.heldout_len, cfg.seed, tok)
         self.evaluator = Evaluator(eval_name, ds, cfg, tok, log_unigram, torch.device("cpu"))
-        self.train_ids, self.kind, self.vocab = train, cfg.kind, tok.vocab_size
+        self.train_ids, self.kind, self.vocab, self.tokenizer = train, cfg.kind, tok.vocab_size, tok
 
     def __call__(self, model) -> dict[str, float]:
         m = self.evaluator(model, autocast=False)
@@ -294,7 +294,9 @@ def bigram_baseline(train_ids: np.ndarray, prev: np.ndarray, targets: np.ndarray
 def decoder_baselines(run_folder: str | Path, eval_sequences: int | None = None,
                       eval_name: str = "eval") -> dict[str, float]:
     """`bigram_baseline` on exactly the held-out targets the decoder run is evaluated on: its main
-    held-out set ("eval") or one of its `extra_eval` sets by name (e.g. "wikitext2")."""
+    held-out set ("eval") or one of its `extra_eval` sets by name (e.g. "wikitext2"). With a
+    byte-level BPE tokenizer it also gives `bytes_per_target` and the baselines in bits per byte
+    (`unigram_bpb`, `bigram_bpb`); `bits_per_byte(card eval_loss, bytes_per_target)` is the model's."""
     import torch
 
     from plmodels.masking import IGNORE_INDEX
@@ -307,7 +309,30 @@ def decoder_baselines(run_folder: str | Path, eval_sequences: int | None = None,
         sel = b.labels != IGNORE_INDEX
         prev.append(b.input_ids[sel].cpu())
         tgt.append(b.labels[sel].cpu())
-    return bigram_baseline(np.asarray(ev.train_ids), torch.cat(prev).numpy(), torch.cat(tgt).numpy(), ev.vocab)
+    targets = torch.cat(tgt).numpy()
+    out = bigram_baseline(np.asarray(ev.train_ids), torch.cat(prev).numpy(), targets, ev.vocab)
+    if ev.tokenizer.kind == "bpe":  # byte-level: a loss per byte compares runs with other vocabularies
+        out["bytes_per_target"] = float(token_bytes(ev.tokenizer)[targets].mean())
+        for name in ("unigram", "bigram"):
+            out[f"{name}_bpb"] = bits_per_byte(out[f"{name}_loss"], out["bytes_per_target"])
+    return out
+
+
+def token_bytes(tok) -> np.ndarray:
+    """(V,) UTF-8 bytes each id of a byte-level BPE tokenizer stands for (0 for special tokens).
+    Every character of a byte-level token string stands for one byte (GPT-2's byte-to-unicode map)."""
+    if tok.kind != "bpe":
+        raise ValueError(f"token_bytes needs a byte-level BPE tokenizer, got kind {tok.kind!r}")
+    special = tok.special_ids
+    return np.array([0 if i in special else len(tok.id_to_token(i) or "") for i in range(tok.vocab_size)],
+                    dtype=np.int64)
+
+
+def bits_per_byte(loss_nats: float, bytes_per_target: float) -> float:
+    """Mean loss per target token (nats) -> bits per UTF-8 byte of the text those targets spell:
+    loss / ln 2 / bytes per target. Unlike perplexity per token it does not depend on the vocabulary,
+    so decoders with different tokenizers compare on the same held-out text."""
+    return loss_nats / math.log(2) / bytes_per_target
 
 
 def main(argv: list[str] | None = None) -> int:

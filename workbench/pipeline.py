@@ -52,7 +52,8 @@ def load_run_config(path: str | Path) -> dict:
 
 def _with_files(obj: Any) -> Any:
     """`obj` with every string naming an existing JSON file replaced by that file's content, so a
-    step's key changes when a config file it points to changes, not only when the path does."""
+    step's key changes when a config file it points to changes, not only when the path does. A
+    pretraining config that extends another counts with the base's content merged in."""
     if isinstance(obj, dict):
         return {k: _with_files(v) for k, v in obj.items()}
     if isinstance(obj, list):
@@ -60,7 +61,12 @@ def _with_files(obj: Any) -> Any:
     if isinstance(obj, str) and obj.endswith(".json"):
         path = _resolve(obj)
         if path.is_file():
-            return {"file": obj, "content": json.loads(path.read_text())}
+            content = json.loads(path.read_text())
+            if isinstance(content, dict) and "extends" in content:
+                from plmodels.train import read_config_file
+
+                content = read_config_file(path)
+            return {"file": obj, "content": content}
     return obj
 
 

@@ -121,6 +121,33 @@ def test_unknown_config_key_is_named(tmp_path):
         PretrainConfig.from_dict({"kind": "encoder", "train_source": "x", "masking": {"ratee": 0.2}})
 
 
+def test_a_config_file_extends_another(tmp_path):
+    (tmp_path / "sub").mkdir()
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"kind": "encoder", "train_source": "x", "lr": 1e-3, "batch_size": 64,
+                                "model": {"n_heads": 8, "norm": "post"}, "masking": {"rate": 0.25}}))
+    mid = tmp_path / "sub" / "mid.json"   # the base path is relative to the extending file's folder
+    mid.write_text(json.dumps({"extends": "../base.json", "batch_size": 32, "model": {"n_heads": 4}}))
+    top = tmp_path / "sub" / "top.json"
+    top.write_text(json.dumps({"extends": "mid.json", "masking": {"mask_frac": 0.5}}))
+    cfg = load_config(top, {"lr": 2e-3})
+    assert (cfg.lr, cfg.batch_size, cfg.train_source) == (2e-3, 32, "x")
+    assert cfg.model == {"n_heads": 4, "norm": "post"}          # nested dicts merge key by key
+    assert cfg.masking["rate"] == 0.25 and cfg.masking["mask_frac"] == 0.5
+    base.write_text(json.dumps({"kind": "encoder", "train_source": "x", "lr": 5e-4}))
+    assert load_config(top).lr == 5e-4                           # a base change reaches the derived file
+    (tmp_path / "a.json").write_text(json.dumps({"extends": "b.json"}))
+    (tmp_path / "b.json").write_text(json.dumps({"extends": "a.json"}))
+    with pytest.raises(ValueError, match=r"cycle: .*a\.json -> .*b\.json -> .*a\.json"):
+        load_config(tmp_path / "a.json")
+    (tmp_path / "c.json").write_text(json.dumps({"extends": "nowhere.json"}))
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        load_config(tmp_path / "c.json")
+    (tmp_path / "d.json").write_text(json.dumps({"extends": 3}))
+    with pytest.raises(ValueError, match=r"d\.json: 'extends' must name"):
+        load_config(tmp_path / "d.json")
+
+
 def test_heldout_targets_do_not_depend_on_training_mask_or_batch(data, tmp_path):
     # the eval mask is BERT's 15% whatever the training masking and batch size, so runs that differ
     # in those are scored on the same targets (same unigram loss, same count); eval_masking changes it

@@ -6,7 +6,8 @@ import random
 import numpy as np
 import pytest
 
-from workbench.emergence import bigram_baseline, checkpoints, decoder_baselines, emergence, emergence_cli
+from workbench.emergence import (HeldOutEval, bigram_baseline, checkpoints, decoder_baselines, emergence,
+                                 emergence_cli)
 
 
 def _corpus(path, n, seed):
@@ -92,6 +93,17 @@ def test_decoder_baselines_match_the_trainers_unigram(tmp_path):
         uni = next(r["value"] for r in rows if r["metric"] == "unigram_loss" and r["split"] == name)
         assert out["unigram_loss"] == pytest.approx(uni, rel=1e-6)
         assert out["bigram_loss"] < out["unigram_loss"] - 0.5  # the toy language is very bigram-predictable
+        # bytes per target, checked against decoding the held-out rows back to text
+        ev = HeldOutEval(run, None, name)
+        tok, n_bytes, n_targets = ev.tokenizer, 0, 0
+        for b in ev.evaluator.batches:
+            for ids, labels in zip(b.input_ids, b.labels):
+                targets = labels[labels != -100].tolist()
+                assert targets[:-1] == ids[1:].tolist()  # a decoder row's targets: the row shifted by one
+                n_bytes += len(tok.hf.decode(targets, skip_special_tokens=True).encode("utf-8"))
+                n_targets += len(targets)
+        assert out["bytes_per_target"] == pytest.approx(n_bytes / n_targets, rel=1e-12)
+        assert out["bigram_bpb"] == pytest.approx(out["bigram_loss"] / math.log(2) / (n_bytes / n_targets))
     with pytest.raises(ValueError, match="no held-out set 'wiki'"):
         decoder_baselines(run, eval_name="wiki")
 

@@ -54,6 +54,21 @@ def test_keys_follow_config_files_and_upstream_steps(tmp_path):
     assert all(step_keys(cfg)[k] != after[k] for k in after)
 
 
+def test_keys_follow_the_base_of_a_config_that_extends_one(tmp_path):
+    """A pretraining config with "extends": the step key reads the base's content too."""
+    base = tmp_path / "base.json"
+    base.write_text((REPO / "configs" / "pretrain" / "decoder-mini.json").read_text())
+    derived = tmp_path / "derived.json"
+    derived.write_text(json.dumps({"extends": "base.json", "name": "derived", "batch_size": 4}))
+    cfg = load_run_config(TINY)
+    cfg["models"]["decoder"] = dict(cfg["models"]["decoder"], pretrain=str(derived))
+    before = step_keys(cfg)
+    base.write_text(json.dumps(dict(json.loads(base.read_text()), lr=1e-4)))   # only the base changes
+    after = step_keys(cfg)
+    assert before["pretrain:decoder"] != after["pretrain:decoder"]
+    assert before["pretrain:encoder"] == after["pretrain:encoder"]
+
+
 def _tables(run: Path) -> dict[str, pd.DataFrame]:
     out = {}
     for p in sorted((run / "tables").glob("*.parquet")):

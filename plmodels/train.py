@@ -223,7 +223,11 @@ def read_config_file(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
         return d
     if not isinstance(base, str):
         raise ValueError(f"{path}: 'extends' must name a config file or config, got {base!r}")
-    return merge_overrides(read_config_file(config_path(base, relative_to=path.parent), chain), d)
+    try:
+        base_path = config_path(base, relative_to=path.parent)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{path}: 'extends': {e}") from None
+    return merge_overrides(read_config_file(base_path, chain), d)
 
 
 def load_config(config: "PretrainConfig | str | Path", overrides: dict | None = None) -> PretrainConfig:

@@ -213,7 +213,7 @@ def read_config_file(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
     path relative to the file's folder or a name in configs/pretrain/, and may extend another."""
     path = Path(path)
     chain = _chain + (path.resolve(),)
-    if path.resolve() in _chain:
+    if chain[-1] in _chain:
         raise ValueError("config 'extends' cycle: " + " -> ".join(str(p) for p in chain))
     d = read_json_file(path)
     if not isinstance(d, dict):

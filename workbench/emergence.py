@@ -120,7 +120,7 @@ class HeldOutEval:
         ids = token_cache(src, split, cfg, tok, run, Dist())
         ds = PackedDataset.for_tokenizer(ids, cfg.heldout_len, cfg.seed, tok)
         self.evaluator = Evaluator(eval_name, ds, cfg, tok, log_unigram, torch.device("cpu"))
-        self.train_ids, self.kind, self.vocab, self.tokenizer = train, cfg.kind, tok.vocab_size, tok
+        self.train_ids, self.kind, self.tokenizer = train, cfg.kind, tok
 
     def __call__(self, model) -> dict[str, float]:
         m = self.evaluator(model, autocast=False)
@@ -310,7 +310,7 @@ def decoder_baselines(run_folder: str | Path, eval_sequences: int | None = None,
         prev.append(b.input_ids[sel].cpu())
         tgt.append(b.labels[sel].cpu())
     targets = torch.cat(tgt).numpy()
-    out = bigram_baseline(np.asarray(ev.train_ids), torch.cat(prev).numpy(), targets, ev.vocab)
+    out = bigram_baseline(np.asarray(ev.train_ids), torch.cat(prev).numpy(), targets, ev.tokenizer.vocab_size)
     if ev.tokenizer.kind == "bpe":  # byte-level: a loss per byte compares runs with other vocabularies
         out["bytes_per_target"] = float(token_bytes(ev.tokenizer)[targets].mean())
         for name in ("unigram", "bigram"):

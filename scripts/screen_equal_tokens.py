@@ -14,7 +14,7 @@ time budget, fp32 (`bf16: "off"`), and the variant's overrides, which must give 
 tokenizer (`tokenizer_path`) tokenize the corpus once: the first builds the cache, the others link it.
 Then every run gets UPOS accuracy per layer (`workbench.ablate.pos_by_layer`, the probe of
 `measure_variant`) with first- and last-subword vectors. Results: OUT/screen.jsonl (one line per
-run, appended as each finishes) and OUT/screen.parquet (tidy: run, pooling, layer, accuracy).
+run, appended as each finishes) and OUT/screen.parquet (tidy: run, tokens, pooling, layer, accuracy).
 
     python scripts/screen_equal_tokens.py configs/pretrain/decoder-mini-cram.json OUT \
         '{"b32_s0": {"max_steps": 1810, "seed": 0, "tokenizer_path": "runs/x/tokenizer"}, ...}'
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     ctx = multiprocessing.get_context("spawn")  # no fork after torch has started threads
     with ProcessPoolExecutor(max_workers=a.probes, mp_context=ctx) as pool:
-        futures = {}
+        futures, probed = {}, set()
         while len(rows) < len(procs):
             for name, p in procs.items():
                 if name in futures or p.poll() is None:
@@ -124,14 +124,14 @@ def main(argv: list[str] | None = None) -> int:
                     raise SystemExit(f"run {name} failed (rc {p.returncode}); see {a.out / name}.log")
                 log("trained", name)
                 futures[name] = pool.submit(probe, str(a.out / name), a.threads, a.dry_run)
-            for name, f in futures.items():
-                if f.done() and name not in {r["run"] for r in rows}:
-                    row = f.result()
-                    rows.append(row)
-                    gain = {p: max(row[p].values()) - row[p][0] for p in ("first", "last")}
-                    log("probed", name, f"POS gain first {100 * gain['first']:+.2f} last {100 * gain['last']:+.2f}")
-                    with open(a.out / "screen.jsonl", "a", encoding="utf-8") as fh:
-                        fh.write(json.dumps(row, default=float) + "\n")
+            for name in [n for n, f in futures.items() if f.done() and n not in probed]:
+                probed.add(name)
+                row = futures[name].result()
+                rows.append(row)
+                gain = {p: max(row[p].values()) - row[p][0] for p in ("first", "last")}
+                log("probed", name, f"POS gain first {100 * gain['first']:+.2f} last {100 * gain['last']:+.2f}")
+                with open(a.out / "screen.jsonl", "a", encoding="utf-8") as fh:
+                    fh.write(json.dumps(row, default=float) + "\n")
             time.sleep(2)
     write_table(rows, a.out / "screen.parquet")
     return 0
@@ -141,11 +141,11 @@ def write_table(rows: list[dict], path: Path) -> None:
     """Tidy table: one row per run, pooling and layer (written to a temp file, then renamed)."""
     import pandas as pd
 
+    from workbench.io import write_parquet_atomic
+
     tidy = [{"run": r["run"], "tokens": r["tokens"], "pooling": p, "layer": int(layer), "accuracy": acc}
             for r in rows for p in ("first", "last") for layer, acc in r[p].items()]
-    tmp = path.with_suffix(".tmp")
-    pd.DataFrame(tidy).to_parquet(tmp, index=False)
-    tmp.replace(path)
+    write_parquet_atomic(pd.DataFrame(tidy), path, index=False)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,15 @@ time budget, fp32 (`bf16: "off"`), and the variant's overrides, which must give 
 `warmup_steps` defaults to the config's warmup share of its own `max_steps`. Runs sharing a
 tokenizer (`tokenizer_path`) tokenize the corpus once: the first builds the cache, the others link it.
 Then every run gets UPOS accuracy per layer (`workbench.ablate.pos_by_layer`, the probe of
-`measure_variant`) with first- and last-subword vectors. Results: OUT/screen.jsonl (one line per
-run, appended as each finishes) and OUT/screen.parquet (tidy: run, tokens, pooling, layer, accuracy).
+`measure_variant`) with first- and last-subword vectors (`--poolings`). Results: OUT/screen.jsonl
+(one line per run, appended as each finishes) and OUT/screen.parquet (tidy: run, tokens, pooling,
+layer, accuracy).
+
+The probes, not the training, bound a GPU screen: scikit-learn's fit takes ~16 s per layer and
+pooling on two CPU threads, ~160 s per run, and eight at once on a 16-core GPU host did not finish
+one run in four minutes. `--solver torch` fits the same objective on the GPU
+(`probes.logreg.LogisticRegressionLBFGS`; per-layer accuracies within about 0.1 point of
+scikit-learn's on the EPYC decoder hours, docs/recipe.md).
 
     python scripts/screen_equal_tokens.py configs/pretrain/decoder-mini-cram.json OUT \
         '{"b32_s0": {"max_steps": 1810, "seed": 0, "tokenizer_path": "runs/x/tokenizer"}, ...}'
@@ -67,8 +74,9 @@ def start(config: Path, out: Path, settings: dict, link_cache_from: Path | None)
                                 stdout=fh, stderr=subprocess.STDOUT)
 
 
-def probe(run: str, threads: int, dry: bool) -> dict:
-    """UPOS accuracy per layer with first- and last-subword vectors, and the run's last metrics."""
+def probe(run: str, threads: int, dry: bool, poolings: tuple[str, ...] = ("first", "last"),
+          solver: str = "sklearn") -> dict:
+    """UPOS accuracy per layer for each pooling (first / last subword), and the run's last metrics."""
     import torch
     from threadpoolctl import threadpool_limits
 
@@ -82,8 +90,8 @@ def probe(run: str, threads: int, dry: bool) -> dict:
     ev = AblationEval(pos_train_sentences=n_train, pos_test_sentences=n_test)
     row = {"run": path.name, **training_summary(path)}
     with threadpool_limits(threads):
-        for pooling in ("first", "last"):
-            row[pooling] = pos_by_layer(model, tok, path / f"store-{pooling}", ev, pooling=pooling)
+        for pooling in poolings:
+            row[pooling] = pos_by_layer(model, tok, path / f"store-{pooling}", ev, pooling=pooling, solver=solver)
     metrics = json.loads((path / "final" / "card.json").read_text(encoding="utf-8")).get("metrics", {})
     row.update({k: v for k, v in metrics.items() if k.endswith(("_ppl", "_loss"))})
     return row
@@ -96,8 +104,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", help='JSON object: run name -> overrides (with "max_steps")')
     ap.add_argument("--threads", type=int, default=2, help="CPU threads per training run and per probe")
     ap.add_argument("--probes", type=int, default=max(1, (os.cpu_count() or 2) // 2), help="probes run at once")
+    ap.add_argument("--poolings", default="first,last", help="word vectors probed: first,last or one of them")
+    ap.add_argument("--solver", choices=("sklearn", "torch"), default="sklearn",
+                    help="probe fit: scikit-learn's lbfgs on CPU (measure_variant's) or the same objective in torch, "
+                         "on CUDA when available")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
+    poolings = tuple(p for p in a.poolings.split(",") if p)
+    if not poolings or not set(poolings) <= {"first", "last"}:
+        ap.error(f"--poolings: expected first, last or first,last, got {a.poolings!r}")
     runs = json.loads(a.runs)
     a.out.mkdir(parents=True, exist_ok=True)
     settings = {name: run_settings(a.config, over, a.threads, a.dry_run) for name, over in runs.items()}
@@ -123,28 +138,28 @@ def main(argv: list[str] | None = None) -> int:
                 if p.returncode != 0:
                     raise SystemExit(f"run {name} failed (rc {p.returncode}); see {a.out / name}.log")
                 log("trained", name)
-                futures[name] = pool.submit(probe, str(a.out / name), a.threads, a.dry_run)
+                futures[name] = pool.submit(probe, str(a.out / name), a.threads, a.dry_run, poolings, a.solver)
             for name in [n for n, f in futures.items() if f.done() and n not in probed]:
                 probed.add(name)
                 row = futures[name].result()
                 rows.append(row)
-                gain = {p: max(row[p].values()) - row[p][0] for p in ("first", "last")}
-                log("probed", name, f"POS gain first {100 * gain['first']:+.2f} last {100 * gain['last']:+.2f}")
+                gains = " ".join(f"{p} {100 * (max(row[p].values()) - row[p][0]):+.2f}" for p in poolings)
+                log("probed", name, "POS gain", gains)
                 with open(a.out / "screen.jsonl", "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(row, default=float) + "\n")
             time.sleep(2)
-    write_table(rows, a.out / "screen.parquet")
+    write_table(rows, a.out / "screen.parquet", poolings)
     return 0
 
 
-def write_table(rows: list[dict], path: Path) -> None:
+def write_table(rows: list[dict], path: Path, poolings: tuple[str, ...] = ("first", "last")) -> None:
     """Tidy table: one row per run, pooling and layer (written to a temp file, then renamed)."""
     import pandas as pd
 
     from workbench.io import write_parquet_atomic
 
     tidy = [{"run": r["run"], "tokens": r["tokens"], "pooling": p, "layer": int(layer), "accuracy": acc}
-            for r in rows for p in ("first", "last") for layer, acc in r[p].items()]
+            for r in rows for p in poolings for layer, acc in r[p].items()]
     write_parquet_atomic(pd.DataFrame(tidy), path, index=False)
 
 

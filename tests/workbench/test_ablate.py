@@ -6,8 +6,9 @@ import random
 import pandas as pd
 import pytest
 
-from workbench.ablate import (AblationEval, check_targets, load_spec, run_ablation, seed_summary, seeds_markdown,
-                              summarise_heads, to_markdown, variant_config, with_seeds)
+import plmodels
+from workbench.ablate import (AblationEval, check_targets, load_spec, pos_by_layer, run_ablation, seed_summary,
+                              seeds_markdown, summarise_heads, to_markdown, variant_config, with_seeds)
 
 
 def _corpus(path, n, seed):
@@ -94,6 +95,15 @@ def test_tiny_ablation_rows_and_rerun_is_cached(base, tmp_path):
     pd.testing.assert_frame_equal(df, df2)
     with pytest.raises(ValueError, match="unknown variants"):
         run_ablation(base, variants, tmp_path / "abl", budget_tokens=100, only=["nope"])
+    # the torch fit of the POS probe minimises scikit-learn's objective: on these few words both converge
+    model, tok = plmodels.load(tmp_path / "abl" / "rope_lr" / "final")
+    ev_small = AblationEval(pos_train_sentences=30, pos_test_sentences=20)
+    by_solver = {s: pos_by_layer(model, tok, tmp_path / "pos-store", ev_small, solver=s) for s in ("sklearn", "torch")}
+    assert by_solver["sklearn"].keys() == by_solver["torch"].keys()
+    for layer, acc in by_solver["sklearn"].items():
+        assert abs(by_solver["torch"][layer] - acc) <= 0.02, (layer, by_solver)
+    with pytest.raises(ValueError, match="solver"):
+        pos_by_layer(model, tok, tmp_path / "pos-store", ev_small, solver="liblinear")
 
 
 @pytest.mark.slow

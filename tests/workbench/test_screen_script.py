@@ -41,3 +41,9 @@ def test_table_is_tidy(screen, tmp_path):
     assert df.set_index(["pooling", "layer"])["accuracy"].to_dict() == {("first", 0): 0.5, ("first", 1): 0.6,
                                                                       ("last", 0): 0.55, ("last", 1): 0.7}
     assert not (tmp_path / "t.tmp").exists()
+
+
+def test_table_keeps_only_the_probed_poolings(screen, tmp_path):
+    screen.write_table([{"run": "a", "tokens": 10, "first": {0: 0.5, 1: 0.6}}], tmp_path / "t.parquet", ("first",))
+    df = pd.read_parquet(tmp_path / "t.parquet")
+    assert set(df["pooling"]) == {"first"} and len(df) == 2

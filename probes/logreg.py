@@ -85,7 +85,7 @@ class LogisticRegressionLBFGS:
 
         with torch.enable_grad():
             opt.step(closure)
-        self.n_iter_ = int(opt.state[opt._params[0]].get("n_iter", 0))
+        self.n_iter_ = int(opt.state[W].get("n_iter", 0))  # LBFGS keeps its state under the first parameter
         self.coef_ = W.detach().T.cpu().numpy()
         self.intercept_ = b.detach().cpu().numpy()
         return self

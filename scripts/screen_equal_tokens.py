@@ -20,7 +20,7 @@ layer, accuracy).
 The probes, not the training, bound a GPU screen: scikit-learn's fit takes ~16 s per layer and
 pooling on two CPU threads, ~160 s per run, and eight at once on a 16-core GPU host did not finish
 one run in four minutes. `--solver torch` fits the same objective on the GPU
-(`probes.logreg.LogisticRegressionLBFGS`; per-layer accuracies within about 0.1 point of
+(`probes.logreg.LogisticRegressionLBFGS`; per-layer accuracies within 0.16 point of
 scikit-learn's on the EPYC decoder hours, docs/recipe.md).
 
     python scripts/screen_equal_tokens.py configs/pretrain/decoder-mini-cram.json OUT \

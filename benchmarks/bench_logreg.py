@@ -13,7 +13,6 @@ Writes a table to stdout and benchmarks/results/logreg.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 import warnings
@@ -26,6 +25,7 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from probes.logreg import LogisticRegressionLBFGS
+from workbench.io import atomic_write_json
 
 OUT = Path(__file__).resolve().parent / "results" / "logreg.json"
 N_TRAIN, N_TEST, D, K = 27000, 8000, 256, 17
@@ -92,10 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<10}{result[name + '_s']:>10.2f}{acc[name]:>10.4f}{result[name + '_n_iter']:>12}")
     print(f"torch is {ratio:.2f}x faster (paired median); predictions agree on "
           f"{100 * result['prediction_agreement']:.2f}% of {N_TEST} held-out rows")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = OUT.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(OUT)
+    atomic_write_json(OUT, result)
     return 0
 
 

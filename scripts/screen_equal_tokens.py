@@ -44,6 +44,7 @@ WORKBENCH = [sys.executable, "-c", "import sys; from workbench.cli import main; 
 FIXED = {"bf16": "off", "schedule_clock": "steps", "max_minutes": None, "ckpt_log_spaced": False,
          "ckpt_every": 0, "log_every": 100}
 DRY = {"max_train_texts": 20, "eval_sequences": 8, "eval_every": 0}
+POOLINGS = ("first", "last")  # word vectors the probe can read: first or last subword
 
 
 def log(*parts) -> None:
@@ -74,7 +75,7 @@ def start(config: Path, out: Path, settings: dict, link_cache_from: Path | None)
                                 stdout=fh, stderr=subprocess.STDOUT)
 
 
-def probe(run: str, threads: int, dry: bool, poolings: tuple[str, ...] = ("first", "last"),
+def probe(run: str, threads: int, dry: bool, poolings: tuple[str, ...] = POOLINGS,
           solver: str = "sklearn") -> dict:
     """UPOS accuracy per layer for each pooling (first / last subword), and the run's last metrics."""
     import torch
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     poolings = tuple(p for p in a.poolings.split(",") if p)
-    if not poolings or not set(poolings) <= {"first", "last"}:
+    if not poolings or not set(poolings) <= set(POOLINGS):
         ap.error(f"--poolings: expected first, last or first,last, got {a.poolings!r}")
     runs = json.loads(a.runs)
     a.out.mkdir(parents=True, exist_ok=True)
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def write_table(rows: list[dict], path: Path, poolings: tuple[str, ...] = ("first", "last")) -> None:
+def write_table(rows: list[dict], path: Path, poolings: tuple[str, ...] = POOLINGS) -> None:
     """Tidy table: one row per run, pooling and layer (written to a temp file, then renamed)."""
     import pandas as pd
 

@@ -5,6 +5,16 @@ two models differ only in the causal mask, the embeddings and the head. Defaults
 blocks x = x + Dropout(Sublayer(LN(x))) with a final LayerNorm, learned positions, tanh-GELU,
 dropout 0.1, eps 1e-5, LM head tied to the token embeddings. Init: N(0, 0.02), and GPT-2's scaled
 init N(0, 0.02 / sqrt(2 L)) for the projections that write into the residual stream.
+
+`output="adaptive"` replaces the (V, D) softmax layer with the adaptive softmax of Grave et al. 2017
+("Efficient softmax approximation for GPUs"): the token ids are ranked by training frequency
+(`vocab_rank`, set by the trainer from its corpus counts, saved with the weights); the head is a
+softmax over the `adaptive_cutoffs[0]` most frequent tokens plus one entry per tail cluster, and
+tail cluster i (ranks cutoffs[i] .. cutoffs[i+1]) is a softmax over a D / div^(i+1) projection:
+log p(w) = log p_head(cluster(w)) + log p_cluster(w). The distribution is exact (it sums to 1), so
+perplexities compare with the full softmax's; a training step only evaluates the tails for the
+targets that fall in them, which makes the output layer several times cheaper when, as with a 16k
+BPE vocabulary, most tokens are frequent ones. The output weights are not tied to the embeddings.
 """
 
 from __future__ import annotations
@@ -51,10 +61,26 @@ class DecoderConfig:
     dropout: float = 0.1  # hidden and attention dropout
     layer_norm_eps: float = 1e-5  # GPT-2's epsilon
     tie_embeddings: bool = True  # LM head weight = token embeddings
+    output: Literal["softmax", "adaptive"] = "softmax"  # full softmax, or Grave et al.'s adaptive softmax
+    adaptive_cutoffs: tuple[int, ...] = (2000, 6000)  # frequency ranks where the tail clusters start
+    adaptive_div: float = 4.0  # tail cluster i projects to d_model / div^(i+1) dimensions
     pruned_heads: dict[int, list[int]] = field(default_factory=dict)  # {layer: original head ids}
 
     def __post_init__(self) -> None:
         check_shared_fields(self)
+        object.__setattr__(self, "adaptive_cutoffs", tuple(self.adaptive_cutoffs))  # JSON gives a list
+        if self.output not in ("softmax", "adaptive"):
+            raise ValueError(f"DecoderConfig.output must be 'softmax' or 'adaptive', got {self.output!r}")
+        if self.output == "adaptive":
+            cut = self.adaptive_cutoffs
+            if (not cut or any(not isinstance(c, int) or isinstance(c, bool) for c in cut)
+                    or list(cut) != sorted(set(cut)) or cut[0] < 1 or cut[-1] >= self.vocab_size):
+                raise ValueError(f"DecoderConfig.adaptive_cutoffs must be increasing ints in [1, vocab_size="
+                                 f"{self.vocab_size}), got {list(cut)}")
+            if self.tie_embeddings:
+                raise ValueError("DecoderConfig.output='adaptive' has its own output weights: set tie_embeddings=false")
+            if not self.adaptive_div >= 1.0:
+                raise ValueError(f"DecoderConfig.adaptive_div must be >= 1, got {self.adaptive_div!r}")
 
     def to_dict(self) -> dict:
         return config_to_dict(self)
@@ -78,7 +104,13 @@ class Decoder(HookedModel, PrunableMixin, nn.Module):
         self.embed = HookPoint()
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.final_norm = layer_norm(cfg) if cfg.norm == "pre" else None
-        self.lm_head = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head = None
+        if cfg.output == "adaptive":  # frequency rank of each token id; identity until set_vocab_order
+            self.adaptive = nn.AdaptiveLogSoftmaxWithLoss(cfg.d_model, cfg.vocab_size, list(cfg.adaptive_cutoffs),
+                                                          div_value=cfg.adaptive_div, head_bias=cfg.bias)
+            self.register_buffer("vocab_rank", torch.arange(cfg.vocab_size))
+        elif not cfg.tie_embeddings:
+            self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.apply(init_weights)
         for block in self.blocks:  # GPT-2: residual projections scaled by 1/sqrt(2 L)
             for proj in (block.attn.out, block.mlp.fc_out):
@@ -137,9 +169,30 @@ class Decoder(HookedModel, PrunableMixin, nn.Module):
         )
 
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(..., D) -> (..., V) next-token logits (tied to the token embeddings by default)."""
+        """(..., D) -> (..., V) next-token logits (tied to the token embeddings by default).
+
+        With the adaptive output these are log-probabilities (they already sum to 1 under exp), in
+        token-id order; softmax and cross-entropy read them as they read logits."""
+        if self.config.output == "adaptive":
+            logp = self.adaptive.log_prob(hidden.reshape(-1, hidden.shape[-1]))  # (N, V) in rank order
+            return logp.index_select(1, self.vocab_rank).reshape(*hidden.shape[:-1], -1)
         return F.linear(hidden, self.lm_weight())
 
     def lm_weight(self) -> torch.Tensor:
         """(V, D) weight of the LM head (the token embeddings when tied)."""
+        if self.config.output == "adaptive":
+            raise ValueError("the adaptive output has no (V, D) weight matrix: use lm_logits or adaptive_loss")
         return self.wte.weight if self.lm_head is None else self.lm_head.weight
+
+    def adaptive_loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Summed -log p(target) under the adaptive output; hidden (N, D), targets (N,) token ids, none
+        ignored. Only the tail clusters that hold some target are evaluated (Grave et al. 2017)."""
+        return self.adaptive(hidden, self.vocab_rank[targets]).loss * targets.numel()
+
+    @torch.no_grad()
+    def set_vocab_order(self, counts: torch.Tensor) -> None:
+        """Rank the token ids by `counts` (V,), most frequent first (ties by id), for the adaptive output."""
+        if counts.shape != (self.config.vocab_size,):
+            raise ValueError(f"set_vocab_order: counts has shape {tuple(counts.shape)}, need ({self.config.vocab_size},)")
+        order = torch.sort(-counts.double(), stable=True).indices  # rank -> id
+        self.vocab_rank.copy_(torch.empty_like(order).scatter_(0, order, torch.arange(len(order))))

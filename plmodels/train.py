@@ -456,7 +456,8 @@ def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
     the MLM transform and the (tied) vocabulary projection: with 15% masking this skips 85% of the
     projection, the largest matmul of a small model. Decoder: next-token logits at every position
     against the shifted labels. Both use `linear_cross_entropy`, which never materialises the
-    full logits when training in fp32.
+    full logits when training in fp32; a decoder with the adaptive output uses its own loss
+    (`Decoder.adaptive_loss`), which evaluates a tail cluster only for the targets in it.
     """
     device_type = batch.input_ids.device.type
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
@@ -474,7 +475,12 @@ def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
             out = model(batch.input_ids, attn_impl="sdpa", return_logits=False)
             n = int((batch.labels != IGNORE_INDEX).sum())
             h = out.last_hidden_state.flatten(0, 1)  # (B T, D)
-            loss = linear_cross_entropy(h, model.lm_weight(), None, batch.labels.flatten()) / max(1, n)
+            if model.config.output == "adaptive":
+                labels = batch.labels.flatten()
+                sel = labels != IGNORE_INDEX
+                loss = model.adaptive_loss(h[sel], labels[sel]) / max(1, n)
+            else:
+                loss = linear_cross_entropy(h, model.lm_weight(), None, batch.labels.flatten()) / max(1, n)
     return loss, n
 
 
@@ -885,6 +891,8 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
 
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.kind, model_cfg).to(device)
+    if getattr(model.config, "output", "softmax") == "adaptive":
+        model.set_vocab_order(counts)  # the shortlist = the most frequent training tokens
     optimizer = make_optimizer(model, cfg)
     step, tokens, elapsed = 0, 0, 0.0
     metrics_path = out_dir / "metrics.jsonl"

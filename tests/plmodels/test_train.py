@@ -2,6 +2,7 @@
 import json
 import random
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -49,9 +50,15 @@ def _eval_losses(run):
 @pytest.mark.parametrize("kind,steps,extra", [
     ("encoder", 120, {"model": {"norm": "pre", "dropout": 0.0, "position": "rope"}, "lr": 5e-3}),
     ("decoder", 80, {"vocab_size": 300}),
-])
+    ("decoder", 80, {"vocab_size": 300, "model": {"output": "adaptive", "tie_embeddings": False,
+                                                  "adaptive_cutoffs": [40, 120]}}),
+], ids=["encoder", "decoder", "decoder-adaptive"])
 def test_tiny_pretraining_lowers_heldout_loss_below_unigram(data, tmp_path, kind, steps, extra):
     final = pretrain(_cfg(data, kind, max_steps=steps, ckpt_log_spaced=False, **extra), tmp_path / "run")
+    if extra.get("model", {}).get("output") == "adaptive":  # the shortlist holds the corpus's most frequent ids
+        ids = np.fromfile(next((tmp_path / "run" / "cache").glob("*train*.ids")), dtype=np.uint16)
+        rank = load_file(str(final / "model.safetensors"))["vocab_rank"]
+        assert int(rank[int(np.bincount(ids).argmax())]) == 0
     losses, rows = _eval_losses(tmp_path / "run")
     (s0, first), (s1, last) = losses[0], losses[-1]
     unigram = next(r["value"] for r in rows if r["metric"] == "unigram_loss")
@@ -64,15 +71,19 @@ def test_tiny_pretraining_lowers_heldout_loss_below_unigram(data, tmp_path, kind
     assert card["loss_curve"]["train_loss"][0][0] == 1
 
 
-@pytest.mark.parametrize("extra", [{}, {"short_seq_len": 16, "short_frac": 0.5}], ids=["plain", "short-first"])
-def test_killed_run_resumes_bit_exact(data, tmp_path, monkeypatch, extra):
+@pytest.mark.parametrize("kind,extra", [
+    ("encoder", {}), ("encoder", {"short_seq_len": 16, "short_frac": 0.5}),
+    ("decoder", {"vocab_size": 300,
+                 "model": {"output": "adaptive", "tie_embeddings": False, "adaptive_cutoffs": [40, 120]}}),
+], ids=["plain", "short-first", "decoder-adaptive"])
+def test_killed_run_resumes_bit_exact(data, tmp_path, monkeypatch, kind, extra):
     # With a short first phase the kill (step 4) falls on its last step: steps 0-3 of 7 are short.
     # Both runs share one tokenizer: the WordPiece trainer breaks frequency ties in no fixed order,
     # so two separately trained tokenizers may number the vocabulary differently. The tokenizer path
     # is relative: it is taken from the current directory (not the data root), as on the CLI.
-    pretrain(_cfg(data, max_steps=1), tmp_path / "tok")
+    pretrain(_cfg(data, kind, max_steps=1, vocab_size=extra.get("vocab_size", 200)), tmp_path / "tok")
     monkeypatch.chdir(tmp_path)
-    cfg = _cfg(data, max_steps=7, tokenizer_path="tok/tokenizer", **extra)
+    cfg = _cfg(data, kind, max_steps=7, tokenizer_path="tok/tokenizer", **extra)
     straight = pretrain(cfg, tmp_path / "a")
     killed = run_training(cfg, tmp_path / "b", stop_at_step=4)  # last checkpoint: step 4 (log-spaced)
     assert killed.path is None and not (tmp_path / "b" / "final").exists()

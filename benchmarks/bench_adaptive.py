@@ -1,0 +1,114 @@
+"""The decoder's training step with the full softmax against the adaptive softmax (Grave et al. 2017).
+
+Both are the `decoder-mini-cram` model (4 x 256, 4 heads, FFN 1024, RoPE, no dropout or biases,
+vocabulary 16,000) in the trainer's own step: `plmodels.train.lm_loss` (the fused chunked
+cross-entropy for the softmax, `Decoder.adaptive_loss` for the adaptive output), backward, gradient
+clipping, fused AdamW; batch 32 x 128. The adaptive output's cost depends on how many targets fall
+in its tail clusters, so the targets are not uniform: by default they follow Zipf's law over the
+16,000 ranks (p(rank r) proportional to 1 / (r + 1); the top 2,000 cover 80% of tokens, the
+recipe's 16k BPE tokenizer on Gutenberg train 84%), or, with `--ids`, come from a token cache that
+`workbench pretrain` wrote (`<run>/cache/*.ids`, uint16). The two steps alternate in one process;
+the speedup is the median of the same-round time ratios.
+
+    python benchmarks/bench_adaptive.py [--rounds 10] [--threads 2] [--ids runs/<run>/decoder/cache/<train>.ids]
+Writes a table to stdout and benchmarks/results/adaptive.json.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from plmodels.checkpoint import build_model
+from plmodels.presets import preset
+from plmodels.train import Batch, lm_loss, load_config, make_optimizer
+from workbench.io import atomic_write_json
+
+B, T, V = 32, 128, 16000
+CONFIG = Path(__file__).resolve().parents[1] / "configs" / "pretrain" / "decoder-mini-cram.json"
+OUT = Path(__file__).resolve().parent / "results" / "adaptive.json"
+
+
+def token_stream(ids_path: str | None, n: int, gen: torch.Generator) -> torch.Tensor:
+    """n token ids: a random slice of a token cache, or Zipf-distributed ranks (rank = id)."""
+    if ids_path:
+        ids = np.memmap(ids_path, dtype=np.uint16, mode="r")
+        if int(ids.max(initial=0)) >= V or len(ids) < n:
+            raise ValueError(f"{ids_path}: need >= {n} uint16 ids below {V} (got {len(ids)} ids)")
+        start = int(torch.randint(0, len(ids) - n + 1, (1,), generator=gen))
+        return torch.from_numpy(np.asarray(ids[start: start + n]).astype(np.int64))
+    p = 1.0 / torch.arange(1, V + 1, dtype=torch.float64)
+    return torch.multinomial(p / p.sum(), n, replacement=True, generator=gen)
+
+
+def make_step(output: str, cfg, batch: Batch, counts: torch.Tensor):
+    torch.manual_seed(0)
+    model_fields = {**preset("decoder", "mini"), **cfg.model, "vocab_size": V}
+    if output == "adaptive":
+        model_fields.update(output="adaptive", tie_embeddings=False)
+    model = build_model("decoder", model_fields).train()
+    if output == "adaptive":
+        model.set_vocab_order(counts)
+    opt = make_optimizer(model, cfg)
+
+    def step() -> float:
+        loss = lm_loss(model, batch, autocast=False)[0]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return float(loss)
+
+    return step
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--ids", default=None, help="a uint16 token cache to draw the batch from (default: Zipf)")
+    ap.add_argument("--out", type=Path, default=OUT)
+    a = ap.parse_args()
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    cfg = load_config(CONFIG)
+    gen = torch.Generator().manual_seed(0)
+    stream = token_stream(a.ids, B * (T + 1), gen).view(B, T + 1)
+    batch = Batch(stream[:, :-1], stream[:, 1:])
+    counts = torch.bincount(token_stream(a.ids, 2_000_000, gen), minlength=V)  # what the trainer ranks by
+    shortlist = float(counts.sort(descending=True).values[:2000].sum() / counts.sum())
+    steps = {name: make_step(name, cfg, batch, counts) for name in ("softmax", "adaptive")}
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    load = [os.getloadavg()[0]]
+    for r in range(a.warmup + a.rounds):
+        for name, step in steps.items():
+            t0 = time.perf_counter()
+            step()
+            if r >= a.warmup:
+                times[name].append(time.perf_counter() - t0)
+        if r >= a.warmup:
+            print(f"round {r - a.warmup + 1}/{a.rounds}: " + ", ".join(f"{n} {t[-1]:.2f}s" for n, t in times.items()),
+                  flush=True)
+    load.append(os.getloadavg()[0])
+    ratio = statistics.median(s / d for s, d in zip(times["softmax"], times["adaptive"]))
+    rows = {n: {"seconds_per_step": statistics.median(t), "tokens_per_s": B * T / statistics.median(t), "times": t}
+            for n, t in times.items()}
+    print(f"targets: {'token cache ' + a.ids if a.ids else 'Zipf'}; top 2,000 ranks cover {shortlist:.1%}; "
+          f"threads {torch.get_num_threads()}; load {load[0]:.1f} -> {load[1]:.1f}")
+    for n, row in rows.items():
+        print(f"{n:9s} {row['seconds_per_step']:6.2f} s/step {row['tokens_per_s']:8,.0f} tok/s")
+    print(f"adaptive / softmax speed: {ratio:.2f}x (median of same-round ratios)")
+    atomic_write_json(a.out, {"shape": {"batch": B, "seq_len": T, "vocab": V}, "targets": a.ids or "zipf",
+                              "shortlist_share": shortlist, "threads": torch.get_num_threads(),
+                              "torch": torch.__version__, "load_average": load, "rows": rows,
+                              "speedup": ratio, "rounds": a.rounds})
+
+
+if __name__ == "__main__":
+    main()

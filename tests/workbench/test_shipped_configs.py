@@ -175,6 +175,18 @@ def test_the_fp32_encoder_config_is_the_recipe_at_batch_32():
     assert fp32["schedule_clock"] == "time" and fp32["max_minutes"] == recipe["max_minutes"] == 60
 
 
+def test_the_fp32_decoder_config_is_the_recipe_with_the_adaptive_output():
+    """decoder-mini-cram-fp32.json (docs/recipe.md, "The adaptive softmax for the decoder's hour")
+    changes the output layer and nothing else: same tokenizer size, batch, lr and clock schedule."""
+    recipe = load_config(ROOT / "configs" / "pretrain" / "decoder-mini-cram.json").to_dict()
+    fp32 = load_config(ROOT / "configs" / "pretrain" / "decoder-mini-cram-fp32.json").to_dict()
+    changed = {k for k in recipe.keys() | fp32.keys() if recipe.get(k) != fp32.get(k)}
+    assert changed == {"name", "model"}
+    model = {k: v for k, v in fp32["model"].items() if recipe["model"].get(k) != v}
+    assert model == {"output": "adaptive", "tie_embeddings": False, "adaptive_cutoffs": [2000, 6000], "adaptive_div": 4.0}
+    assert fp32["schedule_clock"] == "time" and fp32["max_minutes"] == 60 and fp32["vocab_size"] == 16000
+
+
 RUNS = [ROOT / "configs" / f"{n}.json" for n in ("demo", "full", "tiny")]
 
 

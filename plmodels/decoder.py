@@ -174,7 +174,8 @@ class Decoder(HookedModel, PrunableMixin, nn.Module):
         With the adaptive output these are log-probabilities (they already sum to 1 under exp), in
         token-id order; softmax and cross-entropy read them as they read logits."""
         if self.config.output == "adaptive":
-            logp = self.adaptive.log_prob(hidden.reshape(-1, hidden.shape[-1]))  # (N, V) in rank order
+            with torch.autocast(hidden.device.type, enabled=False):  # fp32 (see adaptive_loss)
+                logp = self.adaptive.log_prob(hidden.reshape(-1, hidden.shape[-1]).float())  # (N, V), rank order
             return logp.index_select(1, self.vocab_rank).reshape(*hidden.shape[:-1], -1)
         return F.linear(hidden, self.lm_weight())
 
@@ -186,8 +187,12 @@ class Decoder(HookedModel, PrunableMixin, nn.Module):
 
     def adaptive_loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """Summed -log p(target) under the adaptive output; hidden (N, D), targets (N,) token ids, none
-        ignored. Only the tail clusters that hold some target are evaluated (Grave et al. 2017)."""
-        return self.adaptive(hidden, self.vocab_rank[targets]).loss * targets.numel()
+        ignored. Only the tail clusters that hold some target are evaluated (Grave et al. 2017).
+        Computed in fp32 with autocast off: torch's module mixes dtypes under bf16 autocast and fails."""
+        if targets.numel() == 0:
+            return hidden.sum() * 0.0
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self.adaptive(hidden.float(), self.vocab_rank[targets]).loss * targets.numel()
 
     @torch.no_grad()
     def set_vocab_order(self, counts: torch.Tensor) -> None:

@@ -67,6 +67,24 @@ def test_training_loss_equals_cross_entropy_of_the_evaluation_logits():
     assert all(p.grad is not None for p in model.adaptive.parameters())
 
 
+def test_bf16_autocast_and_an_empty_batch():
+    """Under CPU bf16 autocast (what `bf16: "auto"` turns on where the CPU has it) the output runs in
+    fp32, so the loss is the fp32 loss up to the bf16 body; a batch with no target gives 0, not NaN."""
+    model, _ = ranked_model()
+    ids, _ = batch(pad_from=None)
+    labels = ids.roll(-1, 1)
+    labels[:, -1] = -100
+    fp32 = lm_loss(model, Batch(ids, labels), autocast=False)[0]
+    bf16 = lm_loss(model, Batch(ids, labels), autocast=True)[0]
+    assert bf16.dtype == torch.float32 and abs(float(bf16) - float(fp32)) < 0.05
+    bf16.backward()
+    assert model.adaptive.head.weight.grad.isfinite().all()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert model(ids).logits.float().logsumexp(-1).abs().max() < 1e-4
+    empty = lm_loss(model, Batch(ids, torch.full_like(labels, -100)), autocast=False)
+    assert float(empty[0]) == 0.0 and empty[1] == 0
+
+
 def test_round_trip_keeps_the_ranks(tmp_path):
     model, _ = ranked_model()
     tok = Tokenizer.train_wordpiece(["the cat sat on the mat", "a dog ran in the park"] * 5, vocab_size=61)

@@ -76,7 +76,7 @@ def test_bf16_autocast_and_an_empty_batch():
     labels[:, -1] = -100
     fp32 = lm_loss(model, Batch(ids, labels), autocast=False)[0]
     bf16 = lm_loss(model, Batch(ids, labels), autocast=True)[0]
-    assert bf16.dtype == torch.float32 and abs(float(bf16) - float(fp32)) < 0.05
+    assert bf16.dtype == torch.float32 and abs(bf16.item() - fp32.item()) < 0.05
     bf16.backward()
     assert model.adaptive.head.weight.grad.isfinite().all()
     with torch.autocast("cpu", dtype=torch.bfloat16):

@@ -62,7 +62,7 @@ def make_step(output: str, cfg, batch: Batch, counts: torch.Tensor):
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return float(loss)
+        return loss.item()
 
     return step
 

@@ -1,6 +1,6 @@
 """The decoder's training step with the full softmax against the adaptive softmax (Grave et al. 2017).
 
-Both are the `decoder-mini-cram` model (4 x 256, 4 heads, FFN 1024, RoPE, no dropout or biases,
+Both are the `decoder-mini-cram` model, and `decoder-mini-cram-fp32` for the adaptive one (4 x 256, 4 heads, FFN 1024, RoPE, no dropout or biases,
 vocabulary 16,000) in the trainer's own step: `plmodels.train.lm_loss` (the fused chunked
 cross-entropy for the softmax, `Decoder.adaptive_loss` for the adaptive output), backward, gradient
 clipping, fused AdamW; batch 32 x 128. The adaptive output's cost depends on how many targets fall
@@ -30,7 +30,8 @@ from plmodels.train import Batch, lm_loss, load_config, make_optimizer
 from workbench.io import atomic_write_json
 
 B, T, V = 32, 128, 16000
-CONFIG = Path(__file__).resolve().parents[1] / "configs" / "pretrain" / "decoder-mini-cram.json"
+CONFIGS = {name: Path(__file__).resolve().parents[1] / "configs" / "pretrain" / f"{stem}.json"
+           for name, stem in (("softmax", "decoder-mini-cram"), ("adaptive", "decoder-mini-cram-fp32"))}
 OUT = Path(__file__).resolve().parent / "results" / "adaptive.json"
 
 
@@ -46,14 +47,13 @@ def token_stream(ids_path: str | None, n: int, gen: torch.Generator) -> torch.Te
     return torch.multinomial(p / p.sum(), n, replacement=True, generator=gen)
 
 
-def make_step(output: str, cfg, batch: Batch, counts: torch.Tensor):
+def make_step(config: Path, batch: Batch, counts: torch.Tensor):
+    """The trainer's step for the model of a shipped config (its preset and `model` fields)."""
+    cfg = load_config(config)
     torch.manual_seed(0)
-    model_fields = {**preset("decoder", "mini"), **cfg.model, "vocab_size": V}
-    if output == "adaptive":
-        model_fields.update(output="adaptive", tie_embeddings=False)
-    model = build_model("decoder", model_fields).train()
-    if output == "adaptive":
-        model.set_vocab_order(counts)
+    model = build_model("decoder", {**preset("decoder", cfg.preset), **cfg.model, "vocab_size": V}).train()
+    if model.config.output == "adaptive":
+        model.set_vocab_order(counts)  # as the trainer does, from the corpus counts
     opt = make_optimizer(model, cfg)
 
     def step() -> float:
@@ -77,13 +77,12 @@ def main() -> None:
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    cfg = load_config(CONFIG)
     gen = torch.Generator().manual_seed(0)
     stream = token_stream(a.ids, B * (T + 1), gen).view(B, T + 1)
     batch = Batch(stream[:, :-1], stream[:, 1:])
     counts = torch.bincount(token_stream(a.ids, 2_000_000, gen), minlength=V)  # what the trainer ranks by
     shortlist = float(counts.sort(descending=True).values[:2000].sum() / counts.sum())
-    steps = {name: make_step(name, cfg, batch, counts) for name in ("softmax", "adaptive")}
+    steps = {name: make_step(config, batch, counts) for name, config in CONFIGS.items()}
     times: dict[str, list[float]] = {name: [] for name in steps}
     load = [os.getloadavg()[0]]
     for r in range(a.warmup + a.rounds):

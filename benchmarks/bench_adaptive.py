@@ -1,7 +1,7 @@
 """The decoder's training step with the full softmax against the adaptive softmax (Grave et al. 2017).
 
-Both are the `decoder-mini-cram` model, and `decoder-mini-cram-fp32` for the adaptive one (4 x 256, 4 heads, FFN 1024, RoPE, no dropout or biases,
-vocabulary 16,000) in the trainer's own step: `plmodels.train.lm_loss` (the fused chunked
+The softmax model is `decoder-mini-cram`'s and the adaptive one `decoder-mini-cram-fp32`'s (4 x 256,
+4 heads, FFN 1024, RoPE, no dropout or biases, vocabulary 16,000), each in the trainer's own step: `plmodels.train.lm_loss` (the fused chunked
 cross-entropy for the softmax, `Decoder.adaptive_loss` for the adaptive output), backward, gradient
 clipping, fused AdamW; batch 32 x 128. The adaptive output's cost depends on how many targets fall
 in its tail clusters, so the targets are not uniform: by default they follow Zipf's law over the

@@ -27,6 +27,7 @@ from torch import nn
 
 from .decoder import Decoder, DecoderConfig
 from .encoder import Encoder, EncoderConfig
+from .files import make_shared
 
 MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {
     "encoder": (Encoder, EncoderConfig),
@@ -66,6 +67,7 @@ def save(model: nn.Module, tokenizer: Any, path: str | Path, card: dict | None =
         # One metadata key only: safetensors writes metadata from a hash map, so several keys come
         # out in a random order and identical weights would hash differently (checkpoint_hash).
         save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
+        make_shared(tmp / WEIGHTS_FILE)  # safetensors writes it 0600
         if tokenizer is not None:
             tokenizer.save(tmp / TOKENIZER_DIR)
         full_card = {

@@ -36,6 +36,7 @@ from typing import Callable, Iterable, Iterator, Literal
 
 import numpy as np
 
+from plmodels.files import make_shared
 from plmodels.tokenizer import Tokenizer
 
 CHUNK_CHARS = 16_000  # target size of one encode unit
@@ -407,7 +408,7 @@ def tokenize_to_cache(
             raise ValueError(f"no text to tokenize for {label or cache_path} ({counts['n_skipped']} empty documents)")
         # Drop the old sidecar first: a stale key must never describe the new file.
         _meta_path(cache_path).unlink(missing_ok=True)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
+        make_shared(tmp)  # mkstemp makes 0600 files
         os.replace(tmp, cache_path)
     except BaseException:
         if os.path.exists(tmp):
@@ -418,7 +419,7 @@ def tokenize_to_cache(
     fd, tmp_meta = tempfile.mkstemp(dir=cache_path.parent, prefix=f".{cache_path.name}.meta.", suffix=".tmp")
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(meta, f, indent=2)
-    os.chmod(tmp_meta, 0o644)
+    make_shared(tmp_meta)
     os.replace(tmp_meta, _meta_path(cache_path))
     if prog:
         prog.update(0, 0, final=True)

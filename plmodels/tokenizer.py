@@ -36,6 +36,8 @@ from typing import Iterable, Literal
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
+from plmodels.files import make_shared
+
 Kind = Literal["wordpiece", "bpe"]
 
 WORDPIECE_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
@@ -69,7 +71,7 @@ def _write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600 files
+        make_shared(tmp)  # mkstemp makes 0600 files
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

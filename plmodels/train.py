@@ -45,6 +45,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from plmodels.files import make_shared
 from plmodels.masking import IGNORE_INDEX, MaskingConfig, continuation_ids, mask_tokens, step_generator, word_starts
 from plmodels.presets import preset as preset_fields
 from plmodels.schedule import SCHEDULES, lr_at, schedule_step
@@ -345,6 +346,7 @@ def write_json_atomic(path: Path, obj: Any) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(obj, f, indent=2, sort_keys=True)
         f.write("\n")
+    make_shared(tmp)  # mkstemp makes 0600 files
     os.replace(tmp, path)
 
 
@@ -506,6 +508,7 @@ def save_train_state(folder: Path, optimizer: torch.optim.Optimizer, info: dict)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".state.", suffix=".tmp")
     os.close(fd)
     save_file(tensors, tmp)
+    make_shared(tmp)
     os.replace(tmp, folder / STATE_TENSORS)
     write_json_atomic(folder / STATE_JSON, {**info, "param_groups": sd["param_groups"], "scalar_state": scalars})
 

@@ -17,9 +17,21 @@ from pathlib import Path
 from typing import Any, Iterator
 
 
+def make_shared(path: str | os.PathLike, folder: bool = False) -> None:
+    """chmod `path` to 0666 (0777 for a folder) less the umask: the mode `open()` / `mkdir()` give,
+    where mkstemp gives 0600 and mkdtemp 0700. (`plmodels.files.make_shared` is the same for
+    plmodels; importing it here would import torch with the plmodels package.)"""
+    mask = os.umask(0o022)  # the umask can only be read by setting it
+    os.umask(mask)
+    os.chmod(path, (0o777 if folder else 0o666) & ~mask)
+
+
 def _tmp_sibling(path: Path, suffix: str = ".tmp") -> tuple[int, str]:
+    """A temporary sibling of `path`, with the mode `open()` would give it (mkstemp's is 0600)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
+    make_shared(tmp)
+    return fd, tmp
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
@@ -27,7 +39,6 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     path = Path(path)
     fd, tmp = _tmp_sibling(path)
     try:
-        os.fchmod(fd, 0o644)
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -103,6 +114,7 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
         raise FileExistsError(f"atomic_dir: {path} already exists (pass overwrite=True to replace it)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
+    make_shared(tmp, folder=True)  # mkdtemp makes 0700 folders
     try:
         yield tmp
         if path.exists():

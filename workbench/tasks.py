@@ -50,6 +50,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
+from workbench.io import make_shared
 from workbench.paths import dataset_dir
 from workbench.readers import (NerSentence, Sentence, Skips, Tree, ptb_leaf_matches, read_conllu,
                                read_iob2, read_ptb)
@@ -336,7 +337,7 @@ def _write_atomic(path: Path, write: Callable[[object], None], mode: str = "w") 
     try:
         with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as fh:
             write(fh)
-        os.chmod(tmp, 0o644)           # mkstemp makes 0600 files; these are shared outputs
+        make_shared(tmp)               # mkstemp makes 0600 files; these are shared outputs
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):

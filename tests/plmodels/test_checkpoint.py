@@ -92,3 +92,27 @@ def test_load_rejects_unknown_kind_and_config_keys(tmp_path):
     (path / "config.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="colour"):
         load(path)
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o077, 0o600)])
+def test_saved_files_get_the_mode_open_would(tmp_path, tokenizer, mask, mode):
+    # safetensors and mkstemp write 0600: without a chmod a checkpoint, its training state and the
+    # token cache could be read by their owner only, whatever the umask says
+    import os
+
+    from plmodels.corpus import tokenize_to_cache
+    from plmodels.train import PretrainConfig, make_optimizer, save_train_state
+
+    old = os.umask(mask)
+    try:
+        model = tiny_encoder()
+        path = save(model, tokenizer, tmp_path / "ckpt")
+        save_train_state(path, make_optimizer(model, PretrainConfig(kind="encoder", train_source="x")), {"step": 1})
+        tokenize_to_cache(["the cat sat", "a dog ran"], tokenizer, tmp_path / "c.ids", key={"k": 1}, progress=False)
+    finally:
+        os.umask(old)
+    files = [p for p in path.rglob("*") if p.is_file()] + [tmp_path / "c.ids", tmp_path / "c.ids.meta.json"]
+    assert {p.name for p in files} >= {"model.safetensors", "train_state.safetensors", "train_state.json",
+                                        "config.json", "card.json"}
+    bad = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in files if p.stat().st_mode & 0o777 != mode}
+    assert bad == {}

@@ -91,3 +91,27 @@ def test_progress_counts_and_final_line(capsys):
     assert pr.n == 10
     out = buf.getvalue().strip().splitlines()
     assert len(out) == 1 and "10/10 tok (100%)" in out[0]
+
+
+@pytest.fixture
+def umask():
+    """Set the process umask for one test and put the old one back."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask, file_mode, dir_mode", [(0o022, 0o644, 0o755), (0o077, 0o600, 0o700)])
+def test_every_writer_gives_the_mode_open_would(umask, tmp_path, mask, file_mode, dir_mode):
+    # mkstemp creates 0600 files and mkdtemp 0700 folders: without a chmod, tables and stores written
+    # atomically could be read by their owner only, whatever the umask says
+    umask(mask)
+    io.atomic_write_text(tmp_path / "a.txt", "x")
+    io.write_parquet_atomic(pd.DataFrame({"a": [1]}), tmp_path / "t.parquet")
+    with io.atomic_file(tmp_path / "b.bin") as f:
+        f.write(b"y")
+    with io.atomic_dir(tmp_path / "d") as d:
+        (d / "inner.txt").write_text("z")
+    for name in ("a.txt", "t.parquet", "b.bin"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == file_mode, name
+    assert (tmp_path / "d").stat().st_mode & 0o777 == dir_mode

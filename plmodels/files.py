@@ -1,0 +1,22 @@
+"""The mode of the files plmodels and workbench write atomically.
+
+Atomic writers build a temporary sibling with `tempfile.mkstemp` (mode 0600) or `mkdtemp` (0700) and
+rename it into place, so without a chmod every checkpoint, table and cache would be readable by its
+owner only, unlike a file written with `open()`. `make_shared` gives a path the mode `open()` or
+`mkdir()` would have: 0666 (files) or 0777 (folders) less the process umask, read at each call.
+"""
+from __future__ import annotations
+
+import os
+
+
+def current_umask() -> int:
+    """The process umask (os.umask can only be read by setting it, so set it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def make_shared(path: str | os.PathLike, folder: bool = False) -> None:
+    """chmod `path` to 0666 (0777 for a folder) less the umask, as `open()` / `mkdir()` create."""
+    os.chmod(path, (0o777 if folder else 0o666) & ~current_umask())

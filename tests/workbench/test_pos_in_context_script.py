@@ -1,7 +1,5 @@
 """scripts/pos_in_context.py: how each mode builds its row, and that "single" reads the activation
 store's vectors (so its probe is the target check's)."""
-import importlib.util
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -12,15 +10,12 @@ from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 from workbench.activations import extract
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import load_script
 
 
 @pytest.fixture(scope="module")
 def pic():
-    spec = importlib.util.spec_from_file_location("pos_in_context", ROOT / "scripts" / "pos_in_context.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("pos_in_context")
 
 
 def _encs(lengths):

@@ -1,20 +1,15 @@
 """scripts/screen_equal_tokens.py: the settings that replay a clock-scheduled hour at equal steps."""
-import importlib.util
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from .conftest import ROOT, load_script
 
 
 @pytest.fixture(scope="module")
 def screen():
-    spec = importlib.util.spec_from_file_location("screen_equal_tokens", ROOT / "scripts" / "screen_equal_tokens.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("screen_equal_tokens")
 
 
 def test_warmup_keeps_the_configs_share_and_the_schedule_runs_on_steps(screen, tmp_path):

@@ -1,4 +1,4 @@
-"""The mode of the files plmodels and workbench write atomically.
+"""The mode of the files plmodels writes atomically (`workbench.io.make_shared` does the same there).
 
 Atomic writers build a temporary sibling with `tempfile.mkstemp` (mode 0600) or `mkdtemp` (0700) and
 rename it into place, so without a chmod every checkpoint, table and cache would be readable by its

@@ -59,9 +59,11 @@ def vectors(model, tok, sents, mode: str, filler: np.ndarray, seq_len: int, seed
     rng = np.random.default_rng(seed)
     L = int(model.config.n_layers)
     X, y = [[] for _ in range(L + 1)], []
+    # a sentence alone is cut only where the store cuts it (max_positions); the longer rows at seq_len
+    room = int(model.config.max_positions if mode == "single" else seq_len) - 2
     for i, s in enumerate(sents):
-        ids, off = row_ids(encs, i, mode, filler, rng, seq_len - 2)
-        ids = ids[: seq_len - 2]
+        ids, off = row_ids(encs, i, mode, filler, rng, room)
+        ids = ids[:room]
         firsts = [1 + off + a for a, _ in encs[i].word_spans]
         keep = [f for f in firsts if f <= len(ids)]  # words cut by the row's end are not probed
         with torch.inference_mode():

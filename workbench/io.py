@@ -114,8 +114,8 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
         raise FileExistsError(f"atomic_dir: {path} already exists (pass overwrite=True to replace it)")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
-    make_shared(tmp, folder=True)  # mkdtemp makes 0700 folders
     try:
+        make_shared(tmp, folder=True)  # mkdtemp makes 0700 folders
         yield tmp
         if path.exists():
             if not overwrite:

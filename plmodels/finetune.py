@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plmodels.files import make_shared
 from plmodels.masking import IGNORE_INDEX
 from plmodels.schedule import lr_at
 from plmodels.train import _fmt_time, log, read_json_file, write_json_atomic
@@ -328,6 +329,7 @@ def finetune(config, out_dir: str | Path, overrides: dict | None = None, *, data
     plmodels.save(clf.base, tok, out_dir, card=card)
     fd_tmp = out_dir / f".{HEAD_FILE}.tmp"
     save_file({k: v.contiguous() for k, v in clf.head.state_dict().items()}, str(fd_tmp))
+    make_shared(fd_tmp)  # safetensors writes it 0600
     os.replace(fd_tmp, out_dir / HEAD_FILE)
     write_json_atomic(out_dir / INFO_FILE, info)
     log(f"finetuned: dev accuracy {result['dev_acc']:.4f} (best step {result['best_step']}, "

@@ -66,6 +66,10 @@ def test_sentence_classification_beats_chance(base, tmp_path, mode):
     same = lambda a, b: all(torch.equal(a[k], b[k]) for k in a)  # noqa: E731
     wa, wb = (load_file(str(p / "model.safetensors")) for p in (base, out))
     assert same(wa, wb) == (mode == "frozen"), "frozen must leave the base bit-exact; full must change it"
+    from plmodels.files import current_umask  # every file saved with the mode open() gives (safetensors: 0600)
+
+    modes = {f.name: f.stat().st_mode & 0o777 for f in out.rglob("*") if f.is_file()}
+    assert "head.safetensors" in modes and set(modes.values()) == {0o666 & ~current_umask()}, modes
 
 
 def test_token_classification_frozen_beats_chance(base, tmp_path):

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from torch import nn
 
 from .decoder import Decoder, DecoderConfig
 from .encoder import Encoder, EncoderConfig
-from .files import make_shared
+from .files import save_safetensors
 
 MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {
     "encoder": (Encoder, EncoderConfig),
@@ -66,8 +66,7 @@ def save(model: nn.Module, tokenizer: Any, path: str | Path, card: dict | None =
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
         # One metadata key only: safetensors writes metadata from a hash map, so several keys come
         # out in a random order and identical weights would hash differently (checkpoint_hash).
-        save_file(state, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
-        make_shared(tmp / WEIGHTS_FILE)  # safetensors writes it 0600
+        save_safetensors(state, tmp / WEIGHTS_FILE, metadata={"format": "pt"})
         if tokenizer is not None:
             tokenizer.save(tmp / TOKENIZER_DIR)
         full_card = {

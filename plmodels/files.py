@@ -1,4 +1,5 @@
-"""The mode of the files plmodels writes atomically (`workbench.io.make_shared` does the same there).
+"""The mode of the files plmodels writes atomically (`workbench.io.make_shared` does the same there),
+and the one way plmodels writes safetensors files.
 
 Atomic writers build a temporary sibling with `tempfile.mkstemp` (mode 0600) or `mkdtemp` (0700) and
 rename it into place, so without a chmod every checkpoint, table and cache would be readable by its
@@ -7,7 +8,10 @@ owner only, unlike a file written with `open()`. `make_shared` gives a path the 
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
+from pathlib import Path
 
 
 def current_umask() -> int:
@@ -20,3 +24,21 @@ def current_umask() -> int:
 def make_shared(path: str | os.PathLike, folder: bool = False) -> None:
     """chmod `path` to 0666 (0777 for a folder) less the umask, as `open()` / `mkdir()` create."""
     os.chmod(path, (0o777 if folder else 0o666) & ~current_umask())
+
+
+def save_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict | None = None) -> None:
+    """safetensors' `save_file`, atomically (a temporary sibling, then a rename) and with the mode
+    `open()` gives, where `save_file` alone creates a 0600 file."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(tensors, tmp, metadata=metadata)
+        make_shared(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise

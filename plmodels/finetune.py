@@ -27,7 +27,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -37,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from plmodels.files import make_shared
+from plmodels.files import save_safetensors
 from plmodels.masking import IGNORE_INDEX
 from plmodels.schedule import lr_at
 from plmodels.train import _fmt_time, log, read_json_file, write_json_atomic
@@ -266,7 +265,6 @@ def _fit(cfg: FinetuneConfig, params: list, n_train: int, loss_of, evaluate, sta
 def finetune(config, out_dir: str | Path, overrides: dict | None = None, *, data: TaskData) -> Path:
     """Finetune `config.base` on `config.task` in `config.mode`; returns the checkpoint folder out_dir."""
     import plmodels
-    from safetensors.torch import save_file
 
     cfg = load_finetune_config(config, overrides)
     out_dir = Path(out_dir)
@@ -327,10 +325,7 @@ def finetune(config, out_dir: str | Path, overrides: dict | None = None, *, data
     card = {"finetuned": {k: info[k] for k in ("task", "mode", "dev_metrics", "base_hash")},
             "metrics": {f"{cfg.task}_dev_accuracy": result["dev_acc"]}}
     plmodels.save(clf.base, tok, out_dir, card=card)
-    fd_tmp = out_dir / f".{HEAD_FILE}.tmp"
-    save_file({k: v.contiguous() for k, v in clf.head.state_dict().items()}, str(fd_tmp))
-    make_shared(fd_tmp)  # safetensors writes it 0600
-    os.replace(fd_tmp, out_dir / HEAD_FILE)
+    save_safetensors({k: v.contiguous() for k, v in clf.head.state_dict().items()}, out_dir / HEAD_FILE)
     write_json_atomic(out_dir / INFO_FILE, info)
     log(f"finetuned: dev accuracy {result['dev_acc']:.4f} (best step {result['best_step']}, "
         f"{result['stopped_by']}) -> {out_dir}")

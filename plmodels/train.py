@@ -45,7 +45,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from plmodels.files import make_shared
+from plmodels.files import make_shared, save_safetensors
 from plmodels.masking import IGNORE_INDEX, MaskingConfig, continuation_ids, mask_tokens, step_generator, word_starts
 from plmodels.presets import preset as preset_fields
 from plmodels.schedule import SCHEDULES, lr_at, schedule_step
@@ -495,8 +495,6 @@ def save_train_state(folder: Path, optimizer: torch.optim.Optimizer, info: dict)
 
     `train_state.json` is written last: a folder without it is an unfinished checkpoint.
     """
-    from safetensors.torch import save_file
-
     sd = optimizer.state_dict()
     tensors, scalars = {}, {}
     for pid, st in sd["state"].items():
@@ -505,11 +503,7 @@ def save_train_state(folder: Path, optimizer: torch.optim.Optimizer, info: dict)
                 tensors[f"optim.{pid}.{k}"] = v.detach().cpu().contiguous()
             else:
                 scalars[f"{pid}.{k}"] = v
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".state.", suffix=".tmp")
-    os.close(fd)
-    save_file(tensors, tmp)
-    make_shared(tmp)
-    os.replace(tmp, folder / STATE_TENSORS)
+    save_safetensors(tensors, folder / STATE_TENSORS)
     write_json_atomic(folder / STATE_JSON, {**info, "param_groups": sd["param_groups"], "scalar_state": scalars})
 
 

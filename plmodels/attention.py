@@ -195,15 +195,21 @@ class MultiHeadAttention(nn.Module):
         head_mask: torch.Tensor | None = None,
         eager: bool = False,
         packing: Packing | None = None,
+        query_index: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x (B, T, D) -> (out (B, T, D), probs (B, H, T, T) on the eager path else None).
 
         keep: bool (B|1, 1, T, T) may-attend mask; head_mask: (H_original,), entries of pruned heads
-        are ignored. With `packing`, x and out are the (N, D) real tokens only."""
+        are ignored. With `packing`, x and out are the (N, D) real tokens only. With `query_index`
+        (B, Q) positions, only those rows are queries: keys and values are still every position, and
+        out is (B, Q, D), row j of sequence b the output at position query_index[b, j]."""
+        if query_index is not None and (packing is not None or is_causal):
+            raise ValueError("query_index cannot be combined with packing or is_causal (pass a causal `keep`)")
         B, T = (packing.batch, packing.length) if packing is not None else x.shape[:2]
         H, Dh = self.n_heads, self.head_dim
         if H == 0:  # every head pruned: nothing to attend with, only the output bias remains
-            out = x.new_zeros(*x.shape[:-1], self.d_model)
+            rows = x.shape[:-1] if query_index is None else query_index.shape
+            out = x.new_zeros(*rows, self.d_model)
             out = out if self.out.bias is None else out + self.out.bias
             return out, (x.new_zeros(B, 0, T, T) if eager else None)
         qkv = self.qkv(x)  # (B, T, 3 D) or packed (N, 3 D)
@@ -214,7 +220,14 @@ class MultiHeadAttention(nn.Module):
         bias = None
         if alibi_dist is not None:
             bias = self.alibi_slopes.view(H, 1, 1) * alibi_dist  # (H, T, T)
-        mask = additive_mask(keep, bias, q.dtype)  # (B|1, H|1, T, T) or None
+        if query_index is not None:  # keep the query rows asked for: T -> Q
+            Q = query_index.shape[1]
+            q = q.gather(2, query_index[:, None, :, None].expand(B, H, Q, Dh))  # (B, H, Q, Dh)
+            bias = None if bias is None else bias[:, query_index].transpose(0, 1)  # (B, H, Q, T)
+            if keep is not None and keep.shape[2] != 1:  # a mask with a row per query: its rows
+                keep = keep.expand(B, 1, T, T).gather(2, query_index[:, None, :, None].expand(B, 1, Q, T))
+            T = Q  # the output has Q rows
+        mask = additive_mask(keep, bias, q.dtype)  # (B|1, H|1, T|Q, T) or None
         p = self.dropout if self.training else 0.0
         if eager:
             if head_mask is not None and len(self.head_ids) != head_mask.shape[0]:

@@ -162,6 +162,20 @@ class Block(nn.Module):
             x = self.norm2(x + self.mlp_out(self.drop(self.mlp(x))))
         return self.resid_post(x), probs
 
+    def forward_at(self, x: torch.Tensor, index: torch.Tensor, keep, **attn_kw) -> torch.Tensor:
+        """The block's output at the positions `index` (B, Q) only, (B, T, D) -> (B, Q, D): every
+        position still gives keys and values, but the queries, the output projection, the residual
+        adds, the LayerNorms and the MLP run on the Q rows. Hooks are not called."""
+        D = x.shape[-1]
+        rows = x.gather(1, index[..., None].expand(*index.shape, D))  # (B, Q, D)
+        if self.pre:
+            a, _ = self.attn(self.norm1(x), keep, query_index=index, **attn_kw)
+            rows = rows + self.drop(a)
+            return rows + self.drop(self.mlp(self.norm2(rows)))
+        a, _ = self.attn(x, keep, query_index=index, **attn_kw)
+        rows = self.norm1(rows + self.drop(a))
+        return self.norm2(rows + self.drop(self.mlp(rows)))
+
 
 def init_weights(module: nn.Module, std: float = 0.02) -> None:
     """BERT / GPT-2 init: N(0, std) weights, zero biases, LayerNorm gain 1 and bias 0."""
@@ -300,20 +314,15 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
     ) -> EncoderOutput:
         """unpad=True runs the position-wise layers on the real tokens only (`Packing`); the outputs
         are then zero at the padding (instead of vectors computed for [PAD] tokens)."""
-        cfg = self.config
         T = input_ids.shape[1]
-        check_length(T, cfg.max_positions)
+        check_length(T, self.config.max_positions)
         self._check_head_mask(head_mask)
         packing = packing_for(self, attention_mask, unpad)
         eager = resolve_attn_impl(
             attn_impl, output_attentions=output_attentions, head_mask=head_mask, pattern_hooks=self._pattern_hooks_active()
         )
         keep, _ = keep_mask(attention_mask, T, input_ids.device, causal=False, explicit=eager)
-        kw: dict[str, Any] = {"eager": eager, "packing": packing}
-        if cfg.position == "rope":
-            kw["rope"] = rope_cos_sin(T, cfg.d_model // cfg.n_heads, input_ids.device)
-        elif cfg.position == "alibi":
-            kw["alibi_dist"] = alibi_distance(T, input_ids.device)  # symmetric -|i - j|
+        kw: dict[str, Any] = {"eager": eager, "packing": packing, **self._position_kw(T, input_ids.device)}
         x = self.embed(self.embeddings(input_ids, token_type_ids))  # (B, T, D)
         x = x if packing is None else packing.pack(x)  # (N, D): real tokens only
         hidden, attns = [x], []
@@ -332,6 +341,44 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
             hidden_states=tuple(hidden) if output_hidden_states else None,
             attentions=tuple(attns) if output_attentions else None,
         )
+
+    def _position_kw(self, T: int, device: torch.device) -> dict[str, Any]:
+        """The attention keywords of the position encoding: RoPE's (cos, sin) or ALiBi's distances."""
+        if self.config.position == "rope":
+            return {"rope": rope_cos_sin(T, self.config.d_model // self.config.n_heads, device)}
+        if self.config.position == "alibi":
+            return {"alibi_dist": alibi_distance(T, device)}  # symmetric -|i - j|
+        return {}
+
+    def masked_hidden(
+        self, input_ids: torch.Tensor, select: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Final hidden states at the positions `select` (B, T) bool marks, (M, D) in the order of
+        `forward(...).last_hidden_state[select]`, for the masked-LM loss.
+
+        Exact, and cheaper: only the selected positions' last-layer outputs reach the MLM loss, so
+        the last block computes keys and values for every position but queries, output projection,
+        MLP and LayerNorms for the selected rows only (with 25% masking about a tenth of a four-layer
+        model's training FLOPs). Sequences are padded to the largest count of selected positions
+        in the batch; those extra rows are computed and dropped. SDPA path, no attention mask, no
+        hooks on the last block (its sites would see (B, Q, D) rows)."""
+        T = input_ids.shape[1]
+        check_length(T, self.config.max_positions)
+        hooked = [name for name, p in self.hook_points().items() if p.fns]
+        if hooked:
+            raise ValueError(f"masked_hidden is a training path without hooks; remove the hooks on {hooked} or use forward")
+        kw = self._position_kw(T, input_ids.device)
+        x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
+        for block in self.blocks[:-1]:
+            x, _ = block(x, None, **kw)
+        counts = select.sum(1)  # (B,)
+        Q = int(counts.max()) if counts.numel() else 0
+        # positions of the selected tokens first, in increasing order (a stable sort), then the rest
+        index = torch.argsort((~select).to(torch.int8), dim=1, stable=True)[:, :Q]  # (B, Q)
+        rows = self.blocks[-1].forward_at(x, index, None, **kw)  # (B, Q, D)
+        if self.final_norm is not None:
+            rows = self.final_norm(rows)
+        return rows[torch.arange(Q, device=rows.device)[None, :] < counts[:, None]]  # (M, D)
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) -> (..., V): BERT's MLM transform and (tied) decoder; call on masked positions."""

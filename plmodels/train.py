@@ -456,7 +456,8 @@ def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
 
     Encoder: hidden states at the masked positions only, hidden[labels != -100] (M, D), go through
     the MLM transform and the (tied) vocabulary projection: with 15% masking this skips 85% of the
-    projection, the largest matmul of a small model. Decoder: next-token logits at every position
+    projection, the largest matmul of a small model; without NSP the last block itself runs at
+    those positions only (`Encoder.masked_hidden`). Decoder: next-token logits at every position
     against the shifted labels. Both use `linear_cross_entropy`, which never materialises the
     full logits when training in fp32; a decoder with the adaptive output uses its own loss
     (`Decoder.adaptive_loss`), which evaluates a tail cluster only for the targets in it.
@@ -464,12 +465,15 @@ def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
     device_type = batch.input_ids.device.type
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
         if model.kind == "encoder":
-            out = model(batch.input_ids, token_type_ids=batch.token_type_ids, attn_impl="sdpa")
             sel = batch.labels != IGNORE_INDEX
             targets = batch.labels[sel]
             n = int(targets.numel())
-            h = model.mlm_transform(out.last_hidden_state[sel])  # (M, D)
-            loss = linear_cross_entropy(h, *model.mlm_projection(), targets) / max(1, n)
+            if batch.nsp_labels is None:  # the last block at the masked positions only (exact)
+                hidden = model.masked_hidden(batch.input_ids, sel, batch.token_type_ids)  # (M, D)
+            else:  # NSP also needs [CLS]'s last hidden state: the whole forward
+                out = model(batch.input_ids, token_type_ids=batch.token_type_ids, attn_impl="sdpa")
+                hidden = out.last_hidden_state[sel]
+            loss = linear_cross_entropy(model.mlm_transform(hidden), *model.mlm_projection(), targets) / max(1, n)
             if batch.nsp_labels is not None:
                 nsp = model.nsp_logits(out.pooler_output)
                 loss = loss + F.cross_entropy(nsp.float(), batch.nsp_labels)
@@ -773,7 +777,7 @@ class Evaluator:
             with torch.autocast(b.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
                 sel = b.labels != IGNORE_INDEX
                 if model.kind == "encoder":
-                    logits = model.mlm_logits(model(b.input_ids, attn_impl="sdpa").last_hidden_state[sel])
+                    logits = model.mlm_logits(model.masked_hidden(b.input_ids, sel))
                 else:
                     logits = model(b.input_ids, attn_impl="sdpa").logits[sel]
             targets = b.labels[sel]

@@ -235,3 +235,43 @@ def test_dropout_is_active_in_train_mode_only(kind):
     assert_close(model(ids).last_hidden_state, model(ids).last_hidden_state)
     model.train()
     assert (model(ids).last_hidden_state - model(ids).last_hidden_state).abs().max() > 0
+
+
+@POSITIONS
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_masked_hidden_is_the_forward_at_the_selected_positions(position, norm):
+    """The training path runs the last block at the masked positions only; values and gradients must
+    be those of the full forward indexed at the same positions (a row with none selected, a row
+    with all of them, token types, a pruned head in the last layer)."""
+    model = tiny_encoder(position=position, norm=norm, mlp="gated" if norm == "pre" else "plain", dropout=0.0).double()
+    model.prune_heads({1: [2]})
+    ids, _ = batch(B=4, T=12, pad_from=None)
+    types = (torch.arange(12) >= 7).long().expand(4, 12)
+    sel = torch.rand(4, 12, generator=torch.Generator().manual_seed(3)) < 0.3
+    sel[1], sel[2] = False, True
+    weights = torch.randn(int(sel.sum()), TINY["d_model"], dtype=torch.double)
+    grads = []
+    for fast in (False, True):
+        model.zero_grad()
+        h = (model.masked_hidden(ids, sel, types) if fast
+             else model(ids, token_type_ids=types, attn_impl="sdpa").last_hidden_state[sel])
+        assert h.shape == (int(sel.sum()), TINY["d_model"])
+        (h * weights).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+        if not fast:
+            full = h.detach()
+    assert_close(model.masked_hidden(ids, sel, types), full)
+    assert grads[0].keys() - {"pooler.weight", "pooler.bias"} == grads[1].keys()
+    for name, g in grads[1].items():
+        assert_close(g, grads[0][name], msg=name)
+
+
+def test_masked_hidden_refuses_hooks_and_query_rows_refuse_causal(encoder):
+    ids, _ = batch(pad_from=None)
+    sel = ids > 30
+    with encoder.hooks([("blocks.1.resid_post", lambda t, name: t)]):
+        with pytest.raises(ValueError, match="blocks.1.resid_post"):
+            encoder.masked_hidden(ids, sel)
+    x = torch.zeros(3, 9, TINY["d_model"])
+    with pytest.raises(ValueError, match="is_causal"):
+        encoder.blocks[0].attn(x, None, is_causal=True, query_index=torch.zeros(3, 2, dtype=torch.long))

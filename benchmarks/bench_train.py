@@ -11,7 +11,8 @@ The CPU may be shared, so every variant is built first and the timed steps are i
 `--warmup` steps; "x HF" is the median over rounds of the same-round ratio HF time / our time
 (robust to the load drifting between rounds). `--compile` adds `torch.compile` rows (their first call, the compilation, is
 reported separately: it is paid once per run). `--ablate` adds rows with one of our changes undone
-(foreach AdamW; materialised logits + F.cross_entropy). bf16-autocast rows are added where the
+(foreach AdamW; materialised logits + F.cross_entropy, which also runs the encoder's last block at every
+position; for the encoder, the fused loss with the last block at every position). bf16-autocast rows are added where the
 trainer's `bf16: "auto"` turns autocast on (CPUs with AVX512-BF16/AMX: it is then what
 `workbench pretrain` runs), or with `--bf16`; `--no-bf16` leaves them out. Their GFLOP/s share is
 taken against the bf16 matmul peak.
@@ -38,7 +39,7 @@ import torch.nn.functional as F
 from plmodels.checkpoint import build_model
 from plmodels.masking import IGNORE_INDEX, MaskingConfig, mask_tokens, step_generator
 from plmodels.presets import preset
-from plmodels.train import Batch, lm_loss, use_bf16
+from plmodels.train import Batch, linear_cross_entropy, lm_loss, use_bf16
 
 B, T, V, L, D, H, FF = 32, 128, 16000, 4, 256, 4, 1024
 OUT = Path(__file__).resolve().parent / "results" / "train.json"
@@ -85,8 +86,16 @@ def unfused_loss(model, batch: Batch) -> torch.Tensor:
     return F.cross_entropy(logits, targets, reduction="sum") / int(sel.sum())
 
 
+def dense_last_loss(model, batch: Batch) -> torch.Tensor:
+    """The encoder's fused loss after a full forward: the last block at every position (the
+    ablation of `Encoder.masked_hidden`, which runs it at the masked positions only)."""
+    sel = batch.labels != IGNORE_INDEX
+    h = model(batch.input_ids, attn_impl="sdpa").last_hidden_state[sel]
+    return linear_cross_entropy(model.mlm_transform(h), *model.mlm_projection(), batch.labels[sel]) / int(sel.sum())
+
+
 def ours(kind: str, *, compile: bool = False, fused_adamw: bool = True, fused_ce: bool = True,
-         autocast: bool = False) -> tuple[Callable[[], None], int]:
+         autocast: bool = False, dense_last: bool = False) -> tuple[Callable[[], None], int]:
     """(one training step, number of vocabulary-projected positions) for our model."""
     torch.manual_seed(0)
     model = build_model(kind, {**preset(kind, "mini"), "vocab_size": V}).train()
@@ -95,7 +104,10 @@ def ours(kind: str, *, compile: bool = False, fused_adamw: bool = True, fused_ce
     batch = batch_for(kind)
 
     def step() -> None:
-        loss = lm_loss(run, batch, autocast)[0] if fused_ce else unfused_loss(run, batch)
+        if dense_last:
+            loss = dense_last_loss(run, batch)
+        else:
+            loss = lm_loss(run, batch, autocast)[0] if fused_ce else unfused_loss(run, batch)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -139,6 +151,8 @@ def variants(a: argparse.Namespace) -> list[dict]:
         if a.ablate:
             rows += [(f"ours {kind}, foreach AdamW", lambda k=kind: ours(k, fused_adamw=False)),
                      (f"ours {kind}, unfused CE", lambda k=kind: ours(k, fused_ce=False))]
+            if kind == "encoder":
+                rows.append(("ours encoder, dense last block", lambda: ours("encoder", dense_last=True)))
         if a.bf16:
             rows.append((f"ours {kind} bf16 autocast", lambda k=kind: ours(k, autocast=True)))
 

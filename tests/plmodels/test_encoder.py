@@ -261,6 +261,7 @@ def test_masked_hidden_is_the_forward_at_the_selected_positions(position, norm):
         if not fast:
             full = h.detach()
     assert_close(model.masked_hidden(ids, sel, types), full)
+    assert model.masked_hidden(ids, torch.zeros_like(sel)).shape == (0, TINY["d_model"])
     assert grads[0].keys() - {"pooler.weight", "pooler.bias"} == grads[1].keys()
     for name, g in grads[1].items():
         assert_close(g, grads[0][name], msg=name)

@@ -65,11 +65,15 @@ def step_flops(n_pred: int, causal: bool) -> float:
     return body + attn + head
 
 
-def batch_for(kind: str) -> Batch:
+RECIPE: dict = {}  # --recipe: {"model": overrides for our models, "mask_rate": float}
+
+
+def batch_for(kind: str, recipe: bool = False) -> Batch:
     ids = torch.randint(5, V, (B, T + (kind == "decoder")), generator=torch.Generator().manual_seed(0))
     if kind == "encoder":
+        rate = RECIPE.get("mask_rate", 0.15) if recipe else 0.15
         x, y = mask_tokens(ids, mask_id=4, vocab_size=V, special_ids={0, 1, 2, 3, 4},
-                           generator=step_generator(0, 0), cfg=MaskingConfig())
+                           generator=step_generator(0, 0), cfg=MaskingConfig(rate=rate))
         return Batch(x, y)
     return Batch(ids[:, :-1], ids[:, 1:])
 
@@ -98,10 +102,10 @@ def ours(kind: str, *, compile: bool = False, fused_adamw: bool = True, fused_ce
          autocast: bool = False, dense_last: bool = False) -> tuple[Callable[[], None], int]:
     """(one training step, number of vocabulary-projected positions) for our model."""
     torch.manual_seed(0)
-    model = build_model(kind, {**preset(kind, "mini"), "vocab_size": V}).train()
+    model = build_model(kind, {**preset(kind, "mini"), **RECIPE.get("model", {}), "vocab_size": V}).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if fused_adamw else {"foreach": True}))
     run = torch.compile(model) if compile else model
-    batch = batch_for(kind)
+    batch = batch_for(kind, recipe=True)
 
     def step() -> None:
         if dense_last:
@@ -190,7 +194,16 @@ def main() -> None:
     auto = use_bf16("auto", torch.device("cpu"))
     ap.add_argument("--bf16", action=argparse.BooleanOptionalAction, default=auto,
                     help=f"bf16 autocast rows (default here: {'on' if auto else 'off'}, as the trainer's bf16='auto')")
+    ap.add_argument("--recipe", type=Path, default=None,
+                    help="a pretrain config: our rows take its model settings and masking rate (the HF "
+                         "reference stays BERT/GPT-2 mini, so its ratios are then across shapes)")
     a = ap.parse_args()
+    if a.recipe:
+        from plmodels.train import load_config
+
+        cfg = load_config(a.recipe)
+        RECIPE.update(model=dict(cfg.model), mask_rate=cfg.masking.get("rate", 0.15))
+        print(f"our models as in {a.recipe}: {RECIPE}")
     if a.threads:
         torch.set_num_threads(a.threads)
     load_start = os.getloadavg()
@@ -206,11 +219,13 @@ def main() -> None:
         t = statistics.median(v["times"])
         ref_times = next(r for r in vs if r["kind"] == v["kind"] and r["is_ref"])["times"]
         paired = statistics.median(a / b for a, b in zip(ref_times, v["times"]))  # same-round ratios
+        own = next(r for r in vs if r["model"] == f"ours {v['kind']} fp32")["times"]
+        vs_ours = statistics.median(a / b for a, b in zip(v["times"], own))  # > 1: slower than ours
         gflops = step_flops(v["n_pred"], v["kind"] == "decoder") / t / 1e9
         row_peak = peak16 if "bf16" in v["model"] else peak
         rows.append({"model": v["model"], "kind": v["kind"], "seconds_per_step": t, "times": v["times"],
                      "first_call_s": v["first_s"], "tokens_per_s": B * T / t, "speedup_vs_hf": paired,
-                     "speedup_of_medians": statistics.median(ref_times) / t,
+                     "speedup_of_medians": statistics.median(ref_times) / t, "time_vs_ours_fp32": vs_ours,
                      "target": v["target"], "gflops": gflops, "share_of_peak": gflops / row_peak,
                      "trainer_default": ("bf16" in v["model"]) == auto and not v["is_ref"]
                      and "compile" not in v["model"] and "," not in v["model"]})
@@ -218,16 +233,18 @@ def main() -> None:
     print(f"matmul peak fp32 {peak:.1f} GFLOP/s" + (f", bf16 {peak16:.1f}" if a.bf16 else "")
           + f", threads {torch.get_num_threads()}, "
           f"load average {load_start[0]:.1f} -> {load_end[0]:.1f}")
-    print("x HF = median over rounds of the same-round time ratio; x HF med = ratio of the median times")
-    print(f"{'model':44s} {'s/step':>7s} {'tok/s':>7s} {'x HF':>6s} {'x HF med':>8s} {'target':>6s} {'GFLOP/s':>8s} "
-          f"{'% peak':>7s} {'1st call':>8s}")
+    print("x HF = median over rounds of the same-round time ratio; x HF med = ratio of the median times; "
+          "t/ours = median same-round ratio of the row's step time to `ours <kind> fp32`")
+    print(f"{'model':44s} {'s/step':>7s} {'tok/s':>7s} {'x HF':>6s} {'x HF med':>8s} {'t/ours':>6s} {'target':>6s} "
+          f"{'GFLOP/s':>8s} {'% peak':>7s} {'1st call':>8s}")
     for r in rows:
         print(f"{r['model'] + (' *' if r['trainer_default'] else ''):44s} {r['seconds_per_step']:7.2f} {r['tokens_per_s']:7,.0f} {r['speedup_vs_hf']:6.2f} "
-              f"{r['speedup_of_medians']:8.2f} "
+              f"{r['speedup_of_medians']:8.2f} {r['time_vs_ours_fp32']:6.2f} "
               f"{r['target']:6.1f} {r['gflops']:8.1f} {100 * r['share_of_peak']:6.1f}% {r['first_call_s']:8.1f}")
     print("* = what `workbench pretrain` runs on this machine (bf16: 'auto'); the targets are judged on it")
     OUT.parent.mkdir(parents=True, exist_ok=True)
     result = {"shape": {"batch": B, "seq_len": T, "vocab": V, "layers": L, "width": D, "heads": H, "ffn": FF},
+              "ours_as_recipe": {"path": str(a.recipe), **RECIPE} if a.recipe else None,
               "threads": torch.get_num_threads(), "torch": torch.__version__,
               "machine": platform.processor() or platform.machine(), "load_average": [load_start, load_end],
               "matmul_peak_gflops": {"fp32": peak, "bf16": peak16}, "bf16_auto": auto, "rows": rows, "iters": a.iters, "warmup": a.warmup,

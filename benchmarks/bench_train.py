@@ -19,8 +19,9 @@ taken against the bf16 matmul peak.
 Achieved GFLOP/s uses the analytic count (6 x multiply-adds per parameter-matmul token, Kaplan et
 al. 2020, plus attention and LM head) against the fp32 matmul peak measured in the same run.
 
-    nice python benchmarks/bench_train.py [--kinds encoder decoder] [--threads N] [--iters 5] [--warmup 1] [--compile] [--ablate]
-Writes a table to stdout and benchmarks/results/train.json.
+    nice python benchmarks/bench_train.py [--kinds encoder decoder] [--threads N] [--iters 5] [--warmup 1] [--compile] [--ablate] [--recipe CONFIG]
+Writes a table to stdout and benchmarks/results/train.json (with `--recipe configs/pretrain/X.json`:
+results/train_X.json, dashes as underscores).
 """
 from __future__ import annotations
 
@@ -249,9 +250,10 @@ def main() -> None:
               "machine": platform.processor() or platform.machine(), "load_average": [load_start, load_end],
               "matmul_peak_gflops": {"fp32": peak, "bf16": peak16}, "bf16_auto": auto, "rows": rows, "iters": a.iters, "warmup": a.warmup,
               "note": "medians of interleaved steps in one process; first_call_s includes torch.compile"}
-    tmp = OUT.with_suffix(".json.tmp")
+    out = OUT if not a.recipe else OUT.with_name(f"train_{a.recipe.stem.replace('-', '_')}.json")
+    tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(OUT)
+    tmp.replace(out)
 
 
 if __name__ == "__main__":

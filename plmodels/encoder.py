@@ -359,7 +359,7 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
         Exact, and cheaper: only the selected positions' last-layer outputs reach the MLM loss, so
         the last block computes keys and values for every position but queries, output projection,
         MLP and LayerNorms for the selected rows only (a training step of the fp32 recipe's shape,
-        4 x 256 at 25% masking, runs 1.14x as fast: docs/benchmarks.md). Sequences are padded to the
+        4 x 256 at 25% masking, runs 1.13x as fast: docs/benchmarks.md). Sequences are padded to the
         largest count of selected positions in the batch; those extra rows are computed and dropped.
         SDPA path, no attention mask, and no hooks (refused: the last block's sites would see
         (B, Q, D) rows)."""

@@ -164,13 +164,15 @@ def test_fifth_encoder_round_changes_only_the_shape_and_its_control_is_the_fourt
 
 def test_the_fp32_encoder_config_is_the_recipe_at_batch_32():
     """encoder-mini-cram-fp32.json (docs/recipe.md, "Batch 32 on a CPU without native bf16") is the
-    recipe with half the batch and twice the steps, so its warmup stays 10% of the hour. Any other
-    difference would be a recipe change that reached one file and not the other."""
+    recipe with half the batch and twice the steps, so its warmup stays 10% of the hour, and the
+    peak lr scaled by sqrt(1/2) for the half batch (section 2, "The fp32 config at lr 1.06e-3").
+    Any other difference would be a recipe change that reached one file and not the other."""
     recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json").to_dict()
     fp32 = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram-fp32.json").to_dict()
     changed = {k for k in recipe.keys() | fp32.keys() if recipe.get(k) != fp32.get(k)}
-    assert changed == {"name", "batch_size", "max_steps", "warmup_steps"}
+    assert changed == {"name", "batch_size", "max_steps", "warmup_steps", "lr"}
     assert fp32["batch_size"] * 2 == recipe["batch_size"] and fp32["max_steps"] == 2 * recipe["max_steps"]
+    assert abs(fp32["lr"] - recipe["lr"] * 0.5 ** 0.5) < 1e-5
     assert fp32["warmup_steps"] / fp32["max_steps"] == recipe["warmup_steps"] / recipe["max_steps"] == 0.1
     assert fp32["schedule_clock"] == "time" and fp32["max_minutes"] == recipe["max_minutes"] == 60
 

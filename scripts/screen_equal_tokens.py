@@ -6,10 +6,13 @@ shares of the run as the config's clock schedule) can be trained anywhere, in fp
 model up to floating-point order. On a GPU, several such runs train side by side in minutes, so a
 variant can be screened with a few seeds before an hour of CPU is spent on it. Checked on the decoder
 config (docs/recipe.md, "Screening the EPYC hour on a GPU"): an H100 reproduced the EPYC hours' POS
-gains within 0.05 point and their Gutenberg perplexity within 1%.
+gains within 0.05 point and their Gutenberg perplexity within 1%. In bf16 (`"bf16": "on"` in a run's
+overrides, to replay an hour of a CPU with native bf16) the GPU and the CPU round differently and
+a run parts ways with the hour of the same seed: a bf16 replay gives the spread over seeds, not a
+given seed's hour (docs/recipe.md, "Twelve seeds of the slower AMX hour").
 
 Each run is `workbench pretrain CONFIG --out OUT/NAME --set ...` with `schedule_clock: "steps"`, no
-time budget, fp32 (`bf16: "off"`), and the variant's overrides, which must give `max_steps`;
+time budget, fp32 (`bf16: "off"` unless the overrides say "on"), and the variant's overrides, which must give `max_steps`;
 `warmup_steps` defaults to the config's warmup share of its own `max_steps`. Runs sharing a
 tokenizer (`tokenizer_path`) tokenize the corpus once: the first builds the cache, the others link it.
 Then every run gets UPOS accuracy per layer (`workbench.ablate.pos_by_layer`, the probe of
@@ -25,6 +28,12 @@ scikit-learn's on the EPYC decoder hours, docs/recipe.md).
 
     python scripts/screen_equal_tokens.py configs/pretrain/decoder-mini-cram.json OUT \
         '{"b32_s0": {"max_steps": 1810, "seed": 0, "tokenizer_path": "runs/x/tokenizer"}, ...}'
+
+`--measure full` measures each run as the CPU hours are measured instead (`measure_variant`: the
+POS probe on first-subword vectors, the head analysis's det / case margins and positional shares,
+the held-out accuracy), on 1,250 / 500 EWT sentences for the probe and 500 for the heads, and adds
+the encoder targets met (`check_targets`). Results: OUT/screen.jsonl and OUT/screen.parquet (one
+row per run). It replays hours whose head targets vary between seeds.
 
 `--dry-run` trains 3 steps on 20 texts and probes 40/20 sentences: a check of the plumbing only.
 """
@@ -98,6 +107,34 @@ def probe(run: str, threads: int, dry: bool, poolings: tuple[str, ...] = POOLING
     return row
 
 
+def measure(run: str, threads: int, dry: bool, solver: str = "sklearn") -> dict:
+    """The row of `measure_variant` for one run (POS probe, heads, held-out metrics), plus
+    `targets_met` out of the encoder targets for an encoder."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    from workbench.ablate import AblationEval, check_targets, measure_variant
+
+    torch.set_num_threads(threads)
+    path = Path(run)
+    n_train, n_test, n_heads = (40, 20, 20) if dry else (1250, 500, 500)
+    ev = AblationEval(pos_train_sentences=n_train, pos_test_sentences=n_test, head_sentences=n_heads)
+    with threadpool_limits(threads):
+        row = {"run": path.name, **measure_variant(path.name, path / "final", ev, {}, solver=solver)}
+    if "model_ppl" not in row:  # an encoder: the issue's five targets
+        row["targets_met"] = int(check_targets(row)["passed"].sum())
+    return row
+
+
+def summary_line(row: dict, poolings: tuple[str, ...], full: bool) -> str:
+    if not full:
+        return "POS gain " + " ".join(f"{p} {100 * (max(row[p].values()) - row[p][0]):+.2f}" for p in poolings)
+    pct = lambda k: f"{100 * float(row.get(k, float('nan'))):.1f}"  # noqa: E731
+    line = (f"acc {pct('eval_acc')} POS gain {100 * row['pos_gain']:+.2f} ±1 tokens {pct('positional_max_tokens')} "
+            f"det {100 * row['det_margin']:+.1f} case {100 * row['case_margin']:+.1f}")
+    return line + (f" targets {row['targets_met']}/5" if "targets_met" in row else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("config", type=Path)
@@ -109,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solver", choices=("sklearn", "torch"), default="sklearn",
                     help="probe fit: scikit-learn's lbfgs on CPU (measure_variant's) or the same objective in torch, "
                          "on CUDA when available")
+    ap.add_argument("--measure", choices=("pos", "full"), default="pos",
+                    help="pos: the POS probe per layer and pooling; full: measure_variant's row (POS, heads, "
+                         "held-out accuracy) and the encoder targets met")
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     poolings = tuple(p for p in a.poolings.split(",") if p)
@@ -139,17 +179,23 @@ def main(argv: list[str] | None = None) -> int:
                 if p.returncode != 0:
                     raise SystemExit(f"run {name} failed (rc {p.returncode}); see {a.out / name}.log")
                 log("trained", name)
-                futures[name] = pool.submit(probe, str(a.out / name), a.threads, a.dry_run, poolings, a.solver)
+                if a.measure == "full":
+                    futures[name] = pool.submit(measure, str(a.out / name), a.threads, a.dry_run, a.solver)
+                else:
+                    futures[name] = pool.submit(probe, str(a.out / name), a.threads, a.dry_run, poolings, a.solver)
             for name in [n for n, f in futures.items() if f.done() and n not in probed]:
                 probed.add(name)
                 row = futures[name].result()
                 rows.append(row)
-                gains = " ".join(f"{p} {100 * (max(row[p].values()) - row[p][0]):+.2f}" for p in poolings)
-                log("probed", name, "POS gain", gains)
+                log("measured" if a.measure == "full" else "probed", name,
+                    summary_line(row, poolings, a.measure == "full"))
                 with open(a.out / "screen.jsonl", "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(row, default=float) + "\n")
             time.sleep(2)
-    write_table(rows, a.out / "screen.parquet", poolings)
+    if a.measure == "full":
+        write_rows(rows, a.out / "screen.parquet")
+    else:
+        write_table(rows, a.out / "screen.parquet", poolings)
     return 0
 
 
@@ -162,6 +208,15 @@ def write_table(rows: list[dict], path: Path, poolings: tuple[str, ...] = POOLIN
     tidy = [{"run": r["run"], "tokens": r["tokens"], "pooling": p, "layer": int(layer), "accuracy": acc}
             for r in rows for p in poolings for layer, acc in r[p].items()]
     write_parquet_atomic(pd.DataFrame(tidy), path, index=False)
+
+
+def write_rows(rows: list[dict], path: Path) -> None:
+    """`--measure full`: one row per run with measure_variant's columns (temp file, then rename)."""
+    import pandas as pd
+
+    from workbench.io import write_parquet_atomic
+
+    write_parquet_atomic(pd.DataFrame(rows).sort_values("run"), path, index=False)
 
 
 if __name__ == "__main__":

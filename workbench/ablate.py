@@ -311,14 +311,15 @@ def summarise_heads(heads: pd.DataFrame, relations: pd.DataFrame) -> dict[str, f
     return out
 
 
-def decoder_scores(run_dir: Path, model, tokenizer, ev: AblationEval) -> dict[str, float]:
+def decoder_scores(run_dir: Path, model, tokenizer, ev: AblationEval,
+                   solver: str = "sklearn") -> dict[str, float]:
     """What a decoder row adds: POS by layer on last-subword vectors (in a causal model only a word's
     last subword has seen the whole word) and, for the main held-out set and every extra_eval set,
     the model's perplexity beside the unigram and bigram baselines on the same targets
     (`workbench.emergence.decoder_baselines`)."""
     from workbench.emergence import decoder_baselines
 
-    pos = pos_by_layer(model, tokenizer, run_dir / "store", ev, pooling="last")
+    pos = pos_by_layer(model, tokenizer, run_dir / "store", ev, pooling="last", solver=solver)
     best = max(pos, key=pos.get)
     out = {"pos_last_layer0": pos[0], "pos_last_best": pos[best], "pos_last_gain": pos[best] - pos[0]}
     m = read_metrics(run_dir)
@@ -331,22 +332,28 @@ def decoder_scores(run_dir: Path, model, tokenizer, ev: AblationEval) -> dict[st
     return out
 
 
-def measure_variant(name: str, final: Path, ev: AblationEval, overrides: Mapping) -> dict:
-    """One row of the ablation table for a trained variant (cached in <run>/row.json)."""
+def measure_variant(name: str, final: Path, ev: AblationEval, overrides: Mapping, solver: str = "sklearn") -> dict:
+    """One row of the ablation table for a trained variant (cached in <run>/row.json).
+
+    `solver` fits the POS probes (`pos_by_layer`): "sklearn" for every table in docs/recipe.md,
+    "torch" to screen many runs on a GPU; the row records which (`pos_solver`; rows cached before it
+    was recorded are scikit-learn's), and a cached row of the other solver is measured again."""
     import plmodels
 
     run_dir = final.parent
     row_path = run_dir / ROW_FILE
     if row_path.is_file():
-        return json.loads(row_path.read_text(encoding="utf-8"))
+        cached = json.loads(row_path.read_text(encoding="utf-8"))
+        if cached.get("pos_solver", "sklearn") == solver:
+            return cached
     model, tok = plmodels.load(final)
     row = {"variant": name, "overrides": json.dumps(overrides, sort_keys=True), **training_summary(run_dir)}
-    pos = pos_by_layer(model, tok, run_dir / "store", ev)
+    pos = pos_by_layer(model, tok, run_dir / "store", ev, solver=solver)
     best = max(pos, key=pos.get)
     row.update({"pos_layer0": pos[0], "pos_best": pos[best], "pos_best_layer": int(best),
-                "pos_gain": pos[best] - pos[0], "pos_by_layer": json.dumps(pos)})
+                "pos_gain": pos[best] - pos[0], "pos_by_layer": json.dumps(pos), "pos_solver": solver})
     if model.kind == "decoder":
-        row.update(decoder_scores(run_dir, model, tok, ev))
+        row.update(decoder_scores(run_dir, model, tok, ev, solver))
     row.update(head_scores(model, tok, run_dir / "heads", ev))
     row["load_avg"] = os.getloadavg()[0]
     atomic_write_text(row_path, json.dumps(row, indent=2, sort_keys=True) + "\n")

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 import plmodels
-from workbench.ablate import (AblationEval, check_targets, load_spec, pos_by_layer, run_ablation, seed_summary,
-                              seeds_markdown, summarise_heads, to_markdown, variant_config, with_seeds)
+from workbench.ablate import (AblationEval, check_targets, load_spec, measure_variant, pos_by_layer, run_ablation,
+                              seed_summary, seeds_markdown, summarise_heads, to_markdown, variant_config, with_seeds)
 
 
 def _corpus(path, n, seed):
@@ -104,6 +104,14 @@ def test_tiny_ablation_rows_and_rerun_is_cached(base, tmp_path):
         assert abs(by_solver["torch"][layer] - acc) <= 0.02, (layer, by_solver)
     with pytest.raises(ValueError, match="solver"):
         pos_by_layer(model, tok, tmp_path / "pos-store", ev_small, solver="liblinear")
+    # a row cached with one solver is measured again when the other is asked for, and says which
+    final, ev_run = tmp_path / "abl" / "rope_lr" / "final", AblationEval(**ev)
+    assert df.loc[1, "pos_solver"] == "sklearn"
+    row = measure_variant("rope_lr", final, ev_run, {}, solver="torch")
+    assert row["pos_solver"] == "torch"
+    for layer, acc in json.loads(df.loc[1, "pos_by_layer"]).items():
+        assert abs(json.loads(row["pos_by_layer"])[layer] - acc) <= 0.02, (layer, row["pos_by_layer"])
+    assert measure_variant("rope_lr", final, ev_run, {}, solver="torch") == row  # now cached
 
 
 @pytest.mark.slow

@@ -42,3 +42,18 @@ def test_table_keeps_only_the_probed_poolings(screen, tmp_path):
     screen.write_table([{"run": "a", "tokens": 10, "first": {0: 0.5, 1: 0.6}}], tmp_path / "t.parquet", ("first",))
     df = pd.read_parquet(tmp_path / "t.parquet")
     assert set(df["pooling"]) == {"first"} and len(df) == 2
+
+
+def test_full_rows_one_per_run_and_the_summary_reads_them(screen, tmp_path):
+    rows = [{"run": "s3", "eval_acc": 0.468, "pos_gain": 0.0499, "positional_max_tokens": 0.977,
+             "det_margin": 0.208, "case_margin": 0.221, "targets_met": 4},
+            {"run": "s2", "eval_acc": 0.464, "pos_gain": 0.0514, "positional_max_tokens": 0.96,
+             "det_margin": 0.279, "case_margin": 0.265, "targets_met": 5}]
+    screen.write_rows(rows, tmp_path / "t.parquet")
+    df = pd.read_parquet(tmp_path / "t.parquet")
+    assert list(df["run"]) == ["s2", "s3"] and df.set_index("run")["targets_met"].to_dict() == {"s2": 5, "s3": 4}
+    line = screen.summary_line(rows[0], (), full=True)
+    assert line == "acc 46.8 POS gain +4.99 ±1 tokens 97.7 det +20.8 case +22.1 targets 4/5"
+    # a decoder row has no targets_met; the POS-only mode reads the per-layer dicts
+    assert "targets" not in screen.summary_line({k: v for k, v in rows[1].items() if k != "targets_met"}, (), True)
+    assert screen.summary_line({"first": {0: 0.80, 1: 0.83}}, ("first",), full=False) == "POS gain first +3.00"

@@ -12,9 +12,10 @@ a run parts ways with the hour of the same seed: a bf16 replay gives the spread 
 given seed's hour (docs/recipe.md, "Twelve seeds of the slower AMX hour").
 
 Each run is `workbench pretrain CONFIG --out OUT/NAME --set ...` with `schedule_clock: "steps"`, no
-time budget, fp32 (`bf16: "off"` unless the overrides say "on"), and the variant's overrides, which must give `max_steps`;
-`warmup_steps` defaults to the config's warmup share of its own `max_steps`. Runs sharing a
-tokenizer (`tokenizer_path`) tokenize the corpus once: the first builds the cache, the others link it.
+time budget, fp32 (`bf16: "off"` unless the overrides say "on"), and the variant's overrides, which
+must give `max_steps`; `warmup_steps` defaults to the config's warmup share of its own `max_steps`.
+Runs sharing a tokenizer (`tokenizer_path`) tokenize the corpus once: the first builds the cache, the
+others link it.
 Then every run gets UPOS accuracy per layer (`workbench.ablate.pos_by_layer`, the probe of
 `measure_variant`) with first- and last-subword vectors (`--poolings`). Results: OUT/screen.jsonl
 (one line per run, appended as each finishes) and OUT/screen.parquet (tidy: run, tokens, pooling,
@@ -127,6 +128,7 @@ def measure(run: str, threads: int, dry: bool, solver: str = "sklearn") -> dict:
 
 
 def summary_line(row: dict, poolings: tuple[str, ...], full: bool) -> str:
+    """The log line of a measured run: POS gains per pooling, or (full) the five target measures."""
     if not full:
         return "POS gain " + " ".join(f"{p} {100 * (max(row[p].values()) - row[p][0]):+.2f}" for p in poolings)
     pct = lambda k: f"{100 * float(row.get(k, float('nan'))):.1f}"  # noqa: E731

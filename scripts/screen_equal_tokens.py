@@ -41,6 +41,7 @@ row per run). It replays hours whose head targets vary between seeds.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import multiprocessing
 import os
@@ -171,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             log("token cache for", tok)
     procs = {name: start(a.config, a.out / name, s, caches.get(s.get("tokenizer_path"))) for name, s in settings.items()}
     rows: list[dict] = []
+    full = a.measure == "full"
+    work = (functools.partial(measure, threads=a.threads, dry=a.dry_run, solver=a.solver) if full else
+            functools.partial(probe, threads=a.threads, dry=a.dry_run, poolings=poolings, solver=a.solver))
     ctx = multiprocessing.get_context("spawn")  # no fork after torch has started threads
     with ProcessPoolExecutor(max_workers=a.probes, mp_context=ctx) as pool:
         futures, probed = {}, set()
@@ -181,20 +185,16 @@ def main(argv: list[str] | None = None) -> int:
                 if p.returncode != 0:
                     raise SystemExit(f"run {name} failed (rc {p.returncode}); see {a.out / name}.log")
                 log("trained", name)
-                if a.measure == "full":
-                    futures[name] = pool.submit(measure, str(a.out / name), a.threads, a.dry_run, a.solver)
-                else:
-                    futures[name] = pool.submit(probe, str(a.out / name), a.threads, a.dry_run, poolings, a.solver)
+                futures[name] = pool.submit(work, str(a.out / name))
             for name in [n for n, f in futures.items() if f.done() and n not in probed]:
                 probed.add(name)
                 row = futures[name].result()
                 rows.append(row)
-                log("measured" if a.measure == "full" else "probed", name,
-                    summary_line(row, poolings, a.measure == "full"))
+                log("measured" if full else "probed", name, summary_line(row, poolings, full))
                 with open(a.out / "screen.jsonl", "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(row, default=float) + "\n")
             time.sleep(2)
-    if a.measure == "full":
+    if full:
         write_rows(rows, a.out / "screen.parquet")
     else:
         write_table(rows, a.out / "screen.parquet", poolings)

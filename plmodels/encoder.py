@@ -189,6 +189,15 @@ def init_weights(module: nn.Module, std: float = 0.02) -> None:
             nn.init.zeros_(module.bias)
 
 
+@torch.compiler.disable
+def _selected_counts(select: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Selected positions per sequence (B,) and their maximum. Data-dependent, so kept out of
+    torch.compile's graphs (the trainer's `compile`): the blocks before it compile with static
+    shapes and the last block with a dynamic row count, without the warning `int(tensor)` gives."""
+    counts = select.sum(1)
+    return counts, (int(counts.max()) if counts.numel() else 0)
+
+
 def check_length(seq_len: int, max_positions: int) -> None:
     if seq_len > max_positions:
         raise ValueError(
@@ -372,8 +381,7 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
         for block in self.blocks[:-1]:
             x, _ = block(x, None, **kw)
-        counts = select.sum(1)  # (B,)
-        Q = int(counts.max()) if counts.numel() else 0
+        counts, Q = _selected_counts(select)  # (B,), max count
         if Q == 0:
             return x.new_zeros(0, x.shape[-1])
         # positions of the selected tokens first, in increasing order (a stable sort), then the rest

@@ -108,7 +108,7 @@ class PretrainConfig:
     bf16: str = "auto"                            # "auto" | "on" | "off": autocast to bfloat16
     seed: int = 0
     num_threads: int | None = None                # torch.set_num_threads (None: leave as is)
-    compile: bool = False                         # torch.compile the model for the train step (slow start)
+    compile: bool = False                         # torch.compile the train step's forward (_CompiledStep)
     masking: dict = field(default_factory=dict)   # MaskingConfig fields (encoder only)
     eval_masking: dict = field(default_factory=dict)  # MaskingConfig fields of the held-out mask (encoder);
                                                   # empty = BERT's 15% 80/10/10, whatever `masking` is
@@ -933,6 +933,26 @@ def loss_curve(metrics_path: Path, last_step: int) -> dict:
     return out
 
 
+class _CompiledStep:
+    """The model as `lm_loss` sees it in a compiled train step: `forward` and the encoder's
+    `masked_hidden` through torch.compile, every other attribute the plain model's (same parameters).
+    `torch.compile(model)` alone compiles only `forward`, which the encoder's loss does not call, and
+    setting an attribute on its wrapper sets it on the model; this wrapper leaves the model as it
+    was, so eval, hooks and saving run uncompiled. In `masked_hidden` the blocks compile with static
+    shapes and the last block again once the masked-row count varies (`_selected_counts`)."""
+
+    def __init__(self, model) -> None:
+        self._model = model
+        self._forward = torch.compile(model)
+        self.masked_hidden = torch.compile(model.masked_hidden) if model.kind == "encoder" else None
+
+    def __call__(self, *args, **kwargs):
+        return self._forward(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+
 class _Loop:
     """The optimisation loop and what it writes (state kept here so each method stays short)."""
 
@@ -942,11 +962,11 @@ class _Loop:
         self.n_train_tokens = int(len(train_ids))
         self.tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * d.world
         self.last_eval: dict[str, float] = {}
-        # the compiled wrapper shares the parameters; eval, hooks and saving use the plain model
-        self.step_model = torch.compile(model) if cfg.compile else model
+        # the compiled view shares the parameters; eval, hooks and saving use the plain model
+        self.step_model = _CompiledStep(model) if cfg.compile else model
 
     def train_step(self, step: int, elapsed: float) -> float:
-        cfg, model = self.cfg, self.step_model
+        cfg, step_model = self.cfg, self.step_model
         _seed_step(cfg.seed, step, self.d.rank)
         budget = cfg.max_minutes * 60 if cfg.schedule_clock == "time" else None
         at = schedule_step(step, elapsed, budget, cfg.max_steps)
@@ -959,12 +979,12 @@ class _Loop:
         total = 0.0
         progress = at / cfg.max_steps
         for micro in range(cfg.grad_accum):
-            loss, _ = lm_loss(model, self.batches.get(step, micro, self.device, progress), self.autocast)
+            loss, _ = lm_loss(step_model, self.batches.get(step, micro, self.device, progress), self.autocast)
             (loss / cfg.grad_accum).backward()
             total += loss.item() / cfg.grad_accum
-        average_gradients(model, self.d)
+        average_gradients(self.model, self.d)
         if cfg.clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return total

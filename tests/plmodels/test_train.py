@@ -99,6 +99,36 @@ def test_killed_run_resumes_bit_exact(data, tmp_path, monkeypatch, kind, extra):
     assert steps == list(range(1, 8))
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,extra", [
+    ("encoder", {"model": {"norm": "post", "dropout": 0.0, "position": "rope"}}),
+    ("decoder", {"vocab_size": 300, "model": {"dropout": 0.0}}),
+])
+def test_compiled_training_matches_eager_and_leaves_the_model_plain(data, tmp_path, monkeypatch, kind, extra):
+    # `compile` must compile what the loss calls (the encoder's masked_hidden, not only forward) and
+    # nothing else: the same weights as eager (fp32, no dropout), and the returned model uncompiled.
+    pretrain(_cfg(data, kind, max_steps=1, vocab_size=extra.get("vocab_size", 200)), tmp_path / "tok")
+    monkeypatch.chdir(tmp_path)
+    cfg = dict(max_steps=4, eval_every=2, tokenizer_path="tok/tokenizer", **extra)
+    torch._dynamo.reset()
+    eager = run_training(_cfg(data, kind, **cfg), tmp_path / "eager")
+    compiled = run_training(_cfg(data, kind, compile=True, **cfg), tmp_path / "compiled")
+    counts = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert counts > 0  # something was compiled
+    wa, wb = (load_file(str(r.path / "model.safetensors")) for r in (eager, compiled))
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5, msg=k)
+    la, lb = (_eval_losses(tmp_path / name)[0] for name in ("eager", "compiled"))
+    assert [s for s, _ in la] == [s for s, _ in lb] == [0, 2, 4]
+    assert [v for _, v in lb] == pytest.approx([v for _, v in la], abs=1e-4)
+    model = compiled.model
+    assert "masked_hidden" not in vars(model) and not hasattr(model, "_orig_mod")
+    ids = torch.randint(5, 100, (2, 16))
+    with torch.no_grad():  # the plain model compiles nothing new
+        model(ids)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == counts
+
+
 def test_resume_with_changed_config_refuses_listing_keys(data, tmp_path):
     cfg = _cfg(data, max_steps=2)
     pretrain(cfg, tmp_path / "r")

@@ -108,7 +108,7 @@ class PretrainConfig:
     bf16: str = "auto"                            # "auto" | "on" | "off": autocast to bfloat16
     seed: int = 0
     num_threads: int | None = None                # torch.set_num_threads (None: leave as is)
-    compile: bool = False                         # torch.compile the train step's forward (_CompiledStep)
+    compile: bool = False                         # torch.compile the train step's forward (CompiledStep)
     masking: dict = field(default_factory=dict)   # MaskingConfig fields (encoder only)
     eval_masking: dict = field(default_factory=dict)  # MaskingConfig fields of the held-out mask (encoder);
                                                   # empty = BERT's 15% 80/10/10, whatever `masking` is
@@ -933,7 +933,7 @@ def loss_curve(metrics_path: Path, last_step: int) -> dict:
     return out
 
 
-class _CompiledStep:
+class CompiledStep:
     """The model as `lm_loss` sees it in a compiled train step: `forward` and the encoder's
     `masked_hidden` through torch.compile, every other attribute the plain model's (same parameters).
     `torch.compile(model)` alone compiles only `forward`, which the encoder's loss does not call, and
@@ -963,7 +963,7 @@ class _Loop:
         self.tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * d.world
         self.last_eval: dict[str, float] = {}
         # the compiled view shares the parameters; eval, hooks and saving use the plain model
-        self.step_model = _CompiledStep(model) if cfg.compile else model
+        self.step_model = CompiledStep(model) if cfg.compile else model
 
     def train_step(self, step: int, elapsed: float) -> float:
         cfg, step_model = self.cfg, self.step_model

@@ -53,7 +53,7 @@ from pathlib import Path
 
 WORKBENCH = [sys.executable, "-c", "import sys; from workbench.cli import main; sys.exit(main())"]
 FIXED = {"bf16": "off", "schedule_clock": "steps", "max_minutes": None, "ckpt_log_spaced": False,
-         "ckpt_every": 0, "log_every": 100}
+         "ckpt_every": 0, "log_every": 100, "compile": False}
 DRY = {"max_train_texts": 20, "eval_sequences": 8, "eval_every": 0}
 POOLINGS = ("first", "last")  # word vectors the probe can read: first or last subword
 

@@ -108,7 +108,7 @@ class PretrainConfig:
     bf16: str = "auto"                            # "auto" | "on" | "off": autocast to bfloat16
     seed: int = 0
     num_threads: int | None = None                # torch.set_num_threads (None: leave as is)
-    compile: bool = False                         # torch.compile the train step's forward (CompiledStep)
+    compile: bool = False                         # torch.compile what the train step runs (CompiledStep)
     masking: dict = field(default_factory=dict)   # MaskingConfig fields (encoder only)
     eval_masking: dict = field(default_factory=dict)  # MaskingConfig fields of the held-out mask (encoder);
                                                   # empty = BERT's 15% 80/10/10, whatever `masking` is
@@ -966,7 +966,7 @@ class _Loop:
         self.step_model = CompiledStep(model) if cfg.compile else model
 
     def train_step(self, step: int, elapsed: float) -> float:
-        cfg, step_model = self.cfg, self.step_model
+        cfg = self.cfg
         _seed_step(cfg.seed, step, self.d.rank)
         budget = cfg.max_minutes * 60 if cfg.schedule_clock == "time" else None
         at = schedule_step(step, elapsed, budget, cfg.max_steps)
@@ -979,7 +979,7 @@ class _Loop:
         total = 0.0
         progress = at / cfg.max_steps
         for micro in range(cfg.grad_accum):
-            loss, _ = lm_loss(step_model, self.batches.get(step, micro, self.device, progress), self.autocast)
+            loss, _ = lm_loss(self.step_model, self.batches.get(step, micro, self.device, progress), self.autocast)
             (loss / cfg.grad_accum).backward()
             total += loss.item() / cfg.grad_accum
         average_gradients(self.model, self.d)

@@ -944,7 +944,8 @@ class CompiledStep:
     def __init__(self, model) -> None:
         self._model = model
         self._forward = torch.compile(model)
-        self.masked_hidden = torch.compile(model.masked_hidden) if model.kind == "encoder" else None
+        if model.kind == "encoder":  # other attributes fall through to the model (__getattr__)
+            self.masked_hidden = torch.compile(model.masked_hidden)
 
     def __call__(self, *args, **kwargs):
         return self._forward(*args, **kwargs)

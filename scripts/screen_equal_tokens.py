@@ -173,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     procs = {name: start(a.config, a.out / name, s, caches.get(s.get("tokenizer_path"))) for name, s in settings.items()}
     rows: list[dict] = []
     full = a.measure == "full"
-    work = (functools.partial(measure, threads=a.threads, dry=a.dry_run, solver=a.solver) if full else
-            functools.partial(probe, threads=a.threads, dry=a.dry_run, poolings=poolings, solver=a.solver))
+    if full:  # per-run worker and table writer, chosen once
+        work, write = functools.partial(measure, threads=a.threads, dry=a.dry_run, solver=a.solver), write_rows
+    else:
+        work = functools.partial(probe, threads=a.threads, dry=a.dry_run, poolings=poolings, solver=a.solver)
+        write = functools.partial(write_table, poolings=poolings)
     ctx = multiprocessing.get_context("spawn")  # no fork after torch has started threads
     with ProcessPoolExecutor(max_workers=a.probes, mp_context=ctx) as pool:
         futures, probed = {}, set()
@@ -194,10 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                 with open(a.out / "screen.jsonl", "a", encoding="utf-8") as fh:
                     fh.write(json.dumps(row, default=float) + "\n")
             time.sleep(2)
-    if full:
-        write_rows(rows, a.out / "screen.parquet")
-    else:
-        write_table(rows, a.out / "screen.parquet", poolings)
+    write(rows, a.out / "screen.parquet")
     return 0
 
 

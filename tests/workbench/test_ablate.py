@@ -3,12 +3,13 @@ import json
 import math
 import random
 
+import numpy as np
 import pandas as pd
 import pytest
 
 import plmodels
-from workbench.ablate import (AblationEval, check_targets, load_spec, measure_variant, pos_by_layer, run_ablation,
-                              seed_summary, seeds_markdown, summarise_heads, to_markdown, variant_config, with_seeds)
+from workbench.ablate import (AblationEval, check_targets, heldout_c, load_spec, measure_variant, pos_by_layer,
+                              probe_layers, run_ablation, seed_summary, seeds_markdown, summarise_heads, to_markdown, variant_config, with_seeds)
 
 
 def _corpus(path, n, seed):
@@ -18,6 +19,41 @@ def _corpus(path, n, seed):
     objs = ["the river", "a small house", "the green hill", "her brother", "the night sky"]
     path.write_text("\n".join(f"{rng.choice(nouns)} {rng.choice(verbs)} {rng.choice(objs)} ." for _ in range(n)) + "\n")
     return path
+
+
+def _planted_probe_data(n_sentences, rng, means):
+    """Two "layers" of word vectors for 3 labels: layer 0 one strong feature (label + noise), layer 1
+    200 weak ones (a small label-dependent mean in each): averaging them needs a strong L2 penalty."""
+    counts = rng.integers(2, 9, size=n_sentences)
+    y = rng.integers(0, 3, size=int(counts.sum()))
+    return counts, y, [np.c_[y + rng.normal(0, 0.5, len(y))], means[y] + rng.normal(size=(len(y), means.shape[1]))]
+
+
+def test_heldout_c_picks_the_penalty_on_held_out_training_sentences():
+    rng = np.random.default_rng(0)
+    means = rng.normal(0, 0.15, size=(3, 200))
+    counts, y, X = _planted_probe_data(100, rng, means)
+    counts_te, y_te, X_te = _planted_probe_data(300, rng, means)
+    picked, table = heldout_c(X, y, counts)
+    # the held-out words are whole sentences: the last 20 of 100, read nowhere else
+    cut = int(counts[:80].sum())
+    by_hand = probe_layers([x[:cut] for x in X], y[:cut], [x[cut:] for x in X], y[cut:], C=0.1)
+    assert table[table["C"] == 0.1].set_index("layer")["heldout_acc"].to_dict() == pytest.approx(by_hand)
+    # the many weak features want a strong penalty, the one strong feature a weak one; picking on
+    # training fit (always the largest C) or the worst C breaks this
+    assert picked[1] <= 0.03 < picked[0]
+    at_1, at_picked = probe_layers(X, y, X_te, y_te, C=1.0), probe_layers(X, y, X_te, y_te, C=picked)
+    assert at_picked[1] - at_1[1] >= 0.03, (at_1, at_picked)
+    assert abs(at_picked[0] - at_1[0]) <= 0.01
+    # the torch solver reads C as scikit-learn does
+    torch_acc = probe_layers(X, y, X_te, y_te, C=picked, solver="torch")
+    assert torch_acc == pytest.approx(at_picked, abs=0.01)
+    with pytest.raises(ValueError, match="sums to"):
+        heldout_c(X, y, counts[:-1])
+    with pytest.raises(ValueError, match="one value per layer"):
+        probe_layers(X, y, X_te, y_te, C={0: 1.0})
+    with pytest.raises(ValueError, match="> 0"):
+        probe_layers(X, y, X_te, y_te, C=0.0)
 
 
 @pytest.fixture(scope="module")

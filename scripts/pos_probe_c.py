@@ -35,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("models", nargs="+", help="saved models (a run's final/ folder; vectors cached in its run's store/)")
     ap.add_argument("--train", type=int, default=1250, help="EWT train sentences (the target check's 1,250)")
     ap.add_argument("--test", type=int, default=500, help="EWT dev sentences (the target check's 500)")
+    ap.add_argument("--pooling", choices=("first", "last"), default="first",
+                    help="word vector: first subword (the encoder target's) or last (a decoder's)")
     ap.add_argument("--grid", default=",".join(str(c) for c in C_GRID), help="values of C to pick from")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", help="write the tidy table (run, probe, layer, C, accuracy) to this Parquet file")
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in map(Path, a.models):
         model, tok = plmodels.load(path)
         model.eval()
-        (tr, y_tr), (te, y_te) = pos_vectors(model, tok, path.parent / "store", ev)
+        (tr, y_tr), (te, y_te) = pos_vectors(model, tok, path.parent / "store", ev, pooling=a.pooling)
         layers = range(int(model.config.n_layers) + 1)
         X_tr, X_te = [tr.layer(l) for l in layers], [te.layer(l) for l in layers]
         picked, _ = heldout_c(X_tr, y_tr, tr.n_kept(), grid=grid)

@@ -1,0 +1,37 @@
+"""scripts/pos_probe_c.py: its C=1 line is the target check's probe, and its second line refits with
+the C that `heldout_c` picks on the training sentences."""
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import plmodels
+from plmodels.encoder import Encoder, EncoderConfig
+from plmodels.tokenizer import Tokenizer
+from workbench.ablate import AblationEval, heldout_c, pos_by_layer, pos_vectors, probe_layers
+from workbench.tasks import ud_sentences
+
+from .conftest import load_script
+
+
+def test_script_reports_the_targets_probe_and_the_heldout_c_refit(tmp_path):
+    texts = [" ".join(s.words) for s in ud_sentences("ewt", "train")[:200]]
+    tok = Tokenizer.train_wordpiece(texts, 300)
+    torch.manual_seed(0)
+    model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64,
+                                  max_positions=128, dropout=0.0, position="rope", pad_token_id=tok.pad_id)).eval()
+    final = plmodels.save(model, tok, tmp_path / "run" / "final")
+    out = tmp_path / "c.parquet"
+    assert load_script("pos_probe_c").main([str(final), "--train", "40", "--test", "20", "--out", str(out)]) == 0
+    df = pd.read_parquet(out)
+    assert sorted(df["probe"].unique()) == ["C=1", "heldout C"] and len(df) == 2 * 3
+    ev = AblationEval(pos_train_sentences=40, pos_test_sentences=20)
+    c1 = df[df["probe"] == "C=1"].set_index("layer")["accuracy"].to_dict()
+    assert c1 == pytest.approx(pos_by_layer(model, tok, tmp_path / "other-store", ev))   # the target check's probe
+    (tr, y_tr), (te, y_te) = pos_vectors(model, tok, tmp_path / "run" / "store", ev)
+    X_tr, X_te = [tr.layer(l) for l in range(3)], [te.layer(l) for l in range(3)]
+    picked, _ = heldout_c(X_tr, y_tr, tr.n_kept())
+    refit = df[df["probe"] == "heldout C"].set_index("layer")
+    assert refit["C"].to_dict() == picked
+    assert refit["accuracy"].to_dict() == pytest.approx(probe_layers(X_tr, y_tr, X_te, y_te, C=picked))
+    assert np.isin(list(picked.values()), [0.01, 0.03, 0.1, 0.3, 1.0]).all()

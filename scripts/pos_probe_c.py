@@ -12,10 +12,19 @@ EWT dev sentences. This script fits the same probe twice per layer on the same v
   sensitivity of the recipe's +5 target to one of them, not a new target.
 
     python scripts/pos_probe_c.py runs/X/encoder/final [runs/Y/encoder/final ...] [--out F.parquet]
+    python scripts/pos_probe_c.py runs/X/encoder/final --test all --also-first 500
+
+Every gain comes with a 95% paired bootstrap interval over the test sentences
+(`workbench.ablate.gain_interval`: whole sentences resampled, best layer re-picked each time): the
+test words are a sample too, and every run read on them shares their draw. `--test all` scores on
+all 2,001 EWT dev sentences; `--also-first N` also reports the first N of them from the same fits
+(N = 500: the target check's test words).
 
 The word vectors are cached in <run>/store, the folder `measure_variant` uses, so a measured run is
-not read again. Prints one line per run and probe (accuracy per layer, gain of the best layer over
-layer 0) and writes a tidy table (run, probe, layer, C, accuracy) when `--out` is given.
+not read again. Prints one line per run, probe and test set (accuracy per layer, gain of the best
+layer over layer 0 with its interval) and, when `--out` is given, writes a tidy table (run, probe,
+test, layer, C, accuracy) and beside it `<out>-gains.parquet` (run, probe, test, gain, lo, hi,
+best_layer, n_sentences, n_words).
 """
 from __future__ import annotations
 
@@ -23,28 +32,36 @@ import argparse
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
 
 def main(argv: list[str] | None = None) -> int:
     import plmodels
-    from workbench.ablate import C_GRID, AblationEval, heldout_c, pos_vectors, probe_layers
+    from workbench.ablate import C_GRID, AblationEval, gain_interval, heldout_c, pos_vectors, probe_correct
+    from workbench.tasks import ud_sentences
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="+", help="saved models (a run's final/ folder; vectors cached in its run's store/)")
     ap.add_argument("--train", type=int, default=1250, help="EWT train sentences (the target check's 1,250)")
-    ap.add_argument("--test", type=int, default=500, help="EWT dev sentences (the target check's 500)")
+    ap.add_argument("--test", default="500", help="EWT dev sentences, a number or 'all' (the target check's 500)")
+    ap.add_argument("--also-first", type=int, help="also report the first N test sentences (same fits)")
+    ap.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the gain's interval")
     ap.add_argument("--pooling", choices=("first", "last"), default="first",
                     help="word vector: first subword (the encoder target's) or last (a decoder's)")
     ap.add_argument("--grid", default=",".join(str(c) for c in C_GRID), help="values of C to pick from")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", help="write the tidy table (run, probe, layer, C, accuracy) to this Parquet file")
+    ap.add_argument("--out", help="write the tidy table (run, probe, test, layer, C, accuracy) to this Parquet file "
+                         "and the gains with their intervals beside it (<out>-gains.parquet)")
     a = ap.parse_args(argv)
     grid = [float(c) for c in a.grid.split(",")]
     torch.set_num_threads(a.threads)
-    ev = AblationEval(pos_train_sentences=a.train, pos_test_sentences=a.test)
-    rows = []
+    n_test = len(ud_sentences("ewt", "dev")) if a.test == "all" else int(a.test)
+    if a.also_first is not None and not 0 < a.also_first < n_test:
+        ap.error(f"--also-first must be between 1 and {n_test - 1} (the test sentences), got {a.also_first}")
+    ev = AblationEval(pos_train_sentences=a.train, pos_test_sentences=n_test)
+    rows, gains = [], []
     for path in map(Path, a.models):
         model, tok = plmodels.load(path)
         model.eval()
@@ -52,18 +69,32 @@ def main(argv: list[str] | None = None) -> int:
         layers = range(int(model.config.n_layers) + 1)
         X_tr, X_te = [tr.layer(l) for l in layers], [te.layer(l) for l in layers]
         picked, _ = heldout_c(X_tr, y_tr, tr.n_kept(), grid=grid)
+        counts = np.asarray(te.n_kept())
+        subsets = [(f"dev:{len(counts)}", len(counts))]
+        if a.also_first is not None:
+            subsets.append((f"dev:{a.also_first}", a.also_first))
         for probe, C in (("C=1", {l: 1.0 for l in layers}), ("heldout C", picked)):
-            acc = probe_layers(X_tr, y_tr, X_te, y_te, C=C)
-            best = max(acc, key=acc.get)
-            print(f"{path}  {probe:9s} " + " ".join(f"{100 * v:.2f}" for v in acc.values())
-                  + f"  gain {100 * (acc[best] - acc[0]):+.2f} (layer {best})"
-                  + (f"  C by layer {[C[l] for l in layers]}" if probe != "C=1" else ""), flush=True)
-            rows += [{"run": str(path), "probe": probe, "layer": l, "C": C[l], "accuracy": v} for l, v in acc.items()]
+            correct, keep = probe_correct(X_tr, y_tr, X_te, y_te, C=C)
+            for test, n in subsets:
+                n_words = int(counts[:n].sum())                 # the first n sentences' words ...
+                n_kept = int(keep[:n_words].sum())              # ... of which these were scored
+                sub = {l: c[:n_kept] for l, c in correct.items()}
+                acc = {l: float(c.mean()) for l, c in sub.items()}
+                g = gain_interval(sub, counts[:n], keep=keep[:n_words], n_boot=a.n_boot)
+                print(f"{path}  {probe:9s} {test:9s} " + " ".join(f"{100 * v:.2f}" for v in acc.values())
+                      + f"  gain {100 * g['gain']:+.2f} [{100 * g['lo']:+.2f}, {100 * g['hi']:+.2f}]"
+                      + f" (layer {g['best_layer']})"
+                      + (f"  C by layer {[C[l] for l in layers]}" if probe != "C=1" else ""), flush=True)
+                rows += [{"run": str(path), "probe": probe, "test": test, "layer": l, "C": C[l], "accuracy": v}
+                         for l, v in acc.items()]
+                gains.append({"run": str(path), "probe": probe, "test": test, **g})
     if a.out:
         from workbench.io import write_parquet_atomic
 
+        gains_out = Path(a.out).with_name(Path(a.out).stem + "-gains.parquet")
         write_parquet_atomic(pd.DataFrame(rows), a.out)
-        print(f"wrote {a.out}")
+        write_parquet_atomic(pd.DataFrame(gains), gains_out)
+        print(f"wrote {a.out} and {gains_out}")
     return 0
 
 

@@ -274,6 +274,16 @@ def probe_layers(train_layers: Sequence, y_tr: np.ndarray, test_layers: Sequence
 
     `C` is the inverse L2 strength (scikit-learn's): one value for every layer (1.0, as in every
     table of docs/recipe.md) or {layer: C}, e.g. from `heldout_c`."""
+    correct, _ = probe_correct(train_layers, y_tr, test_layers, y_te, seed=seed, solver=solver, C=C)
+    return {layer: float(c.mean()) for layer, c in correct.items()}
+
+
+def probe_correct(train_layers: Sequence, y_tr: np.ndarray, test_layers: Sequence, y_te: np.ndarray,
+                  seed: int = 0, solver: str = "sklearn",
+                  C: float | Mapping[int, float] = 1.0) -> tuple[dict[int, np.ndarray], np.ndarray]:
+    """`probe_layers` word by word: ({layer: bool per kept test word, True where the probe's label is
+    right}, keep), keep = bool per test word, False where its label never occurs in train. The mean
+    of each array is `probe_layers`' accuracy; `gain_interval` resamples them."""
     from sklearn.linear_model import LogisticRegression
 
     from probes.logreg import LogisticRegressionLBFGS
@@ -297,8 +307,51 @@ def probe_layers(train_layers: Sequence, y_tr: np.ndarray, test_layers: Sequence
         else:
             clf = LogisticRegressionLBFGS(max_iter=300, C=per_layer[layer], device=None)
         clf.fit((X_tr - mu) / sd, y_tr)
-        out[layer] = float(clf.score((X_te - mu) / sd, y_te[seen]))
-    return out
+        out[layer] = np.asarray(clf.predict((X_te - mu) / sd) == y_te[seen])
+    return out, seen
+
+
+def gain_interval(correct: Mapping[int, np.ndarray], words_per_sentence: Sequence[int],
+                  keep: np.ndarray | None = None, n_boot: int = 2000, level: float = 0.95,
+                  seed: int = 0) -> dict[str, float]:
+    """The best layer's accuracy gain over layer 0, with a paired bootstrap interval over test sentences.
+
+    correct: {layer: bool per test word} (`probe_correct`; layer 0 = the embeddings), all layers
+    scored on the same words. words_per_sentence: the test words per sentence, before `keep` drops
+    any (`keep`: `probe_correct`'s mask; None = every word kept). Each of `n_boot` resamples draws
+    whole sentences with replacement (words of a sentence are not independent), recomputes every
+    layer's accuracy on them and takes the best layer's gain again, so the interval also carries the
+    choice of the best layer. Percentile interval at `level` (Efron & Tibshirani 1993, ch. 13).
+
+    Returns {"gain", "best_layer", "lo", "hi", "n_sentences", "n_words"} (gain, lo, hi as fractions).
+    """
+    layers = sorted(correct)
+    if not layers or layers[0] != 0:
+        raise ValueError(f"gain_interval: correct must hold layer 0 (the embeddings), got layers {layers}")
+    counts = np.asarray(words_per_sentence, dtype=int)
+    sent = np.repeat(np.arange(len(counts)), counts)
+    if keep is not None:
+        keep = np.asarray(keep, dtype=bool)
+        if len(keep) != len(sent):
+            raise ValueError(f"gain_interval: keep has {len(keep)} words, words_per_sentence sums to {len(sent)}")
+        sent = sent[keep]
+    K = np.stack([np.asarray(correct[layer], dtype=bool) for layer in layers], axis=1)
+    if len(K) != len(sent):
+        raise ValueError(f"gain_interval: {len(K)} scored words, but {len(sent)} kept words in the sentences")
+    if not 0 < level < 1 or n_boot < 1:
+        raise ValueError(f"gain_interval: need 0 < level < 1 and n_boot >= 1, got {level}, {n_boot}")
+    per_sent = np.zeros((len(counts), len(layers)))
+    np.add.at(per_sent, sent, K)                      # (S, L+1) right words per sentence and layer
+    n_sent = np.bincount(sent, minlength=len(counts)).astype(float)
+    acc = per_sent.sum(0) / n_sent.sum()
+    best = int(np.argmax(acc))
+    rng = np.random.default_rng(seed)
+    W = rng.multinomial(len(counts), np.full(len(counts), 1.0 / len(counts)), size=n_boot).astype(float)
+    boot = (W @ per_sent) / (W @ n_sent)[:, None]     # (n_boot, L+1) accuracies per resample
+    gains = boot.max(1) - boot[:, 0]
+    lo, hi = np.quantile(gains, [(1 - level) / 2, (1 + level) / 2])
+    return {"gain": float(acc[best] - acc[0]), "best_layer": layers[best], "lo": float(lo), "hi": float(hi),
+            "n_sentences": int(len(counts)), "n_words": int(len(sent))}
 
 
 C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)

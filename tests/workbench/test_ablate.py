@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import plmodels
-from workbench.ablate import (AblationEval, check_targets, heldout_c, load_spec, measure_variant, pos_by_layer,
+from workbench.ablate import (AblationEval, check_targets, gain_interval, heldout_c, load_spec, measure_variant, pos_by_layer,
                               probe_layers, run_ablation, seed_summary, seeds_markdown, summarise_heads, to_markdown, variant_config, with_seeds)
 
 
@@ -54,6 +54,57 @@ def test_heldout_c_picks_the_penalty_on_held_out_training_sentences():
         probe_layers(X, y, X_te, y_te, C={0: 1.0})
     with pytest.raises(ValueError, match="> 0"):
         probe_layers(X, y, X_te, y_te, C=0.0)
+
+
+def test_gain_interval_by_hand_and_when_every_sentence_is_alike():
+    # 3 sentences of 2, 1, 3 words; layer 1 right on 5 of 6 words, layer 0 on 3, layer 2 on 4
+    correct = {0: np.array([1, 0, 1, 0, 1, 0], bool), 1: np.array([1, 1, 1, 1, 0, 1], bool),
+               2: np.array([1, 1, 0, 1, 1, 0], bool)}
+    out = gain_interval(correct, [2, 1, 3], n_boot=50)
+    assert out["gain"] == pytest.approx(2 / 6) and out["best_layer"] == 1
+    assert (out["n_sentences"], out["n_words"]) == (3, 6) and out["lo"] <= out["hi"]
+    # `keep` drops the 2nd word (first sentence); sentences keep their identity
+    kept = {k: v[[0, 2, 3, 4, 5]] for k, v in correct.items()}
+    out = gain_interval(kept, [2, 1, 3], keep=np.array([1, 0, 1, 1, 1, 1], bool), n_boot=50)
+    assert out["gain"] == pytest.approx(4 / 5 - 3 / 5) and out["n_words"] == 5
+    # identical sentences: every resample is the sample, so the interval is the point
+    same = {0: np.tile([1, 0, 0], 20).astype(bool), 1: np.tile([1, 1, 0], 20).astype(bool)}
+    out = gain_interval(same, [3] * 20)
+    assert out["lo"] == pytest.approx(out["gain"]) == pytest.approx(out["hi"]) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="layer 0"):
+        gain_interval({1: same[1]}, [3] * 20)
+    with pytest.raises(ValueError, match="scored words"):
+        gain_interval(same, [3] * 19)
+
+
+def test_gain_interval_covers_a_planted_gain_when_words_of_a_sentence_move_together():
+    """Planted: each sentence has a difficulty shared by its words and every layer, and a
+    context effect (how much the contextual layers help it) shared by its words. The true gain is
+    the population's; the 95% interval over whole sentences must cover it about 95% of the time,
+    while resampling words as if independent covers it far less often."""
+    from scipy.special import expit
+
+    rng = np.random.default_rng(0)
+
+    def draw(n_sent, words=12):
+        d = np.repeat(rng.normal(0, 1.0, n_sent), words)       # shared difficulty
+        e = np.repeat(rng.normal(0, 1.5, n_sent), words)       # shared context effect
+        p = {0: expit(1.6 + d), 1: expit(2.8 + d + e), 2: expit(2.0 + d + 0.5 * e)}
+        return {k: rng.random(len(v)) < v for k, v in p.items()}, p
+
+    _, p = draw(400_000, words=1)
+    truth = max(v.mean() for v in p.values()) - p[0].mean()    # 86.8% (layer 1) - 79.3% (layer 0)
+    assert truth == pytest.approx(0.075, abs=0.002)
+    cover_sent = cover_word = 0
+    for _ in range(100):
+        correct, _ = draw(100)
+        a = gain_interval(correct, [12] * 100, n_boot=400, seed=1)
+        b = gain_interval(correct, [1] * 1200, n_boot=400, seed=1)
+        cover_sent += a["lo"] <= truth <= a["hi"]
+        cover_word += b["lo"] <= truth <= b["hi"]
+        assert b["gain"] == pytest.approx(a["gain"])
+    assert cover_sent >= 88, cover_sent                        # 92 of 100 with these draws
+    assert cover_word <= 86 and cover_sent - cover_word >= 8, (cover_sent, cover_word)  # 77
 
 
 @pytest.fixture(scope="module")

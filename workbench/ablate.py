@@ -258,12 +258,21 @@ def pos_by_layer(model, tokenizer, store_root: Path, ev: AblationEval, seed: int
     when available; per-layer accuracies within 0.16 point of "sklearn" on the EPYC decoder hours,
     for screening many runs).
     """
+    return pos_probe(model, tokenizer, store_root, ev, seed=seed, pooling=pooling, solver=solver)[0]
+
+
+def pos_probe(model, tokenizer, store_root: Path, ev: AblationEval, seed: int = 0, pooling: str = "first",
+              solver: str = "sklearn") -> tuple[dict[int, float], dict[str, float]]:
+    """`pos_by_layer`'s accuracies and the best layer's gain over layer 0 with its 95% bootstrap
+    interval over the test sentences (`gain_interval`)."""
     if solver not in ("sklearn", "torch"):
         raise ValueError(f"pos_by_layer: solver must be 'sklearn' or 'torch', got {solver!r}")
     (tr, y_tr), (te, y_te) = pos_vectors(model, tokenizer, store_root, ev, pooling)
     layers = range(int(model.config.n_layers) + 1)
-    return probe_layers([tr.layer(l) for l in layers], y_tr, [te.layer(l) for l in layers], y_te,
-                        seed=seed, solver=solver)
+    correct, keep = probe_correct([tr.layer(l) for l in layers], y_tr, [te.layer(l) for l in layers], y_te,
+                                  seed=seed, solver=solver)
+    return ({layer: float(c.mean()) for layer, c in correct.items()},
+            gain_interval(correct, te.n_kept(), keep=keep, seed=seed))
 
 
 def probe_layers(train_layers: Sequence, y_tr: np.ndarray, test_layers: Sequence, y_te: np.ndarray,
@@ -453,10 +462,11 @@ def measure_variant(name: str, final: Path, ev: AblationEval, overrides: Mapping
             return cached
     model, tok = plmodels.load(final)
     row = {"variant": name, "overrides": json.dumps(overrides, sort_keys=True), **training_summary(run_dir)}
-    pos = pos_by_layer(model, tok, run_dir / "store", ev, solver=solver)
+    pos, interval = pos_probe(model, tok, run_dir / "store", ev, solver=solver)
     best = max(pos, key=pos.get)
     row.update({"pos_layer0": pos[0], "pos_best": pos[best], "pos_best_layer": int(best),
-                "pos_gain": pos[best] - pos[0], "pos_by_layer": json.dumps(pos), "pos_solver": solver})
+                "pos_gain": pos[best] - pos[0], "pos_gain_lo": interval["lo"], "pos_gain_hi": interval["hi"],
+                "pos_by_layer": json.dumps(pos), "pos_solver": solver})
     if model.kind == "decoder":
         row.update(decoder_scores(run_dir, model, tok, ev, solver))
     row.update(head_scores(model, tok, run_dir / "heads", ev))
@@ -477,11 +487,14 @@ ENCODER_TARGETS = {"eval_acc": 0.38, "pos_gain": 0.05, "positional_max_tokens": 
 
 
 def check_targets(row: Mapping, targets: Mapping[str, float] = ENCODER_TARGETS) -> pd.DataFrame:
-    """One line per target: measure, value, target, passed (value >= target; NaN fails)."""
+    """One line per target: measure, value, target, passed (value >= target; NaN fails), and `lo`,
+    `hi`: the value's 95% interval where the row has one (`<measure>_lo`, `<measure>_hi`: the POS
+    gain's bootstrap over test sentences); the interval does not enter `passed`."""
     rows = []
     for k, t in targets.items():
         v = float(row.get(k, float("nan")))
-        rows.append({"measure": k, "value": v, "target": t, "passed": bool(v >= t)})
+        rows.append({"measure": k, "value": v, "target": t, "passed": bool(v >= t),
+                     "lo": float(row.get(f"{k}_lo", float("nan"))), "hi": float(row.get(f"{k}_hi", float("nan")))})
     return pd.DataFrame(rows)
 
 

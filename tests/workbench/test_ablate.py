@@ -196,6 +196,7 @@ def test_tiny_ablation_rows_and_rerun_is_cached(base, tmp_path):
     assert df.loc[1, "pos_solver"] == "sklearn"
     row = measure_variant("rope_lr", final, ev_run, {}, solver="torch")
     assert row["pos_solver"] == "torch"
+    assert 0 <= row["pos_gain_lo"] <= row["pos_gain_hi"] <= 1  # the gain's interval over test sentences
     for layer, acc in json.loads(df.loc[1, "pos_by_layer"]).items():
         assert abs(json.loads(row["pos_by_layer"])[layer] - acc) <= 0.02, (layer, row["pos_by_layer"])
     assert measure_variant("rope_lr", final, ev_run, {}, solver="torch") == row  # now cached
@@ -288,6 +289,10 @@ def test_check_targets_passes_only_at_or_above_target_and_fails_nan():
     out = check_targets(row).set_index("measure")["passed"].to_dict()
     assert out == {"eval_acc": True, "pos_gain": False, "positional_max_tokens": True, "det_margin": False,
                    "case_margin": True}
+    # the POS gain's interval is shown, and a miss whose interval reaches the target stays a miss
+    t = check_targets({**row, "pos_gain_lo": 0.03, "pos_gain_hi": 0.07}).set_index("measure")
+    assert (t.loc["pos_gain", "lo"], t.loc["pos_gain", "hi"]) == (0.03, 0.07) and not t.loc["pos_gain", "passed"]
+    assert t.drop("pos_gain")[["lo", "hi"]].isna().all().all()
 
 
 def test_the_positional_target_reads_voitas_token_share_not_the_word_share():

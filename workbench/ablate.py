@@ -334,6 +334,8 @@ def gain_interval(correct: Mapping[int, np.ndarray], words_per_sentence: Sequenc
 
     Returns {"gain", "best_layer", "lo", "hi", "n_sentences", "n_words"} (gain, lo, hi as fractions).
     """
+    if not 0 < level < 1 or n_boot < 1:
+        raise ValueError(f"gain_interval: need 0 < level < 1 and n_boot >= 1, got {level}, {n_boot}")
     layers = sorted(correct)
     if not layers or layers[0] != 0:
         raise ValueError(f"gain_interval: correct must hold layer 0 (the embeddings), got layers {layers}")
@@ -347,8 +349,6 @@ def gain_interval(correct: Mapping[int, np.ndarray], words_per_sentence: Sequenc
     K = np.stack([np.asarray(correct[layer], dtype=bool) for layer in layers], axis=1)
     if len(K) != len(sent):
         raise ValueError(f"gain_interval: {len(K)} scored words, but {len(sent)} kept words in the sentences")
-    if not 0 < level < 1 or n_boot < 1:
-        raise ValueError(f"gain_interval: need 0 < level < 1 and n_boot >= 1, got {level}, {n_boot}")
     per_sent = np.zeros((len(counts), len(layers)))
     np.add.at(per_sent, sent, K)                      # (S, L+1) right words per sentence and layer
     n_sent = np.bincount(sent, minlength=len(counts)).astype(float)

@@ -18,13 +18,15 @@ Every gain comes with a 95% paired bootstrap interval over the test sentences
 (`workbench.ablate.gain_interval`: whole sentences resampled, best layer re-picked each time): the
 test words are a sample too, and every run read on them shares their draw. `--test all` scores on
 all 2,001 EWT dev sentences; `--also-first N` also reports the first N of them from the same fits
-(N = 500: the target check's test words).
+(N = 500: the target check's test words). `--sample spread` takes the train and test sentences
+spread evenly over each split instead of the first ones (EWT is stored by genre: the first 1,250
+train sentences are all weblog, the first 500 dev sentences weblog and email).
 
 The word vectors are cached in <run>/store, the folder `measure_variant` uses, so a measured run is
 not read again. Prints one line per run, probe and test set (accuracy per layer, gain of the best
-layer over layer 0 with its interval) and, when `--out` is given, writes a tidy table (run, probe,
-test, layer, C, accuracy) and beside it `<out>-gains.parquet` (run, probe, test, gain, lo, hi,
-best_layer, n_sentences, n_words).
+layer over layer 0 with its interval) and, when `--out` is given, writes a tidy table (run, sample, probe,
+test, layer, C, accuracy) and beside it `<out>-gains.parquet` (run, sample, probe, test, gain, lo,
+hi, best_layer, n_sentences, n_words).
 """
 from __future__ import annotations
 
@@ -47,12 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train", type=int, default=1250, help="EWT train sentences (the target check's 1,250)")
     ap.add_argument("--test", default="500", help="EWT dev sentences, a number or 'all' (the target check's 500)")
     ap.add_argument("--also-first", type=int, help="also report the first N test sentences (same fits)")
+    ap.add_argument("--sample", choices=("first", "spread"), default="first",
+                    help="the first sentences of EWT train and dev (the target check's) or sentences spread "
+                         "evenly over each (every genre in proportion)")
     ap.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples for the gain's interval")
     ap.add_argument("--pooling", choices=("first", "last"), default="first",
                     help="word vector: first subword (the encoder target's) or last (a decoder's)")
     ap.add_argument("--grid", default=",".join(str(c) for c in C_GRID), help="values of C to pick from")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", help="write the tidy table (run, probe, test, layer, C, accuracy) to this Parquet file "
+    ap.add_argument("--out", help="write the tidy table (run, sample, probe, test, layer, C, accuracy) to this Parquet file "
                          "and the gains with their intervals beside it (<out>-gains.parquet)")
     a = ap.parse_args(argv)
     grid = [float(c) for c in a.grid.split(",")]
@@ -60,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     n_test = len(ud_sentences("ewt", "dev")) if a.test == "all" else int(a.test)
     if a.also_first is not None and not 0 < a.also_first < n_test:
         ap.error(f"--also-first must be between 1 and {n_test - 1} (the test sentences), got {a.also_first}")
-    ev = AblationEval(pos_train_sentences=a.train, pos_test_sentences=n_test)
+    ev = AblationEval(pos_train_sentences=a.train, pos_test_sentences=n_test, pos_sample=a.sample)
     rows, gains = [], []
     for path in map(Path, a.models):
         model, tok = plmodels.load(path)
@@ -85,9 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                       + f"  gain {100 * g['gain']:+.2f} [{100 * g['lo']:+.2f}, {100 * g['hi']:+.2f}]"
                       + f" (layer {g['best_layer']})"
                       + (f"  C by layer {[C[l] for l in layers]}" if probe != "C=1" else ""), flush=True)
-                rows += [{"run": str(path), "probe": probe, "test": test, "layer": l, "C": C[l], "accuracy": v}
-                         for l, v in acc.items()]
-                gains.append({"run": str(path), "probe": probe, "test": test, **g})
+                rows += [{"run": str(path), "sample": a.sample, "probe": probe, "test": test, "layer": l,
+                          "C": C[l], "accuracy": v} for l, v in acc.items()]
+                gains.append({"run": str(path), "sample": a.sample, "probe": probe, "test": test, **g})
     if a.out:
         from workbench.io import write_parquet_atomic
 

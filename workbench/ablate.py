@@ -59,6 +59,20 @@ COLUMNS = ["variant", "group", "seed", "overrides", "steps", "tokens", "tokens_p
            "det_margin", "case_margin", "positional_max", "positional_ceiling", "positional_max_tokens", "load_avg"]
 
 
+POS_SAMPLES = ("first", "spread")
+
+
+def pick_sentences(sentences: Sequence, n: int, how: str = "first") -> list:
+    """`n` of `sentences`: the first n ("first") or n spread evenly over them ("spread": indices
+    round(linspace(0, len - 1, n)), so a treebank stored by genre, as EWT is, gives each genre its
+    share). All of them when n >= len."""
+    if how not in POS_SAMPLES:
+        raise ValueError(f"pick_sentences: how must be one of {POS_SAMPLES}, got {how!r}")
+    if n >= len(sentences) or how == "first":
+        return list(sentences[:n])
+    return [sentences[i] for i in np.round(np.linspace(0, len(sentences) - 1, n)).astype(int)]
+
+
 @dataclass(frozen=True)
 class AblationEval(JsonConfig):
     """How each variant is trained and measured (kept small: these are minutes-long runs)."""
@@ -69,6 +83,9 @@ class AblationEval(JsonConfig):
     num_threads: int = 1              # torch threads per run (the CPU is shared)
     pos_train_sentences: int = 500    # EWT train sentences for the POS probe (~8k words)
     pos_test_sentences: int = 300     # EWT dev sentences it is scored on
+    pos_sample: str = "first"         # which sentences: "first" of each split (every table in docs/recipe.md:
+                                      # the first 1,250 EWT train sentences are all weblog, the first 500 dev
+                                      # weblog and email) or "spread" evenly over it (every genre in proportion)
     head_sentences: int = 300         # EWT dev / test sentences for the head analysis
     cache_dir: str | None = None      # shared token cache (default out_root/_cache)
     tokens_per_s: float = 12000.0     # budget_minutes only: expected training speed, which sizes the
@@ -80,6 +97,8 @@ class AblationEval(JsonConfig):
             raise ValueError(f"AblationEval.tokens_per_s must be > 0, got {self.tokens_per_s}")
         if not 0.0 <= self.warmup_frac < 1.0:
             raise ValueError(f"AblationEval.warmup_frac must be in [0, 1), got {self.warmup_frac}")
+        if self.pos_sample not in POS_SAMPLES:
+            raise ValueError(f"AblationEval.pos_sample must be one of {POS_SAMPLES}, got {self.pos_sample!r}")
         for name in ("evals_per_run", "eval_sequences", "num_threads", "pos_train_sentences",
                      "pos_test_sentences", "head_sentences"):
             if getattr(self, name) < 1:
@@ -226,8 +245,8 @@ def _kept_labels(store, labels_per_sentence: list[np.ndarray]) -> np.ndarray:
 def pos_vectors(model, tokenizer, store_root: Path, ev: AblationEval, pooling: str = "first"):
     """The POS probe's data: ((train store, train labels), (dev store, dev labels)).
 
-    Train: first `pos_train_sentences` of EWT train; test: first `pos_test_sentences` of EWT dev;
-    one word vector per word, pooled by `pooling` (`workbench.activations.extract`, cached under
+    Train: first `pos_train_sentences` of EWT train; test: first `pos_test_sentences` of EWT dev
+    (or spread over each split: `ev.pos_sample`, `pick_sentences`); one word vector per word, pooled by `pooling` (`workbench.activations.extract`, cached under
     `store_root`). `store.layer(l)` is the (n_words, d) matrix of layer l, `store.n_kept()` the
     words kept per sentence."""
     from workbench.activations import extract
@@ -235,7 +254,7 @@ def pos_vectors(model, tokenizer, store_root: Path, ev: AblationEval, pooling: s
 
     data = []
     for split, n in (("train", ev.pos_train_sentences), ("dev", ev.pos_test_sentences)):
-        sents = ud_sentences("ewt", split)[:n]
+        sents = pick_sentences(ud_sentences("ewt", split), n, ev.pos_sample)
         store = extract(model, tokenizer, [list(s.words) for s in sents], store_root, key_extra=f"ablate-pos:{split}",
                         pooling=pooling, progress=False)
         data.append((store, _kept_labels(store, [np.array(s.upos) for s in sents])))

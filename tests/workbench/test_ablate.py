@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 import plmodels
-from workbench.ablate import (AblationEval, check_targets, gain_interval, heldout_c, load_spec, measure_variant, pos_by_layer,
+from workbench.ablate import (AblationEval, check_targets, gain_interval, heldout_c, pick_sentences, load_spec, measure_variant, pos_by_layer,
                               probe_layers, run_ablation, seed_summary, seeds_markdown, summarise_heads, to_markdown, variant_config, with_seeds)
 
 
@@ -54,6 +54,19 @@ def test_heldout_c_picks_the_penalty_on_held_out_training_sentences():
         probe_layers(X, y, X_te, y_te, C={0: 1.0})
     with pytest.raises(ValueError, match="> 0"):
         probe_layers(X, y, X_te, y_te, C=0.0)
+
+
+def test_pick_sentences_first_or_spread_over_a_treebank_stored_by_genre():
+    # 10 sentences stored by genre (4 weblog, then 6 email): "first" 5 are weblog but one,
+    # "spread" 5 takes indices 0, 2, 4 (round(4.5) = 4), 7, 9, two weblog and three email
+    sents = [f"weblog-{i}" for i in range(4)] + [f"email-{i}" for i in range(6)]
+    assert pick_sentences(sents, 5) == sents[:5]
+    assert pick_sentences(sents, 5, "spread") == ["weblog-0", "weblog-2", "email-0", "email-3", "email-5"]
+    assert pick_sentences(sents, 10, "spread") == pick_sentences(sents, 99, "spread") == sents
+    with pytest.raises(ValueError, match="how must be"):
+        pick_sentences(sents, 5, "random")
+    with pytest.raises(ValueError, match="pos_sample"):
+        AblationEval(pos_sample="last")
 
 
 def test_gain_interval_by_hand_and_when_every_sentence_is_alike():

@@ -14,13 +14,18 @@ from workbench.tasks import ud_sentences
 from .conftest import load_script
 
 
-def test_script_reports_the_targets_probe_and_the_heldout_c_refit(tmp_path):
+def _tiny_saved_encoder(tmp_path, seed):
+    """An untrained 2-layer encoder with a WordPiece vocabulary of EWT words, saved as a run's final/."""
     texts = [" ".join(s.words) for s in ud_sentences("ewt", "train")[:200]]
     tok = Tokenizer.train_wordpiece(texts, 300)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64,
                                   max_positions=128, dropout=0.0, position="rope", pad_token_id=tok.pad_id)).eval()
-    final = plmodels.save(model, tok, tmp_path / "run" / "final")
+    return model, tok, plmodels.save(model, tok, tmp_path / "run" / "final")
+
+
+def test_script_reports_the_targets_probe_and_the_heldout_c_refit(tmp_path):
+    model, tok, final = _tiny_saved_encoder(tmp_path, seed=0)
     out = tmp_path / "c.parquet"
     assert load_script("pos_probe_c").main([str(final), "--train", "40", "--test", "20", "--out", str(out)]) == 0
     df = pd.read_parquet(out)
@@ -39,12 +44,7 @@ def test_script_reports_the_targets_probe_and_the_heldout_c_refit(tmp_path):
 
 
 def test_script_reads_a_prefix_of_the_test_sentences_from_the_same_fits_with_intervals(tmp_path):
-    texts = [" ".join(s.words) for s in ud_sentences("ewt", "train")[:200]]
-    tok = Tokenizer.train_wordpiece(texts, 300)
-    torch.manual_seed(1)
-    model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64,
-                                  max_positions=128, dropout=0.0, position="rope", pad_token_id=tok.pad_id)).eval()
-    final = plmodels.save(model, tok, tmp_path / "run" / "final")
+    model, tok, final = _tiny_saved_encoder(tmp_path, seed=1)
     script = load_script("pos_probe_c")
     big, small = tmp_path / "big.parquet", tmp_path / "small.parquet"
     args = [str(final), "--train", "40", "--n-boot", "300"]

@@ -62,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     grid = [float(c) for c in a.grid.split(",")]
     torch.set_num_threads(a.threads)
+    if a.test != "all" and not (a.test.isdigit() and int(a.test) > 0):
+        ap.error(f"--test must be a positive number of sentences or 'all', got {a.test!r}")
     n_test = len(ud_sentences("ewt", "dev")) if a.test == "all" else int(a.test)
     if a.also_first is not None and not 0 < a.also_first < n_test:
         ap.error(f"--also-first must be between 1 and {n_test - 1} (the test sentences), got {a.also_first}")

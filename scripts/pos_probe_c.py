@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="word vector: first subword (the encoder target's) or last (a decoder's)")
     ap.add_argument("--grid", default=",".join(str(c) for c in C_GRID), help="values of C to pick from")
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", help="write the tidy table (run, sample, probe, test, layer, C, accuracy) to this Parquet file "
-                         "and the gains with their intervals beside it (<out>-gains.parquet)")
+    ap.add_argument("--out", help="write the tidy table (run, sample, probe, test, layer, C, accuracy) to this "
+                                  "Parquet file and the gains with their intervals beside it (<out>-gains.parquet)")
     a = ap.parse_args(argv)
     grid = [float(c) for c in a.grid.split(",")]
     torch.set_num_threads(a.threads)

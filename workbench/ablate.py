@@ -81,7 +81,7 @@ class AblationEval(JsonConfig):
     evals_per_run: int = 4            # held-out evaluations spread over the run (loss curves)
     eval_sequences: int = 200         # held-out rows (fixed rows, fixed mask)
     num_threads: int = 1              # torch threads per run (the CPU is shared)
-    pos_train_sentences: int = 500    # EWT train sentences for the POS probe (~8k words)
+    pos_train_sentences: int = 500    # EWT train sentences for the POS probe (11.6k words)
     pos_test_sentences: int = 300     # EWT dev sentences it is scored on
     pos_sample: str = "first"         # which sentences: "first" of each split (every table in docs/recipe.md:
                                       # the first 1,250 EWT train sentences are all weblog, the first 500 dev
@@ -246,8 +246,8 @@ def pos_vectors(model, tokenizer, store_root: Path, ev: AblationEval, pooling: s
     """The POS probe's data: ((train store, train labels), (dev store, dev labels)).
 
     Train: first `pos_train_sentences` of EWT train; test: first `pos_test_sentences` of EWT dev
-    (or spread over each split: `ev.pos_sample`, `pick_sentences`); one word vector per word, pooled by `pooling` (`workbench.activations.extract`, cached under
-    `store_root`). `store.layer(l)` is the (n_words, d) matrix of layer l, `store.n_kept()` the
+    (or spread over each split: `ev.pos_sample`, `pick_sentences`); one word vector per word,
+    pooled by `pooling` (`workbench.activations.extract`, cached under `store_root`). `store.layer(l)` is the (n_words, d) matrix of layer l, `store.n_kept()` the
     words kept per sentence."""
     from workbench.activations import extract
     from workbench.tasks import ud_sentences

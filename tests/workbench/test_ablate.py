@@ -8,8 +8,9 @@ import pandas as pd
 import pytest
 
 import plmodels
-from workbench.ablate import (AblationEval, check_targets, gain_interval, heldout_c, pick_sentences, load_spec, measure_variant, pos_by_layer,
-                              probe_layers, run_ablation, seed_summary, seeds_markdown, summarise_heads, to_markdown, variant_config, with_seeds)
+from workbench.ablate import (AblationEval, check_targets, gain_interval, heldout_c, load_spec, measure_variant,
+                              pick_sentences, pos_by_layer, probe_layers, run_ablation, seed_summary, seeds_markdown,
+                              summarise_heads, to_markdown, variant_config, with_seeds)
 
 
 def _corpus(path, n, seed):

@@ -3,14 +3,15 @@
 The softmax model is `decoder-mini-cram`'s and the adaptive one `decoder-mini-cram-fp32`'s (4 x 256,
 4 heads, FFN 1024, RoPE, no dropout or biases, vocabulary 16,000), each in the trainer's own step: `plmodels.train.lm_loss` (the fused chunked
 cross-entropy for the softmax, `Decoder.adaptive_loss` for the adaptive output), backward, gradient
-clipping, fused AdamW; batch 32 x 128. The adaptive output's cost depends on how many targets fall
+clipping, fused AdamW; batch 32 x 128; fp32, or with `--bf16` under the trainer's bf16 autocast
+(`bf16: "auto"` on a CPU with native bf16). The adaptive output's cost depends on how many targets fall
 in its tail clusters, so the targets are not uniform: by default they follow Zipf's law over the
 16,000 ranks (p(rank r) proportional to 1 / (r + 1); the top 2,000 cover 80% of tokens, the
 recipe's 16k BPE tokenizer on Gutenberg train 84%), or, with `--ids`, come from a token cache that
 `workbench pretrain` wrote (`<run>/cache/*.ids`, uint16). The two steps alternate in one process;
 the speedup is the median of the same-round time ratios.
 
-    python benchmarks/bench_adaptive.py [--rounds 10] [--threads 2] [--ids runs/<run>/decoder/cache/<train>.ids]
+    python benchmarks/bench_adaptive.py [--rounds 10] [--threads 2] [--bf16] [--ids runs/<run>/decoder/cache/<train>.ids]
 Writes a table to stdout and benchmarks/results/adaptive.json.
 """
 from __future__ import annotations
@@ -47,7 +48,7 @@ def token_stream(ids_path: str | None, n: int, gen: torch.Generator) -> torch.Te
     return torch.multinomial(p / p.sum(), n, replacement=True, generator=gen)
 
 
-def make_step(config: Path, batch: Batch, counts: torch.Tensor):
+def make_step(config: Path, batch: Batch, counts: torch.Tensor, autocast: bool):
     """The trainer's step for the model of a shipped config (its preset and `model` fields)."""
     cfg = load_config(config)
     torch.manual_seed(0)
@@ -57,7 +58,7 @@ def make_step(config: Path, batch: Batch, counts: torch.Tensor):
     opt = make_optimizer(model, cfg)
 
     def step() -> float:
-        loss = lm_loss(model, batch, autocast=False)[0]
+        loss = lm_loss(model, batch, autocast=autocast)[0]
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
         opt.step()
@@ -73,6 +74,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--ids", default=None, help="a uint16 token cache to draw the batch from (default: Zipf)")
+    ap.add_argument("--bf16", action="store_true", help="bf16 autocast, as the trainer on a CPU with native bf16")
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args()
     if a.threads:
@@ -82,7 +84,7 @@ def main() -> None:
     batch = Batch(stream[:, :-1], stream[:, 1:])
     counts = torch.bincount(token_stream(a.ids, 2_000_000, gen), minlength=V)  # what the trainer ranks by
     shortlist = float(counts.sort(descending=True).values[:2000].sum() / counts.sum())
-    steps = {name: make_step(config, batch, counts) for name, config in CONFIGS.items()}
+    steps = {name: make_step(config, batch, counts, a.bf16) for name, config in CONFIGS.items()}
     times: dict[str, list[float]] = {name: [] for name in steps}
     load = [os.getloadavg()[0]]
     for r in range(a.warmup + a.rounds):
@@ -99,12 +101,12 @@ def main() -> None:
     rows = {n: {"seconds_per_step": statistics.median(t), "tokens_per_s": B * T / statistics.median(t), "times": t}
             for n, t in times.items()}
     print(f"targets: {'token cache ' + a.ids if a.ids else 'Zipf'}; top 2,000 ranks cover {shortlist:.1%}; "
-          f"threads {torch.get_num_threads()}; load {load[0]:.1f} -> {load[1]:.1f}")
+          f"{'bf16 autocast' if a.bf16 else 'fp32'}; threads {torch.get_num_threads()}; load {load[0]:.1f} -> {load[1]:.1f}")
     for n, row in rows.items():
         print(f"{n:9s} {row['seconds_per_step']:6.2f} s/step {row['tokens_per_s']:8,.0f} tok/s")
     print(f"adaptive / softmax speed: {ratio:.2f}x (median of same-round ratios)")
     atomic_write_json(a.out, {"shape": {"batch": B, "seq_len": T, "vocab": V}, "targets": a.ids or "zipf",
-                              "shortlist_share": shortlist, "threads": torch.get_num_threads(),
+                              "shortlist_share": shortlist, "bf16": a.bf16, "threads": torch.get_num_threads(),
                               "torch": torch.__version__, "load_average": load, "rows": rows,
                               "speedup": ratio, "rounds": a.rounds})
 

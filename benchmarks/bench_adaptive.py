@@ -11,8 +11,9 @@ recipe's 16k BPE tokenizer on Gutenberg train 84%), or, with `--ids`, come from 
 `workbench pretrain` wrote (`<run>/cache/*.ids`, uint16). The two steps alternate in one process;
 the speedup is the median of the same-round time ratios.
 
-    python benchmarks/bench_adaptive.py [--rounds 10] [--threads 2] [--bf16] [--ids runs/<run>/decoder/cache/<train>.ids]
-Writes a table to stdout and benchmarks/results/adaptive.json.
+    python benchmarks/bench_adaptive.py [--rounds 10] [--threads 2] [--bf16]
+        [--ids runs/<run>/decoder/cache/<train>.ids] [--out benchmarks/results/adaptive_bf16.json]
+Writes a table to stdout and benchmarks/results/adaptive.json (or `--out`).
 """
 from __future__ import annotations
 
@@ -100,8 +101,9 @@ def main() -> None:
     ratio = statistics.median(s / d for s, d in zip(times["softmax"], times["adaptive"]))
     rows = {n: {"seconds_per_step": statistics.median(t), "tokens_per_s": B * T / statistics.median(t), "times": t}
             for n, t in times.items()}
+    precision = "bf16 autocast" if a.bf16 else "fp32"
     print(f"targets: {'token cache ' + a.ids if a.ids else 'Zipf'}; top 2,000 ranks cover {shortlist:.1%}; "
-          f"{'bf16 autocast' if a.bf16 else 'fp32'}; threads {torch.get_num_threads()}; load {load[0]:.1f} -> {load[1]:.1f}")
+          f"{precision}; threads {torch.get_num_threads()}; load {load[0]:.1f} -> {load[1]:.1f}")
     for n, row in rows.items():
         print(f"{n:9s} {row['seconds_per_step']:6.2f} s/step {row['tokens_per_s']:8,.0f} tok/s")
     print(f"adaptive / softmax speed: {ratio:.2f}x (median of same-round ratios)")

@@ -247,8 +247,9 @@ def pos_vectors(model, tokenizer, store_root: Path, ev: AblationEval, pooling: s
 
     Train: first `pos_train_sentences` of EWT train; test: first `pos_test_sentences` of EWT dev
     (or spread over each split: `ev.pos_sample`, `pick_sentences`); one word vector per word,
-    pooled by `pooling` (`workbench.activations.extract`, cached under `store_root`). `store.layer(l)` is the (n_words, d) matrix of layer l, `store.n_kept()` the
-    words kept per sentence."""
+    pooled by `pooling` (`workbench.activations.extract`, cached under `store_root`).
+    `store.layer(l)` is the (n_words, d) matrix of layer l, `store.n_kept()` the words kept per
+    sentence."""
     from workbench.activations import extract
     from workbench.tasks import ud_sentences
 

@@ -37,6 +37,12 @@ the encoder targets met (`check_targets`). Results: OUT/screen.jsonl and OUT/scr
 row per run). It replays hours whose head targets vary between seeds.
 
 `--dry-run` trains 3 steps on 20 texts and probes 40/20 sentences: a check of the plumbing only.
+
+On the lent GPU machines: their image has PyTorch, scikit-learn and pyarrow but no plotly, which
+`--measure full` needs (the head analysis writes its figures); carry plotly's wheel. The data
+travel in a git-ignored folder named by `WORKBENCH_DATA` (Gutenberg, EWT with train cut to its
+first 3,000 sentences, WikiText-2 for the encoder's extra evaluation), the tokenizer as a carried
+path.
 """
 from __future__ import annotations
 

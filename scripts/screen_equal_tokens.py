@@ -42,7 +42,8 @@ On the lent GPU machines: their image has PyTorch, scikit-learn and pyarrow but 
 `--measure full` needs (the head analysis writes its figures); carry plotly's wheel. The data
 travel in a git-ignored folder named by `WORKBENCH_DATA` (Gutenberg, EWT with train cut to its
 first 3,000 sentences, WikiText-2 for the encoder's extra evaluation), the tokenizer as a carried
-path.
+path. The device returns at most eight files from `$OUT`: copy OUT/screen.jsonl and
+OUT/screen.parquet there and pack the runs' logs into one archive, not a file per run.
 """
 from __future__ import annotations
 

@@ -63,7 +63,7 @@ def test_encoder_time_ablations_keep_the_pre_ablation_baseline(monkeypatch):
     assert m40.warmup_steps == round(0.35 * m40.max_steps)
     assert cram.model["norm"] == "pre" and cram.model["position"] == "rope" and cram.model["n_heads"] == 4
     recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
-    assert (recipe.lr, recipe.masking["rate"]) == (0.0015, 0.25)
+    assert (recipe.lr, recipe.masking["rate"]) == (0.001, 0.25)   # lr 1e-3 since 2026-11-28
 
 
 def test_second_encoder_round_keeps_its_pre_ln_baseline(monkeypatch):
@@ -76,6 +76,7 @@ def test_second_encoder_round_keeps_its_pre_ln_baseline(monkeypatch):
     assert built["recipe"].model["norm"] == "pre" and built["recipe"].model["n_heads"] == 4
     assert built["post_ln"].model["norm"] == "post" and built["post_ln"].model["n_heads"] == 4
     assert built["alibi"].model == {**built["recipe"].model, "position": "alibi"}  # nested keys merge
+    assert built["recipe"].lr == 0.0015   # the round's peak; the recipe's is 1e-3 since 2026-11-28
     recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
     assert recipe.model["norm"] == "post" and recipe.model["position"] == "rope"
     assert recipe.model["n_heads"] == 8 and recipe.preset == "mini"   # 8 heads of 32 on the mini's 256
@@ -130,6 +131,7 @@ def test_fourth_encoder_round_changes_only_the_row_length_and_scores_on_one_held
     control = built["recipe"]
     assert control.model["norm"] == "post" and (control.seq_len, control.batch_size) == (128, 64)
     assert control.model["n_heads"] == 4   # pinned: the recipe has 8 heads since this round
+    assert control.lr == 0.0015            # pinned: the recipe peaks at 1e-3 since 2026-11-28
     assert control.short_seq_len is None
     lengths = {"recipe": (128, 64, None), "seq64": (64, 128, None), "short64": (128, 64, 64), "seq256": (256, 32, None)}
     for name, (seq_len, batch, short) in lengths.items():
@@ -164,16 +166,18 @@ def test_fifth_encoder_round_changes_only_the_shape_and_its_control_is_the_fourt
 
 def test_the_fp32_encoder_config_is_the_recipe_at_batch_32():
     """encoder-mini-cram-fp32.json (docs/recipe.md, "Batch 32 on a CPU without native bf16") is the
-    recipe with half the batch and twice the steps, so its warmup stays 10% of the hour, and the
-    peak lr scaled by sqrt(1/2) for the half batch (section 2, "The fp32 config at lr 1.06e-3").
-    Any other difference would be a recipe change that reached one file and not the other."""
+    recipe with half the batch and twice the steps, so its warmup stays 10% of the hour, and its own
+    peak lr: 1.06e-3, the recipe's 1.5e-3 of the time scaled by sqrt(1/2) for the half batch (section
+    2, "The fp32 config at lr 1.06e-3"); the recipe's peak moved to 1e-3 on 2026-11-28 on bf16 hours
+    and GPU replays, which say nothing of the fp32 hour. Any other difference would be a recipe
+    change that reached one file and not the other."""
     recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json").to_dict()
     fp32 = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram-fp32.json").to_dict()
     changed = {k for k in recipe.keys() | fp32.keys() if recipe.get(k) != fp32.get(k)}
     assert changed == {"name", "batch_size", "max_steps", "warmup_steps", "lr", "compile"}
     assert recipe["compile"] and not fp32["compile"]  # compile measured in bf16 only (docs/training.md)
     assert fp32["batch_size"] * 2 == recipe["batch_size"] and fp32["max_steps"] == 2 * recipe["max_steps"]
-    assert abs(fp32["lr"] - recipe["lr"] * 0.5 ** 0.5) < 1e-5
+    assert fp32["lr"] == 0.00106 and abs(fp32["lr"] - 0.0015 * 0.5 ** 0.5) < 1e-5 and recipe["lr"] == 0.001
     assert fp32["warmup_steps"] / fp32["max_steps"] == recipe["warmup_steps"] / recipe["max_steps"] == 0.1
     assert fp32["schedule_clock"] == "time" and fp32["max_minutes"] == recipe["max_minutes"] == 60
 
@@ -211,4 +215,5 @@ def test_every_pretraining_step_of_a_run_config_builds_a_config(path, monkeypatc
         enc, dec = built["encoder"], built["decoder"]
         assert enc.model["norm"] == "post" and enc.model["n_heads"] == 8 and enc.masking["rate"] == 0.25
         assert (enc.batch_size, enc.max_steps, enc.schedule_clock, enc.max_minutes) == (8, 1280, "time", 5.0)
+        assert enc.lr == 0.0015   # the demo's figures (docs/recipe.md 2b) were taken at this peak
         assert (dec.batch_size, dec.max_steps, dec.schedule_clock) == (8, 220, "steps")

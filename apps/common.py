@@ -14,7 +14,8 @@ from pathlib import Path
 
 import streamlit as st
 
-from workbench import results, views
+from workbench.core import results
+from workbench.presentation import views
 
 ENV_RESULTS = "WORKBENCH_RESULTS"
 
@@ -56,7 +57,7 @@ def _cached_view(name: str, run_dir: str, stamp: float, args: tuple):
 
 
 def view(name: str, run_dir: str, *args):
-    """`workbench.views.<name>(run_dir, *args)`, cached by strings until the run's tables change."""
+    """`workbench.presentation.views.<name>(run_dir, *args)`, cached by strings until the run's tables change."""
     return _cached_view(name, str(run_dir), views.table_stamp(run_dir), tuple(args))
 
 

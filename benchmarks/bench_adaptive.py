@@ -29,7 +29,7 @@ import torch
 from plmodels.checkpoint import build_model
 from plmodels.presets import preset
 from plmodels.train import Batch, lm_loss, load_config, make_optimizer
-from workbench.io import atomic_write_json
+from workbench.core.io import atomic_write_json
 
 B, T, V = 32, 128, 16000
 CONFIGS = {name: Path(__file__).resolve().parents[1] / "configs" / "pretrain" / f"{stem}.json"

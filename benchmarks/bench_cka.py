@@ -1,7 +1,7 @@
 """Benchmark: the layer x layer CKA matrix of two 6-layer models over 20,000 words (target < 30 s).
 
 Two stacks of 7 layers (embeddings + 6 blocks) of float16 word vectors of width 384 (the shape of
-all-MiniLM-L6-v2 in the activation store) are compared with `workbench.compare.layer_cka`:
+all-MiniLM-L6-v2 in the activation store) are compared with `workbench.analyses.compare.layer_cka`:
 "linear" (Kornblith et al. 2019, exact, feature-space products, no n x n matrix) and "linear_mb"
 (the debiased minibatch estimator of Nguyen et al. 2021, minibatches of 1,000 words). Model b's
 layer l is a rotation of model a's layer l plus noise growing with l, so CKA falls with depth
@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from workbench.compare import CompareRunConfig, layer_cka
-from workbench.io import atomic_write_json
+from workbench.analyses.compare import CompareRunConfig, layer_cka
+from workbench.core.io import atomic_write_json
 
 
 def stacks(n: int, d: int = 384, layers: int = 7, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -1,4 +1,4 @@
-"""Benchmark attention-head analysis (workbench/head_analysis.py) on a `mini`-shape encoder
+"""Benchmark attention-head analysis (workbench/analyses/heads.py) on a `mini`-shape encoder
 (4 layers x 256, 4 heads, random init, WordPiece trained on an EWT-train sample).
 
 Times every head score for EWT dev + test (2,001 + 2,077 sentences), extraction of the word-level
@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.presets import preset
 from plmodels.tokenizer import Tokenizer
-from workbench.head_analysis import HeadRunConfig, analyse_loaded
-from workbench.io import atomic_write_json
-from workbench.tasks import ud_sentences
+from workbench.analyses.heads import HeadRunConfig, analyse_loaded
+from workbench.core.io import atomic_write_json
+from workbench.data.tasks import ud_sentences
 
 RESULTS = Path(__file__).resolve().parent / "results" / "heads.json"
 

@@ -1,7 +1,7 @@
 """The POS probe's logistic regression: scikit-learn's lbfgs against `probes.logreg.LogisticRegressionLBFGS`
 (the same objective in torch), on a problem of the probe's shape.
 
-`workbench.ablate.pos_by_layer` fits one multinomial logistic regression per layer (C = 1, at most
+`research.ablate.pos_by_layer` fits one multinomial logistic regression per layer (C = 1, at most
 300 L-BFGS iterations) on ~27k standardised word vectors of 256 dimensions with 17 UPOS labels. Here
 the words are synthetic, so the script runs anywhere (see `data`). Each
 round fits both (alternating which goes first) on the same data; the table gives the median time of
@@ -25,7 +25,7 @@ from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from probes.logreg import LogisticRegressionLBFGS
-from workbench.io import atomic_write_json
+from workbench.core.io import atomic_write_json
 
 OUT = Path(__file__).resolve().parent / "results" / "logreg.json"
 N_TRAIN, N_TEST, D, K = 27000, 8000, 256, 17

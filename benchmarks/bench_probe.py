@@ -1,4 +1,4 @@
-"""Benchmark edge probing (workbench/probing.py) on all-MiniLM-L6-v2 (6 layers x 384).
+"""Benchmark edge probing (workbench/analyses/probing.py) on all-MiniLM-L6-v2 (6 layers x 384).
 
 All six tasks x all 7 layers (single) + the scalar mix + the 7 cumulative probes, one seed, from
 the activation store (extraction is timed separately, once per task split; a second run reuses the
@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 import plmodels
 from plmodels.hf_import import find_minilm, import_hf_bert
 from probes.layers import cumulative_scores, per_layer_scores, scalar_mix_probe
-from workbench.io import atomic_write_json
-from workbench.probing import ProbeRunConfig, load_split, probe_params
+from workbench.core.io import atomic_write_json
+from workbench.analyses.probing import ProbeRunConfig, load_split, probe_params
 
 RESULTS = Path(__file__).resolve().parent / "results" / "probe.json"
 TASKS = ("pos", "deps", "const", "ner", "entities", "coref")
@@ -59,7 +59,7 @@ def main() -> None:
             tr = load_split(model, tok, task, "train", cfg, Path(a.store), mid, a.train, progress=False)
             te = load_split(model, tok, task, "test", cfg, Path(a.store), mid, a.eval, progress=False)
             seen = set(tr.arrays.labels.tolist())
-            from workbench.probing import _keep
+            from workbench.analyses.probing import _keep
             te.arrays = _keep(te.arrays, [y in seen for y in te.arrays.labels.tolist()])
             t_extract = time.perf_counter() - t0
             X, Y = tr.probe_data(), te.probe_data()

@@ -28,6 +28,7 @@ from torch import nn
 from .decoder import Decoder, DecoderConfig
 from .encoder import Encoder, EncoderConfig
 from .files import save_safetensors
+from .tokenizer import Tokenizer
 
 MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {
     "encoder": (Encoder, EncoderConfig),
@@ -144,7 +145,6 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn
     model.to(map_location).eval()
     tokenizer = None
     if (path / TOKENIZER_DIR).is_dir():
-        from .tokenizer import Tokenizer
 
         tokenizer = Tokenizer.load(path / TOKENIZER_DIR)
     return model, tokenizer

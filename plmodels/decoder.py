@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .attention import keep_mask, resolve_attn_impl
+from .dropout import Dropout
 from .encoder import (
     Block,
     PrunableMixin,
@@ -39,7 +40,6 @@ from .encoder import (
     layer_norm,
     packing_for,
 )
-from .dropout import Dropout
 from .hooks import HookedModel, HookPoint
 from .outputs import DecoderOutput
 from .positions import alibi_distance, rope_cos_sin

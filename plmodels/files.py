@@ -1,4 +1,4 @@
-"""The mode of the files plmodels writes atomically (`workbench.io.make_shared` does the same there),
+"""The mode of the files plmodels writes atomically (`workbench.core.io.make_shared` does the same there),
 and the one way plmodels writes safetensors files.
 
 Atomic writers build a temporary sibling with `tempfile.mkstemp` (mode 0600) or `mkdtemp` (0700) and
@@ -12,6 +12,8 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
+
+from safetensors.torch import save_file
 
 
 def current_umask() -> int:
@@ -29,7 +31,6 @@ def make_shared(path: str | os.PathLike, folder: bool = False) -> None:
 def save_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict | None = None) -> None:
     """safetensors' `save_file`, atomically (a temporary sibling, then a rename) and with the mode
     `open()` gives, where `save_file` alone creates a 0600 file."""
-    from safetensors.torch import save_file
 
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

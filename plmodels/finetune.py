@@ -20,7 +20,7 @@ Checkpoint folder (`out_dir`): the `plmodels.save` layout for the base model (up
 `head.safetensors` + `finetune.json` {task, mode, labels, dev metrics, base checkpoint hash, ...}.
 
 Data: the caller passes the examples as `TaskData`; plmodels reads no data set itself
-(`workbench.finetuning` loads SST-2 and UD POS through the data root and calls `finetune`).
+(`workbench.data.finetuning` loads SST-2 and UD POS through the data root and calls `finetune`).
 """
 from __future__ import annotations
 
@@ -34,8 +34,10 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from safetensors.torch import load_file
 from torch import nn
 
+import plmodels
 from plmodels.files import save_safetensors
 from plmodels.masking import IGNORE_INDEX
 from plmodels.schedule import lr_at
@@ -264,7 +266,6 @@ def _fit(cfg: FinetuneConfig, params: list, n_train: int, loss_of, evaluate, sta
 
 def finetune(config, out_dir: str | Path, overrides: dict | None = None, *, data: TaskData) -> Path:
     """Finetune `config.base` on `config.task` in `config.mode`; returns the checkpoint folder out_dir."""
-    import plmodels
 
     cfg = load_finetune_config(config, overrides)
     out_dir = Path(out_dir)
@@ -346,8 +347,7 @@ def dev_accuracy(clf: Classifier, encoded: list, batch_size: int) -> float:
 
 def load_classifier(path: str | Path, map_location: str = "cpu") -> Classifier:
     """A finetuned checkpoint folder -> Classifier in eval mode, with `.tokenizer` and `.info`."""
-    import plmodels
-    from safetensors.torch import load_file
+
 
     path = Path(path)
     if not (path / INFO_FILE).is_file() or not (path / HEAD_FILE).is_file():

@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors.torch import load_file
 
 from .checkpoint import check_state, save
 from .encoder import Encoder, EncoderConfig
+from .tokenizer import Tokenizer
 
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 IGNORED = re.compile(r"^embeddings\.position_ids$")  # a buffer of arange(T), not a weight
@@ -102,7 +104,6 @@ def config_from_hf(hf: dict, where: str = "config.json") -> EncoderConfig:
 def read_hf_weights(src: Path) -> dict[str, torch.Tensor]:
     """The HF state dict from model.safetensors, else pytorch_model.bin (weights_only=True)."""
     if (src / "model.safetensors").is_file():
-        from safetensors.torch import load_file
 
         return load_file(str(src / "model.safetensors"))
     if (src / "pytorch_model.bin").is_file():
@@ -148,7 +149,6 @@ def map_hf_state(hf_state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Ten
 
 def read_tokenizer(src: Path):
     """plmodels Tokenizer from tokenizer.json, else vocab.txt (+ do_lower_case), else None."""
-    from .tokenizer import Tokenizer
 
     # vocab.txt first: it is exactly what BertTokenizer reads, while a saved tokenizer.json may
     # carry padding/truncation settings of its own (all-MiniLM-L6-v2's pads to 128).

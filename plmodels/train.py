@@ -31,6 +31,7 @@ weights (fp32) to an uninterrupted one.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -43,12 +44,26 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
+from safetensors.torch import load_file
 
+from plmodels import corpus
+from plmodels.checkpoint import build_model, save
+from plmodels.corpus import PackedDataset, sample_texts_for_tokenizer
 from plmodels.files import make_shared, save_safetensors
-from plmodels.masking import IGNORE_INDEX, MaskingConfig, continuation_ids, mask_tokens, step_generator, word_starts
+from plmodels.masking import (
+    IGNORE_INDEX,
+    MaskingConfig,
+    continuation_ids,
+    mask_tokens,
+    nsp_pairs,
+    step_generator,
+    word_starts,
+)
 from plmodels.presets import preset as preset_fields
 from plmodels.schedule import SCHEDULES, lr_at, schedule_step
+from plmodels.tokenizer import Tokenizer
 
 CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "pretrain"
 # Keys that may change when a run resumes: they change neither the data, the model nor the updates.
@@ -513,7 +528,6 @@ def save_train_state(folder: Path, optimizer: torch.optim.Optimizer, info: dict)
 
 def load_train_state(folder: Path, optimizer: torch.optim.Optimizer) -> dict:
     """Restore the optimizer from a checkpoint folder; returns the JSON info (step, tokens, ...)."""
-    from safetensors.torch import load_file
 
     info = json.loads((folder / STATE_JSON).read_text(encoding="utf-8"))
     tensors = load_file(str(folder / STATE_TENSORS))
@@ -557,7 +571,6 @@ class Dist:
 def init_distributed() -> tuple[Dist, torch.device, bool]:
     """Join the process group when WORLD_SIZE > 1 (gloo on CPU, nccl on GPU) and pick the device;
     the flag says whether this call joined it (and so should destroy it when done)."""
-    import torch.distributed as dist
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     d = Dist(int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0")))
@@ -570,7 +583,6 @@ def init_distributed() -> tuple[Dist, torch.device, bool]:
 
 def barrier(d: Dist) -> None:
     if d.world > 1:
-        import torch.distributed as dist
 
         dist.barrier()
 
@@ -581,7 +593,6 @@ def average_gradients(model: torch.nn.Module, d: Dist) -> None:
     positions only), which DDP's forward-graph bookkeeping does not see."""
     if d.world == 1:
         return
-    import torch.distributed as dist
 
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = torch.cat([g.reshape(-1) for g in grads])
@@ -595,7 +606,6 @@ def average_gradients(model: torch.nn.Module, d: Dist) -> None:
 
 def broadcast_parameters(model: torch.nn.Module, d: Dist) -> None:
     if d.world > 1:
-        import torch.distributed as dist
 
         for t in list(model.parameters()) + list(model.buffers()):
             dist.broadcast(t.data, src=0)
@@ -605,7 +615,6 @@ def rank0_value(x: float, d: Dist, device: torch.device) -> float:
     """Rank 0's `x` on every rank (decisions that depend on the clock are made by rank 0)."""
     if d.world == 1:
         return x
-    import torch.distributed as dist
 
     t = torch.tensor([float(x)], dtype=torch.float64, device=device)
     dist.broadcast(t, src=0)
@@ -621,8 +630,6 @@ def any_rank(flag: bool, d: Dist, device: torch.device) -> bool:
 def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist):
     """out_dir/tokenizer if present (resume), else cfg.tokenizer_path, else trained by rank 0 on a
     bounded sample of the training split (WordPiece for encoders, byte-level BPE for decoders)."""
-    from plmodels.corpus import sample_texts_for_tokenizer
-    from plmodels.tokenizer import Tokenizer
 
     tok_dir = out_dir / "tokenizer"
     if d.main and not (tok_dir / "tokenizer.json").is_file():
@@ -645,9 +652,7 @@ def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist):
 def token_cache(source: str, split: str | None, cfg: PretrainConfig, tok, out_dir: Path, d: Dist,
                 max_texts: int | None = None):
     """The flat id stream of a corpus split, tokenized once by rank 0 into out_dir/cache."""
-    import itertools
 
-    from plmodels import corpus
 
     src = resolve_path(source, cfg.data_dir)
     name = f"{src.name.removesuffix('.gz')}.{split}.{max_texts or 'all'}.{tok.fingerprint()[:12]}.ids"
@@ -726,7 +731,6 @@ def make_batch(rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Gener
         return Batch(rows[:, :-1].contiguous().to(device), rows[:, 1:].contiguous().to(device))
     types = nsp = None
     if masking.nsp:
-        from plmodels.masking import nsp_pairs
 
         rows, types, nsp = nsp_pairs(rows[:, 1:-2], cls_id=tok.cls_id, sep_id=tok.sep_id, generator=gen)
     starts = word_starts(rows, cont_ids) if masking.whole_word else None
@@ -854,7 +858,6 @@ def run_training(cfg: PretrainConfig, out_dir: str | Path, resume: bool = True,
         return _train(cfg, Path(out_dir), resume, stop_at_step, d, device)
     finally:
         if joined:
-            import torch.distributed as dist
 
             dist.destroy_process_group()
 
@@ -874,8 +877,6 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
     if d.main and not resuming:
         write_json_atomic(out_dir / "config.resolved.json", resolved)
 
-    from plmodels.checkpoint import build_model
-    from plmodels.corpus import PackedDataset
 
     train_ids = token_cache(cfg.train_source, cfg.train_split, cfg, tok, out_dir, d, cfg.max_train_texts)
     short = None if cfg.short_seq_len is None else PackedDataset.for_tokenizer(train_ids, cfg.short_seq_len, cfg.seed, tok)
@@ -899,7 +900,6 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
     metrics_path = out_dir / "metrics.jsonl"
     ckpt = latest_checkpoint(out_dir) if resuming else None
     if ckpt is not None:
-        from safetensors.torch import load_file
 
         model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(device)))
         info = load_train_state(ckpt, optimizer)
@@ -1011,7 +1011,6 @@ class _Loop:
         }
 
     def save(self, path: Path, step: int, tokens: int, elapsed: float, stopped_by: str) -> None:
-        from plmodels.checkpoint import save
 
         save(self.model, self.tok, path, card=self.card(step, tokens, stopped_by))
         epoch, pos = self.batches.position(step)

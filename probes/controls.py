@@ -22,8 +22,17 @@ from typing import Any, Hashable, Sequence
 import numpy as np
 import pandas as pd
 
-from probes.layers import (PROBING_COLUMNS, SUMMARY_COLUMNS, LayerResult, ProbeData, _base, _fit_eval,
-                           _frame, _metric_rows, _seed_aggregates)
+from probes.layers import (
+    PROBING_COLUMNS,
+    SUMMARY_COLUMNS,
+    LayerResult,
+    ProbeData,
+    _base,
+    _fit_eval,
+    _frame,
+    _metric_rows,
+    _seed_aggregates,
+)
 
 LEXICAL_BASELINE_LAYER = 0
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from sklearn.manifold import MDS
 
 from probes.heads import check_rows
 
@@ -131,7 +132,6 @@ def head_distances(sentences, max_words: int | None = None) -> HeadDistances:
 
 def mds_embedding(distance: np.ndarray, seed: int = 0, n_init: int = 4) -> np.ndarray:
     """2-D metric MDS of a precomputed (N, N) distance matrix (Clark et al. 2019 Fig. 6) -> (N, 2)."""
-    from sklearn.manifold import MDS
 
     D = np.asarray(distance, dtype=np.float64)
     if D.ndim != 2 or D.shape[0] != D.shape[1] or not np.allclose(D, D.T):

@@ -1,7 +1,7 @@
 """Multinomial logistic regression fitted with L-BFGS in torch: the objective of scikit-learn's
 `LogisticRegression(solver="lbfgs")`, on any torch device.
 
-Why it exists: the POS probe of `workbench.ablate.pos_by_layer` fits one scikit-learn model per layer
+Why it exists: the POS probe of `research.ablate.pos_by_layer` fits one scikit-learn model per layer
 and pooling; on 27k words x 256 features each fit takes ~16 s on two CPU threads, so probing a dozen
 screened checkpoints costs more than training them on a GPU. This estimator minimises the same
 function (Pedregosa et al. 2011, scikit-learn >= 1.2, multinomial loss with an L2 penalty):

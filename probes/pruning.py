@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 import torch
 import torch.nn.functional as F
+from safetensors.torch import save_model
 from scipy import stats
 from torch import Tensor, nn
 
@@ -315,7 +316,6 @@ def count_parameters(model: nn.Module) -> int:
 
 def safetensors_size(model: nn.Module) -> int:
     """Bytes of the model's weights written with safetensors (shared tensors stored once)."""
-    from safetensors.torch import save_model
 
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.safetensors")

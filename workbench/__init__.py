@@ -1,0 +1,25 @@
+"""workbench: data, the activation store, analyses, reports and the command line, over `plmodels`
+(models, tokenizers, training) and `probes` (analysis on arrays).
+
+The package is layered; a module imports only from its own layer or the ones above it in this
+list (tests/test_import_rules.py checks it on every run):
+
+    core          io, config, paths, progress, results   atomic writes, typed configs, data root, run tables
+    data          readers, tasks, align, finetuning      corpora -> task records
+    store         activations                            model vectors and attention maps on disk
+    analyses      probing, heads, prune, compare,        one library function per question,
+                  frozen_vs_finetuned, emergence         tidy tables out
+    figures       layers, heads, attention, compare,     Plotly builders: table -> Figure
+                  emergence
+    presentation  views, analysis_figures, report        tables -> figures, pages and the report
+    (entry)       cli, pipeline, app_launcher            `workbench ...`, `workbench run`, `workbench app`
+
+The app (`apps/`) sits above all of it and imports `workbench.presentation` and `workbench.figures`.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("plm-workbench")
+except PackageNotFoundError:   # a source tree on sys.path, not installed
+    __version__ = "0+unknown"

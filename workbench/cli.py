@@ -21,7 +21,7 @@ def _pretrain(a: argparse.Namespace) -> None:
 
 
 def _finetune(a: argparse.Namespace) -> None:
-    from workbench.finetuning import finetune
+    from workbench.data.finetuning import finetune
 
     overrides = json.loads(a.set) if a.set else None
     path = finetune(a.config, a.out, overrides=overrides)
@@ -41,14 +41,14 @@ def _import_hf(a: argparse.Namespace) -> None:
 
 
 def _data_tasks(a: argparse.Namespace) -> None:
-    from workbench.tasks import build_all_tasks
+    from workbench.data.tasks import build_all_tasks
 
     stats = build_all_tasks(a.out, tasks=a.tasks.split(",") if a.tasks else None)
     print(stats.to_string(index=False))
 
 
 def _extract(a: argparse.Namespace) -> None:
-    from workbench.activations import extract_cli
+    from workbench.store.activations import extract_cli
 
     store = extract_cli(a.model, a.data, a.out, pooling=a.pooling, attentions=a.attentions,
                         precision=a.precision)
@@ -56,44 +56,50 @@ def _extract(a: argparse.Namespace) -> None:
 
 
 def _probe(a: argparse.Namespace) -> None:
-    from workbench.probing import probe_model
+    from workbench.analyses.probing import probe_model
+    from workbench.presentation.analysis_figures import write_analysis_figures
 
-    table = probe_model(a.model, tasks=a.tasks.split(","), out_dir=a.out, config=a.config)
-    print(f"probing table: {table}")
+    tables = probe_model(a.model, tasks=a.tasks.split(","), out_dir=a.out, config=a.config)
+    write_analysis_figures("probe", tables, a.out)
+    print(f"probing tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
 
 
 def _heads(a: argparse.Namespace) -> None:
-    from workbench.head_analysis import analyse_heads
+    from workbench.analyses.heads import analyse_heads
+    from workbench.presentation.analysis_figures import write_analysis_figures
 
-    table = analyse_heads(a.model, out_dir=a.out, config=a.config)
-    print(f"heads table: {table}")
+    tables = analyse_heads(a.model, out_dir=a.out, config=a.config)
+    write_analysis_figures("heads", tables, a.out)
+    print(f"head tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
 
 
 def _prune(a: argparse.Namespace) -> None:
-    from workbench.prune import prune_model_cli
+    from workbench.analyses.prune import prune_model_cli
 
     table = prune_model_cli(a.model, methods=a.method.split(","), out_dir=a.out, config=a.config)
     print(f"pruning table: {table}")
 
 
 def _compare(a: argparse.Namespace) -> None:
-    from workbench.compare import compare_models
+    from workbench.analyses.compare import compare_models
 
     out = compare_models(a.model_a, a.model_b, out_dir=a.out, config=a.config)
     print(f"comparison tables: {out}")
 
 
 def _fvf(a: argparse.Namespace) -> None:
-    from workbench.frozen_vs_finetuned import frozen_vs_finetuned
+    from workbench.analyses.frozen_vs_finetuned import frozen_vs_finetuned
 
     frozen_vs_finetuned(a.model, out_dir=a.out, config=a.config)
     print(f"frozen-vs-finetuned table: {a.out / 'tables' / 'frozen_vs_finetuned.parquet'}")
 
 
 def _emergence(a: argparse.Namespace) -> None:
-    from workbench.emergence import emergence_cli
+    from workbench.analyses.emergence import emergence_cli
+    from workbench.presentation.analysis_figures import write_analysis_figures
 
-    emergence_cli(a.run, a.out, config=a.config)
+    tables = emergence_cli(a.run, a.out, config=a.config)
+    write_analysis_figures("emergence", tables, a.out)
     print(f"emergence table: {a.out / 'tables' / 'emergence.parquet'}")
 
 
@@ -105,7 +111,7 @@ def _run(a: argparse.Namespace) -> None:
 
 
 def _report(a: argparse.Namespace) -> None:
-    from workbench.report import write_report
+    from workbench.presentation.report import write_report
 
     html, md = write_report(a.run)
     print(f"report: {html}\nsummary: {md}")

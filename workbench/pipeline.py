@@ -24,10 +24,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from workbench.config import read_json_keys
-from workbench.io import atomic_write_json
-from workbench.paths import data_root
-from workbench.results import run_info, write_tables
+import plmodels
+from plmodels.hf_import import find_minilm, import_hf_bert
+from plmodels.train import pretrain, read_config_file
+from workbench.analyses.compare import compare_models
+from workbench.analyses.emergence import emergence_cli
+from workbench.analyses.frozen_vs_finetuned import frozen_vs_finetuned
+from workbench.analyses.heads import analyse_heads
+from workbench.analyses.probing import probe_model
+from workbench.analyses.prune import prune_model_cli
+from workbench.core.config import read_json_keys
+from workbench.core.io import atomic_write_json
+from workbench.core.paths import data_root
+from workbench.core.results import run_info, write_tables
+from workbench.data.finetuning import finetune
+from workbench.data.tasks import build_all_tasks, ud_sentences
+from workbench.presentation.analysis_figures import write_analysis_figures
+from workbench.presentation.report import write_report
+from workbench.store.activations import extract
 
 REPO = Path(__file__).resolve().parent.parent
 # Top-level keys of a run config; anything else is an error (no hidden defaults, no typos).
@@ -63,7 +77,6 @@ def _with_files(obj: Any) -> Any:
         if path.is_file():
             content = json.loads(path.read_text())
             if isinstance(content, dict) and "extends" in content:
-                from plmodels.train import read_config_file
 
                 content = read_config_file(path)
             return {"file": obj, "content": content}
@@ -130,7 +143,6 @@ def _resolve(path: str) -> Path:
 
 def _pretrain_step(name: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
-        from plmodels.train import pretrain
 
         overrides = dict(spec.get("overrides", {}))
         overrides.setdefault("seed", ctx.cfg["seed"])
@@ -141,7 +153,6 @@ def _pretrain_step(name: str, spec: dict) -> Callable[[Context], dict]:
 
 def _import_step(name: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
-        from plmodels.hf_import import find_minilm, import_hf_bert
 
         src = find_minilm() if spec["import"] == "minilm" else _resolve(spec["import"])
         if src is None:
@@ -153,7 +164,6 @@ def _import_step(name: str, spec: dict) -> Callable[[Context], dict]:
 
 def _finetune_step(name: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
-        from workbench.finetuning import finetune
 
         overrides = dict(spec.get("overrides", {}))
         overrides["base"] = str(ctx.model_path(spec["base"]))
@@ -172,28 +182,23 @@ def _analysis_step(kind: str, model: str, spec: dict) -> Callable[[Context], dic
         config = _resolve(spec["config"]) if spec.get("config") else None
         out = ctx.run_dir / kind / model
         if kind == "probe":
-            from workbench.probing import probe_model
             tables = probe_model(path, tasks=spec["tasks"], out_dir=out, config=config, model_name=model,
                                  tasks_dir=ctx.run_dir / "tasks", store_root=ctx.run_dir / "store")
         elif kind == "heads":
-            from workbench.head_analysis import analyse_heads
             tables = analyse_heads(path, out_dir=out, config=config, model_name=model,
                                    store_root=ctx.run_dir / "store")
             _attention_for_app(ctx.run_dir, model, path, spec.get("app_sentences", 40))
         else:
-            from workbench.prune import prune_model_cli
             tables = prune_model_cli(path, methods=spec["methods"], out_dir=out, config=config,
                                      model_name=model)
         write_tables(ctx.run_dir, tables)
+        write_analysis_figures(kind, tables, out)
         return {"tables": sorted(tables)}
     return fn
 
 
 def _attention_for_app(run_dir: Path, model: str, path: Path, n: int) -> None:
     """A small word-level attention store of EWT dev sentences for the app's sentence view."""
-    import plmodels
-    from workbench.activations import extract
-    from workbench.tasks import ud_sentences
 
     sentences = [list(s.words) for s in ud_sentences("ewt", "dev")[:n]]
     net, tok = plmodels.load(path)
@@ -205,7 +210,6 @@ def _attention_for_app(run_dir: Path, model: str, path: Path, n: int) -> None:
 def _fvf_step(model: str, spec: dict) -> Callable[[Context], dict]:
     """Frozen features vs full finetuning (Peters et al. 2019) for one pretrained model."""
     def fn(ctx: Context) -> dict:
-        from workbench.frozen_vs_finetuned import frozen_vs_finetuned
 
         path = ctx.model_path(model)
         if not (path / "config.json").exists():
@@ -221,20 +225,20 @@ def _fvf_step(model: str, spec: dict) -> Callable[[Context], dict]:
 def _emergence_step(model: str, spec: dict) -> Callable[[Context], dict]:
     """How structure emerges: probes and head scores over one pretraining run's checkpoints."""
     def fn(ctx: Context) -> dict:
-        from workbench.emergence import emergence_cli
 
         run_folder = ctx.run_dir / "models" / model
         if not (run_folder / "checkpoints").is_dir():
             return {"skipped": f"{model} has no checkpoints/ (not pretrained in this run)"}
-        tables = emergence_cli(run_folder, ctx.run_dir / "emergence" / model, config=spec.get("config"))
+        out = ctx.run_dir / "emergence" / model
+        tables = emergence_cli(run_folder, out, config=spec.get("config"))
         write_tables(ctx.run_dir, tables)
+        write_analysis_figures("emergence", tables, out)
         return {"tables": sorted(tables)}
     return fn
 
 
 def _compare_step(a: str, b: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
-        from workbench.compare import compare_models
 
         pa, pb = ctx.model_path(a), ctx.model_path(b)
         if not ((pa / "config.json").exists() and (pb / "config.json").exists()):
@@ -248,14 +252,12 @@ def _compare_step(a: str, b: str, spec: dict) -> Callable[[Context], dict]:
 
 
 def _tasks_step(ctx: Context) -> dict:
-    from workbench.tasks import build_all_tasks
 
     stats = build_all_tasks(ctx.run_dir / "tasks", tasks=ctx.params.get("tasks"))
     return {"records": int(stats["records"].sum()) if "records" in stats else None}
 
 
 def _report_step(ctx: Context) -> dict:
-    from workbench.report import write_report
 
     html, md = write_report(ctx.run_dir)
     return {"html": str(html), "markdown": str(md)}

@@ -4,8 +4,8 @@ head similarity map, and the attention of any head on a corpus or typed sentence
 import streamlit as st
 
 from apps import common
-from workbench import figures as F
 from apps.attention_view import show_attention
+from workbench import figures as F
 
 DEFAULT_TEXT = "The keys to the cabinet are on the table near the door."
 

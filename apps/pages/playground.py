@@ -4,9 +4,9 @@ continuation, next to the model's attention on it."""
 import streamlit as st
 
 from apps import common
-from workbench import figures as F
 from apps.attention_view import show_attention
-from workbench import views
+from workbench import figures as F
+from workbench.presentation import views
 
 ENCODER_TEXT = "The cat sat on the [MASK] ."
 DECODER_TEXT = "Once upon a time"

@@ -4,7 +4,8 @@ import streamlit as st
 
 from apps import common
 from workbench import figures as F
-from workbench import results, views
+from workbench.core import results
+from workbench.presentation import views
 
 
 def main() -> None:

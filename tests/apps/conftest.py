@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.apps.fixtures import make_results_fixture
-from workbench.results import write_table
+from workbench.core.results import write_table
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workbench.results import write_table
+from workbench.core.results import write_table
 
 TASKS = ("pos", "deps", "ner")
 PEAK_LAYER = {"pos": 3, "deps": 6, "ner": 9}      # planted: score peaks here (12-layer scale)
@@ -69,10 +69,12 @@ def _probing(n_layers: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
 def _heads(n_layers: int, n_heads: int) -> dict[str, pd.DataFrame]:
     rng = np.random.default_rng(0)
     L, H = np.divmod(np.arange(n_layers * n_heads), n_heads)
-    heads, classes, importance, change, relations = [], [], [], [], []
+    heads, classes, importance, change, relations, similarity = [], [], [], [], [], []
     for model in MODELS:
-        for score in ("entropy", "prev_token", "mds_x", "mds_y"):
-            v = rng.normal(size=L.size) if score.startswith("mds") else rng.uniform(0, 0.9, L.size)
+        similarity.append(pd.DataFrame({"model": model, "layer": L, "head": H, "x": rng.normal(size=L.size),
+                                        "y": rng.normal(size=L.size)}))
+        for score in ("entropy", "prev_token"):
+            v = rng.uniform(0, 0.9, L.size)
             if score == "prev_token":
                 v[(L == 0) & (H == 1)] = 0.99                    # planted previous-token head
             heads.append(pd.DataFrame({"model": model, "layer": L, "head": H, "score": score, "value": v}))
@@ -88,6 +90,7 @@ def _heads(n_layers: int, n_heads: int) -> dict[str, pd.DataFrame]:
     return {
         "heads": pd.concat(heads, ignore_index=True),
         "heads_classes": pd.concat(classes, ignore_index=True),
+        "head_similarity": pd.concat(similarity, ignore_index=True),
         "importance": pd.concat(importance, ignore_index=True),
         "head_change": change,
         "relations": pd.DataFrame(relations, columns=[
@@ -132,7 +135,7 @@ def _checkpoints(run: Path) -> None:
     import plmodels
     from plmodels import Decoder, DecoderConfig, Encoder, EncoderConfig
     from plmodels.tokenizer import Tokenizer
-    from workbench.activations import extract
+    from workbench.store.activations import extract
 
     texts = [" ".join(s) for s in SENTENCES] * 4
     torch.manual_seed(0)

@@ -10,8 +10,8 @@ import pytest
 from workbench import figures as F
 from workbench.figures.attention import MAX_WORDS, _segments
 from tests.apps.fixtures import PEAK_LAYER
-from workbench import views
-from workbench.views import HeadGrid, SentenceAttention
+from workbench.presentation import views
+from workbench.presentation.views import HeadGrid, SentenceAttention
 
 
 def test_layer_scores_one_line_per_model_and_task(run_dir):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.paths import data_root
+from workbench.core.paths import data_root
 from workbench.pipeline import build_steps, load_run_config, run_pipeline, step_keys
 
 REPO = Path(__file__).resolve().parents[2]

@@ -50,6 +50,22 @@ def layer_scores_figure(df: pd.DataFrame, metric: str = "accuracy") -> go.Figure
     return fig.update_layout(title=f"Probing {metric} per layer", height=300 * rows)
 
 
+def cumulative_figure(probing: pd.DataFrame, metric: str | None = None) -> go.Figure:
+    """Differential scores Delta_l of the cumulative probes (the gain of adding layer l to the scalar
+    mix of layers 0..l-1; Tenney et al. 2019b, Fig. 1): one bar group per (model, task). `metric`
+    defaults to the first "delta_*" metric of the `probing` table."""
+    df = probing[probing["mode"] == "cumulative"]
+    deltas = sorted(m for m in df["metric"].unique() if m.startswith("delta_"))
+    metric = metric or (deltas[0] if deltas else "delta_micro_f1")
+    df = df[df["metric"] == metric]
+    fig = go.Figure()
+    for i, ((model, task), g) in enumerate(df.groupby(["model", "task"])):
+        g = g.sort_values("layer")
+        fig.add_trace(go.Bar(x=g["layer"], y=g["value"], name=f"{task} ({model})", marker_color=_color(i)))
+    return fig.update_layout(title=f"Cumulative probes: {metric} per layer added", xaxis_title="layer",
+                             yaxis_title=metric, barmode="group", height=380)
+
+
 def mix_weights_figure(df: pd.DataFrame) -> go.Figure:
     """Heatmap of scalar-mix weights: task x layer (one model)."""
     wide = df.pivot_table(index="task", columns="layer", values="weight")

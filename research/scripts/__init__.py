@@ -1,0 +1,1 @@
+"""One-off research scripts; run as `python -m research.scripts.<name>` from the repository root."""

@@ -1,0 +1,21 @@
+"""The research tests run on one thread, like the workbench's (tiny problems are overhead-bound)."""
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread_here():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def load_script(name: str):
+    """The module research/scripts/<name>.py."""
+    return importlib.import_module(f"research.scripts.{name}")

@@ -1,0 +1,179 @@
+"""The house's import rules, read from the source with an AST walk (nothing is imported):
+
+1. packages import one way: plmodels <- probes <- workbench <- apps, and none imports research/;
+2. inside workbench, a layer imports only its own layer or lower ones (WORKBENCH_LAYERS);
+3. no import cycle between modules of the product;
+4. imports of the product's own modules sit at module top, so the graph above is the whole graph
+   (the one exception, workbench/cli.py, imports its subcommand's library lazily: `workbench --help`
+   takes 0.09 s that way and 3.5 s with every analysis imported, measured on a 2-core EPYC).
+
+The checker is a plain function, so the last tests plant an upward import and a cycle in a copy of
+the tree and check that it reports them.
+"""
+from __future__ import annotations
+
+import ast
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("plmodels", "probes", "workbench", "apps")            # lowest first
+WORKBENCH_LAYERS = ("core", "data", "store", "analyses", "figures", "presentation")   # lowest first
+ENTRY = "entry"        # workbench's top-level modules: cli, pipeline, app_launcher
+LAZY_ALLOWED = {"workbench/cli.py"}
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _resolve(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.split(".")
+    base = base if is_package else base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports(root: Path, path: Path) -> list[tuple[str, int, bool]]:
+    """(imported module, line, at module top) of every import of a first-party module in `path`;
+    `from pkg import name` counts as importing pkg.name when that is a module of the tree."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    module, is_package = module_name(root, path), path.name == "__init__.py"
+    top = {id(n) for n in tree.body}
+    for n in tree.body:   # imports under a module-level `if`/`try` count as top-level too
+        if isinstance(n, (ast.If, ast.Try)):
+            top |= {id(s) for s in ast.walk(n)}
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = _resolve(node, module, is_package)
+            names = [f"{base}.{a.name}" if (root / Path(*f"{base}.{a.name}".split("."))).with_suffix(".py").is_file()
+                     or (root / Path(*f"{base}.{a.name}".split("."))).is_dir() else base for a in node.names]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] in PACKAGES + ("research",):
+                out.append((name, node.lineno, id(node) in top))
+    return out
+
+
+def rank(module: str) -> tuple[int, int]:
+    """(package rank, workbench layer rank) of a module name."""
+    parts = module.split(".")
+    if parts[0] == "research":
+        return (len(PACKAGES), 0)
+    pkg = PACKAGES.index(parts[0])
+    if parts[0] != "workbench" or len(parts) == 1:
+        return (pkg, len(WORKBENCH_LAYERS) if parts[0] == "workbench" and len(parts) == 1 else 0)
+    layer = parts[1]
+    return (pkg, WORKBENCH_LAYERS.index(layer) if layer in WORKBENCH_LAYERS else len(WORKBENCH_LAYERS))
+
+
+def layer_name(module: str) -> str:
+    parts = module.split(".")
+    if parts[0] != "workbench":
+        return parts[0]
+    return f"workbench.{parts[1]}" if len(parts) > 1 and parts[1] in WORKBENCH_LAYERS else f"workbench ({ENTRY})"
+
+
+def check(root: Path) -> list[str]:
+    """Every violation of the rules in the module docstring, as readable lines."""
+    problems, graph = [], {}
+    files = [p for pkg in PACKAGES for p in sorted((root / pkg).rglob("*.py"))]
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        me = module_name(root, path)
+        deps = graph.setdefault(me, set())
+        for target, line, at_top in imports(root, path):
+            if target.split(".")[0] == "research":
+                problems.append(f"{rel}:{line}: the product imports research ({target})")
+                continue
+            if rank(target) > rank(me):
+                problems.append(f"{rel}:{line}: upward import {layer_name(me)} -> {layer_name(target)} ({target})")
+            if not at_top and rel not in LAZY_ALLOWED:
+                problems.append(f"{rel}:{line}: import of {target} inside a function")
+            if target != me and not me.startswith(target + "."):   # a package's own __init__ is not a cycle
+                deps.add(target)
+    problems += [f"import cycle: {' -> '.join(c)}" for c in cycles(graph)]
+    return problems
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in graph:
+                continue
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp) + [sorted(comp)[0]])
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_the_product_follows_the_import_rules():
+    assert check(ROOT) == []
+
+
+def test_every_workbench_subpackage_is_a_known_layer_with_a_docstring():
+    subs = sorted(p.name for p in (ROOT / "workbench").iterdir() if (p / "__init__.py").is_file())
+    assert subs == sorted(WORKBENCH_LAYERS)
+    for sub in subs:
+        doc = ast.get_docstring(ast.parse((ROOT / "workbench" / sub / "__init__.py").read_text()))
+        assert doc and len(doc.split()) >= 10, sub
+
+
+@pytest.fixture
+def tree(tmp_path):
+    for pkg in PACKAGES:
+        shutil.copytree(ROOT / pkg, tmp_path / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def _append(path: Path, line: str) -> None:
+    path.write_text(path.read_text(encoding="utf-8") + "\n" + line + "\n", encoding="utf-8")
+
+
+def test_the_checker_reports_an_upward_import(tree):
+    _append(tree / "workbench" / "core" / "io.py", "from workbench.analyses import probing")
+    _append(tree / "plmodels" / "encoder.py", "import workbench")
+    found = check(tree)
+    assert any("workbench/core/io.py" in p and "upward import workbench.core -> workbench.analyses" in p for p in found)
+    assert any("plmodels/encoder.py" in p and "upward import plmodels -> workbench" in p for p in found)
+
+
+def test_the_checker_reports_a_cycle_and_a_lazy_import(tree):
+    _append(tree / "workbench" / "analyses" / "probing.py", "from workbench.analyses import prune")
+    _append(tree / "workbench" / "analyses" / "compare.py", "def f():\n    from workbench.data import tasks")
+    found = check(tree)
+    assert any(p.startswith("import cycle:") and "workbench.analyses.probing" in p
+               and "workbench.analyses.prune" in p for p in found), found
+    assert any("workbench/analyses/compare.py" in p and "inside a function" in p for p in found)

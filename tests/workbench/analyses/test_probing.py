@@ -1,0 +1,143 @@
+"""workbench.analyses.probing glue: tables in the design.md schemas, a layer score equal to a direct EdgeProbe
+fit on the store, clear errors (bad layer, unseen labels, unknown config keys), random baseline."""
+import json
+
+import numpy as np
+import pandas as pd
+import plotly.io
+import pytest
+import torch
+
+import plmodels
+from plmodels.encoder import Encoder, EncoderConfig
+from plmodels.tokenizer import Tokenizer
+from probes.edge import EdgeProbe
+from probes.layers import MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, center_of_gravity
+from workbench.store.activations import Store, task_arrays
+from workbench.analyses.probing import ProbeRunConfig, probe_model, random_baseline_checkpoint, select_records
+from workbench.core.results import load_table
+from workbench.presentation.analysis_figures import write_analysis_figures
+from workbench.data.tasks import load_task, ud_sentences
+
+CFG = dict(tasks=["pos", "deps"], modes=["single", "mix", "cumulative", "control"], seeds=[0, 1],
+           max_train_targets=200, max_eval_targets=100, max_epochs=2, n_boot=50, hidden=16, proj_dim=16)
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    torch.manual_seed(0)
+    sents = ud_sentences("ewt", "train")[:300]
+    tok = Tokenizer.train_wordpiece([" ".join(s.words) for s in sents], vocab_size=1500)
+    model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64,
+                                  max_positions=96, dropout=0.0))
+    return plmodels.save(model, tok, tmp_path_factory.mktemp("m") / "tiny")
+
+
+@pytest.fixture(scope="module")
+def run(ckpt, tmp_path_factory):
+    out = tmp_path_factory.mktemp("probe")
+    tables = probe_model(ckpt, tasks=["pos", "deps"], out_dir=out, config=CFG, progress=False)
+    return out, tables
+
+
+def test_tables_have_the_design_schema_and_one_row_per_key(run):
+    _, t = run
+    assert list(t["probing"].columns) == PROBING_COLUMNS
+    assert list(t["probing_summary"].columns) == SUMMARY_COLUMNS
+    assert list(t["mix_weights"].columns) == MIX_COLUMNS
+    p = t["probing"]
+    assert not p.duplicated(["model", "task", "probe", "layer", "mode", "metric", "seed"]).any()
+    assert set(p["model"]) == {"tiny"} and set(p["task"]) == {"pos", "deps"}
+    assert set(p["pooling"]) == {"self_attn"}  # encoder: self-attentive span pooling, recorded
+    single = p[(p["mode"] == "single") & (p["metric"] == "accuracy") & (p["seed"] >= 0)]
+    # 3 layers (embeddings + 2 blocks) x 2 seeds per task
+    assert single.groupby("task").size().to_dict() == {"deps": 6, "pos": 6}
+    assert set(p[p["mode"] == "mix"]["layer"]) == {-1}
+    assert {"selectivity", "delta_micro_f1"} <= set(p["metric"])
+
+
+def test_summary_values_are_in_range(run):
+    _, t = run
+    s = t["probing_summary"].set_index(["task", "metric"])["value"]
+    p = t["probing"]
+    for task in ("pos", "deps"):
+        assert 0.0 <= s[(task, "expected_layer")] <= 2.0
+        # Tenney's center of gravity, from the table's own differential rows; it lies in [0, 2] only
+        # when no delta is negative (a cumulative score that falls can push it outside)
+        d = p[(p.task == task) & p.metric.str.startswith("delta_")].sort_values("layer")
+        assert len(d) == 3 and d.metric.nunique() == 1
+        cog, delta = s[(task, "center_of_gravity")], d.value.to_numpy()
+        assert cog == pytest.approx(center_of_gravity(delta, d.layer.to_numpy()), abs=1e-12, nan_ok=True)
+        if delta.sum() > 0 and (delta >= 0).all():
+            assert -1e-12 <= cog <= 2.0 + 1e-12
+    w = t["mix_weights"].groupby(["task", "seed"])["weight"].sum()
+    np.testing.assert_allclose(w.to_numpy(), 1.0, atol=1e-6)
+
+
+def test_layer_score_equals_a_direct_edge_probe_on_the_store(run, ckpt):
+    out, t = run
+    info = json.loads((out / "probe_run.json").read_text())["counts"]["pos"]
+    train_recs = select_records(load_task("pos", "train"), 200, 0)
+    test_recs = select_records(load_task("pos", "test"), 100, 0)
+    tr = task_arrays(Store(info["train_store"]), train_recs)
+    te = task_arrays(Store(info["eval_store"]), test_recs)
+    n_tr = min(200, len(tr.labels))
+    keep = np.isin(te.labels[:100], tr.labels[:n_tr])
+    assert int((~keep).sum()) == info["eval_unseen_label_dropped"]
+    probe = EdgeProbe(pooling="self_attn", hidden=16, proj_dim=16, max_epochs=2, patience=2, batch_size=1024, seed=0)
+    probe.fit(tr.store.layer(1), tr.labels[:n_tr], tr.span1[:n_tr])
+    acc = probe.score(te.store.layer(1), te.labels[:100][keep], te.span1[:100][keep])["accuracy"]
+    p = t["probing"]
+    row = p[(p.task == "pos") & (p.layer == 1) & (p["mode"] == "single") & (p.metric == "accuracy") & (p.seed == 0)]
+    assert len(row) == 1
+    assert row["value"].iloc[0] == pytest.approx(acc, abs=1e-9)
+
+
+def test_tables_written_to_the_run_folder_and_figures(run):
+    out, t = run
+    pd.testing.assert_frame_equal(load_table(out, "probing").reset_index(drop=True), t["probing"],
+                                  check_dtype=False)
+    written = write_analysis_figures("probe", t, out)   # what `workbench probe` draws from the tables
+    assert {p.name for p in written} == {f"probing_{k}_tiny.json" for k in ("layers", "cumulative", "mix", "summary")}
+    fig = plotly.io.from_json((out / "figures" / "probing_layers_tiny.json").read_text())
+    assert {tr.name for tr in fig.data} == {"tiny"} and len(fig.data) == t["probing"]["task"].nunique()
+    rec = json.loads((out / "probe_run.json").read_text())
+    assert rec["span_pooling"] == "self_attn" and rec["word_pooling"] == "first"
+    assert rec["counts"]["deps"]["train_targets"] == 200
+
+
+def test_unseen_eval_labels_error_names_the_task(ckpt, tmp_path):
+    cfg = {**CFG, "max_train_targets": 10, "modes": ["single"], "seeds": [0], "layers": [0],
+           "unseen_labels": "error"}
+    with pytest.raises(ValueError, match=r"probe deps .*labels not seen in training"):
+        probe_model(ckpt, tasks=["deps"], out_dir=tmp_path, config=cfg, progress=False)
+
+
+def test_layer_the_model_lacks_is_a_clear_error(ckpt, tmp_path):
+    with pytest.raises(ValueError, match=r"layers \[5\].*0\.\.2"):
+        probe_model(ckpt, tasks=["pos"], out_dir=tmp_path, config={**CFG, "layers": [0, 5]}, progress=False)
+
+
+def test_config_unknown_keys_and_bad_values(tmp_path):
+    with pytest.raises(ValueError, match="unknown keys \\['sedes'\\]"):
+        ProbeRunConfig.from_dict({"sedes": [0]})
+    with pytest.raises(ValueError, match="modes"):
+        ProbeRunConfig(modes=("single", "wrong"))
+    p = tmp_path / "c.json"
+    p.write_text('{"seeds": [0],\n "tasks": }')
+    with pytest.raises(ValueError, match="line 2"):
+        ProbeRunConfig.load(p)
+    assert ProbeRunConfig.load() == ProbeRunConfig()  # configs/probe.json = the documented defaults
+
+
+def test_random_baseline_keeps_architecture_and_tokenizer(ckpt, tmp_path):
+    out = random_baseline_checkpoint(ckpt, tmp_path / "rand", seed=3)
+    (m0, t0), (m1, t1) = plmodels.load(ckpt), plmodels.load(out)
+    assert m0.config == m1.config and t0.fingerprint() == t1.fingerprint()
+    s0, s1 = m0.state_dict(), m1.state_dict()
+    assert s0.keys() == s1.keys()
+    assert all(s0[k].shape == s1[k].shape for k in s0)
+    assert not any(torch.equal(s0[k], s1[k]) for k in s0 if k.endswith("weight") and s0[k].dim() == 2)
+    again = random_baseline_checkpoint(ckpt, tmp_path / "rand2", seed=3)
+    s2 = plmodels.load(again)[0].state_dict()
+    assert all(torch.equal(s1[k], s2[k]) for k in s1)  # same seed, same weights

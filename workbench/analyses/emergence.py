@@ -1,0 +1,303 @@
+"""How structure emerges during pretraining: probes and head scores over the log-spaced checkpoints of
+one run (checkpoints/step_1, step_2, step_4, ... written by `plmodels.train`), against tokens seen.
+
+Per checkpoint (and `final` when its step is not already a checkpoint):
+- "lm":    held-out loss and accuracy on the run's own evaluation rows with the fixed mask
+           (`plmodels.train.Evaluator`: masked-token for encoders, next-token for decoders), plus
+           the unigram loss on the same targets — the "unigram plateau" a model first sits on;
+- "pos", "deps", ...: layer-wise linear probes (`workbench.analyses.probing.probe_model`, small caps, one
+           seed, mode "single"): the best layer's score, layer 0's, and their difference
+           (Tenney et al. 2019: layer 0 = the lexical baseline);
+- "heads": `workbench.analyses.heads` on a few hundred UD EWT sentences: the largest share of one
+           head's argmax at offset -1 / +1 on words (`positional_max`) and on tokens
+           (`positional_max_tokens`; Voita et al. 2019: >= 0.9 is a positional head), and the det /
+           case head margins over the best fixed offset (Clark et al. 2019, sec. 4.2).
+
+The tidy `emergence` table: model, step, tokens, task_or_score, metric, value (`workbench emergence`
+also draws each score against tokens seen into out_dir/emergence.html).
+
+Also here: `bigram_baseline`, the perplexity a smoothed bigram model gets on a decoder's evaluation
+targets — the next rung above the unigram baseline that `plmodels.train` reports.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+import plmodels
+from plmodels.corpus import PackedDataset
+from plmodels.masking import IGNORE_INDEX
+from plmodels.tokenizer import Tokenizer
+from plmodels.train import Dist, Evaluator, PretrainConfig, load_config, token_cache
+from workbench.analyses.heads import analyse_loaded, summarise_heads
+from workbench.analyses.probing import probe_model
+from workbench.core.config import JsonConfig
+from workbench.core.results import write_table
+
+COLUMNS = ["model", "step", "tokens", "task_or_score", "metric", "value"]
+_STEP_RE = re.compile(r"^step_(\d+)$")
+
+
+@dataclass(frozen=True)
+class EmergenceConfig(JsonConfig):
+    """Caps that keep one checkpoint's analysis to a minute or two on a CPU."""
+
+    tasks: tuple[str, ...] = ("pos", "deps")  # edge-probing tasks (workbench.data.tasks)
+    probe: str = "linear"                     # probes.edge.PROBES name
+    max_train_targets: int = 2000
+    max_eval_targets: int = 1000
+    max_epochs: int = 5
+    head_sentences: int | None = 200          # UD EWT dev/test sentences for the head scores (None = skip)
+    lm: bool = True                           # held-out loss / accuracy per checkpoint
+    eval_sequences: int | None = 64           # held-out rows for "lm" (None = the run's own setting)
+    include_final: bool = True
+    steps: tuple[int, ...] | None = None      # analyse only these checkpoint steps (None = all)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tasks", tuple(self.tasks))
+        if self.steps is not None:
+            object.__setattr__(self, "steps", tuple(int(s) for s in self.steps))
+        for name, low in (("max_train_targets", 2), ("max_eval_targets", 2), ("max_epochs", 1)):
+            if getattr(self, name) < low:
+                raise ValueError(f"EmergenceConfig.{name} must be >= {low}, got {getattr(self, name)}")
+        if self.head_sentences is not None and self.head_sentences < 1:
+            raise ValueError(f"EmergenceConfig.head_sentences must be >= 1 or null, got {self.head_sentences}")
+
+
+def checkpoints(run_folder: str | Path, include_final: bool = True) -> list[tuple[int, int, Path]]:
+    """(step, tokens, folder) of every finished checkpoint of a run, by step; `final` is added when
+    its step is not already there. Unfinished folders (no train_state.json) are skipped."""
+    run = Path(run_folder)
+    found: dict[int, tuple[int, int, Path]] = {}
+    folders = sorted((run / "checkpoints").glob("step_*")) + ([run / "final"] if include_final else [])
+    for d in folders:
+        state = d / "train_state.json"
+        if not state.is_file() or (d.name != "final" and not _STEP_RE.match(d.name)):
+            continue
+        info = json.loads(state.read_text(encoding="utf-8"))
+        found.setdefault(int(info["step"]), (int(info["step"]), int(info["tokens"]), d))
+    if not found:
+        raise FileNotFoundError(f"{run}: no finished checkpoint under checkpoints/step_*/ or final/")
+    return [found[s] for s in sorted(found)]
+
+
+# ------------------------------------------------------------------------------------ the scores
+def _rows(model: str, step: int, tokens: int, task: str, values: Mapping[str, float]) -> list[dict]:
+    return [{"model": model, "step": step, "tokens": tokens, "task_or_score": task, "metric": k,
+             "value": float(v)} for k, v in values.items()]
+
+
+class HeldOutEval:
+    """The run's own held-out rows and fixed mask, built once and scored on each checkpoint
+    (`self.evaluator` is the trainer's `Evaluator`, so any model with the run's tokenizer can be
+    scored on the same task; `__call__` scores in fp32). `eval_sequences` and `eval_seq_len`
+    (None: the run's) score on more rows or on rows of another length."""
+
+    def __init__(self, run: Path, eval_sequences: int | None, eval_name: str = "eval",
+                 eval_seq_len: int | None = None):
+
+
+        resolved = json.loads((run / "config.resolved.json").read_text(encoding="utf-8"))
+        cfg = PretrainConfig.from_dict(resolved["pretrain"], source=str(run / "config.resolved.json"))
+        # more rows, or rows of another length (the same stream, seed and mask rule)
+        over = {k: v for k, v in (("eval_sequences", eval_sequences), ("eval_seq_len", eval_seq_len)) if v is not None}
+        cfg = load_config(cfg, over)
+        sources = {"eval": (cfg.eval_source, cfg.eval_split), **{k: tuple(v) for k, v in cfg.extra_eval.items()}}
+        if eval_name not in sources:
+            raise ValueError(f"{run}: no held-out set {eval_name!r}; the run has {sorted(sources)}")
+        src, split = sources[eval_name]
+        self.ok = src is not None
+        if not self.ok:
+            return
+        tok = Tokenizer.load(run / "tokenizer")
+        train = token_cache(cfg.train_source, cfg.train_split, cfg, tok, run, Dist(), cfg.max_train_texts)
+        counts = torch.from_numpy(np.bincount(train, minlength=tok.vocab_size)).double()
+        log_unigram = ((counts + 1) / (counts.sum() + tok.vocab_size)).log()
+        ids = token_cache(src, split, cfg, tok, run, Dist())
+        ds = PackedDataset.for_tokenizer(ids, cfg.heldout_len, cfg.seed, tok)
+        self.evaluator = Evaluator(eval_name, ds, cfg, tok, log_unigram, torch.device("cpu"))
+        self.train_ids, self.kind, self.tokenizer = train, cfg.kind, tok
+
+    def __call__(self, model) -> dict[str, float]:
+        m = self.evaluator(model, autocast=False)
+        return {k: m[k] for k in ("loss", "acc", "unigram_loss")}
+
+
+def probe_scores(path: Path, out_dir: Path, cfg: EmergenceConfig) -> dict[str, dict[str, float]]:
+    """{task: {"best": best-layer score, "layer0": layer-0 score, "gain": best - layer0,
+    "best_layer": l}} from linear probes on every layer (metric: the probing table's first metric)."""
+
+    pcfg = {"tasks": list(cfg.tasks), "probes": [cfg.probe], "modes": ["single"], "seeds": [0],
+            "max_train_targets": cfg.max_train_targets, "max_eval_targets": cfg.max_eval_targets,
+            "max_epochs": cfg.max_epochs, "n_boot": 0}
+    t = probe_model(path, out_dir=out_dir, config=pcfg, model_name=path.name, progress=False)["probing"]
+    t = t[(t["mode"] == "single") & (t["seed"] != -1) & (t["layer"] >= 0)]
+    out = {}
+    for task, g in t.groupby("task"):
+        metric = "accuracy" if "accuracy" in set(g["metric"]) else sorted(g["metric"])[0]
+        by_layer = g[g["metric"] == metric].groupby("layer")["value"].mean()
+        best = int(by_layer.idxmax())
+        out[task] = {f"{metric}_best": by_layer[best], f"{metric}_layer0": by_layer.get(0, np.nan),
+                     f"{metric}_gain": by_layer[best] - by_layer.get(0, np.nan), "best_layer": best}
+    return out
+
+
+def head_scores(model, tokenizer, out_dir: Path, n_sentences: int) -> dict[str, float]:
+    """Positional share (max over heads of offset -1 / +1, on words and on tokens), det / case margins
+    (Clark et al. 2019) and the number of heads with a syntactic role."""
+
+    cfg = {"max_sentences": n_sentences, "freq_source": "ewt:train", "similarity_max_words": 100, "n_boot": 0,
+           "induction_sequences": 2, "induction_length": 20}
+    tables = analyse_loaded(model, tokenizer, out_dir=out_dir, config=cfg, store_root=out_dir / "store",
+                            progress=False)
+    out = summarise_heads(tables["heads"], tables["relations"])
+    out["n_syntactic_heads"] = float(tables["heads_classes"]["role"].str.startswith("syntactic").sum())
+    return out
+
+
+# ------------------------------------------------------------------------------------ the run
+def emergence(run_folder: str | Path, out_dir: str | Path, tasks: Sequence[str] = ("pos", "deps"),
+              config: "EmergenceConfig | Mapping | None" = None, model_name: str | None = None,
+              progress: bool = True) -> pd.DataFrame:
+    """The `emergence` table over every checkpoint of one pretraining run (see module docstring).
+
+    Writes out_dir/tables/emergence.parquet; returns the table, sorted by (step, task_or_score, metric).
+    """
+
+    cfg = config if isinstance(config, EmergenceConfig) else EmergenceConfig.from_dict(
+        {"tasks": tuple(tasks), **dict(config or {})})
+    run, out_dir = Path(run_folder), Path(out_dir)
+    name = model_name or run.name
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ckpts = checkpoints(run, cfg.include_final)
+    if cfg.steps is not None:
+        missing = sorted(set(cfg.steps) - {s for s, _, _ in ckpts})
+        if missing:
+            raise ValueError(f"{run}: no checkpoint at steps {missing}; found {[s for s, _, _ in ckpts]}")
+        ckpts = [c for c in ckpts if c[0] in cfg.steps]
+    lm = HeldOutEval(run, cfg.eval_sequences) if cfg.lm and (run / "config.resolved.json").is_file() else None
+    rows: list[dict] = []
+    for step, tokens, path in ckpts:
+        if progress:
+            print(f"[emergence] {name}: step {step} ({tokens:,} tokens) {path}", file=sys.stderr, flush=True)
+        model, tok = plmodels.load(path)
+        work = out_dir / "work" / path.name
+        if lm is not None and lm.ok:
+            rows += _rows(name, step, tokens, "lm", lm(model))
+        if cfg.tasks:
+            for task, vals in probe_scores(path, work / "probes", cfg).items():
+                rows += _rows(name, step, tokens, task, vals)
+        if cfg.head_sentences:
+            rows += _rows(name, step, tokens, "heads", head_scores(model, tok, work / "heads", cfg.head_sentences))
+    df = pd.DataFrame(rows, columns=COLUMNS).sort_values(["step", "task_or_score", "metric"], kind="stable")
+    df = df.reset_index(drop=True)
+
+    write_table(out_dir, "emergence", df)
+    return df
+
+
+def emergence_cli(run_folder: str | Path, out_dir: str | Path, config=None) -> dict[str, pd.DataFrame]:
+    """CLI / pipeline entry: config is None, a dict of EmergenceConfig fields or a JSON path."""
+    if isinstance(config, (str, Path)):
+        config = json.loads(Path(config).read_text(encoding="utf-8"))
+    return {"emergence": emergence(run_folder, out_dir, config=config)}
+
+
+# ------------------------------------------------------------------------------------ n-gram baseline
+def _bigram_counts(ids: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    keys = ids[:-1].astype(np.int64) * vocab + ids[1:].astype(np.int64)
+    uniq, cnt = np.unique(keys, return_counts=True)
+    ctx = np.bincount(ids[:-1].astype(np.int64), minlength=vocab).astype(np.float64)
+    return uniq, cnt.astype(np.float64), ctx
+
+
+def _bigram_logp(prev: np.ndarray, nxt: np.ndarray, counts, log_uni: np.ndarray, beta: float, vocab: int) -> np.ndarray:
+    uniq, cnt, ctx = counts
+    keys = prev.astype(np.int64) * vocab + nxt.astype(np.int64)
+    pos = np.clip(np.searchsorted(uniq, keys), 0, len(uniq) - 1)
+    c = np.where(uniq[pos] == keys, cnt[pos], 0.0)
+    return np.log((c + beta * np.exp(log_uni[nxt])) / (ctx[prev] + beta))
+
+
+def bigram_baseline(train_ids: np.ndarray, prev: np.ndarray, targets: np.ndarray, vocab: int,
+                    betas: Sequence[float] = (0.1, 1.0, 10.0, 100.0, 1000.0)) -> dict[str, float]:
+    """Unigram and bigram cross-entropy (nats) and perplexity on (prev -> target) pairs.
+
+    Unigram: p(w) = (c(w) + 1) / (N + V) (add-one, as `plmodels.train`). Bigram with a Dirichlet
+    prior on the unigram (MacKay & Peto 1995): p(w | v) = (c(v, w) + beta p(w)) / (c(v) + beta).
+    beta is chosen from `betas` on the last 5% of `train_ids` with counts from the first 95%, then
+    the counts are redone on all of `train_ids`. Returns unigram_loss, unigram_ppl, bigram_loss,
+    bigram_ppl, beta.
+    """
+    train_ids = np.asarray(train_ids)
+    prev, targets = np.asarray(prev, dtype=np.int64), np.asarray(targets, dtype=np.int64)
+    if prev.shape != targets.shape or prev.size == 0:
+        raise ValueError(f"prev and targets must be equal, non-empty shapes; got {prev.shape}, {targets.shape}")
+    if len(train_ids) < 40:
+        raise ValueError(f"train_ids too short for a bigram baseline ({len(train_ids)} ids)")
+
+    def log_unigram(ids):
+        c = np.bincount(ids.astype(np.int64), minlength=vocab).astype(np.float64)
+        return np.log((c + 1) / (c.sum() + vocab))
+
+    cut = int(len(train_ids) * 0.95)
+    fit, held = train_ids[:cut], train_ids[cut:]
+    counts, lu = _bigram_counts(fit, vocab), log_unigram(fit)
+    losses = {b: -_bigram_logp(held[:-1], held[1:], counts, lu, b, vocab).mean() for b in betas}
+    beta = min(losses, key=losses.get)
+    counts, lu = _bigram_counts(train_ids, vocab), log_unigram(train_ids)
+    uni = float(-lu[targets].mean())
+    bi = float(-_bigram_logp(prev, targets, counts, lu, beta, vocab).mean())
+    return {"unigram_loss": uni, "unigram_ppl": math.exp(uni), "bigram_loss": bi, "bigram_ppl": math.exp(bi),
+            "beta": float(beta)}
+
+
+def decoder_baselines(run_folder: str | Path, eval_sequences: int | None = None,
+                      eval_name: str = "eval") -> dict[str, float]:
+    """`bigram_baseline` on exactly the held-out targets the decoder run is evaluated on: its main
+    held-out set ("eval") or one of its `extra_eval` sets by name (e.g. "wikitext2"). With a
+    byte-level BPE tokenizer it also gives `bytes_per_target` and the baselines in bits per byte
+    (`unigram_bpb`, `bigram_bpb`); `bits_per_byte(card eval_loss, bytes_per_target)` is the model's."""
+
+
+    ev = HeldOutEval(Path(run_folder), eval_sequences, eval_name)
+    if not ev.ok or ev.kind != "decoder":
+        raise ValueError(f"{run_folder}: a bigram baseline needs a decoder run with an eval_source")
+    prev, tgt = [], []
+    for b in ev.evaluator.batches:
+        sel = b.labels != IGNORE_INDEX
+        prev.append(b.input_ids[sel].cpu())
+        tgt.append(b.labels[sel].cpu())
+    targets = torch.cat(tgt).numpy()
+    out = bigram_baseline(np.asarray(ev.train_ids), torch.cat(prev).numpy(), targets, ev.tokenizer.vocab_size)
+    if ev.tokenizer.kind == "bpe":  # byte-level: a loss per byte compares runs with other vocabularies
+        out["bytes_per_target"] = float(token_bytes(ev.tokenizer)[targets].mean())
+        for name in ("unigram", "bigram"):
+            out[f"{name}_bpb"] = bits_per_byte(out[f"{name}_loss"], out["bytes_per_target"])
+    return out
+
+
+def token_bytes(tok) -> np.ndarray:
+    """(V,) UTF-8 bytes each id of a byte-level BPE tokenizer stands for (0 for special tokens).
+    Every character of a byte-level token string stands for one byte (GPT-2's byte-to-unicode map)."""
+    if tok.kind != "bpe":
+        raise ValueError(f"token_bytes needs a byte-level BPE tokenizer, got kind {tok.kind!r}")
+    special = tok.special_ids
+    return np.array([0 if i in special else len(tok.id_to_token(i) or "") for i in range(tok.vocab_size)],
+                    dtype=np.int64)
+
+
+def bits_per_byte(loss_nats: float, bytes_per_target: float) -> float:
+    """Mean loss per target token (nats) -> bits per UTF-8 byte of the text those targets spell:
+    loss / ln 2 / bytes per target. Unlike perplexity per token it does not depend on the vocabulary,
+    so decoders with different tokenizers compare on the same held-out text."""
+    return loss_nats / math.log(2) / bytes_per_target

@@ -1,0 +1,488 @@
+"""Attention-head analysis of one checkpoint: the model calls and data plumbing around
+`probes.heads` (Clark et al. 2019, "What Does BERT Look At?"; Voita et al. 2019, "Analyzing
+Multi-Head Self-Attention"; Olsson et al. 2022, "In-context Learning and Induction Heads").
+
+1. UD sentences (default EWT dev for the head scores and for *picking* the best head per relation,
+   EWT test for *reporting* it) go through the activation store with word-level attention (the
+   store's Clark-style subword -> word conversion). Sentences longer than the model's positions
+   are left out before extraction and counted (`skipped["too_long:<split>"]`).
+2. `probes.heads.HeadStats` streams the maps with each word's UD head, relation, UPOS and corpus
+   frequency -> `heads` / `heads_classes`; `best_heads_per_relation(dev, test)` -> `relations`.
+3. `probes.head_similarity`: mean Jensen-Shannon distance between heads on dev words -> metric MDS
+   -> `head_similarity` (model, layer, head, x, y).
+4. Decoders also get token-level previous-token and induction scores on repeated random token
+   sequences (Olsson et al. 2022: a random sequence of T tokens, then the same T tokens again; an
+   induction head at token i of the repeat attends to the token after i's earlier copy). These rows
+   are named `previous_token:repeated_random` and `induction:repeated_random` in `heads`, and a head
+   whose synthetic induction score reaches the `induction` threshold gets the role "induction".
+5. Positional heads on tokens as well as on words: `token_positional_shares` adds rows
+   ``positional_share:-1:tokens`` / ``:+1:tokens`` (Voita et al. 2019's unit: the share of tokens
+   whose largest attention weight is on the token at that offset) to `heads`, and
+   `positional_ceiling` records in heads_run.json what an ideal token-level -1 / +1 head scores on
+   the word level on the same sentences. It is below 1 wherever the tokenizer splits words, so a
+   word-level share compares with the 90% threshold only beside it.
+
+Word frequencies for rare-token heads (Voita et al. 2019 use the training-corpus frequency):
+`freq_source="auto"` counts lower-cased word tokens (regex \\w+|[^\\w\\s]) of the model's pretraining
+corpus when its card names one that exists under the shared data folder (first `freq_max_chars`
+characters), else falls back to the words of UD EWT train. "ewt:train", "gum:train" or a corpus
+folder "gutenberg_pd:train" name a source explicitly. The source used is recorded in heads_run.json.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+import plmodels
+from plmodels.corpus import iter_texts
+from probes.head_similarity import HeadSimilarity, mds_embedding
+from probes.heads import HeadConfig, HeadStats, Sentence, best_heads_per_relation
+from workbench.analyses.probing import default_model_name
+from workbench.core.config import JsonConfig
+from workbench.core.paths import REPO_ROOT, data_root
+from workbench.core.results import write_analysis_outputs
+from workbench.data.tasks import UD_TREEBANKS, ud_sentences
+from workbench.store.activations import Store, _forward, _special_slots, extract, word_attention_maps
+
+SIMILARITY_COLUMNS = ["model", "layer", "head", "x", "y"]
+_WORD_RE = re.compile(r"\w+|[^\w\s]")
+
+
+@dataclass(frozen=True)
+class HeadRunConfig(JsonConfig):
+    """A head-analysis run. Class thresholds are not here: they live in `heads_config`
+    (configs/heads.json, read by probes.heads.HeadConfig)."""
+
+    heads_config: str = "configs/heads.json"  # thresholds file (relative to the repository root)
+    dev: str = "ewt:dev"                      # treebank:split for head scores and for picking
+    test: str = "ewt:test"                    # treebank:split for reporting the picked heads
+    max_sentences: int | None = None          # first N sentences of each split (None = all)
+    freq_source: str = "auto"                 # auto | ewt:train | gum:train | <corpus folder>:<split>
+    freq_max_chars: int = 20_000_000          # cap on corpus characters counted for frequencies
+    similarity_max_words: int = 3000          # dev words used for the JS distances between heads
+    mds_seed: int = 0
+    n_boot: int = 1000                        # bootstrap resamples of test sentences (relations CI)
+    seed: int = 0                             # bootstrap seed and synthetic-sequence seed
+    induction_sequences: int = 8              # decoders: repeated random sequences
+    induction_length: int = 50                # tokens per half (capped by the model's positions)
+    batch_tokens: int = 4096
+
+    def __post_init__(self) -> None:
+        for split_name in ("dev", "test"):
+            tb, _, split = getattr(self, split_name).partition(":")
+            if not tb or split not in ("train", "dev", "test"):
+                raise ValueError(f"HeadRunConfig.{split_name}={getattr(self, split_name)!r}: use treebank:split, "
+                                 f"e.g. 'ewt:dev'")
+        if self.max_sentences is not None and self.max_sentences < 1:
+            raise ValueError(f"HeadRunConfig.max_sentences must be >= 1 or null, got {self.max_sentences}")
+        for name in ("freq_max_chars", "similarity_max_words", "induction_sequences", "induction_length",
+                     "batch_tokens"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"HeadRunConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.n_boot < 0:
+            raise ValueError(f"HeadRunConfig.n_boot must be >= 0, got {self.n_boot}")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "HeadRunConfig":
+        """A JSON file of HeadRunConfig fields. A file of HeadConfig thresholds (like configs/heads.json)
+        is accepted too and becomes `heads_config`."""
+        d = cls.read_json(path)
+        threshold_keys = {f.name for f in fields(HeadConfig)}
+        if d and set(d) <= threshold_keys:
+            return cls(heads_config=str(path))
+        return cls.from_dict(d, str(path))
+
+    def thresholds(self) -> HeadConfig:
+        p = Path(self.heads_config)
+        return HeadConfig.load(p if p.is_absolute() else REPO_ROOT / p)
+
+
+def resolve_config(config) -> HeadRunConfig:
+    """None -> the defaults; a dict; a path; or a HeadRunConfig itself."""
+    return HeadRunConfig.resolve(config)
+
+
+# ------------------------------------------------------------------------------ frequencies
+def count_words(texts: Iterator[str], max_chars: int) -> Counter:
+    """Lower-cased word-token counts of the first `max_chars` characters of `texts`."""
+    c: Counter = Counter()
+    seen = 0
+    for t in texts:
+        if seen >= max_chars:
+            break
+        t = t[: max_chars - seen]
+        seen += len(t)
+        c.update(_WORD_RE.findall(t.lower()))
+    return c
+
+
+def _card_corpus(model_path: Path) -> tuple[Path, str] | None:
+    """(corpus folder, split) named by the checkpoint card's data.train, if it exists on disk."""
+    try:
+        card = json.loads((Path(model_path) / "card.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    data = card.get("data")
+    train = data.get("train") if isinstance(data, dict) else None
+    if not isinstance(train, (list, tuple)) or len(train) != 2 or not isinstance(train[0], str):
+        return None
+    src = Path(train[0].replace("${WORKBENCH_DATA}", str(data_root())))
+    src = src if src.is_absolute() else data_root() / src
+    return (src, train[1]) if src.exists() else None
+
+
+def word_frequencies(source: str, model_path: Path | None, max_chars: int) -> tuple[Counter, str]:
+    """(lower-cased word counts, description of the source) — see the module docstring."""
+
+    if source == "auto":
+        found = _card_corpus(model_path) if model_path is not None else None
+        if found is None:
+            source = "ewt:train"
+        else:
+
+            src, split = found
+            return count_words(iter_texts(src, split), max_chars), f"pretraining corpus {src}:{split}"
+    name, _, split = source.partition(":")
+    if name in UD_TREEBANKS:
+        sents = ud_sentences(name, split or "train")
+        return Counter(w.lower() for s in sents for w in s.words), f"UD {name}:{split or 'train'} words"
+
+    folder = Path(name) if Path(name).is_absolute() else data_root() / name
+    return count_words(iter_texts(folder, split or None), max_chars), f"corpus {folder}:{split}"
+
+
+# ------------------------------------------------------------------------------ attention data
+def fits(tokenizer, words: Sequence[str], max_positions: int) -> bool:
+    return len(tokenizer.encode_words(list(words)).ids) <= max_positions
+
+
+def positional_ceiling(tokenizer, sentences: Sequence[Sequence[str]], config: HeadConfig | None = None) -> dict[str, float]:
+    """Word-level positional shares of ideal token-level heads on these sentences: {"-1", "+1"}.
+
+    The ideal heads put all of every token's attention on token t-1 (or t+1; the first / last
+    token on itself). Their maps go through the same subword -> word conversion and `HeadStats` as
+    a model's, so the result is the highest ``positional_share:-1`` / ``:+1`` that a purely
+    token-positional head can score here. It is below 1 because a word's row is the mean over its
+    subwords: for a word of c subwords the -1 head gives 1/c to the previous word and (c-1)/c to
+    the word itself, so the argmax (ties to the lower index) is the previous word only for c <= 2;
+    the +1 head's is the next word only for c = 1. Voita et al. 2019's 90% threshold is set on
+    tokens; Clark et al. 2019's word-level view makes it depend on how often the tokenizer splits
+    words, which this number shows.
+    """
+
+    names, slots = _special_slots(tokenizer)
+    stats = HeadStats(config or HeadConfig(), special_names=names)
+    counted = 0
+    for i, (words, enc) in enumerate(zip(sentences, tokenizer.encode_words_batch([list(w) for w in sentences]))):
+        n, T = len(enc.word_spans), len(enc.ids)
+        if n == 0:
+            continue
+        tok_word = np.full(T, -1)
+        for w, (a, b) in enumerate(enc.word_spans):
+            tok_word[a:b] = w
+        slot = np.array([slots.get(t, -1) for t in enc.ids])
+        slot[tok_word >= 0] = -1
+        t = torch.arange(T)
+        att = torch.zeros(1, 1, 2, T, T)  # (layer, batch, head, T, T): head 0 looks at t-1, head 1 at t+1
+        att[0, 0, 0, t, (t - 1).clamp(min=0)] = 1.0
+        att[0, 0, 1, t, (t + 1).clamp(max=T - 1)] = 1.0
+        word, special = word_attention_maps(att, torch.from_numpy(tok_word)[None], torch.from_numpy(slot)[None], n,
+                                            len(names))
+        stats.update(Sentence(attn=word[:, 0].numpy(), special=special[:, 0].numpy(), words=list(words), sid=str(i)))
+        counted += 1
+    if not counted:
+        return {"-1": float("nan"), "+1": float("nan")}
+    scores = stats.score_arrays()
+    return {"-1": float(scores["positional_share:-1"][0, 0]), "+1": float(scores["positional_share:+1"][0, 1])}
+
+
+@torch.inference_mode()
+def token_positional_shares(model, tokenizer, sentences: Sequence[Sequence[str]], offsets: Sequence[int] = (-1, 1),
+                            batch_size: int = 32) -> dict[int, np.ndarray]:
+    """Voita et al. 2019's positional share on tokens: {d: (L, H) array}, per head the share of
+    tokens t whose largest attention weight is on token t + d, over the tokens whose t + d is in the
+    sentence. As in the word-level measure (`probes.heads`), special tokens ([CLS], [SEP], BOS) are
+    neither rows nor candidates of the argmax (ties go to the lower index), so an ideal token-level
+    head scores 1.0 here while its word-level share is capped by `positional_ceiling`. Heads that a
+    pruned layer no longer has are NaN.
+    """
+
+    L = int(model.config.n_layers)
+    per_layer = list(getattr(model, "n_heads_per_layer", [model.config.n_heads] * L))
+    H = max(per_layer)
+    hits = {d: torch.zeros(L, H, dtype=torch.float64) for d in offsets}
+    den = dict.fromkeys(offsets, 0)
+    pad = tokenizer.pad_id if tokenizer.pad_id is not None else 0
+    encs = tokenizer.encode_words_batch([list(w) for w in sentences])
+    for i in range(0, len(encs), batch_size):
+        chunk = encs[i:i + batch_size]
+        B, T = len(chunk), max(len(e.ids) for e in chunk)
+        ids = torch.full((B, T), pad, dtype=torch.long)
+        mask = torch.zeros(B, T, dtype=torch.long)
+        real = torch.zeros(B, T, dtype=torch.bool)  # tokens of words: not special, not padding
+        for b, e in enumerate(chunk):
+            ids[b, :len(e.ids)] = torch.tensor(e.ids)
+            mask[b, :len(e.ids)] = 1
+            for a, z in e.word_spans:
+                real[b, a:z] = True
+        atts = _forward(model, ids, mask, attentions=True).attentions
+        argmaxes = [a.float().masked_fill(~real[:, None, None, :], -1.0).argmax(-1) for a in atts]  # (B, H_l, T)
+        t = torch.arange(T)
+        for d in offsets:
+            target = t + d
+            valid = real & ((target >= 0) & (target < T)) & real[:, target.clamp(0, T - 1)]  # t and t + d: word tokens
+            den[d] += int(valid.sum())
+            for layer, am in enumerate(argmaxes):
+                hits[d][layer, :am.shape[1]] += ((am == target) & valid[:, None, :]).sum((0, 2)).double()
+    out = {}
+    for d in offsets:
+        share = (hits[d] / den[d]).numpy() if den[d] else np.full((L, H), np.nan)
+        for layer, h in enumerate(per_layer):
+            share[layer, h:] = np.nan
+        out[d] = share
+    return out
+
+
+def _special_names(store: Store) -> tuple[str, ...]:
+    return tuple(n.strip("[]").lower() for n in store.index["special_tokens"])
+
+
+def ud_store(model, tokenizer, data: str, store_root: Path, model_id: str | None, max_sentences: int | None,
+             batch_tokens: int, progress: bool) -> tuple[Store, list, int]:
+    """(store with attentions, the DepSentences in it, number skipped as too long) for 'tb:split'."""
+
+    tb, _, split = data.partition(":")
+    sents = ud_sentences(tb, split)
+    if max_sentences is not None:
+        sents = sents[:max_sentences]
+    limit = int(model.config.max_positions)
+    kept = [s for s in sents if fits(tokenizer, s.words, limit)]
+    if not kept:
+        raise ValueError(f"{data}: no sentence fits the model's {limit} positions")
+    store = extract(model, tokenizer, [list(s.words) for s in kept], store_root, model_id=model_id,
+                    key_extra=f"heads:{data}:{max_sentences}", attentions=True, batch_tokens=batch_tokens,
+                    progress=progress)
+    store.check_tokenizer(tokenizer)
+    return store, kept, len(sents) - len(kept)
+
+
+def sentences_from_store(store: Store, sents: Sequence, freq: Mapping | None) -> Iterator[Sentence]:
+    """probes.heads.Sentence per stored sentence, with UD annotation and word frequencies."""
+    for s, (_, attn, special) in enumerate(store.iter_sentence_attention()):
+        d = sents[s]
+        n = attn.shape[-1]
+        if n != len(d.words):  # cannot happen for sentences that fit; guards the pairing
+            raise ValueError(f"{d.sent_id}: store has {n} words, the sentence {len(d.words)}")
+        freqs = None if freq is None else np.array([freq.get(w.lower(), 0) for w in d.words], dtype=np.float64)
+        yield Sentence(attn=attn, special=special, heads=np.asarray(d.heads, dtype=np.int64), deprels=d.deprels,
+                       upos=d.upos, freqs=freqs, words=list(d.words), sid=d.sent_id)
+
+
+# ------------------------------------------------------------------------------ synthetic (decoders)
+@torch.no_grad()
+def repeated_random_sentences(model, tokenizer, n_sequences: int, length: int, seed: int) -> list[Sentence]:
+    """Token-level `Sentence`s for Olsson et al. 2022's induction test: BOS + r + r, r random tokens.
+
+    attn = the (L, H, 2T, 2T) token attention without the BOS column, special = attention to BOS
+    (L, H, 2T, 1); `words` are the token ids, so HeadStats finds the earlier copies itself.
+    """
+    bos = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.cls_id
+    T = min(length, (int(model.config.max_positions) - 1) // 2)
+    if T < 2:
+        raise ValueError(f"the model's {model.config.max_positions} positions leave no room for a repeated sequence")
+    pool = np.array(sorted(set(range(tokenizer.vocab_size)) - set(tokenizer.special_ids)))
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n_sequences):
+        r = rng.choice(pool, size=T, replace=False if len(pool) >= T else True)
+        ids = torch.tensor([[bos, *r.tolist(), *r.tolist()]])
+        o = model(ids, output_attentions=True, attn_impl="eager", **({"return_logits": False}
+                                                                   if model.kind == "decoder" else {}))
+        A = torch.stack([a[0].float() for a in o.attentions]).numpy()  # (L, H, 2T+1, 2T+1)
+        out.append(Sentence(attn=A[:, :, 1:, 1:], special=A[:, :, 1:, :1], words=[*r.tolist(), *r.tolist()],
+                            sid=f"repeated_random_{k}"))
+    return out
+
+
+def _score_rows(values: np.ndarray, score: str, model_name: str) -> pd.DataFrame:
+    """(L, H) scores as rows of the `heads` table."""
+    L, H = values.shape
+    layer, head = np.divmod(np.arange(L * H), H)
+    return pd.DataFrame({"model": model_name, "layer": layer, "head": head, "score": score, "value": values.reshape(-1)})
+
+
+def _add_synthetic(report_heads: pd.DataFrame, classes: pd.DataFrame, stats: HeadStats, cfg: HeadConfig,
+                   model_name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Append the synthetic scores to `heads` and the induction role to `heads_classes`."""
+    scores = stats.score_arrays()
+    _, H = stats.shape_
+    extra = [_score_rows(scores[name], f"{name}:repeated_random", model_name) for name in ("previous_token", "induction")]
+    ind = np.nan_to_num(scores["induction"], nan=-np.inf).reshape(-1) >= cfg.induction
+    rank = {f: i for i, f in enumerate(cfg.precedence)}
+    rows = []
+    for (lh), g in classes.groupby(["layer", "head"], sort=True):
+        f = lh[0] * H + lh[1]
+        roles = [r for r in g["role"] if r != "none"]
+        primary = g.loc[g["primary"], "role"]
+        primary = primary.iloc[0] if len(primary) else "none"
+        if ind[f] and "induction" not in roles:
+            roles.append("induction")
+            if primary == "none" or rank["induction"] < rank.get(_family(primary), len(rank)):
+                primary = "induction"
+        rows += [(model_name, lh[0], lh[1], r, r == primary) for r in sorted(roles or ["none"])]
+    return (pd.concat([report_heads, *extra], ignore_index=True),
+            pd.DataFrame(rows, columns=["model", "layer", "head", "role", "primary"]))
+
+
+def _family(role: str) -> str:
+    if role.endswith("_sink"):
+        return "sink"
+    return {"broad": "broad"}.get(role, role.split(":")[0])
+
+
+# ------------------------------------------------------------------------------ the analysis
+def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=None, model_name: str = "model",
+                   run_dir: str | Path | None = None, store_root: str | Path | None = None,
+                   model_id: str | None = None, model_path: str | Path | None = None,
+                   progress: bool = True) -> dict[str, pd.DataFrame]:
+    """`analyse_heads` on a model already in memory (hooks registered on it stay active)."""
+    cfg = resolve_config(config)
+    thresholds = cfg.thresholds()
+    t0 = time.perf_counter()
+    if store_root is None:
+        if out_dir is None and run_dir is None:
+            raise ValueError("analyse_heads: give out_dir, run_dir or store_root (where the attention stores go)")
+        store_root = Path(run_dir) / "attention" / model_name if run_dir is not None else Path(out_dir) / "store"
+    store_root = Path(store_root)
+    freq, freq_desc = word_frequencies(cfg.freq_source, Path(model_path) if model_path else None, cfg.freq_max_chars)
+    skipped: dict[str, int] = {}
+    stores = {}
+    for role, data in (("dev", cfg.dev), ("test", cfg.test)):
+        store, sents, n_long = ud_store(model, tokenizer, data, store_root, model_id, cfg.max_sentences,
+                                        cfg.batch_tokens, progress)
+        stores[role] = (store, sents)
+        skipped[f"too_long:{data}"] = n_long
+    names = _special_names(stores["dev"][0])
+    dev_stats = HeadStats(thresholds, special_names=names, freq=None)
+    similarity = HeadSimilarity(max_words=cfg.similarity_max_words, tol=thresholds.row_tolerance)
+    for s in sentences_from_store(stores["dev"][0], stores["dev"][1], freq):
+        dev_stats.update(s)
+        similarity.update(s)
+    test_stats = HeadStats(thresholds, special_names=names, keep_per_sentence=True)
+    for s in sentences_from_store(stores["test"][0], stores["test"][1], freq):
+        test_stats.update(s)
+    report = dev_stats.finalize(model_name)
+    heads, classes = report.heads, report.classes
+    skipped.update({f"{k}:{cfg.dev}": v for k, v in report.skipped.items()})
+    if model.kind == "decoder":
+        synth = HeadStats(thresholds, special_names=("bos",))
+        for s in repeated_random_sentences(model, tokenizer, cfg.induction_sequences, cfg.induction_length, cfg.seed):
+            synth.update(s)
+        heads, classes = _add_synthetic(heads, classes, synth, thresholds, model_name)
+    dev_words = [s.words for s in stores["dev"][1]]
+    ceiling = positional_ceiling(tokenizer, dev_words, thresholds)
+    heads = pd.concat([heads, *(_score_rows(share, f"positional_share:{d:+d}:tokens", model_name) for d, share
+                                in token_positional_shares(model, tokenizer, dev_words).items())], ignore_index=True)
+    relations = best_heads_per_relation(dev_stats, test_stats, model=model_name, config=thresholds,
+                                        special_names=names, n_boot=cfg.n_boot, seed=cfg.seed)
+    dist = similarity.finalize()
+    xy = mds_embedding(dist.distance, seed=cfg.mds_seed)
+    L, H = dist.shape
+    layer, head = np.divmod(np.arange(L * H), H)
+    sim = pd.DataFrame({"model": model_name, "layer": layer, "head": head, "x": xy[:, 0], "y": xy[:, 1]})
+    tables = {"heads": heads, "heads_classes": classes, "relations": relations, "head_similarity": sim}
+    record = {"model": model_name, "model_path": str(model_path) if model_path else None, "model_id": model_id,
+              "kind": model.kind, "config": cfg.to_dict(), "thresholds": thresholds.to_dict(),
+              "frequency_source": freq_desc, "skipped": skipped, "special_tokens": list(names),
+              "sentences": {"dev": len(stores["dev"][1]), "test": len(stores["test"][1])},
+              "positional_ceiling": ceiling,
+              "similarity_words": dist.n_words, "stores": {k: str(v[0].path) for k, v in stores.items()},
+              "seconds": round(time.perf_counter() - t0, 1)}
+    _write_outputs(tables, out_dir, run_dir, record)
+    if progress:
+        print(f"heads {model_name}: {L}x{H} heads, dev {record['sentences']['dev']} / test "
+              f"{record['sentences']['test']} sentences, skipped {skipped}, {record['seconds']} s",
+              file=sys.stderr, flush=True)
+    return tables
+
+
+def analyse_heads(model_path: str | Path, out_dir: str | Path | None = None, config=None,
+                  model_name: str | None = None, run_dir: str | Path | None = None,
+                  store_root: str | Path | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Head roles of a checkpoint -> {"heads", "heads_classes", "relations", "head_similarity"}.
+
+    config: None (HeadRunConfig defaults + configs/heads.json), a HeadRunConfig, a dict or a JSON
+    path. Tables are upserted into run_dir/tables (default out_dir/tables); heads_run.json (config,
+    thresholds, frequency source, skip counts) goes to out_dir (`workbench heads` also draws the
+    figures: `workbench.presentation.analysis_figures`).
+    """
+
+
+    model, tokenizer = plmodels.load(model_path)
+    if tokenizer is None:
+        raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; head analysis needs one")
+    return analyse_loaded(model, tokenizer, out_dir, config, model_name or default_model_name(model_path), run_dir,
+                          store_root, plmodels.checkpoint_hash(model_path), model_path, progress)
+
+
+def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: dict) -> None:
+
+    write_analysis_outputs(tables, out_dir, run_dir, record, "heads_run.json")
+
+
+# ------------------------------------------------------------------------------ one sentence (app)
+@functools.lru_cache(maxsize=2)
+def _load_cached(path: str, stamp: float):
+
+    return plmodels.load(path)
+
+
+def sentence_attention(model_path: str | Path, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Word-level attention of one sentence for the app: (attn (L, H, n, n), special (L, H, n, K)).
+
+    Runs the sentence through the activation store's extraction (a temporary store), so the
+    subword -> word conversion is exactly the store's (Clark et al. 2019). Special columns follow
+    the store's `special_tokens` ([CLS], [SEP] or BOS). ValueError if the sentence is empty or too
+    long for the model.
+    """
+    words = [str(w) for w in words]
+    if not words:
+        raise ValueError("sentence_attention: no words given")
+    p = Path(model_path)
+    model, tokenizer = _load_cached(str(p.resolve()), (p / "model.safetensors").stat().st_mtime)
+    if not fits(tokenizer, words, int(model.config.max_positions)):
+        raise ValueError(f"sentence_attention: {len(words)} words are more than the model's "
+                         f"{model.config.max_positions} positions hold")
+    with tempfile.TemporaryDirectory() as tmp:
+        store = extract(model, tokenizer, [words], tmp, model_id="sentence", attentions=True, progress=False)
+        return np.asarray(store.sentence_attention(0), dtype=np.float32), \
+            np.asarray(store.sentence_special(0), dtype=np.float32)
+
+
+def summarise_heads(heads: pd.DataFrame, relations: pd.DataFrame) -> dict[str, float]:
+    """The head scores that summarise one model in a line: "det_margin" and "case_margin" (the best
+    head's test accuracy minus the best fixed-offset baseline, the larger over both directions; Clark
+    et al. 2019, sec. 4.2), and the largest share of one head's argmax at offset -1 or +1, on words
+    ("positional_max") and on tokens ("positional_max_tokens"; Voita et al. 2019 call >= 0.9 a
+    positional head), from the `heads` and `relations` tables."""
+    out = {}
+    for rel in ("det", "case"):
+        r = relations[relations["relation"] == rel]
+        margin = (r["test_acc"] - r["baseline_acc"]).max() if len(r) else float("nan")
+        out[f"{rel}_margin"] = float(margin)
+    for key, suffix in (("positional_max", ""), ("positional_max_tokens", ":tokens")):
+        pos = heads[heads["score"].isin([f"positional_share:-1{suffix}", f"positional_share:+1{suffix}"])]["value"]
+        out[key] = float(pos.max()) if pos.notna().any() else float("nan")
+    return out

@@ -1,0 +1,379 @@
+"""Edge probing of one checkpoint on the edge-probing tasks: the glue between the task records, the
+activation store and the layer-wise analyses of `probes` (Tenney et al. 2019a, "What do you learn
+from context?"; Tenney et al. 2019b, "BERT rediscovers the classical NLP pipeline"; Hewitt & Liang
+2019 control tasks; Voita & Titov 2020 MDL).
+
+For each task: the train and eval records are capped (a seeded shuffle of the records, then whole
+records until `max_*_targets` targets), their sentences are extracted once into the activation
+store (one store per task and split, keyed by checkpoint hash and data, so a second run reuses it),
+and the probes read every layer l = 0..L (0 = embeddings, the lexical baseline) from the store:
+
+- "single":     one probe per layer                                         (`per_layer_scores`)
+- "mix":        one probe on a scalar mix of all layers; E_s[l] = sum_l l s_l  (`scalar_mix_probe`)
+- "cumulative": P^(l) on a mix of layers 0..l; E_delta = sum_l l d_l / sum_l d_l (`cumulative_scores`)
+- "control":    the same probe on per-word-type random labels; selectivity = acc - control acc
+- "mdl":        online codelength per layer (off by default: 10 fits per layer)
+
+Seeds give per-seed rows (bootstrap CIs over test items) and a seed = -1 row with the mean over
+seeds and its t interval. Tables follow docs/design.md: `probing`, `probing_summary`, `mix_weights`.
+
+Eval labels never seen in the (capped) training set cannot be scored: with `unseen_labels="drop"`
+those targets are removed and counted (in the run record `probe_run.json` and a warning); with
+"error" the probe's ValueError is raised, prefixed with the task and split.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+
+import plmodels
+from plmodels.checkpoint import build_model
+from probes.controls import control_task_scores, span_types
+from probes.edge import PROBES, make_probe
+from probes.layers import (
+    MIX_COLUMNS,
+    PROBING_COLUMNS,
+    SUMMARY_COLUMNS,
+    ProbeData,
+    cumulative_scores,
+    per_layer_scores,
+    scalar_mix_probe,
+)
+from probes.mdl import online_codelength
+from workbench.core.config import JsonConfig
+from workbench.core.paths import REPO_ROOT
+from workbench.core.results import write_analysis_outputs, write_tables
+from workbench.data.tasks import load_task
+from workbench.store.activations import POOLINGS, TaskArrays, extract, task_arrays
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "probe.json"
+MODES = ("single", "mix", "cumulative", "control", "mdl")
+SPAN_POOLING_AUTO = {"encoder": "self_attn", "decoder": "last"}  # "auto" span pooling per model kind
+UNSEEN_POLICIES = ("drop", "error")
+
+
+# ------------------------------------------------------------------------------------ config
+@dataclass(frozen=True)
+class ProbeRunConfig(JsonConfig):
+    """A probing run; configs/probe.json holds the canonical values (no hidden defaults)."""
+
+    DEFAULT_FILE = DEFAULT_CONFIG
+
+    tasks: tuple[str, ...] = ("pos", "deps", "const", "ner", "entities", "coref")
+    pooling: str = "first"              # subword -> word pooling in the store (first | last | mean)
+    span_pooling: str = "auto"          # edge-probe span pooling; auto = self_attn (encoder) / last (decoder)
+    probes: tuple[str, ...] = ("edge",)  # probes.edge.PROBES: "edge" (MLP, Tenney) and/or "linear"
+    layers: Any = "all"                 # "all" = 0..L, or a list of layer indices (0 = embeddings)
+    modes: tuple[str, ...] = ("single", "mix", "cumulative", "control")
+    seeds: tuple[int, ...] = (0, 1, 2)
+    train_split: str = "train"
+    eval_split: str = "test"
+    max_train_targets: int | None = 5000  # cap per task (whole records until reached); None = all
+    max_eval_targets: int | None = 2000
+    record_seed: int = 0                # seeded shuffle of records before capping
+    max_epochs: int = 10
+    patience: int = 2
+    hidden: int = 256                   # MLP hidden width (edge probe)
+    proj_dim: int = 256                 # per-span projection (edge probe)
+    batch_size: int = 256
+    n_boot: int = 1000                  # bootstrap resamples over test items (0 = no item CI)
+    unseen_labels: str = "drop"         # eval labels missing from train: "drop" (counted) | "error"
+    store_max_bytes: int | None = 4 * 2**30  # disk budget of one store extraction
+    batch_tokens: int = 8192            # extraction batch size in tokens
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "probes", "modes", "seeds"):
+            v = getattr(self, name)
+            if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)) or not v:
+                raise ValueError(f"ProbeRunConfig.{name} must be a non-empty list, got {v!r}")
+            object.__setattr__(self, name, tuple(v))
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"ProbeRunConfig.pooling={self.pooling!r}; choose one of {sorted(POOLINGS)}")
+        bad = [p for p in self.probes if p not in PROBES]
+        if bad:
+            raise ValueError(f"ProbeRunConfig.probes: unknown {bad}; choose from {sorted(PROBES)}")
+        bad = [m for m in self.modes if m not in MODES]
+        if bad:
+            raise ValueError(f"ProbeRunConfig.modes: unknown {bad}; choose from {list(MODES)}")
+        if self.layers != "all":
+            if isinstance(self.layers, (str, bytes)) or not all(isinstance(l, int) for l in self.layers):
+                raise ValueError(f"ProbeRunConfig.layers must be 'all' or a list of ints, got {self.layers!r}")
+            object.__setattr__(self, "layers", tuple(self.layers))
+        if self.unseen_labels not in UNSEEN_POLICIES:
+            raise ValueError(f"ProbeRunConfig.unseen_labels={self.unseen_labels!r}; choose one of {UNSEEN_POLICIES}")
+        for name in ("max_train_targets", "max_eval_targets"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or v < 2):
+                raise ValueError(f"ProbeRunConfig.{name} must be an int >= 2 or null, got {v!r}")
+        for name in ("max_epochs", "patience", "hidden", "proj_dim", "batch_size", "batch_tokens"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"ProbeRunConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+        if self.n_boot < 0:
+            raise ValueError(f"ProbeRunConfig.n_boot must be >= 0, got {self.n_boot}")
+
+def resolve_config(config) -> ProbeRunConfig:
+    """None -> the default file (or defaults); a dict; a path; or a ProbeRunConfig itself."""
+    return ProbeRunConfig.resolve(config)
+
+
+# ------------------------------------------------------------------------------------ data
+def select_records(records: Sequence[dict], max_targets: int | None, seed: int = 0) -> list[dict]:
+    """Whole records, in a seeded random order, until `max_targets` targets are reached; returned in
+    their original order (so the choice does not depend on the cap's neighbours in the file)."""
+    if max_targets is None:
+        return list(records)
+    order = np.random.default_rng(seed).permutation(len(records))
+    keep, total = [], 0
+    for i in order:
+        if total >= max_targets:
+            break
+        keep.append(int(i))
+        total += len(records[i]["targets"])
+    return [records[i] for i in sorted(keep)]
+
+
+def _cap(arr: TaskArrays, n: int | None) -> TaskArrays:
+    if n is None or len(arr.labels) <= n:
+        return arr
+    return TaskArrays(arr.store, arr.span1[:n], None if arr.span2 is None else arr.span2[:n],
+                      arr.labels[:n], arr.sent_index[:n], arr.n_skipped)
+
+
+def _keep(arr: TaskArrays, mask: np.ndarray) -> TaskArrays:
+    return TaskArrays(arr.store, arr.span1[mask], None if arr.span2 is None else arr.span2[mask],
+                      arr.labels[mask], arr.sent_index[mask], arr.n_skipped)
+
+
+def row_words(store, records: Sequence[dict]) -> np.ndarray:
+    """(N_words,) the word string of each global store row (kept words only), for control types."""
+    kept = store.n_kept()
+    out = np.empty(store.n_words, dtype=object)
+    for s, rec in enumerate(records):
+        out[store.sentence_rows(s)] = rec["words"][: kept[s]]
+    return out
+
+
+@dataclass
+class TaskSplit:
+    """One task split ready for the probes: arrays over the store, and the word string per row."""
+
+    arrays: TaskArrays
+    words: np.ndarray
+    n_records: int
+
+    def probe_data(self) -> ProbeData:
+        st = self.arrays.store
+        return ProbeData([st.layer(l) for l in range(st.n_layers)], self.arrays.labels, self.arrays.span1,
+                         self.arrays.span2)
+
+    def types(self) -> list[tuple]:
+        return span_types(self.words, self.arrays.span1, self.arrays.span2)
+
+
+def load_split(model, tokenizer, task: str, split: str, cfg: ProbeRunConfig, store_root: Path,
+               model_id: str, max_targets: int | None, tasks_dir=None, progress: bool = True) -> TaskSplit:
+    """Capped records of `task`/`split` -> store (extracted once, reused) -> task arrays."""
+
+    records = select_records(load_task(task, split, out_dir=tasks_dir), max_targets, cfg.record_seed)
+    if not records:
+        raise ValueError(f"task {task!r} split {split!r} has no records")
+    store = extract(model, tokenizer, [r["words"] for r in records], store_root, model_id=model_id,
+                    key_extra=f"probe:{task}:{split}", pooling=cfg.pooling, max_bytes_disk=cfg.store_max_bytes,
+                    batch_tokens=cfg.batch_tokens, progress=progress)
+    store.check_tokenizer(tokenizer)
+    arrays = _cap(task_arrays(store, records), max_targets)
+    return TaskSplit(arrays, row_words(store, records), len(records))
+
+
+# ------------------------------------------------------------------------------------ probing
+def probe_params(name: str, cfg: ProbeRunConfig, span_pooling: str) -> dict:
+    """The config's probe settings that probe `name` accepts (the linear probe has no hidden layer)."""
+    wanted = dict(pooling=span_pooling, max_epochs=cfg.max_epochs, patience=cfg.patience, hidden=cfg.hidden,
+                  proj_dim=cfg.proj_dim, batch_size=cfg.batch_size)
+    accepted = make_probe(name).get_params()
+    return {k: v for k, v in wanted.items() if k in accepted}
+
+
+def resolve_layers(cfg: ProbeRunConfig, n_blocks: int) -> list[int]:
+    """Layer indices 0..L (0 = embeddings); ValueError for one the model does not have."""
+    if cfg.layers == "all":
+        return list(range(n_blocks + 1))
+    bad = [l for l in cfg.layers if not 0 <= l <= n_blocks]
+    if bad:
+        raise ValueError(f"probe config layers {bad}: the model has layers 0..{n_blocks} "
+                         f"(0 = embeddings, {n_blocks} = last block)")
+    return sorted(set(cfg.layers))
+
+
+def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: list[int], model_name: str,
+               task: str, span_pooling: str) -> dict[str, list[pd.DataFrame]]:
+    """All configured modes for one task; returns lists of frames per table."""
+    out: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": []}
+    tr, te = train.probe_data(), test.probe_data()
+    for name in cfg.probes:
+        params = probe_params(name, cfg, span_pooling)
+        common = dict(probe=name, probe_params=params, seeds=cfg.seeds, model=model_name, task=task, n_boot=cfg.n_boot)
+        single = None
+        if "single" in cfg.modes:
+            single = per_layer_scores(tr, te, layers=layers, **common)
+            out["probing"].append(single)
+        if "mix" in cfg.modes and len(layers) > 1:
+            r = scalar_mix_probe(tr, te, layers=layers, **common)
+            out["probing"].append(r.probing)
+            out["probing_summary"].append(r.summary)
+            out["mix_weights"].append(r.mix_weights)
+        if "cumulative" in cfg.modes:
+            r = cumulative_scores(tr, te, layers=layers, **common)
+            out["probing"].append(r.probing)
+            out["probing_summary"].append(r.summary)
+        if "control" in cfg.modes and _word_level(tr):
+            # Hewitt & Liang (2019) define control tasks for word-level tasks (one label per word
+            # type); span and span-pair tasks (deps, const, ner, coref, ...) get no control row.
+            r = control_task_scores(tr, te, train.types(), test.types(), layers=layers, task_scores=single, **common)
+            out["probing"].append(r.probing)
+            out["probing_summary"].append(r.summary)
+        if "mdl" in cfg.modes:
+            rows = []
+            for l in layers:
+                res = online_codelength(tr.layers([l]), tr.y, tr.span1, tr.span2, probe=name,
+                                        probe_params=params, seed=cfg.seeds[0])
+                rows += res.rows(model_name, task, name, params.get("pooling", ""), l, cfg.seeds[0])
+            out["probing"].append(pd.DataFrame(rows, columns=PROBING_COLUMNS))
+    return out
+
+
+def _word_level(split) -> bool:
+    """True when every target is one word and there is no second span (POS-like tasks)."""
+    span1 = np.asarray(split.span1)
+    return split.span2 is None and bool(np.all(span1[:, 1] - span1[:, 0] == 1))
+
+
+def _drop_unseen(train: TaskSplit, test: TaskSplit) -> int:
+    """Remove eval targets whose label is absent from train; returns how many."""
+    seen = set(train.arrays.labels.tolist())
+    mask = np.array([y in seen for y in test.arrays.labels.tolist()], dtype=bool)
+    test.arrays = _keep(test.arrays, mask)
+    return int((~mask).sum())
+
+
+def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    frames = [f for f in frames if len(f)]
+    if not frames:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(frames, ignore_index=True)[columns]
+
+
+def _say(progress: bool, msg: str) -> None:
+    log.info(msg)
+    if progress:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def default_model_name(model_path: str | Path) -> str:
+    p = Path(model_path)
+    return p.parent.name if p.name in ("final", "model") else p.name
+
+
+def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_dir: str | Path | None = None,
+                config: "ProbeRunConfig | Mapping | str | Path | None" = None, model_name: str | None = None,
+                run_dir: str | Path | None = None, store_root: str | Path | None = None,
+                tasks_dir: str | Path | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Edge-probe a checkpoint on `tasks` (default: the config's) -> {"probing", "probing_summary",
+    "mix_weights"} DataFrames (docs/design.md schemas, every row with `model`).
+
+    Stores go to `store_root` (default out_dir/store). Tables are upserted (per model) into
+    run_dir/tables (default out_dir/tables) when either is given, and the resolved config with
+    per-task counts to out_dir/probe_run.json (`workbench probe` also draws the figures:
+    `workbench.presentation.analysis_figures`).
+    """
+
+    cfg = resolve_config(config)
+    tasks = list(tasks) if tasks is not None else list(cfg.tasks)
+    model, tokenizer = plmodels.load(model_path)
+    if tokenizer is None:
+        raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; probing needs one")
+    model_name = model_name or default_model_name(model_path)
+    model_id = plmodels.checkpoint_hash(model_path)
+    layers = resolve_layers(cfg, int(model.config.n_layers))
+    span_pooling = SPAN_POOLING_AUTO[model.kind] if cfg.span_pooling == "auto" else cfg.span_pooling
+    if store_root is None:
+        if out_dir is None:
+            raise ValueError("probe_model: give out_dir or store_root (where the activation stores go)")
+        store_root = Path(out_dir) / "store"
+    store_root = Path(store_root)
+    frames: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": []}
+    counts: dict[str, dict] = {}
+    for task in tasks:
+        t0 = time.perf_counter()
+        _say(progress, f"probe {model_name}: task {task}: extracting")
+        train = load_split(model, tokenizer, task, cfg.train_split, cfg, store_root, model_id,
+                           cfg.max_train_targets, tasks_dir, progress)
+        test = load_split(model, tokenizer, task, cfg.eval_split, cfg, store_root, model_id,
+                          cfg.max_eval_targets, tasks_dir, progress)
+        dropped = _drop_unseen(train, test) if cfg.unseen_labels == "drop" else 0
+        if dropped:
+            warnings.warn(f"probe {task}: {dropped} {cfg.eval_split} targets have labels not seen in the "
+                          f"capped train split and were left out (unseen_labels='drop')", stacklevel=2)
+        counts[task] = {"train_records": train.n_records, "eval_records": test.n_records,
+                        "train_targets": int(len(train.arrays.labels)), "eval_targets": int(len(test.arrays.labels)),
+                        "train_truncated_targets": train.arrays.n_skipped,
+                        "eval_truncated_targets": test.arrays.n_skipped, "eval_unseen_label_dropped": dropped,
+                        "train_store": str(train.arrays.store.path), "eval_store": str(test.arrays.store.path)}
+        if len(test.arrays.labels) == 0:
+            raise ValueError(f"probe {task}: no {cfg.eval_split} targets left to score")
+        _say(progress, f"probe {model_name}: task {task}: {counts[task]['train_targets']} train / "
+                       f"{counts[task]['eval_targets']} eval targets, probing layers {layers[0]}..{layers[-1]}")
+        try:
+            res = probe_task(train, test, cfg, layers, model_name, task, span_pooling)
+        except ValueError as e:
+            raise ValueError(f"probe {task} ({cfg.train_split} -> {cfg.eval_split}): {e}") from e
+        for k, v in res.items():
+            frames[k] += v
+        counts[task]["seconds"] = round(time.perf_counter() - t0, 1)
+        _say(progress, f"probe {model_name}: task {task}: done in {counts[task]['seconds']} s")
+        if run_dir is not None or out_dir is not None:  # tasks done so far survive a killed run
+
+            write_tables(run_dir if run_dir is not None else out_dir, _tables(frames))
+    tables = _tables(frames)
+    _write_outputs(tables, out_dir, run_dir, {
+        "model": model_name, "model_path": str(model_path), "checkpoint_hash": model_id, "kind": model.kind,
+        "word_pooling": cfg.pooling, "span_pooling": span_pooling, "layers": layers, "tasks": tasks,
+        "config": cfg.to_dict(), "counts": counts})
+    return tables
+
+
+def _tables(frames: dict[str, list[pd.DataFrame]]) -> dict[str, pd.DataFrame]:
+    return {"probing": _concat(frames["probing"], PROBING_COLUMNS),
+            "probing_summary": _concat(frames["probing_summary"], SUMMARY_COLUMNS),
+            "mix_weights": _concat(frames["mix_weights"], MIX_COLUMNS)}
+
+
+def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: dict) -> None:
+    write_analysis_outputs(tables, out_dir, run_dir, record, "probe_run.json")
+
+
+# ------------------------------------------------------------------------------------ baseline
+def random_baseline_checkpoint(model_path: str | Path, out: str | Path, seed: int = 0) -> Path:
+    """Save the same architecture with fresh random weights (the model's own init, `seed`) and the same
+    tokenizer: the random-weights baseline of Hewitt & Liang 2019 / Tenney et al. 2019a, probed like
+    any model. Returns the new checkpoint folder."""
+
+
+    model, tokenizer = plmodels.load(model_path)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fresh = build_model(model.kind, model.config.to_dict())
+    card = {"data": "none (random initialisation)", "random_init_of": str(model_path),
+            "random_init_of_hash": plmodels.checkpoint_hash(model_path), "seed": seed, "steps": 0, "tokens": 0}
+    return plmodels.save(fresh.eval(), tokenizer, out, card=card)

@@ -1,0 +1,447 @@
+"""Head importance and pruning runs on a checkpoint: the glue around `probes.importance`,
+`probes.l0` and `probes.pruning` (Michel, Levy & Neubig 2019, "Are Sixteen Heads Really Better
+than One?"; Voita et al. 2019, "Analyzing Multi-Head Self-Attention").
+
+`prune_model_cli(path, methods, out_dir, config)`:
+1. builds the evaluation batches the checkpoint's objective needs (`EVAL_DATA` registry):
+   masked-LM loss on Gutenberg-valid windows or EWT-dev sentences with a fixed mask seed (encoders),
+   perplexity on the same text (decoders), or dev accuracy of a finetuned classifier (a folder with
+   `finetune.json` + `head.safetensors`, see `plmodels.finetune`);
+2. scores every head with each method (`METHODS` registry: michel, ablation, confidence, l0; random
+   is the baseline order) -> `importance` (model, method, layer, head, value);
+3. masks 0, 10, ..., 100 % of the heads in increasing score order (random orders per seed; with
+   `rescore` Michel scores are recomputed after each step, Michel Sec. 4.2) -> `pruning` (model,
+   method, fraction, metric, value, seed); the L0 lambda sweep adds method "l0_sweep" rows whose
+   fraction is the share of closed gates; `prunable` says how many heads can go for 1 % / 5 % loss;
+4. Kendall tau between the methods' orders -> `kendall`; a join with head roles (`heads_classes`
+   given or found in the run) -> `roles_importance`;
+5. really prunes `prune_fraction` (default half) of the heads in Michel order with
+   `model.prune_heads`, saves the smaller checkpoint under out_dir/pruned (safetensors), checks its
+   outputs equal masking and measures parameters, bytes and tokens/s against the full model ->
+   `pruned_speed` (model, variant, params, bytes, tokens_per_s).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+import plmodels
+from plmodels.corpus import iter_texts
+from plmodels.finetune import HEAD_FILE, INFO_FILE, collate, encode, load_classifier
+from plmodels.masking import mask_tokens, step_generator
+from probes.importance import (
+    ablation_importance,
+    confidence_importance,
+    forward,
+    importance_frame,
+    michel_importance,
+    ones_mask,
+)
+from probes.l0 import l0_importance, l0_sweep
+from probes.pruning import (
+    DEFAULT_FRACTIONS,
+    METRICS,
+    Metric,
+    heads_to_prune_for_loss,
+    kendall_table,
+    measure_speed_and_size,
+    prune_model,
+    pruning_curve,
+    random_pruning_curves,
+    roles_vs_importance,
+)
+from workbench.analyses.probing import default_model_name
+from workbench.core.config import JsonConfig
+from workbench.core.io import atomic_write_json
+from workbench.core.paths import dataset_dir
+from workbench.core.results import write_table
+from workbench.data.finetuning import load_task_data
+from workbench.data.tasks import ud_sentences
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = REPO_ROOT / "configs" / "prune.json"
+SPEED_COLUMNS = ["model", "variant", "params", "bytes", "tokens_per_s"]
+IGNORE = -100
+
+
+# ------------------------------------------------------------------------------------ config
+@dataclass(frozen=True)
+class PruneRunConfig(JsonConfig):
+    """A pruning run; configs/prune.json holds the canonical values. Unknown keys are errors."""
+
+    DEFAULT_FILE = DEFAULT_CONFIG
+
+    methods: tuple[str, ...] = ("michel", "ablation", "confidence", "l0", "random")
+    eval_data: str = "auto"              # auto | gutenberg | ewt | classifier (auto: classifier for a
+                                         # finetuned folder, else gutenberg)
+    n_sequences: int = 64                # evaluation sequences (LM) or dev examples (classifier)
+    seq_len: int = 128                   # tokens per sequence
+    batch_size: int = 16
+    mask_seed: int = 0                   # fixed MLM corruption of the evaluation batches
+    fractions: tuple[float, ...] = DEFAULT_FRACTIONS
+    random_seeds: tuple[int, ...] = (0, 1, 2)
+    rescore: bool = False                # iterative Michel pruning (re-score after every step)
+    granularity: str = "token"           # Michel |dL/dxi| per token | example | batch
+    l0_lambdas: tuple[float, ...] = (0.0, 0.01, 0.03, 0.1)
+    l0_lambda: float = 0.03              # lambda whose learned log_alpha is the "l0" importance
+    l0_steps: int = 100
+    l0_lr: float = 0.1
+    tolerances: tuple[float, ...] = (0.01, 0.05)
+    prune_fraction: float = 0.5          # share of heads really cut out (Michel order)
+    speed_repeats: int = 3
+    speed_batches: int = 2
+    num_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("methods", "fractions", "random_seeds", "l0_lambdas", "tolerances"):
+            v = getattr(self, name)
+            if isinstance(v, (str, bytes)) or not isinstance(v, (list, tuple)):
+                raise ValueError(f"PruneRunConfig.{name} must be a list, got {v!r}")
+            object.__setattr__(self, name, tuple(v))
+        bad = [m for m in self.methods if m not in METHODS and m != "random"]
+        if bad or not self.methods:
+            raise ValueError(f"PruneRunConfig.methods: unknown {bad}; choose from {sorted(METHODS) + ['random']}")
+        if self.eval_data not in ("auto", *EVAL_DATA):
+            raise ValueError(f"PruneRunConfig.eval_data={self.eval_data!r}; choose auto or one of {sorted(EVAL_DATA)}")
+        if self.granularity not in ("token", "example", "batch"):
+            raise ValueError(f"PruneRunConfig.granularity={self.granularity!r}; choose token, example or batch")
+        if 0.0 not in self.fractions or any(not 0 <= f <= 1 for f in self.fractions):
+            raise ValueError(f"PruneRunConfig.fractions must lie in [0, 1] and include 0, got {self.fractions}")
+        if not 0 < self.prune_fraction < 1:
+            raise ValueError(f"PruneRunConfig.prune_fraction must be in (0, 1), got {self.prune_fraction}")
+        for name in ("n_sequences", "seq_len", "batch_size", "l0_steps", "speed_repeats", "speed_batches"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"PruneRunConfig.{name} must be a positive int, got {getattr(self, name)!r}")
+
+def resolve_config(config) -> PruneRunConfig:
+    """None -> the default file (or defaults); a dict; a path; or a PruneRunConfig itself."""
+    return PruneRunConfig.resolve(config)
+
+
+# ------------------------------------------------------------------------- evaluation data
+@dataclass
+class Objective:
+    """What the heads are scored against: batches, the differentiable loss and the curve metric."""
+
+    batches: list[dict]
+    loss: Callable                      # BatchStat (model, batch, head_mask) -> (total, count)
+    metric: Metric
+    description: str
+
+
+def is_finetuned(path: str | Path) -> bool:
+    """A `plmodels.finetune` checkpoint folder (finetune.json + head.safetensors)."""
+
+    return (Path(path) / INFO_FILE).is_file() and (Path(path) / HEAD_FILE).is_file()
+
+
+def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+        mask[i, : len(s)] = 1
+    return ids, mask
+
+
+def gutenberg_sequences(tok, n: int, seq_len: int) -> list[list[int]]:
+    """n windows of seq_len tokens from the start of Gutenberg valid (with [CLS]/[SEP] or BOS)."""
+
+    body = seq_len - (2 if tok.kind == "wordpiece" else 1)
+    ids: list[int] = []
+    for text in iter_texts(dataset_dir("gutenberg_pd"), "valid"):
+        for k in range(0, len(text), 20_000):  # books are long: encode in slices until enough
+            ids += tok.encode(text[k:k + 20_000], add_special=False)
+            if len(ids) >= n * body:
+                break
+        if len(ids) >= n * body:
+            break
+    chunks = [ids[i * body:(i + 1) * body] for i in range(min(n, len(ids) // body))]
+    pre, post = ([tok.cls_id], [tok.sep_id]) if tok.kind == "wordpiece" else ([tok.bos_id], [])
+    return [pre + c + post for c in chunks]
+
+
+def ewt_sequences(tok, n: int, seq_len: int) -> list[list[int]]:
+    """The first n EWT-dev sentences as subword ids (specials added), truncated to seq_len."""
+
+    out = []
+    for s in ud_sentences("ewt", "dev")[:n]:
+        ids = tok.encode(" ".join(s.words))
+        out.append(ids[:seq_len])
+    return out
+
+
+def lm_objective(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, source: str) -> Objective:
+    """MLM loss with a fixed corruption (encoder) or causal-LM perplexity (decoder) batches."""
+
+    batches = []
+    for b, i in enumerate(range(0, len(seqs), cfg.batch_size)):
+        ids, mask = _pad(seqs[i:i + cfg.batch_size], tok.pad_id if tok.pad_id is not None else 0)
+        if model.kind == "encoder":
+            specials = set(tok.special_ids) | {tok.pad_id}
+            ids, labels = mask_tokens(ids, mask_id=tok.mask_id, vocab_size=tok.vocab_size, special_ids=specials,
+                                      generator=step_generator(cfg.mask_seed, b))
+            labels[mask == 0] = IGNORE
+            batches.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+        else:
+            batches.append({"input_ids": ids, "attention_mask": mask})
+    if model.kind == "encoder":
+        return Objective(batches, METRICS["mlm_loss"].stat, METRICS["mlm_loss"],
+                         f"masked-LM loss on {len(seqs)} {source} sequences (mask seed {cfg.mask_seed})")
+    return Objective(batches, METRICS["perplexity"].stat, METRICS["perplexity"],
+                     f"perplexity on {len(seqs)} {source} sequences")
+
+
+def classifier_stats(head: torch.nn.Module, kind: str) -> tuple[Callable, Callable]:
+    """(loss, correct) batch statistics of a finetuned head on the (head-masked) base model.
+
+    Sentence tasks use the pooled [CLS] (encoder) or the last real token (decoder), token tasks
+    every first subword (labels -100 elsewhere), as in `plmodels.finetune.Classifier`.
+    """
+    def logits_labels(model, batch, head_mask):
+        out = forward(model, batch, head_mask)
+        labels = batch["labels"]
+        if kind == "token":
+            keep = labels != IGNORE
+            return head(out.last_hidden_state[keep]), labels[keep]
+        if model.kind == "encoder":
+            return head(out.pooler_output), labels
+        last = batch["attention_mask"].sum(1) - 1
+        return head(out.last_hidden_state[torch.arange(len(labels)), last]), labels
+
+    def loss(model, batch, head_mask):
+        logits, labels = logits_labels(model, batch, head_mask)
+        return F.cross_entropy(logits.float(), labels, reduction="sum"), torch.tensor(len(labels))
+
+    def correct(model, batch, head_mask):
+        logits, labels = logits_labels(model, batch, head_mask)
+        return (logits.argmax(-1) == labels).sum().float(), torch.tensor(len(labels))
+
+    return loss, correct
+
+
+def classifier_objective(path: Path, cfg: PruneRunConfig):
+    """(base model, tokenizer, Objective) for a finetuned folder: accuracy on its task's dev split."""
+
+    clf = load_classifier(path)
+    info = clf.info
+    data = load_task_data(info["task"], max_train=1, max_dev=cfg.n_sequences)
+    dev, n_trunc = encode(data.dev, data.kind, clf.tokenizer, cfg.seq_len)
+    batches = []
+    for i in range(0, len(dev), cfg.batch_size):
+        ids, mask, labels = collate(dev[i:i + cfg.batch_size], data.kind, clf.pad_id)
+        batches.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    for p in clf.head.parameters():
+        p.requires_grad_(False)
+    loss, correct = classifier_stats(clf.head, data.kind)
+    metric = Metric(f"{info['task']}_accuracy", correct, higher_is_better=True)
+    desc = f"{info['task']} dev accuracy on {len(dev)} examples ({n_trunc} truncated to {cfg.seq_len})"
+    return clf.base, clf.tokenizer, Objective(batches, loss, metric, desc)
+
+
+EVAL_DATA: dict[str, Callable] = {"gutenberg": gutenberg_sequences, "ewt": ewt_sequences,
+                                  "classifier": classifier_objective}
+
+
+def build_objective(path: Path, cfg: PruneRunConfig):
+    """(model, tokenizer, Objective) for the checkpoint at `path` (see EVAL_DATA and module docstring)."""
+
+    source = cfg.eval_data
+    if source == "auto":
+        source = "classifier" if is_finetuned(path) else "gutenberg"
+    if source == "classifier":
+        if not is_finetuned(path):
+            raise ValueError(f"{path}: eval_data='classifier' needs a finetuned folder (finetune.json + head.safetensors)")
+        return classifier_objective(path, cfg)
+    model, tok = plmodels.load(path)
+    if tok is None:
+        raise ValueError(f"{path}: the checkpoint has no tokenizer/ folder; pruning needs one")
+    card = json.loads((path / "card.json").read_text()) if (path / "card.json").exists() else {}
+    fresh = card.get("import", {}).get("fresh_init", [])
+    if model.kind == "encoder" and any(n.startswith("mlm.") for n in fresh):
+        raise ValueError(f"{path}: the MLM head was freshly initialised at import ({card['import'].get('mlm_head')}); "
+                         "an MLM loss would score heads against noise. Finetune it (plmodels.finetune) and prune "
+                         "the finetuned folder, or set eval_data='classifier' on one.")
+    seqs = EVAL_DATA[source](tok, cfg.n_sequences, min(cfg.seq_len, int(model.config.max_positions)))
+    if not seqs:
+        raise ValueError(f"eval_data={source!r} gave no sequences")
+    return model, tok, lm_objective(model, tok, seqs, cfg, source)
+
+
+# --------------------------------------------------------------------------------- methods
+def _michel(model, obj: Objective, cfg: PruneRunConfig) -> np.ndarray:
+    return michel_importance(model, obj.batches, obj.loss, granularity=cfg.granularity)
+
+
+def _ablation(model, obj: Objective, cfg: PruneRunConfig) -> np.ndarray:
+    return ablation_importance(model, obj.batches, obj.metric)
+
+
+def _confidence(model, obj: Objective, cfg: PruneRunConfig) -> np.ndarray:
+    return confidence_importance(model, obj.batches)
+
+
+def _l0(model, obj: Objective, cfg: PruneRunConfig) -> np.ndarray:
+    return l0_importance(model, obj.batches, obj.loss, lam=cfg.l0_lambda, steps=cfg.l0_steps, lr=cfg.l0_lr)
+
+
+METHODS: dict[str, Callable[[Any, Objective, PruneRunConfig], np.ndarray]] = {
+    "michel": _michel, "ablation": _ablation, "confidence": _confidence, "l0": _l0,
+}
+
+
+def _say(progress: bool, msg: str) -> None:
+    if progress:
+        print(f"[prune] {msg}", file=sys.stderr, flush=True)
+
+
+def score_and_curves(model, obj: Objective, cfg: PruneRunConfig, methods: Sequence[str], name: str,
+                     progress: bool = False) -> dict[str, pd.DataFrame]:
+    """`importance`, `pruning` (+ "l0_sweep" rows) and `prunable` tables for one loaded model."""
+    imp, curves = [], []
+    n_heads = int(np.prod(ones_mask(model).shape))
+    for m in methods:
+        if m == "random":
+            continue
+        t0 = time.perf_counter()
+        scores = METHODS[m](model, obj, cfg)
+        imp.append(importance_frame(scores, name, m))
+        curves.append(pruning_curve(model, obj.batches, obj.metric, scores, fractions=cfg.fractions,
+                                    method=m, model_name=name))
+        _say(progress, f"{name}: {m} scored and pruned in {time.perf_counter() - t0:.1f} s")
+    if "michel" in methods and cfg.rescore:
+        scorer = lambda mask: michel_importance(model, obj.batches, obj.loss, head_mask=mask,  # noqa: E731
+                                                granularity=cfg.granularity)
+        curves.append(pruning_curve(model, obj.batches, obj.metric, scorer=scorer, fractions=cfg.fractions,
+                                    method="michel_rescored", model_name=name))
+    if "random" in methods:
+        curves.append(random_pruning_curves(model, obj.batches, obj.metric, seeds=cfg.random_seeds,
+                                            fractions=cfg.fractions, model_name=name))
+    if "l0" in methods and cfg.l0_lambdas:
+        sweep = l0_sweep(model, obj.batches, obj.loss, obj.metric, lams=cfg.l0_lambdas, model_name=name,
+                         steps=cfg.l0_steps, lr=cfg.l0_lr)
+        curves.append(pd.DataFrame({"model": name, "method": "l0_sweep",
+                                    "fraction": 1.0 - sweep["n_open"] / n_heads, "metric": sweep["metric"],
+                                    "value": sweep["value"], "seed": sweep["seed"]}))
+    pruning = pd.concat(curves, ignore_index=True)
+    importance = pd.concat(imp, ignore_index=True) if imp else pd.DataFrame(
+        columns=["model", "method", "layer", "head", "value"])
+    ordered = pruning[pruning.method != "l0_sweep"]
+    prunable = pd.concat([heads_to_prune_for_loss(ordered, tol, n_heads=n_heads,
+                                                  higher_is_better=obj.metric.higher_is_better)
+                          for tol in cfg.tolerances], ignore_index=True) if cfg.tolerances else pd.DataFrame()
+    return {"importance": importance, "pruning": pruning, "prunable": prunable}
+
+
+def michel_order_mask(scores: np.ndarray, fraction: float) -> torch.Tensor:
+    """(L, H) mask with 0 at the round(fraction * L * H) lowest-scored heads (ties by flat index)."""
+    L, H = scores.shape
+    mask = torch.ones(L * H)
+    mask[np.argsort(scores.ravel(), kind="stable")[: int(round(fraction * L * H))]] = 0.0
+    return mask.view(L, H)
+
+
+def real_prune(model, tok, obj: Objective, scores: np.ndarray, cfg: PruneRunConfig, name: str,
+               out: Path | None, src: Path | None = None) -> tuple[pd.DataFrame, dict]:
+    """Cut out `prune_fraction` of the heads (lowest scores first), check outputs equal masking, save
+    the pruned checkpoint to `out` (and a finetuned head beside it), and measure size and speed."""
+
+    mask = michel_order_mask(scores, cfg.prune_fraction).to(next(model.parameters()))
+    pruned = prune_model(model, mask).eval()
+    batch = obj.batches[0]
+    with torch.no_grad():
+        a = forward(model, batch, mask).last_hidden_state
+        b = forward(pruned, batch).last_hidden_state
+    real = batch["attention_mask"].bool()
+    max_diff = float((a - b)[real].abs().max())
+    check = {"max_abs_diff_vs_masking": max_diff, "metric_masked": obj.metric(model, obj.batches, mask),
+             "metric_pruned": obj.metric(pruned, obj.batches), "pruned_heads": {
+                 int(l): [int(h) for h in torch.nonzero(mask[l] == 0).ravel()] for l in range(mask.shape[0])}}
+    if out is not None:
+        card = {"pruned_from": str(src) if src else None, "prune_fraction": cfg.prune_fraction,
+                "order": "michel", "metrics": {obj.metric.name: check["metric_pruned"]}}
+        plmodels.save(pruned, tok, out, card=card)
+        if src is not None and is_finetuned(src):
+            for f in (HEAD_FILE, INFO_FILE):
+                shutil.copyfile(src / f, out / f)
+    speed = measure_speed_and_size(model, pruned, obj.batches[: cfg.speed_batches], repeats=cfg.speed_repeats)
+    rows = [(name, v, speed[f"params_{v}"], speed[f"bytes_{v}"], speed[f"tokens_per_s_{v}"])
+            for v in ("full", "pruned")]
+    check.update({k: speed[k] for k in ("params_ratio", "bytes_ratio", "speed_ratio")})
+    return pd.DataFrame(rows, columns=SPEED_COLUMNS), check
+
+
+def find_heads_classes(out_dir: Path | None, model_name: str) -> pd.DataFrame | None:
+    """The run's `heads_classes` rows of this model, when out_dir sits in a run (runs/<run>/prune/<model>)."""
+    if out_dir is None:
+        return None
+    for run in (out_dir, out_dir.parent, out_dir.parent.parent):
+        p = run / "tables" / "heads_classes.parquet"
+        if p.exists():
+            df = pd.read_parquet(p)
+            df = df[df["model"] == model_name]
+            if len(df):
+                return df
+    return None
+
+
+# ------------------------------------------------------------------------------------- entry
+def prune_model_cli(model_path: str | Path, methods: Sequence[str] | None = None, out_dir: str | Path | None = None,
+                    config: "PruneRunConfig | Mapping | str | Path | None" = None, model_name: str | None = None,
+                    heads_classes: pd.DataFrame | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Importance, pruning curves, Kendall tau, roles join and real pruning of one checkpoint.
+
+    Returns {"importance", "pruning", "prunable", "kendall", "pruned_speed"[, "roles_importance"]};
+    with out_dir, also writes them to out_dir/tables/*.parquet, the pruned checkpoint to
+    out_dir/pruned and the resolved config with checks to out_dir/prune_run.json.
+    """
+
+    cfg = resolve_config(config)
+    methods = list(methods) if methods is not None else list(cfg.methods)
+    if methods != list(cfg.methods):
+        cfg = PruneRunConfig.from_dict({**cfg.to_dict(), "methods": methods})
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    path = Path(model_path)
+    name = model_name or default_model_name(path)
+    out = Path(out_dir) if out_dir is not None else None
+    t0 = time.perf_counter()
+    model, tok, obj = build_objective(path, cfg)
+    model.eval()
+    _say(progress, f"{name}: {obj.description}; unmasked {obj.metric.name} = {obj.metric(model, obj.batches):.4f}")
+    tables = score_and_curves(model, obj, cfg, methods, name, progress)
+    imp = tables["importance"]
+    tables["kendall"] = (kendall_table(imp) if imp["method"].nunique() > 1 else
+                         pd.DataFrame(columns=["model", "method_a", "method_b", "tau", "p_value", "n_heads"]))
+    roles = heads_classes if heads_classes is not None else find_heads_classes(out, name)
+    if roles is not None and len(imp):
+        tables["roles_importance"] = roles_vs_importance(imp, roles)
+    order = "michel" if "michel" in set(imp["method"]) else None
+    if order is None:
+        scores = _michel(model, obj, cfg)
+    else:
+        sub = imp[imp.method == order].sort_values(["layer", "head"])
+        scores = sub["value"].to_numpy().reshape(ones_mask(model).shape)
+    speed, check = real_prune(model, tok, obj, scores, cfg, name, out / "pruned" if out else None, path)
+    tables["pruned_speed"] = speed
+    _say(progress, f"{name}: pruned {cfg.prune_fraction:.0%} of heads: outputs differ from masking by "
+                   f"{check['max_abs_diff_vs_masking']:.2e}; params x{check['params_ratio']:.3f}, "
+                   f"speed x{check['speed_ratio']:.2f}")
+    if out is not None:
+        for tname, df in tables.items():
+            write_table(out, tname, df)
+        atomic_write_json(out / "prune_run.json", {
+            "model": name, "model_path": str(path), "objective": obj.description, "config": cfg.to_dict(),
+            "real_pruning": check, "seconds": round(time.perf_counter() - t0, 1)})
+    return tables

@@ -1,0 +1,91 @@
+"""The figures an analysis command writes beside its tables: `out_dir/figures/<name>.json` (Plotly
+JSON, `plotly.io.from_json` reads it back) and, for emergence, one offline HTML page.
+
+They are drawn from the analysis' returned tables with the same builders (`workbench.figures`) and
+the same table shaping (`workbench.presentation.views`) as the report and the app, so a figure looks
+the same wherever it is opened. The analyses themselves only compute and write tables.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Mapping
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from workbench import figures as F
+from workbench.core.io import atomic_write_text
+from workbench.core.results import write_figures
+from workbench.presentation import views
+
+
+def _models(df: pd.DataFrame | None) -> list[str]:
+    return [] if df is None or not len(df) else sorted(df["model"].unique())
+
+
+def _main_metric(probing: pd.DataFrame) -> str:
+    metrics = set(probing["metric"])
+    return "accuracy" if "accuracy" in metrics else sorted(metrics)[0]
+
+
+def probing_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
+    """Per model of a probe run: score per layer, cumulative gains, scalar-mix weights and the
+    expected-layer "pipeline" (Tenney et al. 2019b, Fig. 1)."""
+    probing, mix, summary = tables["probing"], tables.get("mix_weights"), tables.get("probing_summary")
+    out: dict[str, go.Figure] = {}
+    for m in _models(probing):
+        p = probing[probing["model"] == m]
+        metric = _main_metric(p)
+        scores = views.layer_scores_frame(p, metric)
+        if scores is not None:
+            out[f"probing_layers_{m}"] = F.layer_scores_figure(scores, metric)
+        if (p["mode"] == "cumulative").any():
+            out[f"probing_cumulative_{m}"] = F.cumulative_figure(p)
+        pm = None if mix is None else mix[mix["model"] == m]
+        if pm is not None and len(pm):
+            pm = views.mix_weights_frame(pm)
+            out[f"probing_mix_{m}"] = F.mix_weights_figure(pm)
+            ps = None if summary is None else summary[summary["model"] == m]
+            out[f"probing_summary_{m}"] = F.pipeline_figure(pm, views.layer_summary_frame(p, ps, metric))
+    return out
+
+
+def heads_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
+    """Per model of a heads run: the primary role of every head, the best head per relation against
+    the offset baseline, the 2-D map of heads, and the share of each head's argmax on the previous word."""
+    heads, classes = tables["heads"], tables.get("heads_classes")
+    relations, similarity = tables.get("relations"), tables.get("head_similarity")
+    out: dict[str, go.Figure] = {}
+    for m in _models(heads):
+        roles = None if classes is None else views.role_grid(classes, m)
+        if roles is not None:
+            out[f"heads_roles_{m}"] = F.head_grid_figure(roles, title=f"{m}: primary role of each head")
+        rel = None if relations is None else relations[relations["model"] == m].dropna(subset=["test_acc"])
+        if rel is not None and len(rel):
+            out[f"heads_relations_{m}"] = F.relations_figure(rel)
+        hmap = None if similarity is None else views.head_map_frame(similarity, classes, m)
+        if hmap is not None:
+            out[f"heads_map_{m}"] = F.head_map_figure(hmap)
+        prev = views.score_grid(heads, m, "positional_share:-1")
+        if prev is not None:
+            out[f"heads_positional_prev_{m}"] = F.head_grid_figure(prev)
+    return out
+
+
+BUILDERS: dict[str, Callable[[Mapping[str, pd.DataFrame]], dict[str, go.Figure]]] = {
+    "probe": probing_figures,
+    "heads": heads_figures,
+}
+
+
+def write_analysis_figures(kind: str, tables: Mapping[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
+    """Write the figures of analysis `kind` ("probe", "heads", "emergence") into `out_dir`: Plotly
+    JSON under out_dir/figures/, and out_dir/emergence.html (offline, no CDN) for emergence."""
+    out_dir = Path(out_dir)
+    if kind == "emergence":
+        html = F.emergence_figure(tables["emergence"]).to_html(include_plotlyjs=True, full_html=True)
+        return [atomic_write_text(out_dir / "emergence.html", html)]
+    if kind not in BUILDERS:
+        return []
+    return write_figures(out_dir / "figures", BUILDERS[kind](tables))

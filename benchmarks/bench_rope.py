@@ -3,17 +3,17 @@ cheaper ways of computing the same rotation would save.
 
 The model is the `encoder-mini-cram` recipe's as it was when the figures were taken (4 x 256 x 4
 heads, FFN 1024, pre-LN, no biases, no dropout, vocabulary 16,000; the recipe is post-LN since),
-one training step = `plmodels.train.lm_loss` + backward + fused AdamW on
+one training step = `plmodels.training.loss.lm_loss` + backward + fused AdamW on
 64 x 128 tokens with the recipe's 25% masking, under bf16 autocast where the trainer turns it on
 (`bf16: "auto"`). Rows, built first and then timed interleaved (A, B, C, A, B, C, ...) in this one
 process, each the median of `--iters` steps:
 
 - learned positions: no rotation at all (the floor RoPE is measured against);
-- RoPE as the models compute it: `plmodels.positions.apply_rope`, x * cos + rotate_half(x) * sin;
+- RoPE as the models compute it: `plmodels.components.positions.apply_rope`, x * cos + rotate_half(x) * sin;
 - candidate "roll": rotate_half(x) * sin written as roll(x, Dh/2) * [-sin1, sin2] (bit-identical,
   one full-size pass fewer);
 - candidate "roll + addcmul": the same with the multiply-add fused (not bit-identical in bf16).
-The candidates replace `plmodels.attention.apply_rope` for their row only.
+The candidates replace `plmodels.components.attention.apply_rope` for their row only.
 
 "x learned" is the median over rounds of the same-round ratio; the RoPE overhead is 1 - that.
 
@@ -30,12 +30,14 @@ from pathlib import Path
 import torch
 from bench_train import measure  # the interleaved warm-up + timed rounds (benchmarks/ is on sys.path)
 
-import plmodels.attention as attention_module
+import plmodels.components.attention as attention_module
 from plmodels.checkpoint import build_model
-from plmodels.masking import MaskingConfig, mask_tokens, step_generator
-from plmodels.positions import apply_rope
+from plmodels.components.positions import apply_rope
 from plmodels.presets import preset
-from plmodels.train import Batch, lm_loss, use_bf16
+from plmodels.training.data import Batch
+from plmodels.training.loss import lm_loss
+from plmodels.training.masking import MaskingConfig, mask_tokens, step_generator
+from plmodels.training.runtime import use_bf16
 
 B, T, V = 64, 128, 16000
 RECIPE = {"norm": "pre", "dropout": 0.0, "bias": False, "layer_norm_eps": 1e-5}

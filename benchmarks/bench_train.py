@@ -2,7 +2,7 @@
 
 One training step = forward + backward + AdamW step on a batch of 32 x 128 tokens, 4 layers, width
 256, 4 heads, FFN 1024, vocabulary 16000 (the `mini` preset), dropout 0.1 on both sides. Ours runs
-its real training step (`plmodels.train.lm_loss` + `make_optimizer`): SDPA attention, fused
+its real training step (`plmodels.training.loss.lm_loss` + `make_optimizer`): SDPA attention, fused
 chunked linear cross-entropy (MLM logits only at the 15% masked positions for the encoder), fused
 AdamW. The references run eager fp32 with their own loss and torch's default (foreach) AdamW.
 
@@ -38,9 +38,12 @@ import torch
 import torch.nn.functional as F
 
 from plmodels.checkpoint import build_model
-from plmodels.masking import IGNORE_INDEX, MaskingConfig, mask_tokens, step_generator
 from plmodels.presets import preset
-from plmodels.train import Batch, CompiledStep, linear_cross_entropy, lm_loss, use_bf16
+from plmodels.training.data import Batch
+from plmodels.training.loop import CompiledStep
+from plmodels.training.loss import linear_cross_entropy, lm_loss
+from plmodels.training.masking import IGNORE_INDEX, MaskingConfig, mask_tokens, step_generator
+from plmodels.training.runtime import use_bf16
 
 B, T, V, L, D, H, FF = 32, 128, 16000, 4, 256, 4, 1024
 OUT = Path(__file__).resolve().parent / "results" / "train.json"
@@ -203,7 +206,7 @@ def main() -> None:
                          "reference stays BERT/GPT-2 mini, so its ratios are then across shapes)")
     a = ap.parse_args()
     if a.recipe:
-        from plmodels.train import load_config
+        from plmodels.training import load_config
 
         cfg = load_config(a.recipe)
         RECIPE.update(model=dict(cfg.model), mask_rate=cfg.masking.get("rate", 0.15))

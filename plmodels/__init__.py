@@ -1,6 +1,23 @@
 """plmodels: own transformer models (BERT-style encoder, GPT-2-style decoder), tokenizers, checkpoints.
 
 Light on purpose: importing plmodels never imports transformers or streamlit.
+
+The layout: one file per model family, read top to bottom (config -> MLP -> block -> model), on
+shared parts that are written once.
+
+    encoder.py      the BERT-style encoder (EncoderConfig, Encoder)
+    decoder.py      the GPT-2-style decoder (DecoderConfig, Decoder)
+    components/     what every family shares: attention kernel, positions, dropout, hook sites,
+                    outputs, config checks, init, head pruning, input checks (see its docstring)
+    checkpoint.py   save / load / hash a checkpoint folder; MODEL_KINDS, the family registry
+    hf_import.py    import a Hugging Face BERT folder as an Encoder checkpoint
+    tokenizer.py    WordPiece and byte-level BPE tokenizers
+    presets.py      named model shapes (tiny, mini, small, base)
+    config.py       the typed loader of run configs
+    files.py        atomic writes of safetensors and JSON files, with the mode open() gives
+    progress.py     progress bars with rate and ETA for long steps
+    training/       pretraining and finetuning: config, corpus, masking, schedule, data, loss,
+                    runtime, distributed, state, evaluation, loop, finetune (see its docstring)
 """
 
 from .checkpoint import checkpoint_hash, load, save

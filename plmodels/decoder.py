@@ -1,9 +1,10 @@
 """A GPT-2-style decoder (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners").
 
-Reading order: config -> model. Blocks, MLP and config checks are the encoder's (encoder.py): the
-two models differ only in the causal mask, the embeddings and the head. Defaults are GPT-2's: pre-LN
-blocks x = x + Dropout(Sublayer(LN(x))) with a final LayerNorm, learned positions, tanh-GELU,
-dropout 0.1, eps 1e-5, LM head tied to the token embeddings. Init: N(0, 0.02), and GPT-2's scaled
+Reading order: config -> MLP -> block -> model. The attention sub-layer (fused QKV, eager/SDPA
+paths, causal masks) and what every family shares (hook sites, head pruning, config checks, init,
+unpadding) live in components/. Defaults are GPT-2's: pre-LN blocks x = x + Dropout(Sublayer(LN(x)))
+with a final LayerNorm, learned positions, tanh-GELU, dropout 0.1, eps 1e-5, LM head tied to the
+token embeddings. Init: N(0, 0.02), and GPT-2's scaled
 init N(0, 0.02 / sqrt(2 L)) for the projections that write into the residual stream.
 
 `output="adaptive"` replaces the (V, D) softmax layer with the adaptive softmax of Grave et al. 2017
@@ -27,22 +28,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import keep_mask, resolve_attn_impl
-from .dropout import Dropout
-from .encoder import (
-    Block,
-    PrunableMixin,
-    check_length,
-    check_shared_fields,
-    config_from_dict,
-    config_to_dict,
-    init_weights,
-    layer_norm,
-    packing_for,
-)
-from .hooks import HookedModel, HookPoint
-from .outputs import DecoderOutput
-from .positions import alibi_distance, rope_cos_sin
+from .components.attention import MultiHeadAttention, keep_mask, resolve_attn_impl
+from .components.dropout import Dropout
+from .components.hooks import HookedModel, HookPoint
+from .components.inputs import check_length, packing_for
+from .components.layers import ACTIVATIONS, init_weights, layer_norm
+from .components.model_config import check_shared_fields, config_from_dict, config_to_dict
+from .components.outputs import DecoderOutput
+from .components.positions import alibi_distance, rope_cos_sin
+from .components.pruning import PrunableMixin
 
 
 @dataclass(frozen=True)
@@ -88,6 +82,52 @@ class DecoderConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "DecoderConfig":
         return config_from_dict(cls, d)
+
+
+
+class MLP(nn.Module):
+    """Position-wise MLP: W_out act(W_in x) (GPT-2: tanh-GELU), or gated W_out (act(W_g x) * W_u x)."""
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.gated = cfg.mlp == "gated"
+        self.act = ACTIVATIONS[cfg.activation]
+        self.fc_in = nn.Linear(cfg.d_model, cfg.d_ff * (2 if self.gated else 1), bias=cfg.bias)  # W_in, or [W_g; W_u]
+        self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc_in(x)  # (B, T, d_ff) or (B, T, 2 d_ff)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)  # each (B, T, d_ff)
+            return self.fc_out(self.act(gate) * up)
+        return self.fc_out(self.act(h))
+
+
+class Block(nn.Module):
+    """One decoder block with its hook sites: pre-LN (GPT-2) or post-LN; the causal mask comes in
+    through `keep` / `is_causal` (attention.keep_mask)."""
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        self.pre = cfg.norm == "pre"
+        self.resid_pre = HookPoint()  # created first so hook_names() lists sites in forward order
+        self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, bias=cfg.bias, dropout=cfg.dropout, position=cfg.position)
+        self.norm1, self.norm2 = layer_norm(cfg), layer_norm(cfg)  # before (pre-LN) or after (post-LN) each sub-layer
+        self.mlp = MLP(cfg)
+        self.drop = Dropout(cfg.dropout)
+        self.attn_out, self.mlp_out, self.resid_post = HookPoint(), HookPoint(), HookPoint()
+
+    def forward(self, x: torch.Tensor, keep, **attn_kw) -> tuple[torch.Tensor, torch.Tensor | None]:
+        x = self.resid_pre(x)
+        if self.pre:  # GPT-2: x = x + Dropout(Sublayer(LN(x)))
+            a, probs = self.attn(self.norm1(x), keep, **attn_kw)
+            x = x + self.attn_out(self.drop(a))
+            x = x + self.mlp_out(self.drop(self.mlp(self.norm2(x))))
+        else:  # x = LN(x + Dropout(Sublayer(x)))
+            a, probs = self.attn(x, keep, **attn_kw)
+            x = self.norm1(x + self.attn_out(self.drop(a)))
+            x = self.norm2(x + self.mlp_out(self.drop(self.mlp(x))))
+        return self.resid_post(x), probs
 
 
 class Decoder(HookedModel, PrunableMixin, nn.Module):

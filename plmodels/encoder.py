@@ -1,7 +1,8 @@
 """A BERT-style encoder (Devlin et al. 2019, "BERT: Pre-training of Deep Bidirectional Transformers").
 
 Reading order: config -> MLP -> block -> embeddings -> heads -> model. The attention sub-layer
-(fused QKV, eager/SDPA paths, pruning) lives in attention.py; hook sites in hooks.py.
+(fused QKV, eager/SDPA paths) and what every family shares (hook sites, head pruning, config checks,
+init, unpadding) live in components/ (see its docstring for what is shared and why).
 
 Defaults are the BERT recipe: post-LN blocks x = LN(x + Dropout(Sublayer(x))), learned absolute
 positions, GELU (erf), biases, dropout 0.1, LayerNorm eps 1e-12, MLM decoder tied to the word
@@ -13,70 +14,22 @@ Init: N(0, 0.02) for every weight matrix and embedding, zero biases, unit LayerN
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import MultiHeadAttention, Packing, keep_mask, resolve_attn_impl
-from .dropout import Dropout
-from .hooks import HookedModel, HookPoint
-from .outputs import EncoderOutput
-from .positions import alibi_distance, rope_cos_sin
-
-ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh"), "relu": F.relu}
-CHOICES = {
-    "position": ("learned", "rope", "alibi"),
-    "norm": ("post", "pre"),
-    "activation": tuple(ACTIVATIONS),
-    "mlp": ("plain", "gated"),
-}
-
-
-def check_shared_fields(cfg: Any) -> None:
-    """The checks both configs share; each ValueError names its field."""
-    for name in ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_positions"):
-        value = getattr(cfg, name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"{type(cfg).__name__}.{name} must be an int >= 1, got {value!r}")
-    if cfg.d_model % cfg.n_heads:
-        raise ValueError(f"{type(cfg).__name__}.n_heads={cfg.n_heads} must divide d_model={cfg.d_model}")
-    for name, allowed in CHOICES.items():
-        if getattr(cfg, name) not in allowed:
-            raise ValueError(f"{type(cfg).__name__}.{name} must be one of {allowed}, got {getattr(cfg, name)!r}")
-    if cfg.position == "rope" and (cfg.d_model // cfg.n_heads) % 2:
-        raise ValueError(f"{type(cfg).__name__}.position='rope' needs an even head dim, got {cfg.d_model // cfg.n_heads}")
-    if not 0.0 <= cfg.dropout < 1.0:
-        raise ValueError(f"{type(cfg).__name__}.dropout must be in [0, 1), got {cfg.dropout!r}")
-    if not cfg.layer_norm_eps > 0:
-        raise ValueError(f"{type(cfg).__name__}.layer_norm_eps must be > 0, got {cfg.layer_norm_eps!r}")
-    for layer, heads in cfg.pruned_heads.items():
-        if not (isinstance(layer, int) and 0 <= layer < cfg.n_layers):
-            raise ValueError(f"{type(cfg).__name__}.pruned_heads: layer {layer!r} not in [0, {cfg.n_layers})")
-        if any(not (isinstance(h, int) and 0 <= h < cfg.n_heads) for h in heads) or len(set(heads)) != len(heads):
-            raise ValueError(f"{type(cfg).__name__}.pruned_heads[{layer}]={heads!r}: need distinct ids in [0, {cfg.n_heads})")
-
-
-def config_to_dict(cfg: Any) -> dict:
-    d = dataclasses.asdict(cfg)
-    d["pruned_heads"] = {str(k): list(v) for k, v in cfg.pruned_heads.items()}  # JSON keys are strings
-    return d
-
-
-def config_from_dict(cls: type, d: dict) -> Any:
-    """Build a config from a dict (e.g. parsed JSON); unknown keys -> ValueError naming them."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} key(s) {unknown}; known: {sorted(known)}")
-    d = dict(d)
-    if "pruned_heads" in d:
-        d["pruned_heads"] = {int(k): sorted(int(h) for h in v) for k, v in d["pruned_heads"].items()}
-    return cls(**d)
+from .components.attention import MultiHeadAttention, keep_mask, resolve_attn_impl
+from .components.dropout import Dropout
+from .components.hooks import HookedModel, HookPoint
+from .components.inputs import check_length, packing_for
+from .components.layers import ACTIVATIONS, init_weights, layer_norm
+from .components.model_config import check_shared_fields, config_from_dict, config_to_dict
+from .components.outputs import EncoderOutput
+from .components.positions import alibi_distance, rope_cos_sin
+from .components.pruning import PrunableMixin
 
 
 @dataclass(frozen=True)
@@ -115,14 +68,10 @@ class EncoderConfig:
         return config_from_dict(cls, d)
 
 
-def layer_norm(cfg: Any) -> nn.LayerNorm:
-    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps, bias=cfg.bias)
-
-
 class MLP(nn.Module):
     """Position-wise MLP: W_out act(W_in x), or gated W_out (act(W_g x) * W_u x) (Shazeer 2020)."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: EncoderConfig) -> None:
         super().__init__()
         self.gated = cfg.mlp == "gated"
         self.act = ACTIVATIONS[cfg.activation]
@@ -138,9 +87,9 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One transformer block, post-LN (BERT) or pre-LN (GPT-2), with its hook sites."""
+    """One encoder block, post-LN (BERT) or pre-LN (Xiong et al. 2020), with its hook sites."""
 
-    def __init__(self, cfg: Any) -> None:
+    def __init__(self, cfg: EncoderConfig) -> None:
         super().__init__()
         self.pre = cfg.norm == "pre"
         self.resid_pre = HookPoint()  # created first so hook_names() lists sites in forward order
@@ -177,18 +126,6 @@ class Block(nn.Module):
         return self.norm2(rows + self.drop(self.mlp(rows)))
 
 
-def init_weights(module: nn.Module, std: float = 0.02) -> None:
-    """BERT / GPT-2 init: N(0, std) weights, zero biases, LayerNorm gain 1 and bias 0."""
-    if isinstance(module, (nn.Linear, nn.Embedding)):
-        nn.init.normal_(module.weight, 0.0, std)
-        if getattr(module, "bias", None) is not None:
-            nn.init.zeros_(module.bias)
-    elif isinstance(module, nn.LayerNorm):
-        nn.init.ones_(module.weight)
-        if module.bias is not None:
-            nn.init.zeros_(module.bias)
-
-
 @torch.compiler.disable
 def _selected_counts(select: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Selected positions per sequence (B,) and their maximum. Data-dependent, so kept out of
@@ -196,63 +133,6 @@ def _selected_counts(select: torch.Tensor) -> tuple[torch.Tensor, int]:
     shapes and the last block with a dynamic row count, without the warning `int(tensor)` gives."""
     counts = select.sum(1)
     return counts, (int(counts.max()) if counts.numel() else 0)
-
-
-def check_length(seq_len: int, max_positions: int) -> None:
-    if seq_len > max_positions:
-        raise ValueError(
-            f"sequence length {seq_len} exceeds max_positions={max_positions}; truncate the input to at "
-            f"most {max_positions} tokens (e.g. input_ids[:, :{max_positions}] and the same for "
-            "attention_mask), or split long texts into windows"
-        )
-
-
-def packing_for(model: Any, attention_mask: torch.Tensor | None, unpad: bool) -> Packing | None:
-    """The `Packing` of a padded batch when unpad=True and there is padding, else None. Hooks on the
-    residual-stream sites of a block would see (N, D) tensors instead of (B, T, D), so unpadding
-    refuses them (the attention sites `pattern` and `head_out` keep their padded shapes)."""
-    if not unpad or attention_mask is None or bool(attention_mask.all()):
-        return None
-    packed_sites = ("resid_pre", "attn_out", "mlp_out", "resid_post")
-    active = [name for name, p in model.hook_points().items() if p.fns and name.endswith(packed_sites)]
-    if active:
-        raise ValueError(f"unpad=True cannot run with hooks on {active} (they would see packed (N, D) "
-                         "tensors); use unpad=False")
-    return Packing(attention_mask)
-
-
-class PrunableMixin:
-    """`n_heads_per_layer` and `prune_heads`, shared by encoder and decoder (needs self.blocks)."""
-
-    @property
-    def n_heads_per_layer(self) -> list[int]:
-        return [b.attn.n_heads for b in self.blocks]  # type: ignore[attr-defined]
-
-    def prune_heads(self, heads: dict[int, list[int]]) -> None:
-        """Remove heads {layer: [original head ids]} for real; recorded in config.pruned_heads."""
-        cfg = self.config  # type: ignore[attr-defined]
-        merged = {k: list(v) for k, v in cfg.pruned_heads.items()}
-        for layer, hs in heads.items():
-            if not 0 <= layer < len(self.blocks):  # type: ignore[attr-defined]
-                raise ValueError(f"prune_heads: layer {layer} not in [0, {len(self.blocks)})")  # type: ignore[attr-defined]
-            hs = sorted(set(int(h) for h in hs))
-            if hs:
-                self.blocks[layer].attn.prune(hs)  # type: ignore[attr-defined]
-                merged[layer] = sorted(set(merged.get(layer, [])) | set(hs))
-        self.config = dataclasses.replace(cfg, pruned_heads=dict(sorted(merged.items())))
-
-    def _apply_config_pruning(self, cfg: Any) -> None:
-        """Called by constructors: build full size, then prune to the config's shape."""
-        self.config = dataclasses.replace(cfg, pruned_heads={})
-        self.prune_heads(cfg.pruned_heads)
-
-    def _check_head_mask(self, head_mask: torch.Tensor | None) -> None:
-        cfg = self.config  # type: ignore[attr-defined]
-        if head_mask is not None and tuple(head_mask.shape) != (cfg.n_layers, cfg.n_heads):
-            raise ValueError(
-                f"head_mask must have shape (n_layers, n_heads)=({cfg.n_layers}, {cfg.n_heads}) indexed by "
-                f"original head ids, got {tuple(head_mask.shape)}"
-            )
 
 
 class Embeddings(nn.Module):

@@ -1,5 +1,5 @@
 """The mode of the files plmodels writes atomically (`workbench.core.io.make_shared` does the same there),
-and the one way plmodels writes safetensors files.
+and the one way plmodels writes safetensors files and JSON files (training state, resolved configs).
 
 Atomic writers build a temporary sibling with `tempfile.mkstemp` (mode 0600) or `mkdtemp` (0700) and
 rename it into place, so without a chmod every checkpoint, table and cache would be readable by its
@@ -9,9 +9,11 @@ owner only, unlike a file written with `open()`. `make_shared` gives a path the 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from safetensors.torch import save_file
 
@@ -43,3 +45,13 @@ def save_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict | No
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """`obj` as indented, key-sorted JSON at `path`, atomically and with the mode `open()` gives."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=2, sort_keys=True)
+        f.write("\n")
+    make_shared(tmp)  # mkstemp makes 0600 files
+    os.replace(tmp, path)

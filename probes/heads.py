@@ -41,17 +41,16 @@ Decisions (documented once, here):
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-DEFAULT_CONFIG_PATH = Path(__file__).resolve().parents[1] / "configs" / "heads.json"
+from plmodels.config import Config
+
 DIRECTIONS = ("dep2head", "head2dep")
 _TINY = np.float32(1e-30)  # log(max(p, tiny)) makes 0 log 0 = 0 without a branch
 ROLE_FAMILIES_ALL = ("syntactic", "induction", "rare_token", "positional", "previous_token", "sink",
@@ -59,8 +58,9 @@ ROLE_FAMILIES_ALL = ("syntactic", "induction", "rare_token", "positional", "prev
 
 
 @dataclass(frozen=True)
-class HeadConfig:
-    """Thresholds for head classes; the canonical values live in configs/heads.json."""
+class HeadConfig(Config):
+    """Thresholds for head classes. These defaults are the canonical values (configs/heads.json is a
+    copy of them to edit and pass to `workbench heads`; a test keeps the two equal)."""
 
     row_tolerance: float = 2e-3          # |sum(attn row) + sum(special row) - 1| allowed (float16 store)
     positional_window: int = 2           # offsets -w..+w are tracked (0 = self)
@@ -98,21 +98,6 @@ class HeadConfig:
             raise ValueError(f"HeadConfig.precedence: unknown or repeated families {sorted(unknown)}; "
                              f"valid: {ROLE_FAMILIES_ALL}")
 
-    def to_dict(self) -> dict:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: Mapping) -> "HeadConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"HeadConfig: unknown keys {unknown}; valid: {sorted(names)}")
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.items()})
-
-    @classmethod
-    def load(cls, path: str | Path = DEFAULT_CONFIG_PATH) -> "HeadConfig":
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
 
 
 @dataclass(frozen=True, eq=False)
@@ -175,7 +160,7 @@ class HeadStats:
 
     def __init__(self, config: HeadConfig | None = None, special_names: Sequence[str] = ("cls", "sep"),
                  freq: Mapping | None = None, keep_per_sentence: bool = False) -> None:
-        self.config = config if config is not None else HeadConfig()  # == configs/heads.json (tested)
+        self.config = config if config is not None else HeadConfig()
         self.special_names = tuple(special_names)
         self.freq = freq
         self.keep_per_sentence = keep_per_sentence

@@ -9,7 +9,7 @@ reports what it buys (Michel et al. Sec. 5).
 
 Meaning of an all-zero layer: masking (or pruning) every head of layer l makes its attention
 sub-layer output only the output projection's bias (nothing at all when `bias=False`), so the block
-passes the residual stream (+ that bias) to the MLP (`plmodels/attention.py`).
+passes the residual stream (+ that bias) to the MLP (`plmodels/components/attention.py`).
 
 Tables: `pruning` (model, method, fraction, metric, value, seed); `kendall_table` gives method_a,
 method_b, tau, p_value; `roles_vs_importance` joins the `importance` and `heads_classes` tables.

@@ -1,6 +1,6 @@
 """Pretraining ablations at an equal token budget: which recipe choices make a small model learn.
 
-Each variant is the base pretraining config plus a dict of overrides (`plmodels.train` keys; the
+Each variant is the base pretraining config plus a dict of overrides (`plmodels.training` keys; the
 nested "model" and "masking" dicts are merged). Every variant trains for the same number of tokens
 (`budget_tokens`; max_steps = ceil(budget / (batch_size * seq_len * grad_accum)), so a bigger batch
 takes fewer, larger steps and the schedule is stretched to the run), then is measured:
@@ -43,7 +43,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -53,16 +53,17 @@ import plotly.graph_objects as go
 from sklearn.linear_model import LogisticRegression
 
 import plmodels
-from plmodels.corpus import sample_texts_for_tokenizer
+from plmodels.config import Config, read_json_object
 from plmodels.tokenizer import Tokenizer
-from plmodels.train import PretrainConfig, load_config, pretrain, resolve_path
+from plmodels.training import PretrainConfig, load_config, pretrain
+from plmodels.training.config import resolve_path
+from plmodels.training.corpus import sample_texts_for_tokenizer
 from probes.logreg import LogisticRegressionLBFGS
 from workbench.analyses.emergence import decoder_baselines
 from workbench.analyses.heads import analyse_loaded, summarise_heads
-from workbench.core.config import JsonConfig, read_json_keys
 from workbench.core.io import atomic_write_text, write_parquet_atomic
 from workbench.data.tasks import ud_sentences
-from workbench.store.activations import extract
+from workbench.store import extract
 
 ROW_FILE = "row.json"
 COLUMNS = ["variant", "group", "seed", "overrides", "steps", "tokens", "tokens_per_s", "train_seconds", "eval_loss",
@@ -85,7 +86,7 @@ def pick_sentences(sentences: Sequence, n: int, how: str = "first") -> list:
 
 
 @dataclass(frozen=True)
-class AblationEval(JsonConfig):
+class AblationEval(Config):
     """How each variant is trained and measured (kept small: these are minutes-long runs)."""
 
     warmup_frac: float = 0.1          # warmup steps as a share of the run (unless a variant sets warmup_steps)
@@ -173,15 +174,29 @@ def load_spec(path: str | Path) -> dict:
     """An ablation file: {"base": config path or name, "budget_tokens": int or "budget_minutes": float,
     "base_overrides": {...},
     "eval": {AblationEval fields}, "variants": {name: overrides}, optional "seeds": [int, ...]}."""
-    keys = {"base", "budget_tokens", "budget_minutes", "base_overrides", "eval", "variants", "notes", "seeds"}
-    spec = read_json_keys(path, keys, required=("base", "variants"))
-    if ("budget_tokens" in spec) == ("budget_minutes" in spec):
-        raise ValueError(f"{path}: give exactly one of budget_tokens and budget_minutes")
-    seeds = spec.get("seeds")
-    if seeds is not None and (not isinstance(seeds, list) or not seeds
-                              or not all(isinstance(x, int) and not isinstance(x, bool) for x in seeds)):
-        raise ValueError(f"{path}: field 'seeds' must be a non-empty list of integers, got {seeds!r}")
+    spec = read_json_object(path)
+    AblationSpec.from_dict(spec, str(path))
     return spec
+
+
+@dataclass(frozen=True)
+class AblationSpec(Config):
+    """The schema of an ablation file (research/configs/ablations/*.json)."""
+
+    base: str                                  # pretraining config path or name
+    variants: dict[str, dict]                  # name -> PretrainConfig overrides
+    budget_tokens: int | None = None
+    budget_minutes: float | None = None
+    base_overrides: dict = field(default_factory=dict)
+    eval: dict = field(default_factory=dict)   # AblationEval fields
+    notes: str = ""
+    seeds: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if (self.budget_tokens is None) == (self.budget_minutes is None):
+            raise ValueError("give exactly one of budget_tokens and budget_minutes")
+        if self.seeds is not None and not self.seeds:
+            raise ValueError(f"field 'seeds' must be a non-empty list of integers, got {list(self.seeds)}")
 
 
 def with_seeds(variants: Mapping[str, Mapping], seeds: Sequence[int] | None) -> dict[str, tuple[str, dict]]:
@@ -252,7 +267,7 @@ def pos_vectors(model, tokenizer, store_root: Path, ev: AblationEval, pooling: s
 
     Train: first `pos_train_sentences` of EWT train; test: first `pos_test_sentences` of EWT dev
     (or spread over each split: `ev.pos_sample`, `pick_sentences`); one word vector per word,
-    pooled by `pooling` (`workbench.store.activations.extract`, cached under `store_root`).
+    pooled by `pooling` (`workbench.store.extract`, cached under `store_root`).
     `store.layer(l)` is the (n_words, d) matrix of layer l, `store.n_kept()` the words kept per
     sentence."""
 

@@ -4,9 +4,11 @@
 The package is layered; a module imports only from its own layer or the ones above it in this
 list (tests/test_import_rules.py checks it on every run):
 
-    core          io, config, paths, progress, results   atomic writes, typed configs, data root, run tables
+    core          io, paths, progress, results           atomic writes, data root, progress, run tables
     data          readers, tasks, align, finetuning      corpora -> task records
-    store         activations                            model vectors and attention maps on disk
+    store         pooling, batching, word_attention,     model vectors and attention maps on disk
+                  store, keys, budget, extraction,
+                  probe_inputs
     analyses      probing, heads, prune, compare,        one library function per question,
                   frozen_vs_finetuned, emergence         tidy tables out
     figures       layers, heads, attention, compare,     Plotly builders: table -> Figure

@@ -25,15 +25,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 import plmodels
+from plmodels.config import Config, merge, read_json_object
 from plmodels.hf_import import find_minilm, import_hf_bert
-from plmodels.train import pretrain, read_config_file
+from plmodels.training import pretrain
+from plmodels.training.config import read_config_file
 from workbench.analyses.compare import compare_models
 from workbench.analyses.emergence import emergence_cli
 from workbench.analyses.frozen_vs_finetuned import frozen_vs_finetuned
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.probing import probe_model
 from workbench.analyses.prune import prune_model_cli
-from workbench.core.config import read_json_keys
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import data_root
 from workbench.core.results import run_info, write_tables
@@ -41,12 +42,9 @@ from workbench.data.finetuning import finetune
 from workbench.data.tasks import build_all_tasks, ud_sentences
 from workbench.presentation.analysis_figures import write_analysis_figures
 from workbench.presentation.report import write_report
-from workbench.store.activations import extract
+from workbench.store import extract
 
 REPO = Path(__file__).resolve().parent.parent
-# Top-level keys of a run config; anything else is an error (no hidden defaults, no typos).
-CONFIG_KEYS = {"name", "seed", "results_root", "tasks", "models", "finetune", "probe", "heads",
-               "prune", "compare", "frozen_vs_finetuned", "emergence", "report"}
 # Data files whose checksums a run records (relative to the data root).
 DATA_FILES = [
     "ud_english_ewt/en_ewt-ud-train.conllu", "ud_english_ewt/en_ewt-ud-dev.conllu",
@@ -59,9 +57,32 @@ DATA_FILES = [
 
 
 # ------------------------------------------------------------------------------------ config
-def load_run_config(path: str | Path) -> dict:
-    """Read a run config (JSON); unknown top-level keys raise ValueError naming them."""
-    return read_json_keys(path, CONFIG_KEYS, required=("name", "seed", "models"))
+@dataclass(frozen=True)
+class RunConfig(Config):
+    """The schema of a run config's top level (configs/demo.json): every step is optional but the
+    models; unknown keys and wrong types are errors naming the file and the key."""
+
+    name: str                                        # the run folder's name under results_root
+    seed: int                                        # default seed of every step that takes one
+    models: dict[str, dict]                          # name -> {"pretrain": config, "overrides": {...}} | {"import": src}
+    results_root: str = "runs"
+    tasks: dict = field(default_factory=dict)        # {"tasks": [...]}: the edge-probing tasks to build
+    finetune: dict[str, dict] = field(default_factory=dict)   # name -> {"base", "config", "overrides"}
+    probe: dict | None = None                        # {"models", "tasks", "config"}
+    heads: dict | None = None                        # {"models", "config"}
+    prune: dict | None = None                        # {"models", "methods", "config"}
+    compare: dict | None = None                      # {"pairs", "config"}
+    frozen_vs_finetuned: dict | None = None          # {"models", "config"}
+    emergence: dict | None = None                    # {"models", "config"}
+    report: dict | None = None                       # {} to write the report
+
+
+def load_run_config(path: str | Path, overrides: dict | None = None) -> dict:
+    """A run config (JSON) checked against `RunConfig`, with `overrides` merged in (nested dicts key
+    by key); returned as the dict the steps read, without keys the file does not set."""
+    d = merge(read_json_object(path), overrides)
+    RunConfig.from_dict(d, str(path))
+    return d
 
 
 def _with_files(obj: Any) -> Any:
@@ -324,12 +345,13 @@ def step_keys(cfg: dict, steps: list[Step] | None = None) -> dict[str, str]:
     return keys
 
 
-def run_pipeline(config: str | Path, run_dir: str | Path | None = None, force: bool = False) -> Path:
-    """Run (or resume) the study described by `config`; returns the run folder.
-
-    Steps whose key (own config + upstream keys) matches a finished entry of run.json are skipped.
+def run_pipeline(config: str | Path, run_dir: str | Path | None = None, force: bool = False,
+                 overrides: dict | None = None) -> Path:
+    """Run (or resume) the study described by `config` (with `overrides` merged in); returns the run
+    folder. Steps whose key (own config + upstream keys) matches a finished entry of run.json are
+    skipped.
     """
-    cfg = load_run_config(config)
+    cfg = load_run_config(config, overrides)
     run_dir = Path(run_dir) if run_dir else Path(cfg.get("results_root", "runs")) / cfg["name"]
     run_dir.mkdir(parents=True, exist_ok=True)
     info = run_info(run_dir)

@@ -30,7 +30,7 @@ import pandas as pd
 import torch
 
 import plmodels
-from plmodels.corpus import cached_corpus
+from plmodels.training.corpus import cached_corpus
 from research.ablate import probe_layers
 from workbench.core.io import write_parquet_atomic
 from workbench.core.paths import data_root

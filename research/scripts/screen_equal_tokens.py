@@ -63,7 +63,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 import plmodels
-from plmodels.train import read_config_file
+from plmodels.training.config import read_config_file
 from research.ablate import AblationEval, check_targets, measure_variant, pos_by_layer, training_summary
 from workbench.core.io import write_parquet_atomic
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from plmodels.train import load_config
+from plmodels.training import load_config
 from research.ablate import AblationEval, load_spec, variant_config
 
 ROOT = Path(__file__).resolve().parents[2]

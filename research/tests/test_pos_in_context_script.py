@@ -8,7 +8,7 @@ import torch
 
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
-from workbench.store.activations import extract
+from workbench.store import extract
 
 from .conftest import load_script
 

@@ -135,7 +135,7 @@ def _checkpoints(run: Path) -> None:
     import plmodels
     from plmodels import Decoder, DecoderConfig, Encoder, EncoderConfig
     from plmodels.tokenizer import Tokenizer
-    from workbench.store.activations import extract
+    from workbench.store import extract
 
     texts = [" ".join(s) for s in SENTENCES] * 4
     torch.manual_seed(0)

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from plmodels import load, save
 from plmodels.decoder import DecoderConfig
 from plmodels.tokenizer import Tokenizer
-from plmodels.train import Batch, lm_loss
+from plmodels.training.data import Batch
+from plmodels.training.loss import lm_loss
 
 from .conftest import TINY, batch, tiny_decoder
 

@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from plmodels.attention import MultiHeadAttention, additive_mask, attention, keep_mask, resolve_attn_impl, sdpa_attention
-from plmodels.positions import alibi_slopes, apply_rope, rope_cos_sin
+from plmodels.components.attention import MultiHeadAttention, additive_mask, attention, keep_mask, resolve_attn_impl, sdpa_attention
+from plmodels.components.positions import alibi_slopes, apply_rope, rope_cos_sin
 
 
 def qkv(B=2, H=3, T=5, Dh=4):

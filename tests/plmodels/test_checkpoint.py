@@ -100,8 +100,10 @@ def test_saved_files_get_the_mode_open_would(tmp_path, tokenizer, mask, mode):
     # token cache could be read by their owner only, whatever the umask says
     import os
 
-    from plmodels.corpus import tokenize_to_cache
-    from plmodels.train import PretrainConfig, make_optimizer, save_train_state
+    from plmodels.training import PretrainConfig
+    from plmodels.training.corpus import tokenize_to_cache
+    from plmodels.training.runtime import make_optimizer
+    from plmodels.training.state import save_train_state
 
     old = os.umask(mask)
     try:

@@ -1,4 +1,4 @@
-"""plmodels.corpus: sources, the token cache, and deterministic packing."""
+"""plmodels.training.corpus: sources, the token cache, and deterministic packing."""
 import gzip
 import json
 import os
@@ -6,9 +6,9 @@ import os
 import numpy as np
 import pytest
 
-from plmodels import corpus
-from plmodels.corpus import PackedDataset, chunk_text, iter_texts, sample_texts_for_tokenizer, tokenize_to_cache
 from plmodels.tokenizer import Tokenizer
+from plmodels.training import corpus
+from plmodels.training.corpus import PackedDataset, chunk_text, iter_texts, sample_texts_for_tokenizer, tokenize_to_cache
 
 TEXT = ("It was the best of times, it was the worst of times.\n"
         "  Call me Ishmael.  \n\nThe sun shone, having no alternative, on the nothing new.\n") * 30

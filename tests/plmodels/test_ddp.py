@@ -10,13 +10,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from plmodels.train import pretrain
+from plmodels.training import pretrain
 from tests.plmodels.test_train import _cfg, _corpus
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = """
 import json, sys, torch
-from plmodels.train import PretrainConfig, run_training
+from plmodels.training import PretrainConfig
+from plmodels.training.loop import run_training
 cfg = PretrainConfig.from_dict(json.loads(sys.argv[1]))
 res = run_training(cfg, sys.argv[2])
 sums = {k: float(v.double().sum()) for k, v in res.model.state_dict().items()}

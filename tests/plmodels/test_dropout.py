@@ -1,10 +1,10 @@
-"""plmodels.dropout: the drop rate, the scale, the gradient, reproducibility and eval identity."""
+"""plmodels.components.dropout: the drop rate, the scale, the gradient, reproducibility and eval identity."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from plmodels.dropout import Dropout, dropout, dropout_mask
+from plmodels.components.dropout import Dropout, dropout, dropout_mask
 
 
 def test_mask_drops_at_the_rate_and_keeps_the_expectation():

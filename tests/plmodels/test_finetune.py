@@ -8,9 +8,9 @@ from safetensors.torch import load_file
 
 import plmodels
 from plmodels.checkpoint import build_model
-from plmodels.finetune import FinetuneConfig, TaskData, finetune, load_classifier, load_finetune_config
 from plmodels.presets import preset
 from plmodels.tokenizer import Tokenizer
+from plmodels.training.finetune import FinetuneConfig, TaskData, finetune, load_classifier, load_finetune_config
 
 POS, NEG = ["good", "great", "fine", "lovely"], ["bad", "awful", "poor", "dull"]
 FILL = ["the", "film", "was", "a", "story", "and", "plot", "quite", "very", "with", "actors", "its"]

@@ -7,10 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from plmodels.attention import attention
 from plmodels.checkpoint import build_model
+from plmodels.components.attention import attention
 from plmodels.presets import preset
-from plmodels.train import Batch, PretrainConfig, linear_cross_entropy, lm_loss, make_optimizer
+from plmodels.training import PretrainConfig
+from plmodels.training.data import Batch
+from plmodels.training.loss import linear_cross_entropy, lm_loss
+from plmodels.training.runtime import make_optimizer
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -160,7 +163,7 @@ def test_lm_loss_under_bf16_autocast_matches_unfused_autocast_loss(kind):
 
 
 def test_sdpa_path_in_bf16_on_the_cpu_matches_fp32_attention():
-    from plmodels.attention import sdpa_attention
+    from plmodels.components.attention import sdpa_attention
 
     torch.manual_seed(4)
     q, k, v = (torch.randn(2, 3, 9, 8) for _ in range(3))

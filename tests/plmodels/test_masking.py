@@ -4,9 +4,9 @@ import math
 import pytest
 import torch
 
-from plmodels.masking import (IGNORE_INDEX, MaskingConfig, causal_lm_labels, mask_tokens, nsp_pairs,
-                              step_generator, word_starts)
-from plmodels.schedule import lr_at, schedule_step
+from plmodels.training.masking import (IGNORE_INDEX, MaskingConfig, causal_lm_labels, mask_tokens, nsp_pairs,
+                                       step_generator, word_starts)
+from plmodels.training.schedule import lr_at, schedule_step
 
 V, MASK, SPECIALS = 1000, 4, {0, 1, 2, 3, 4}
 
@@ -96,8 +96,10 @@ def test_causal_labels_are_shifted_inputs():
 def test_masking_rate_decay_by_hand_and_in_the_batches():
     from types import SimpleNamespace
 
-    from plmodels.corpus import PackedDataset
-    from plmodels.train import Batches, Dist, PretrainConfig
+    from plmodels.training import PretrainConfig
+    from plmodels.training.corpus import PackedDataset
+    from plmodels.training.data import Batches
+    from plmodels.training.distributed import Dist
 
     cfg = MaskingConfig(rate=0.4, rate_final=0.15)
     assert [cfg.rate_at(p) for p in (0.0, 0.5, 1.0, 2.0)] == pytest.approx([0.4, 0.275, 0.15, 0.15])

@@ -7,7 +7,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from plmodels.train import PretrainConfig, load_config, pretrain, run_training, should_checkpoint
+from plmodels.training import PretrainConfig, load_config, pretrain
+from plmodels.training.loop import run_training
+from plmodels.training.state import should_checkpoint
 
 
 def _corpus(path, n, seed):
@@ -224,7 +226,7 @@ def test_heldout_targets_do_not_depend_on_training_mask_or_batch(data, tmp_path)
 def test_short_first_phase_reads_short_rows_then_seq_len_rows(data, tmp_path, monkeypatch):
     # the first short_frac of the schedule reads rows of short_seq_len (twice as many: the same tokens
     # per step), the rest rows of seq_len; the held-out rows stay at seq_len
-    import plmodels.train as train
+    import plmodels.training.loop as train
 
     shapes, real = [], train.lm_loss
     monkeypatch.setattr(train, "lm_loss", lambda model, batch, autocast: shapes.append(tuple(batch.input_ids.shape))
@@ -272,7 +274,7 @@ def test_time_clock_schedule_ends_with_the_budget(data, tmp_path, monkeypatch):
     # a fake clock that advances 1 s per reading: the 30 s budget runs out long before max_steps,
     # and the schedule on the clock has decayed the rate to (almost) zero by then, where the step
     # clock would still be near the peak
-    import plmodels.train as train
+    import plmodels.training.loop as train
 
     fake = iter(range(0, 10**6))
     monkeypatch.setattr(train.time, "monotonic", lambda: float(next(fake)))
@@ -288,7 +290,7 @@ def test_time_clock_schedule_ends_with_the_budget(data, tmp_path, monkeypatch):
 def test_time_clock_warns_when_max_steps_would_end_the_run_first(data, tmp_path, monkeypatch, capsys):
     # 1 s per clock reading: 40 steps take a few minutes of an hour's budget, so max_steps ends the
     # run long before the clock does; the log must say so (once) and name a max_steps that fits
-    import plmodels.train as train
+    import plmodels.training.loop as train
 
     fake = iter(range(0, 10**6))
     monkeypatch.setattr(train.time, "monotonic", lambda: float(next(fake)))

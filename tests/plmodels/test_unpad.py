@@ -1,4 +1,4 @@
-"""unpad=True (plmodels.attention.Packing): the same outputs at the real tokens as the padded forward."""
+"""unpad=True (plmodels.components.attention.Packing): the same outputs at the real tokens as the padded forward."""
 from __future__ import annotations
 
 import pytest
@@ -47,7 +47,7 @@ def test_unpad_without_padding_is_the_plain_forward_and_refuses_hooks():
 
 
 def test_packing_pad_is_exact_zeros_at_the_padding_and_round_trips():
-    from plmodels.attention import Packing
+    from plmodels.components.attention import Packing
 
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
     x = torch.randn(3, 4, 5)

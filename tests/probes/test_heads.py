@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 import pytest
 
-from probes.heads import (DEFAULT_CONFIG_PATH, HeadConfig, HeadStats, Sentence, best_heads_per_relation,
+from probes.heads import (HeadConfig, HeadStats, Sentence, best_heads_per_relation,
                           bootstrap_ratio, relation_base)
 
 CFG = HeadConfig(syntactic_min_count=1)
@@ -20,11 +20,12 @@ def onehot_attn(targets: np.ndarray, n_special: int = 2) -> tuple[np.ndarray, np
     return attn, np.zeros((1, H, n, n_special))
 
 
-def test_config_file_matches_defaults_and_rejects_unknown_keys():
-    assert HeadConfig.load() == HeadConfig()
-    assert HeadConfig.from_dict(json.loads(DEFAULT_CONFIG_PATH.read_text())).to_dict() == HeadConfig().to_dict()
-    with pytest.raises(ValueError, match="unknown keys"):
+def test_config_round_trips_and_rejects_unknown_keys_and_wrong_types():
+    assert HeadConfig.from_dict(json.loads(json.dumps(HeadConfig().to_dict()))) == HeadConfig()
+    with pytest.raises(ValueError, match="unknown key 'bogus'"):
         HeadConfig.from_dict({"positional": 0.9, "bogus": 1})
+    with pytest.raises(ValueError, match=r"heads.json: positional_window: input should be a valid integer, got 2.5"):
+        HeadConfig.from_dict({"positional_window": 2.5}, "heads.json")
     with pytest.raises(ValueError, match="positional"):
         HeadConfig(positional=1.5)
 

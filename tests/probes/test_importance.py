@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from plmodels.encoder import Encoder, EncoderConfig, init_weights
+from plmodels.components.layers import init_weights
+from plmodels.encoder import Encoder, EncoderConfig
 from probes.importance import (
     IMPORTANCE_COLUMNS,
     ablation_importance,

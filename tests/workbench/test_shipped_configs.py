@@ -8,10 +8,26 @@ from pathlib import Path
 
 import pytest
 
-from plmodels.train import load_config
+from plmodels.training import load_config
+from probes.heads import HeadConfig
+from workbench.analyses.compare import CompareRunConfig
+from workbench.analyses.probing import ProbeRunConfig
+from workbench.analyses.prune import PruneRunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 PRETRAIN = sorted((ROOT / "configs" / "pretrain").glob("*.json"))
+
+
+ANALYSIS_DEFAULTS = {"probe": ProbeRunConfig, "prune": PruneRunConfig, "compare": CompareRunConfig,
+                     "heads": HeadConfig}
+
+
+@pytest.mark.parametrize("name", sorted(ANALYSIS_DEFAULTS))
+def test_the_analysis_config_files_are_copies_of_the_code_defaults(name):
+    """configs/<name>.json is the defaults written out, to copy and edit: the code, not the file,
+    is what runs when no --config is given (so a wheel install behaves as a clone does)."""
+    cls = ANALYSIS_DEFAULTS[name]
+    assert cls.load(ROOT / "configs" / f"{name}.json") == cls()
 
 
 @pytest.mark.parametrize("path", PRETRAIN, ids=[p.stem for p in PRETRAIN])

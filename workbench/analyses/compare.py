@@ -29,28 +29,25 @@ import numpy as np
 import pandas as pd
 
 import plmodels
+from plmodels.config import Config
 from probes.cka import MinibatchCKA, cka_frame, cka_matrix
 from probes.head_similarity import head_change_frame, js_divergence_per_head
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.probing import ProbeRunConfig, default_model_name, probe_model
-from workbench.core.config import JsonConfig
 from workbench.core.io import atomic_write_json
 from workbench.core.results import write_table
-from workbench.store.activations import extract, load_sentences
+from workbench.store import extract, load_sentences
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG = REPO_ROOT / "configs" / "compare.json"
 CKA_KINDS = ("linear", "linear_mb", "rbf")
 PROBING_CHANGE_COLUMNS = ["model_a", "model_b", "task", "layer", "metric", "value_a", "value_b", "delta"]
 
 
 @dataclass(frozen=True)
-class CompareRunConfig(JsonConfig):
-    """A comparison run; configs/compare.json holds the canonical values. Unknown keys are errors."""
+class CompareRunConfig(Config):
+    """A comparison run. The defaults here are the canonical values (configs/compare.json is a copy
+    of them to edit and pass with --config); unknown keys and wrong types are errors."""
 
-    DEFAULT_FILE = DEFAULT_CONFIG
-
-    data: str = "ewt:dev"                  # sentences (workbench.store.activations.load_sentences)
+    data: str = "ewt:dev"                  # sentences (workbench.store.load_sentences)
     max_sentences: int | None = 500        # first N sentences (None = all)
     pooling: str = "mean"                  # subword -> word pooling in the store
     cka_kinds: tuple[str, ...] = ("linear", "rbf")
@@ -63,7 +60,7 @@ class CompareRunConfig(JsonConfig):
     head_roles: bool = False               # run head_analysis on both models when the run has no roles
     head_roles_max_sentences: int = 200
     probing_tasks: tuple[str, ...] = ("pos", "deps")   # [] = no probing change
-    probe_config: str | None = None        # a probe.json (None: configs/probe.json) ...
+    probe_config: str | None = None        # a probe.json (None: ProbeRunConfig's defaults) ...
     probe_overrides: dict = field(default_factory=lambda: {
         "modes": ["single"], "seeds": [0], "max_train_targets": 2000, "max_eval_targets": 1000, "n_boot": 0})
     batch_tokens: int = 8192
@@ -85,9 +82,10 @@ class CompareRunConfig(JsonConfig):
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ValueError(f"CompareRunConfig.{name} must be a positive int or null, got {v!r}")
 
-def resolve_config(config) -> CompareRunConfig:
-    """None -> the default file (or defaults); a dict; a path; or a CompareRunConfig itself."""
-    return CompareRunConfig.resolve(config)
+def resolve_config(config=None, overrides: dict | None = None) -> CompareRunConfig:
+    """None -> the defaults; a dict (over the defaults); a JSON path; or a CompareRunConfig itself;
+    `overrides` (e.g. `--set` values) apply last."""
+    return CompareRunConfig.resolve(config, overrides)
 
 
 def _say(progress: bool, msg: str) -> None:
@@ -157,8 +155,9 @@ def probing_change(pa: Path, pb: Path, names: tuple[str, str], cfg: CompareRunCo
                    tasks_dir, store_root, progress: bool) -> pd.DataFrame:
     """Edge-probing scores of b next to a per task and layer (mean over the probe seeds)."""
 
-    base = ProbeRunConfig.load(cfg.probe_config) if cfg.probe_config else ProbeRunConfig.load()
-    pcfg = ProbeRunConfig.from_dict({**base.to_dict(), **cfg.probe_overrides, "tasks": list(cfg.probing_tasks)})
+    base = ProbeRunConfig.load(cfg.probe_config) if cfg.probe_config else ProbeRunConfig()
+    pcfg = ProbeRunConfig.from_dict({**base.to_dict(), **cfg.probe_overrides, "tasks": list(cfg.probing_tasks)},
+                                    "CompareRunConfig.probe_overrides")
     scores = []
     for path, name in zip((pa, pb), names):
         sub = None if out_dir is None else out_dir / "probe" / name

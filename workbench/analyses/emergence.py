@@ -1,9 +1,9 @@
 """How structure emerges during pretraining: probes and head scores over the log-spaced checkpoints of
-one run (checkpoints/step_1, step_2, step_4, ... written by `plmodels.train`), against tokens seen.
+one run (checkpoints/step_1, step_2, step_4, ... written by `plmodels.training`), against tokens seen.
 
 Per checkpoint (and `final` when its step is not already a checkpoint):
 - "lm":    held-out loss and accuracy on the run's own evaluation rows with the fixed mask
-           (`plmodels.train.Evaluator`: masked-token for encoders, next-token for decoders), plus
+           (`plmodels.training.evaluation.Evaluator`: masked-token for encoders, next-token for decoders), plus
            the unigram loss on the same targets — the "unigram plateau" a model first sits on;
 - "pos", "deps", ...: layer-wise linear probes (`workbench.analyses.probing.probe_model`, small caps, one
            seed, mode "single"): the best layer's score, layer 0's, and their difference
@@ -17,7 +17,7 @@ The tidy `emergence` table: model, step, tokens, task_or_score, metric, value (`
 also draws each score against tokens seen into out_dir/emergence.html).
 
 Also here: `bigram_baseline`, the perplexity a smoothed bigram model gets on a decoder's evaluation
-targets — the next rung above the unigram baseline that `plmodels.train` reports.
+targets — the next rung above the unigram baseline that `plmodels.training` reports.
 """
 from __future__ import annotations
 
@@ -34,13 +34,16 @@ import pandas as pd
 import torch
 
 import plmodels
-from plmodels.corpus import PackedDataset
-from plmodels.masking import IGNORE_INDEX
+from plmodels.config import Config
 from plmodels.tokenizer import Tokenizer
-from plmodels.train import Dist, Evaluator, PretrainConfig, load_config, token_cache
+from plmodels.training import PretrainConfig, load_config
+from plmodels.training.corpus import PackedDataset
+from plmodels.training.data import token_cache
+from plmodels.training.distributed import Dist
+from plmodels.training.evaluation import Evaluator
+from plmodels.training.masking import IGNORE_INDEX
 from workbench.analyses.heads import analyse_loaded, summarise_heads
 from workbench.analyses.probing import probe_model
-from workbench.core.config import JsonConfig
 from workbench.core.results import write_table
 
 COLUMNS = ["model", "step", "tokens", "task_or_score", "metric", "value"]
@@ -48,7 +51,7 @@ _STEP_RE = re.compile(r"^step_(\d+)$")
 
 
 @dataclass(frozen=True)
-class EmergenceConfig(JsonConfig):
+class EmergenceConfig(Config):
     """Caps that keep one checkpoint's analysis to a minute or two on a CPU."""
 
     tasks: tuple[str, ...] = ("pos", "deps")  # edge-probing tasks (workbench.data.tasks)
@@ -205,11 +208,11 @@ def emergence(run_folder: str | Path, out_dir: str | Path, tasks: Sequence[str] 
     return df
 
 
-def emergence_cli(run_folder: str | Path, out_dir: str | Path, config=None) -> dict[str, pd.DataFrame]:
-    """CLI / pipeline entry: config is None, a dict of EmergenceConfig fields or a JSON path."""
-    if isinstance(config, (str, Path)):
-        config = json.loads(Path(config).read_text(encoding="utf-8"))
-    return {"emergence": emergence(run_folder, out_dir, config=config)}
+def emergence_cli(run_folder: str | Path, out_dir: str | Path, config=None,
+                  overrides: dict | None = None) -> dict[str, pd.DataFrame]:
+    """CLI / pipeline entry: config is None, a dict of EmergenceConfig fields, a JSON path or an
+    EmergenceConfig; `overrides` apply last."""
+    return {"emergence": emergence(run_folder, out_dir, config=EmergenceConfig.resolve(config, overrides))}
 
 
 # ------------------------------------------------------------------------------------ n-gram baseline
@@ -232,7 +235,7 @@ def bigram_baseline(train_ids: np.ndarray, prev: np.ndarray, targets: np.ndarray
                     betas: Sequence[float] = (0.1, 1.0, 10.0, 100.0, 1000.0)) -> dict[str, float]:
     """Unigram and bigram cross-entropy (nats) and perplexity on (prev -> target) pairs.
 
-    Unigram: p(w) = (c(w) + 1) / (N + V) (add-one, as `plmodels.train`). Bigram with a Dirichlet
+    Unigram: p(w) = (c(w) + 1) / (N + V) (add-one, as `plmodels.training`). Bigram with a Dirichlet
     prior on the unigram (MacKay & Peto 1995): p(w | v) = (c(v, w) + beta p(w)) / (c(v) + beta).
     beta is chosen from `betas` on the last 5% of `train_ids` with counts from the first 95%, then
     the counts are redone on all of `train_ids`. Returns unigram_loss, unigram_ppl, bigram_loss,

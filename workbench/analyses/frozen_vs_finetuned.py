@@ -9,7 +9,7 @@ frozen pretrained model, taken as
 - "scalar_mix": a learned softmax-weighted sum of all layers times gamma (Peters et al. 2018,
   ELMo; `probes.scalar_mix.ScalarMix`),
 - "concat_last4": the last four layers concatenated (Devlin et al. 2019 Table 7's best),
-and compared with "finetune", every weight trained through `plmodels.finetune` (full mode). The
+and compared with "finetune", every weight trained through `plmodels.training.finetune` (full mode). The
 head is a linear layer trained with Adam on the cached features (`FrozenHead`). Rows for each seed,
 a mean row per setting (seed = -1, Student-t 95 % interval over seeds, `probes.stats.mean_ci`) and
 "diff:<setting>" rows = finetune minus frozen (seed = -1; Welch interval from both groups' seeds).
@@ -33,11 +33,11 @@ from scipy import stats as st
 from torch import nn
 
 import plmodels
-from plmodels.finetune import collate, dev_accuracy, encode, finetune, load_classifier
+from plmodels.config import Config
+from plmodels.training.finetune import collate, dev_accuracy, encode, finetune, load_classifier
 from probes.scalar_mix import ScalarMix
 from probes.stats import mean_ci
 from workbench.analyses.probing import default_model_name
-from workbench.core.config import JsonConfig
 from workbench.core.io import atomic_write_json
 from workbench.core.results import write_table
 from workbench.data.finetuning import load_task_data
@@ -47,7 +47,7 @@ IGNORE = -100
 
 
 @dataclass(frozen=True)
-class FvFConfig(JsonConfig):
+class FvFConfig(Config):
     """A frozen-vs-finetuned run; unknown keys are errors. Caps keep the demo at ~2 minutes."""
 
     tasks: tuple[str, ...] = ("sst2", "pos")
@@ -90,9 +90,10 @@ class FvFConfig(JsonConfig):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"FvFConfig.{name} must be a positive int, got {getattr(self, name)!r}")
 
-def resolve_config(config) -> FvFConfig:
-    """None -> the defaults; a dict; a path; or a FvFConfig itself."""
-    return FvFConfig.resolve(config)
+def resolve_config(config=None, overrides: dict | None = None) -> FvFConfig:
+    """None -> the defaults; a dict; a path; or a FvFConfig itself;
+    `overrides` (e.g. `--set` values) apply last."""
+    return FvFConfig.resolve(config, overrides)
 
 
 # ---------------------------------------------------------------------------------- features

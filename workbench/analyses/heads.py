@@ -46,26 +46,27 @@ import pandas as pd
 import torch
 
 import plmodels
-from plmodels.corpus import iter_texts
+from plmodels.config import Config, merge, read_json_object
+from plmodels.training.corpus import iter_texts
 from probes.head_similarity import HeadSimilarity, mds_embedding
 from probes.heads import HeadConfig, HeadStats, Sentence, best_heads_per_relation
 from workbench.analyses.probing import default_model_name
-from workbench.core.config import JsonConfig
-from workbench.core.paths import REPO_ROOT, data_root
+from workbench.core.paths import data_root
 from workbench.core.results import write_analysis_outputs
 from workbench.data.tasks import UD_TREEBANKS, ud_sentences
-from workbench.store.activations import Store, _forward, _special_slots, extract, word_attention_maps
+from workbench.store import Store, extract, forward_layers, special_token_columns, word_attention_maps
 
 SIMILARITY_COLUMNS = ["model", "layer", "head", "x", "y"]
 _WORD_RE = re.compile(r"\w+|[^\w\s]")
 
 
 @dataclass(frozen=True)
-class HeadRunConfig(JsonConfig):
-    """A head-analysis run. Class thresholds are not here: they live in `heads_config`
-    (configs/heads.json, read by probes.heads.HeadConfig)."""
+class HeadRunConfig(Config):
+    """A head-analysis run. Class thresholds are not here: they are `probes.heads.HeadConfig`, whose
+    defaults are the canonical values (configs/heads.json is a copy of them); `heads_config` names a
+    JSON file of thresholds to use instead."""
 
-    heads_config: str = "configs/heads.json"  # thresholds file (relative to the repository root)
+    heads_config: str | None = None           # thresholds file (None: HeadConfig's defaults)
     dev: str = "ewt:dev"                      # treebank:split for head scores and for picking
     test: str = "ewt:test"                    # treebank:split for reporting the picked heads
     max_sentences: int | None = None          # first N sentences of each split (None = all)
@@ -95,23 +96,23 @@ class HeadRunConfig(JsonConfig):
             raise ValueError(f"HeadRunConfig.n_boot must be >= 0, got {self.n_boot}")
 
     @classmethod
-    def load(cls, path: str | Path) -> "HeadRunConfig":
+    def load(cls, path: str | Path, overrides: dict | None = None) -> "HeadRunConfig":
         """A JSON file of HeadRunConfig fields. A file of HeadConfig thresholds (like configs/heads.json)
         is accepted too and becomes `heads_config`."""
-        d = cls.read_json(path)
+        d = read_json_object(path)
         threshold_keys = {f.name for f in fields(HeadConfig)}
         if d and set(d) <= threshold_keys:
-            return cls(heads_config=str(path))
-        return cls.from_dict(d, str(path))
+            d = {"heads_config": str(path)}
+        return cls.from_dict(merge(d, overrides), str(path))
 
     def thresholds(self) -> HeadConfig:
-        p = Path(self.heads_config)
-        return HeadConfig.load(p if p.is_absolute() else REPO_ROOT / p)
+        return HeadConfig() if self.heads_config is None else HeadConfig.load(self.heads_config)
 
 
-def resolve_config(config) -> HeadRunConfig:
-    """None -> the defaults; a dict; a path; or a HeadRunConfig itself."""
-    return HeadRunConfig.resolve(config)
+def resolve_config(config=None, overrides: dict | None = None) -> HeadRunConfig:
+    """None -> the defaults; a dict; a path; or a HeadRunConfig itself;
+    `overrides` (e.g. `--set` values) apply last."""
+    return HeadRunConfig.resolve(config, overrides)
 
 
 # ------------------------------------------------------------------------------ frequencies
@@ -182,7 +183,7 @@ def positional_ceiling(tokenizer, sentences: Sequence[Sequence[str]], config: He
     words, which this number shows.
     """
 
-    names, slots = _special_slots(tokenizer)
+    names, slots = special_token_columns(tokenizer)
     stats = HeadStats(config or HeadConfig(), special_names=names)
     counted = 0
     for i, (words, enc) in enumerate(zip(sentences, tokenizer.encode_words_batch([list(w) for w in sentences]))):
@@ -237,7 +238,7 @@ def token_positional_shares(model, tokenizer, sentences: Sequence[Sequence[str]]
             mask[b, :len(e.ids)] = 1
             for a, z in e.word_spans:
                 real[b, a:z] = True
-        atts = _forward(model, ids, mask, attentions=True).attentions
+        atts = forward_layers(model, ids, mask, attentions=True).attentions
         argmaxes = [a.float().masked_fill(~real[:, None, None, :], -1.0).argmax(-1) for a in atts]  # (B, H_l, T)
         t = torch.arange(T)
         for d in offsets:
@@ -423,7 +424,7 @@ def analyse_heads(model_path: str | Path, out_dir: str | Path | None = None, con
                   store_root: str | Path | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
     """Head roles of a checkpoint -> {"heads", "heads_classes", "relations", "head_similarity"}.
 
-    config: None (HeadRunConfig defaults + configs/heads.json), a HeadRunConfig, a dict or a JSON
+    config: None (HeadRunConfig and HeadConfig defaults), a HeadRunConfig, a dict or a JSON
     path. Tables are upserted into run_dir/tables (default out_dir/tables); heads_run.json (config,
     thresholds, frequency source, skip counts) goes to out_dir (`workbench heads` also draws the
     figures: `workbench.presentation.analysis_figures`).

@@ -37,6 +37,7 @@ import torch
 
 import plmodels
 from plmodels.checkpoint import build_model
+from plmodels.config import Config
 from probes.controls import control_task_scores, span_types
 from probes.edge import PROBES, make_probe
 from probes.layers import (
@@ -49,15 +50,12 @@ from probes.layers import (
     scalar_mix_probe,
 )
 from probes.mdl import online_codelength
-from workbench.core.config import JsonConfig
-from workbench.core.paths import REPO_ROOT
 from workbench.core.results import write_analysis_outputs, write_tables
 from workbench.data.tasks import load_task
-from workbench.store.activations import POOLINGS, TaskArrays, extract, task_arrays
+from workbench.store import POOLINGS, TaskArrays, extract, task_arrays
 
 log = logging.getLogger(__name__)
 
-DEFAULT_CONFIG = REPO_ROOT / "configs" / "probe.json"
 MODES = ("single", "mix", "cumulative", "control", "mdl")
 SPAN_POOLING_AUTO = {"encoder": "self_attn", "decoder": "last"}  # "auto" span pooling per model kind
 UNSEEN_POLICIES = ("drop", "error")
@@ -65,10 +63,9 @@ UNSEEN_POLICIES = ("drop", "error")
 
 # ------------------------------------------------------------------------------------ config
 @dataclass(frozen=True)
-class ProbeRunConfig(JsonConfig):
-    """A probing run; configs/probe.json holds the canonical values (no hidden defaults)."""
-
-    DEFAULT_FILE = DEFAULT_CONFIG
+class ProbeRunConfig(Config):
+    """A probing run. The defaults here are the canonical values (configs/probe.json is a copy of
+    them to edit and pass with --config; a test keeps the two equal)."""
 
     tasks: tuple[str, ...] = ("pos", "deps", "const", "ner", "entities", "coref")
     pooling: str = "first"              # subword -> word pooling in the store (first | last | mean)
@@ -122,9 +119,10 @@ class ProbeRunConfig(JsonConfig):
         if self.n_boot < 0:
             raise ValueError(f"ProbeRunConfig.n_boot must be >= 0, got {self.n_boot}")
 
-def resolve_config(config) -> ProbeRunConfig:
-    """None -> the default file (or defaults); a dict; a path; or a ProbeRunConfig itself."""
-    return ProbeRunConfig.resolve(config)
+def resolve_config(config=None, overrides: dict | None = None) -> ProbeRunConfig:
+    """None -> the defaults; a dict (over the defaults); a JSON path; or a ProbeRunConfig itself;
+    `overrides` (e.g. `--set` values) apply last."""
+    return ProbeRunConfig.resolve(config, overrides)
 
 
 # ------------------------------------------------------------------------------------ data

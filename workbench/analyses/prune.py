@@ -6,7 +6,7 @@ than One?"; Voita et al. 2019, "Analyzing Multi-Head Self-Attention").
 1. builds the evaluation batches the checkpoint's objective needs (`EVAL_DATA` registry):
    masked-LM loss on Gutenberg-valid windows or EWT-dev sentences with a fixed mask seed (encoders),
    perplexity on the same text (decoders), or dev accuracy of a finetuned classifier (a folder with
-   `finetune.json` + `head.safetensors`, see `plmodels.finetune`);
+   `finetune.json` + `head.safetensors`, see `plmodels.training.finetune`);
 2. scores every head with each method (`METHODS` registry: michel, ablation, confidence, l0; random
    is the baseline order) -> `importance` (model, method, layer, head, value);
 3. masks 0, 10, ..., 100 % of the heads in increasing score order (random orders per seed; with
@@ -36,9 +36,10 @@ import torch
 import torch.nn.functional as F
 
 import plmodels
-from plmodels.corpus import iter_texts
-from plmodels.finetune import HEAD_FILE, INFO_FILE, collate, encode, load_classifier
-from plmodels.masking import mask_tokens, step_generator
+from plmodels.config import Config
+from plmodels.training.corpus import iter_texts
+from plmodels.training.finetune import HEAD_FILE, INFO_FILE, collate, encode, load_classifier
+from plmodels.training.masking import mask_tokens, step_generator
 from probes.importance import (
     ablation_importance,
     confidence_importance,
@@ -61,25 +62,21 @@ from probes.pruning import (
     roles_vs_importance,
 )
 from workbench.analyses.probing import default_model_name
-from workbench.core.config import JsonConfig
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import dataset_dir
 from workbench.core.results import write_table
 from workbench.data.finetuning import load_task_data
 from workbench.data.tasks import ud_sentences
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CONFIG = REPO_ROOT / "configs" / "prune.json"
 SPEED_COLUMNS = ["model", "variant", "params", "bytes", "tokens_per_s"]
 IGNORE = -100
 
 
 # ------------------------------------------------------------------------------------ config
 @dataclass(frozen=True)
-class PruneRunConfig(JsonConfig):
-    """A pruning run; configs/prune.json holds the canonical values. Unknown keys are errors."""
-
-    DEFAULT_FILE = DEFAULT_CONFIG
+class PruneRunConfig(Config):
+    """A pruning run. The defaults here are the canonical values (configs/prune.json is a copy of
+    them to edit and pass with --config); unknown keys and wrong types are errors."""
 
     methods: tuple[str, ...] = ("michel", "ablation", "confidence", "l0", "random")
     eval_data: str = "auto"              # auto | gutenberg | ewt | classifier (auto: classifier for a
@@ -123,9 +120,10 @@ class PruneRunConfig(JsonConfig):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"PruneRunConfig.{name} must be a positive int, got {getattr(self, name)!r}")
 
-def resolve_config(config) -> PruneRunConfig:
-    """None -> the default file (or defaults); a dict; a path; or a PruneRunConfig itself."""
-    return PruneRunConfig.resolve(config)
+def resolve_config(config=None, overrides: dict | None = None) -> PruneRunConfig:
+    """None -> the defaults; a dict (over the defaults); a JSON path; or a PruneRunConfig itself;
+    `overrides` (e.g. `--set` values) apply last."""
+    return PruneRunConfig.resolve(config, overrides)
 
 
 # ------------------------------------------------------------------------- evaluation data
@@ -140,7 +138,7 @@ class Objective:
 
 
 def is_finetuned(path: str | Path) -> bool:
-    """A `plmodels.finetune` checkpoint folder (finetune.json + head.safetensors)."""
+    """A `plmodels.training.finetune` checkpoint folder (finetune.json + head.safetensors)."""
 
     return (Path(path) / INFO_FILE).is_file() and (Path(path) / HEAD_FILE).is_file()
 
@@ -207,7 +205,7 @@ def classifier_stats(head: torch.nn.Module, kind: str) -> tuple[Callable, Callab
     """(loss, correct) batch statistics of a finetuned head on the (head-masked) base model.
 
     Sentence tasks use the pooled [CLS] (encoder) or the last real token (decoder), token tasks
-    every first subword (labels -100 elsewhere), as in `plmodels.finetune.Classifier`.
+    every first subword (labels -100 elsewhere), as in `plmodels.training.finetune.Classifier`.
     """
     def logits_labels(model, batch, head_mask):
         out = forward(model, batch, head_mask)
@@ -271,7 +269,7 @@ def build_objective(path: Path, cfg: PruneRunConfig):
     fresh = card.get("import", {}).get("fresh_init", [])
     if model.kind == "encoder" and any(n.startswith("mlm.") for n in fresh):
         raise ValueError(f"{path}: the MLM head was freshly initialised at import ({card['import'].get('mlm_head')}); "
-                         "an MLM loss would score heads against noise. Finetune it (plmodels.finetune) and prune "
+                         "an MLM loss would score heads against noise. Finetune it (plmodels.training.finetune) and prune "
                          "the finetuned folder, or set eval_data='classifier' on one.")
     seqs = EVAL_DATA[source](tok, cfg.n_sequences, min(cfg.seq_len, int(model.config.max_positions)))
     if not seqs:

@@ -1,5 +1,5 @@
 """Finetuning from the workbench side: read SST-2 or UD POS through the data root, then hand the
-examples to `plmodels.finetune.finetune` (plmodels never reads data sets itself; imports go
+examples to `plmodels.training.finetune.finetune` (plmodels never reads data sets itself; imports go
 plmodels <- workbench).
 
     finetune(config, out_dir, overrides=None) -> Path   # what `workbench finetune` and the pipeline call
@@ -11,8 +11,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from plmodels.finetune import IGNORE_INDEX, TaskData, load_finetune_config
-from plmodels.finetune import finetune as _finetune
+from plmodels.training.finetune import IGNORE_INDEX, TaskData, load_finetune_config
+from plmodels.training.finetune import finetune as _finetune
 from workbench.core.paths import dataset_dir
 from workbench.data.readers import read_conllu, read_sst2
 
@@ -48,7 +48,7 @@ def load_task_data(task: str, max_train: int | None = None, max_dev: int | None 
 
 
 def finetune(config, out_dir: str | Path, overrides: dict | None = None) -> Path:
-    """Load the config's task data and finetune (see plmodels.finetune); returns the checkpoint folder."""
+    """Load the config's task data and finetune (see plmodels.training.finetune); returns the checkpoint folder."""
     cfg = load_finetune_config(config, overrides)
     data = load_task_data(cfg.task, cfg.max_train_examples, cfg.max_dev_examples)
     return _finetune(cfg, out_dir, data=data)

@@ -105,7 +105,7 @@ def _higher_is_better(metric: str) -> bool:
 def training_table(run_dir: str | Path) -> pd.DataFrame | None:
     """The run's training curves (model, step, tokens, split, metric, value).
 
-    The `training` table when it exists, else every models/<name>/metrics.jsonl (plmodels.train
+    The `training` table when it exists, else every models/<name>/metrics.jsonl (plmodels.training
     writes one JSON object {step, tokens, split, metric, value, time} per line). Unreadable lines
     (e.g. the last line of a killed run) are skipped, counted and warned about with file and line.
     """

@@ -25,7 +25,7 @@ from spacy.tokens import Doc
 
 import plmodels
 from workbench.core import results
-from workbench.store.activations import INDEX_FILE, Store, _special_slots, word_attention_maps
+from workbench.store import INDEX_FILE, Store, special_token_columns, word_attention_maps
 
 # Which command writes which table (the "no results yet" message of every page).
 COMMANDS: dict[str, str] = {
@@ -441,7 +441,7 @@ def _fit_words(tok, words: list[str], max_positions: int):
 
 def attention_for_text(model_path: str | Path, text: str, model=None, tokenizer=None) -> SentenceAttention:
     """Word-level attention (L, H, n, n) of a typed sentence (Clark et al. 2019 word conversion, via
-    workbench.store.activations.word_attention_maps) with its spaCy arcs. Pass `model`/`tokenizer` to
+    workbench.store.word_attention_maps) with its spaCy arcs. Pass `model`/`tokenizer` to
     reuse a loaded checkpoint. Sentences longer than the model's positions are cut (words dropped)."""
 
 
@@ -464,7 +464,7 @@ def attention_for_text(model_path: str | Path, text: str, model=None, tokenizer=
     tok_word = torch.full((1, T), -1, dtype=torch.long)
     for w, (a, b) in enumerate(enc.word_spans):
         tok_word[0, a:b] = w
-    names, slots = _special_slots(tokenizer)
+    names, slots = special_token_columns(tokenizer)
     slot = torch.tensor([[slots.get(int(i), -1) if tok_word[0, t] < 0 else -1 for t, i in enumerate(enc.ids)]])
     word, _ = word_attention_maps(att, tok_word, slot, n, len(names))   # (L, 1, H, n, n)
     arcs = [a for a in arcs if max(a[:2]) < n]

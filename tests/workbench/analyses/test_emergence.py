@@ -21,7 +21,7 @@ def _corpus(path, n, seed):
 
 
 def _run(tmp, kind, steps, **kw):
-    from plmodels.train import pretrain
+    from plmodels.training import pretrain
 
     train, valid = _corpus(tmp / "train.txt", 2000, 0), _corpus(tmp / "valid.txt", 200, 1)
     cfg = {**dict(kind=kind, train_source=str(train), train_split=None, eval_source=str(valid), eval_split=None,
@@ -33,7 +33,7 @@ def _run(tmp, kind, steps, **kw):
 
 
 def cfg_obj(d):
-    from plmodels.train import PretrainConfig
+    from plmodels.training import PretrainConfig
 
     return PretrainConfig.from_dict(d)
 

@@ -72,7 +72,7 @@ def test_welch_interval_by_hand():
 
 
 def test_unknown_config_key_is_an_error():
-    with pytest.raises(ValueError, match="unknown keys.*epochz"):
+    with pytest.raises(ValueError, match="unknown key 'epochz'"):
         FvFConfig.from_dict({"epochz": 1})
     with pytest.raises(ValueError, match="layer:<int>"):
         FvFConfig.from_dict({"settings": ["layer:top"]})

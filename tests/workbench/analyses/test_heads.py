@@ -13,7 +13,7 @@ from plmodels.decoder import Decoder, DecoderConfig
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 from probes.heads import RELATION_COLUMNS, HeadConfig, HeadStats, Sentence
-from workbench.store.activations import Store
+from workbench.store import Store
 from workbench.analyses.heads import (HeadRunConfig, analyse_loaded, fits, positional_ceiling, sentence_attention,
                                     token_positional_shares)
 from workbench.data.tasks import ud_sentences as _ud_sentences
@@ -122,7 +122,7 @@ def test_tables_schemas(forced):
 
 def _stats_from_store(path, split, tok):
     sents = [s for s in ud_sentences("ewt", split)[:N_SENT] if fits(tok, s.words, MAX_POS)]
-    st = HeadStats(HeadConfig.load(), special_names=("cls", "sep"))
+    st = HeadStats(HeadConfig(), special_names=("cls", "sep"))
     store = Store(path)
     assert store.n_sentences == len(sents)
     for i, s in enumerate(sents):

@@ -13,7 +13,7 @@ from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 from probes.edge import EdgeProbe
 from probes.layers import MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, center_of_gravity
-from workbench.store.activations import Store, task_arrays
+from workbench.store import Store, task_arrays
 from workbench.analyses.probing import ProbeRunConfig, probe_model, random_baseline_checkpoint, select_records
 from workbench.core.results import load_table
 from workbench.presentation.analysis_figures import write_analysis_figures
@@ -119,15 +119,18 @@ def test_layer_the_model_lacks_is_a_clear_error(ckpt, tmp_path):
 
 
 def test_config_unknown_keys_and_bad_values(tmp_path):
-    with pytest.raises(ValueError, match="unknown keys \\['sedes'\\]"):
+    with pytest.raises(ValueError, match="unknown key 'sedes'"):
         ProbeRunConfig.from_dict({"sedes": [0]})
     with pytest.raises(ValueError, match="modes"):
         ProbeRunConfig(modes=("single", "wrong"))
     p = tmp_path / "c.json"
     p.write_text('{"seeds": [0],\n "tasks": }')
-    with pytest.raises(ValueError, match="line 2"):
+    with pytest.raises(ValueError, match="c.json: invalid JSON at line 2"):
         ProbeRunConfig.load(p)
-    assert ProbeRunConfig.load() == ProbeRunConfig()  # configs/probe.json = the documented defaults
+    p.write_text('{"seeds": [0], "max_epochs": "10"}')   # a wrong type names the file, the field, the value
+    with pytest.raises(ValueError, match=r'c.json: max_epochs: input should be a valid integer, got "10"'):
+        ProbeRunConfig.load(p)
+    assert ProbeRunConfig.resolve(None, {"seeds": [4]}) == ProbeRunConfig(seeds=(4,))
 
 
 def test_random_baseline_keeps_architecture_and_tokenizer(ckpt, tmp_path):

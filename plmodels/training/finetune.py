@@ -38,12 +38,14 @@ from safetensors.torch import load_file
 from torch import nn
 
 import plmodels
-from plmodels.files import save_safetensors
-from plmodels.masking import IGNORE_INDEX
-from plmodels.schedule import lr_at
-from plmodels.train import _fmt_time, log, read_json_file, write_json_atomic
+from plmodels.files import save_safetensors, write_json_atomic
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs" / "finetune"
+from .config import read_json_file
+from .masking import IGNORE_INDEX
+from .runtime import fmt_time, log
+from .schedule import lr_at
+
+CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "finetune"
 TASK_KINDS = {"sst2": "sentence", "pos": "token"}
 HEAD_FILE, INFO_FILE = "head.safetensors", "finetune.json"
 
@@ -239,7 +241,7 @@ def _fit(cfg: FinetuneConfig, params: list, n_train: int, loss_of, evaluate, sta
             if step % cfg.eval_every == 0 or end_of_epoch or step >= total:
                 acc = evaluate()
                 log(f"  step {step}/{total} epoch {epoch} | loss {loss.item():.4f} | dev acc {acc:.4f} | "
-                    f"{_fmt_time(time.monotonic() - t0)}")
+                    f"{fmt_time(time.monotonic() - t0)}")
                 if acc > best["dev_acc"]:
                     best, best_state, bad = {"dev_acc": acc, "best_step": step}, state_of(), 0
                 else:

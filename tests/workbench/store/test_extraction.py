@@ -1,5 +1,6 @@
-"""The activation store: pooled vectors and word attention equal a direct recomputation, the second
-request is served from disk, budgets refuse, a failed extraction leaves nothing behind."""
+"""Extraction into the activation store: pooled vectors and word attention equal a direct
+recomputation, the second request is served from disk, budgets refuse, a failed extraction leaves
+nothing behind, task targets map to the right word rows."""
 import os
 
 import numpy as np
@@ -9,8 +10,7 @@ import torch
 from plmodels.decoder import Decoder, DecoderConfig
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
-from workbench.store import activations as act
-from workbench.store.activations import BudgetError, Store, extract, extract_task, word_attention_maps
+from workbench.store import BudgetError, Store, extract, extract_task, extraction, keys
 
 TEXTS = ["the cat sat on the mat", "a dog ran in the park", "unbelievable things happen today",
          "the cat and the dog are friends", "mice hide under tables"] * 4
@@ -67,22 +67,6 @@ def test_pooled_vectors_equal_direct_recomputation(kind, pooling, wp, bpe, tmp_p
         got = torch.from_numpy(stack[:, store.sentence_rows(s)].astype(np.float32))
         torch.testing.assert_close(got, want.half().float(), atol=3e-3, rtol=3e-3)
     np.testing.assert_array_equal(store.layer(-1), stack[-1])
-
-
-def test_word_attention_hand_example():
-    # tokens: [CLS] w0a w0b w1 [SEP] pad ; word 0 = tokens 1,2 ; word 1 = token 3
-    A = torch.tensor([[.1, .2, .3, .3, .1, 0], [.5, .1, .1, .2, .1, 0], [.2, .2, .2, .2, .2, 0],
-                      [.0, .4, .4, .1, .1, 0], [.2, .2, .2, .2, .2, 0], [1 / 6] * 6])
-    att = A.view(1, 1, 6, 6)
-    tok_word = torch.tensor([[-1, 0, 0, 1, -1, -1]])
-    slot = torch.tensor([[0, -1, -1, -1, 1, -1]])
-    word, special = word_attention_maps(att, tok_word, slot, n_words=2, n_special=2)
-    # from word 0 = mean of rows 1, 2; to word 0 = sum of columns 1, 2
-    exp_word = torch.tensor([[(.1 + .1 + .2 + .2) / 2, (.2 + .2) / 2], [.8, .1]])
-    exp_special = torch.tensor([[(.5 + .2) / 2, (.1 + .2) / 2], [0.0, .1]])
-    torch.testing.assert_close(word[0, 0], exp_word)
-    torch.testing.assert_close(special[0, 0], exp_special)
-    torch.testing.assert_close((word.sum(-1) + special.sum(-1))[0, 0], torch.ones(2))
 
 
 @pytest.mark.parametrize("kind", ["encoder", "decoder"])
@@ -153,7 +137,7 @@ def test_budget_refusal_gives_the_estimate(wp, tmp_path):
 def test_failed_extraction_leaves_no_store_and_rerun_succeeds(wp, tmp_path, monkeypatch):
     model = _enc(wp)
     calls = {"n": 0}
-    real = act._write_batch
+    real = extraction._write_batch
 
     def dying(*a, **k):
         calls["n"] += 1
@@ -161,14 +145,14 @@ def test_failed_extraction_leaves_no_store_and_rerun_succeeds(wp, tmp_path, monk
             raise KeyboardInterrupt("killed mid-way")
         return real(*a, **k)
 
-    monkeypatch.setattr(act, "_write_batch", dying)
+    monkeypatch.setattr(extraction, "_write_batch", dying)
     with pytest.raises(KeyboardInterrupt):
         extract(model, wp, SENTS, tmp_path, batch_tokens=20, progress=False)
     assert list(tmp_path.iterdir()) == []
-    monkeypatch.setattr(act, "_write_batch", real)
+    monkeypatch.setattr(extraction, "_write_batch", real)
     # a SIGKILLed run leaves a temp folder named with its (dead) pid: the next run removes it
-    key_dir = act._store_dir(tmp_path, act.store_key(act.model_fingerprint(model), act.data_hash(SENTS),
-                                                     "first", wp.fingerprint(), "truncate"), "first", False)
+    key_dir = keys.store_dir(tmp_path, keys.store_key(keys.model_fingerprint(model), keys.data_hash(SENTS),
+                                                      "first", wp.fingerprint(), "truncate"), "first", False)
     stale = tmp_path / f".{key_dir.name}.tmp-999999999-x"
     stale.mkdir()
     store = extract(model, wp, SENTS, tmp_path, batch_tokens=20, progress=False)
@@ -223,8 +207,8 @@ def test_extract_cli_reads_a_checkpoint_and_ewt(wp, tmp_path):
         pytest.skip("shared EWT data not available")
     model = _enc(wp, max_positions=64)
     plmodels.save(model, wp, tmp_path / "ckpt")
-    store = act.extract_cli(tmp_path / "ckpt", "ewt:dev", tmp_path / "stores", limit=4)
-    sents = act.load_sentences("ewt:dev", limit=4)
+    store = extraction.extract_cli(tmp_path / "ckpt", "ewt:dev", tmp_path / "stores", limit=4)
+    sents = extraction.load_sentences("ewt:dev", limit=4)
     assert store.n_sentences == 4 and store.index["model_id"] == plmodels.checkpoint_hash(tmp_path / "ckpt")
     want, _, _ = _direct(model, wp, sents[1], "first")
     got = torch.from_numpy(store.layers()[:, store.sentence_rows(1)].astype(np.float32))

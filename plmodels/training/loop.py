@@ -1,0 +1,332 @@
+"""The pretraining run: from a config to a trained checkpoint folder. Masked LM for encoders (BERT),
+causal LM for decoders (GPT-2), fast on a CPU.
+
+Library entry point (the CLI `workbench pretrain` calls this):
+    pretrain(config, out_dir, resume=True, overrides=None) -> Path   # path of out_dir/final
+
+`config` is a `PretrainConfig`, a JSON file (configs/pretrain/*.json) or the name of one
+("encoder-mini"). `overrides` is a dict of config keys (nested "model" / "masking" dicts are
+merged). Under `torchrun --nproc_per_node=N` the same call trains data-parallel (distributed.py);
+only rank 0 writes.
+
+Steps: tokenizer (WordPiece for the encoder, byte-level BPE for the decoder, trained on a bounded
+sample of the corpus, or loaded) -> tokenize to a cache -> pack into `seq_len` rows (and, to train
+short first, `short_seq_len` rows for the first `short_frac` of the schedule) (data.py) -> AdamW
+(runtime.py) with warmup + decay (schedule.py) -> loop with gradient accumulation, clipping,
+optional bf16 autocast and MLM logits computed only at the masked positions (loss.py) -> held-out
+evaluation with a fixed mask (evaluation.py) -> `metrics.jsonl` -> checkpoints with the full
+training state (state.py; safetensors + JSON, no pickles).
+
+Run folder layout:
+    out_dir/config.resolved.json      the resolved config (resume refuses a different one)
+    out_dir/metrics.jsonl             {step, tokens, split, metric, value, time} per line
+    out_dir/tokenizer/                the tokenizer used
+    out_dir/cache/                    token caches
+    out_dir/checkpoints/step_0000064/ plmodels.save folder + train_state.safetensors/.json
+    out_dir/final/                    the last checkpoint (same layout)
+
+Reproducibility: the data order is a function of (seed, epoch), the MLM mask and the dropout RNG are
+functions of (seed, step), so a killed run resumed from its last checkpoint reaches bit-identical
+weights (fp32) to an uninterrupted one.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from safetensors.torch import load_file
+
+from plmodels.checkpoint import build_model, save
+from plmodels.files import write_json_atomic
+from plmodels.presets import preset as preset_fields
+
+from .config import RESUME_SAFE_KEYS, PretrainConfig, config_diff, load_config
+from .corpus import PackedDataset
+from .data import Batches, prepare_tokenizer, token_cache
+from .distributed import Dist, any_rank, average_gradients, barrier, broadcast_parameters, init_distributed, rank0_value
+from .evaluation import Evaluator
+from .loss import lm_loss
+from .masking import step_generator
+from .runtime import append_metrics, fmt_time, log, make_optimizer, use_bf16, warn_if_steps_end_first
+from .schedule import lr_at, schedule_step
+from .state import latest_checkpoint, load_train_state, log_spaced, save_train_state, should_checkpoint
+
+
+@dataclass
+class TrainResult:
+    """What `run_training` hands back: the trained model (every rank), its folder, where it stopped."""
+
+    model: torch.nn.Module
+    path: Path | None
+    step: int
+    stopped_by: str
+
+
+def build_model_config(cfg: PretrainConfig, tok) -> dict:
+    """Preset fields, then the config's `model` overrides, then what the tokenizer fixes."""
+    fields_ = {**preset_fields(cfg.kind, cfg.preset), **cfg.model, "vocab_size": tok.vocab_size}
+    if cfg.kind == "encoder":
+        fields_["pad_token_id"] = tok.pad_id
+        if cfg.masking_config.nsp:
+            fields_["use_nsp"] = True
+    else:
+        for k in ("type_vocab_size", "use_nsp", "pad_token_id"):
+            fields_.pop(k, None)
+    return fields_
+
+
+def check_resume(out_dir: Path, resolved: dict, resume: bool) -> bool:
+    """Whether a run exists in out_dir to resume; refuses a different config (listing the keys)."""
+    path = out_dir / "config.resolved.json"
+    if not path.is_file():
+        return False
+    if not resume:
+        raise FileExistsError(f"{out_dir} already holds a run (config.resolved.json); resume it or use another folder")
+    old = json.loads(path.read_text(encoding="utf-8"))
+    # a key added to PretrainConfig after the run was written is the same config if it has its default
+    defaults = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
+    for k, v in resolved.get("pretrain", {}).items():
+        if k not in old.get("pretrain", {}) and k in defaults and v == defaults[k]:
+            old.setdefault("pretrain", {})[k] = v
+    strip = lambda r: {**r, "pretrain": {k: v for k, v in r["pretrain"].items() if k not in RESUME_SAFE_KEYS}}  # noqa: E731
+    diff = [k.removeprefix("pretrain.") for k in config_diff(strip(old), strip(resolved))]
+    if diff:
+        raise ValueError(f"cannot resume the run in {out_dir}: the config differs in {diff} "
+                         f"(start a new folder, or restore these keys)")
+    return True
+
+
+def _seed_step(seed: int, step: int, rank: int) -> None:
+    """Dropout draws from the global RNG: reseed it from (seed, step, rank) so resumption replays it."""
+    torch.manual_seed(int(step_generator(seed, step, stream=rank).initial_seed()))
+
+
+def run_training(cfg: PretrainConfig, out_dir: str | Path, resume: bool = True,
+                 stop_at_step: int | None = None) -> TrainResult:
+    """The pretraining loop (see module docstring). `stop_at_step` ends the process's work right
+    after that step's checkpoint without writing `final` — it simulates a kill, for tests. A process
+    group this call joined is destroyed before it returns: a process that exits with the group alive
+    can be aborted while gloo's threads are torn down ("terminate called without an active
+    exception", exit status -6; seen in the two-process test). Every rank has passed the loop's
+    last barrier by then."""
+    d, device, joined = init_distributed()
+    try:
+        return _train(cfg, Path(out_dir), resume, stop_at_step, d, device)
+    finally:
+        if joined:
+            dist.destroy_process_group()
+
+
+def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int | None, d: Dist,
+           device: torch.device) -> TrainResult:
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    if d.main:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    barrier(d)
+    tok = prepare_tokenizer(cfg, out_dir, d)
+    model_cfg = build_model_config(cfg, tok)
+    resolved = {"pretrain": cfg.to_dict(), "model": model_cfg, "tokenizer": tok.fingerprint(), "world_size": d.world}
+    resuming = check_resume(out_dir, resolved, resume)
+    barrier(d)
+    if d.main and not resuming:
+        write_json_atomic(out_dir / "config.resolved.json", resolved)
+
+    train_ids = token_cache(cfg.train_source, cfg.train_split, cfg, tok, out_dir, d, cfg.max_train_texts)
+    short = None if cfg.short_seq_len is None else PackedDataset.for_tokenizer(train_ids, cfg.short_seq_len, cfg.seed, tok)
+    batches = Batches(PackedDataset.for_tokenizer(train_ids, cfg.seq_len, cfg.seed, tok), cfg, d, tok, short)
+    counts = torch.from_numpy(np.bincount(train_ids, minlength=tok.vocab_size)).double()
+    log_unigram = ((counts + 1) / (counts.sum() + tok.vocab_size)).log()
+    evals = []
+    if d.main:
+        for name, (src, split) in [("eval", (cfg.eval_source, cfg.eval_split))] + list(cfg.extra_eval.items()):
+            if src is not None:
+                ids = token_cache(src, split, cfg, tok, out_dir, Dist())
+                ds = PackedDataset.for_tokenizer(ids, cfg.heldout_len, cfg.seed, tok)
+                evals.append(Evaluator(name, ds, cfg, tok, log_unigram, device))
+
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.kind, model_cfg).to(device)
+    if getattr(model.config, "output", "softmax") == "adaptive":
+        model.set_vocab_order(counts)  # the shortlist = the most frequent training tokens
+    optimizer = make_optimizer(model, cfg)
+    step, tokens, elapsed = 0, 0, 0.0
+    metrics_path = out_dir / "metrics.jsonl"
+    ckpt = latest_checkpoint(out_dir) if resuming else None
+    if ckpt is not None:
+        model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(device)))
+        info = load_train_state(ckpt, optimizer)
+        step, tokens, elapsed = info["step"], info["tokens"], info["elapsed"]
+        if d.main:
+            log(f"resuming from {ckpt} at step {step} (epoch {info['epoch']}, position {info['position']})")
+            if metrics_path.is_file():  # drop rows logged after the checkpoint: they will be redone
+                keep = [r for r in metrics_path.read_text().splitlines() if json.loads(r)["step"] <= step]
+                metrics_path.write_text("".join(r + "\n" for r in keep))
+    broadcast_parameters(model, d)
+    autocast = use_bf16(cfg.bf16, device)
+    if d.main:
+        why = "as set" if cfg.bf16 != "auto" else ("native" if autocast else "no native") + " bf16 on this device"
+        log(f"precision: {'bf16 autocast' if autocast else 'fp32'} (bf16: {cfg.bf16!r}, {why})")
+    loop = _Loop(cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids)
+    return loop.run(step, tokens, elapsed, stop_at_step)
+
+
+def loss_curve(metrics_path: Path, last_step: int) -> dict:
+    """Summary of metrics.jsonl for the card: train loss at steps 1, 2, 4, ... and the last step,
+    and every held-out loss, as [step, value] pairs."""
+    out: dict[str, list] = {"train_loss": []}
+    if not metrics_path.is_file():
+        return out
+    for line in metrics_path.read_text(encoding="utf-8").splitlines():
+        r = json.loads(line)
+        if r["split"] == "train" and (log_spaced(r["step"]) or r["step"] == last_step):
+            out["train_loss"].append([r["step"], round(r["value"], 4)])
+        elif r["split"] != "train" and r["metric"] == "loss":
+            out.setdefault(f"{r['split']}_loss", []).append([r["step"], round(r["value"], 4)])
+    return out
+
+
+class CompiledStep:
+    """The model as `lm_loss` sees it in a compiled train step: `forward` and the encoder's
+    `masked_hidden` through torch.compile, every other attribute the plain model's (same parameters).
+    `torch.compile(model)` alone compiles only `forward`, which the encoder's loss does not call, and
+    setting an attribute on its wrapper sets it on the model; this wrapper leaves the model as it
+    was, so eval, hooks and saving run uncompiled. In `masked_hidden` the blocks compile with static
+    shapes and the last block again once the masked-row count varies (`_selected_counts`)."""
+
+    def __init__(self, model) -> None:
+        self._model = model
+        self._forward = torch.compile(model)
+        if model.kind == "encoder":  # other attributes fall through to the model (__getattr__)
+            self.masked_hidden = torch.compile(model.masked_hidden)
+
+    def __call__(self, *args, **kwargs):
+        return self._forward(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+
+class _Loop:
+    """The optimisation loop and what it writes (state kept here so each method stays short)."""
+
+    def __init__(self, cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids):
+        self.cfg, self.d, self.device, self.model, self.opt = cfg, d, device, model, optimizer
+        self.batches, self.evals, self.tok, self.out_dir, self.autocast = batches, evals, tok, out_dir, autocast
+        self.n_train_tokens = int(len(train_ids))
+        self.tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * d.world
+        self.last_eval: dict[str, float] = {}
+        # the compiled view shares the parameters; eval, hooks and saving use the plain model
+        self.step_model = CompiledStep(model) if cfg.compile else model
+
+    def train_step(self, step: int, elapsed: float) -> float:
+        cfg = self.cfg
+        _seed_step(cfg.seed, step, self.d.rank)
+        budget = cfg.max_minutes * 60 if cfg.schedule_clock == "time" else None
+        at = schedule_step(step, elapsed, budget, cfg.max_steps)
+        if budget is not None:  # every rank must use the same rate
+            at = int(rank0_value(at, self.d, self.device))
+        lr = lr_at(at, peak=cfg.lr, warmup=cfg.warmup_steps, total=cfg.max_steps,
+                   schedule=cfg.schedule, min_ratio=cfg.min_lr_ratio, decay_frac=cfg.decay_frac)
+        for g in self.opt.param_groups:
+            g["lr"] = lr
+        total = 0.0
+        progress = at / cfg.max_steps
+        for micro in range(cfg.grad_accum):
+            loss, _ = lm_loss(self.step_model, self.batches.get(step, micro, self.device, progress), self.autocast)
+            (loss / cfg.grad_accum).backward()
+            total += loss.item() / cfg.grad_accum
+        average_gradients(self.model, self.d)
+        if cfg.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        return total
+
+    def evaluate(self, step: int, tokens: int, t: float) -> None:
+        for ev in self.evals:
+            m = ev(self.model, self.autocast)
+            append_metrics(self.out_dir / "metrics.jsonl", step, tokens, ev.name, m, t)
+            self.last_eval.update({f"{ev.name}_{k}": v for k, v in m.items()})
+            log(f"  eval {ev.name} @ {step}: loss {m['loss']:.4f} ppl {m['ppl']:.1f} acc {m['acc']:.3f} "
+                f"(unigram loss {m['unigram_loss']:.4f})")
+
+    def card(self, step: int, tokens: int, stopped_by: str) -> dict:
+        cfg = self.cfg
+        return {
+            "data": {"train": [cfg.train_source, cfg.train_split], "train_tokens": self.n_train_tokens,
+                     "eval": [cfg.eval_source, cfg.eval_split], "extra_eval": cfg.extra_eval,
+                     "tokenizer": {"kind": self.tok.kind, "vocab_size": self.tok.vocab_size}},
+            "steps": step, "tokens": tokens, "metrics": dict(self.last_eval),
+            "loss_curve": loss_curve(self.out_dir / "metrics.jsonl", step),
+            "objective": "masked LM (BERT 80/10/10, dynamic)" if cfg.kind == "encoder" else "causal LM",
+            "preset": cfg.preset, "stopped_by": stopped_by, "bf16": self.autocast,
+        }
+
+    def save(self, path: Path, step: int, tokens: int, elapsed: float, stopped_by: str) -> None:
+        save(self.model, self.tok, path, card=self.card(step, tokens, stopped_by))
+        epoch, pos = self.batches.position(step)
+        save_train_state(path, self.opt, {"step": step, "tokens": tokens, "elapsed": elapsed, "epoch": epoch,
+                                          "position": pos, "seed": self.cfg.seed, "world_size": self.d.world})
+
+    def run(self, step: int, tokens: int, elapsed: float, stop_at_step: int | None) -> TrainResult:
+        cfg, d = self.cfg, self.d
+        self.model.train()
+        t0, t_log, tok_log, loss_sum, n_loss = time.monotonic(), time.monotonic(), tokens, 0.0, 0
+        budget = None if cfg.max_minutes is None else cfg.max_minutes * 60
+        stopped_by, warned = "max_steps", False
+        if d.main and step == 0 and self.evals:
+            self.evaluate(0, 0, 0.0)
+        while step < cfg.max_steps:
+            loss = self.train_step(step, elapsed + time.monotonic() - t0)
+            step, tokens = step + 1, tokens + self.tokens_per_step
+            now = elapsed + time.monotonic() - t0
+            loss_sum, n_loss = loss_sum + loss, n_loss + 1
+            if d.main:
+                append_metrics(self.out_dir / "metrics.jsonl", step, tokens, "train", {"loss": loss}, now)
+                if step % cfg.log_every == 0 or step == cfg.max_steps:
+                    rate = (tokens - tok_log) / max(1e-9, time.monotonic() - t_log)
+                    to_max_steps = (cfg.max_steps - step) * self.tokens_per_step / max(rate, 1e-9)
+                    left = to_max_steps if budget is None else min(to_max_steps, budget - now)
+                    log(f"step {step}/{cfg.max_steps} | loss {loss_sum / n_loss:.4f} | lr {self.opt.param_groups[0]['lr']:.2e}"
+                        f" | {rate:,.0f} tok/s | {fmt_time(now)} elapsed | ETA {fmt_time(left)}")
+                    if not warned and cfg.schedule_clock == "time" and step >= 2 * cfg.log_every:
+                        warned = warn_if_steps_end_first(cfg, now + to_max_steps, rate)
+                    t_log, tok_log, loss_sum, n_loss = time.monotonic(), tokens, 0.0, 0
+                if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
+                    self.evaluate(step, tokens, now)
+            out_of_time = any_rank(budget is not None and now >= budget, d, self.device)
+            if d.main and should_checkpoint(step, cfg):
+                self.save(self.out_dir / "checkpoints" / f"step_{step:07d}", step, tokens, now, "checkpoint")
+            if stop_at_step is not None and step >= stop_at_step:
+                barrier(d)
+                return TrainResult(self.model, None, step, "killed")
+            if out_of_time:
+                stopped_by = "time budget"
+                break
+        now = elapsed + time.monotonic() - t0
+        final = self.out_dir / "final"
+        if d.main:
+            if self.evals:
+                self.evaluate(step, tokens, now)
+            self.save(final, step, tokens, now, stopped_by)
+            log(f"done: {step} steps, {tokens:,} tokens, {fmt_time(now)}; stopped by {stopped_by}; -> {final}")
+        barrier(d)
+        return TrainResult(self.model, final, step, stopped_by)
+
+
+def pretrain(config: PretrainConfig | str | Path, out_dir: str | Path, resume: bool = True,
+             overrides: dict | None = None) -> Path:
+    """Pretrain from a config (object, JSON path or name in configs/pretrain/); returns out_dir/final.
+
+    resume=True continues the run in out_dir from its last checkpoint (same data order, optimizer
+    state and masks); a changed config is refused with the differing keys listed. resume=False
+    refuses a folder that already holds a run.
+    """
+    cfg = load_config(config, overrides)
+    return run_training(cfg, out_dir, resume=resume).path

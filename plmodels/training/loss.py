@@ -1,0 +1,143 @@
+"""The training loss: masked LM (encoder) or causal LM (decoder) on a `Batch`, through a fused
+linear cross-entropy that never materialises the full (N, V) logits in training.
+
+`lm_loss(model, batch, autocast)` is what a training step differentiates; `linear_cross_entropy`
+is its vocabulary projection + cross-entropy (`LinearCrossEntropy`: Liger-Kernel, Wijmans et al.
+2024 "Cut Your Losses"), exact against `F.cross_entropy(F.linear(...))` (tests/plmodels/test_fused_loss.py).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .data import Batch
+from .masking import IGNORE_INDEX
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """sum_i CE(h_i W^T + b, y_i) over rows with y_i != -100, computed in row chunks (fused linear
+    cross-entropy, as in Liger-Kernel / Wijmans et al. 2024 "Cut Your Losses").
+
+    For each chunk of rows the logits z = h W^T + b (c, V) are formed, the loss is lse(z) - z_y, and
+    the gradient dL/dz = softmax(z) - onehot(y) is written over z in place (softmax, with the loss
+    -log softmax(z)_y read off it; rows whose p_y is below 1e-30 get lse(z) - z_y recomputed exactly);
+    then dL/dh = dz W and dL/dW += dz^T h, dL/db += sum dz. So the full (N, V) logits, their fp32 log-softmax copy and the
+    separate backward pass over them are never materialised; backward only scales the stored
+    gradients by the incoming scalar. Same FLOPs as linear + F.cross_entropy (3 matmuls).
+
+    `compute_dtype` bfloat16 is the bf16-autocast version: the three matmuls run in bf16 (as
+    autocast runs F.linear and its backward), the softmax and the loss in fp32 on an fp32 copy of
+    the bf16 logits (as `F.cross_entropy(logits.float())` does), dz is rounded to bf16 for the two
+    backward matmuls, and dL/dW accumulates over chunks in fp32.
+    hidden (N, D), weight (V, D), bias (V,) or None, targets (N,) long -> scalar (sum, not mean).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, chunk_rows: int, compute_dtype=torch.float32):
+        n = hidden.shape[0]
+        low = compute_dtype != torch.float32
+        h_all, w = hidden.to(compute_dtype), weight.to(compute_dtype)
+        b = None if bias is None else bias.to(compute_dtype)
+        grad_h = torch.empty_like(h_all)
+        grad_w = torch.zeros_like(weight, dtype=torch.float32) if ctx.needs_input_grad[1] else None
+        grad_b = torch.zeros_like(bias, dtype=torch.float32) if bias is not None and ctx.needs_input_grad[2] else None
+        total = hidden.new_zeros((), dtype=torch.float32)
+        # one logits buffer for all chunks: a fresh (c, V) tensor per chunk (64 MB for the mini
+        # decoder) is a fresh mmap whose pages fault in on first touch
+        rows = min(chunk_rows, n)
+        buf = h_all.new_empty(rows, weight.shape[0])  # logits in the compute dtype
+        buf32 = buf.new_empty(rows, weight.shape[0], dtype=torch.float32) if low else buf
+        with torch.autocast(hidden.device.type, enabled=False):
+            for s in range(0, n, chunk_rows):
+                h, y = h_all[s: s + chunk_rows], targets[s: s + chunk_rows]
+                z = buf[: h.shape[0]]  # (c, V), contiguous
+                torch.mm(h, w.t(), out=z) if b is None else torch.addmm(b, h, w.t(), out=z)
+                z32 = buf32[: h.shape[0]].copy_(z) if low else z
+                valid = y != IGNORE_INDEX
+                y0 = y.clamp_min(0)[:, None]  # (c, 1); ignored rows are zeroed below
+                torch._softmax(z32, -1, False, out=z32)  # probabilities, in place (one fused kernel)
+                p_y = z32.gather(1, y0)[:, 0]
+                nll = -p_y.log()  # -log p_y = lse(z) - z_y
+                tiny = p_y < 1e-30  # p_y near fp32 underflow: recompute lse(z) - z_y exactly
+                if bool(tiny.any()):
+                    if low:  # z still holds the bf16 logits
+                        exact = z[tiny].float()
+                    else:
+                        exact = h[tiny] @ w.t() if b is None else torch.addmm(b, h[tiny], w.t())
+                    nll[tiny] = exact.logsumexp(-1) - exact.gather(1, y0[tiny])[:, 0]
+                total += (nll * valid).sum()
+                z32.scatter_add_(1, y0, torch.full_like(y0, -1, dtype=z32.dtype))  # - onehot(y)
+                if not bool(valid.all()):
+                    z32[~valid] = 0.0  # ignored rows contribute nothing
+                dz = z.copy_(z32) if low else z32  # dL/dz in the compute dtype
+                torch.mm(dz, w, out=grad_h[s: s + chunk_rows])
+                if grad_w is not None:
+                    grad_w.add_(dz.t() @ h) if low else grad_w.addmm_(dz.t(), h)
+                if grad_b is not None:
+                    grad_b += dz.sum(0, dtype=torch.float32)
+        ctx.save_for_backward(grad_h.to(hidden.dtype), grad_w, grad_b)
+        return total
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        grad_h, grad_w, grad_b = ctx.saved_tensors
+        scale = lambda g: None if g is None else g * grad_out.to(g.dtype)  # noqa: E731
+        return scale(grad_h), scale(grad_w), scale(grad_b), None, None, None
+
+
+def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         targets: torch.Tensor, chunk_rows: int = 1024) -> torch.Tensor:
+    """Summed cross-entropy of the logits hidden @ weight.T + bias against targets (-100 ignored).
+
+    With grad enabled it takes the fused chunked path (`LinearCrossEntropy`): in fp32 when autocast
+    is off and the inputs are fp32, in bf16 under CPU bf16 autocast. Otherwise it is exactly
+    `F.cross_entropy(F.linear(...).float(), ...)`.
+    hidden (N, D), weight (V, D), bias (V,) or None, targets (N,) -> scalar fp32.
+    """
+    if torch.is_grad_enabled():
+        device = hidden.device.type
+        if not torch.is_autocast_enabled(device) and hidden.dtype == weight.dtype == torch.float32:
+            return LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_rows)
+        if (device == "cpu" and torch.is_autocast_enabled(device)
+                and torch.get_autocast_dtype(device) == torch.bfloat16):
+            return LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_rows, torch.bfloat16)
+    return F.cross_entropy(F.linear(hidden, weight, bias).float(), targets, reduction="sum")
+
+
+def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
+    """Mean cross-entropy over labelled positions, and their count.
+
+    Encoder: hidden states at the masked positions only, hidden[labels != -100] (M, D), go through
+    the MLM transform and the (tied) vocabulary projection: with 15% masking this skips 85% of the
+    projection, the largest matmul of a small model; without NSP the last block itself runs at
+    those positions only (`Encoder.masked_hidden`). Decoder: next-token logits at every position
+    against the shifted labels. Both use `linear_cross_entropy`, which never materialises the
+    full logits when training in fp32; a decoder with the adaptive output uses its own loss
+    (`Decoder.adaptive_loss`), which evaluates a tail cluster only for the targets in it.
+    """
+    device_type = batch.input_ids.device.type
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
+        if model.kind == "encoder":
+            sel = batch.labels != IGNORE_INDEX
+            targets = batch.labels[sel]
+            n = int(targets.numel())
+            if batch.nsp_labels is None:  # the last block at the masked positions only (exact)
+                hidden = model.masked_hidden(batch.input_ids, sel, batch.token_type_ids)  # (M, D)
+            else:  # NSP also needs [CLS]'s last hidden state: the whole forward
+                out = model(batch.input_ids, token_type_ids=batch.token_type_ids, attn_impl="sdpa")
+                hidden = out.last_hidden_state[sel]
+            loss = linear_cross_entropy(model.mlm_transform(hidden), *model.mlm_projection(), targets) / max(1, n)
+            if batch.nsp_labels is not None:
+                nsp = model.nsp_logits(out.pooler_output)
+                loss = loss + F.cross_entropy(nsp.float(), batch.nsp_labels)
+        else:
+            out = model(batch.input_ids, attn_impl="sdpa", return_logits=False)
+            n = int((batch.labels != IGNORE_INDEX).sum())
+            h = out.last_hidden_state.flatten(0, 1)  # (B T, D)
+            if model.config.output == "adaptive":
+                labels = batch.labels.flatten()
+                sel = labels != IGNORE_INDEX
+                loss = model.adaptive_loss(h[sel], labels[sel]) / max(1, n)
+            else:
+                loss = linear_cross_entropy(h, model.lm_weight(), None, batch.labels.flatten()) / max(1, n)
+    return loss, n

@@ -66,7 +66,9 @@ def build_batch(pieces: list[Piece], sent_offsets: np.ndarray, pad_id: int) -> B
         ids[b, : len(p.ids)] = p.ids
         mask[b, : len(p.ids)] = 1
         n_own = len(p.own_words)
-        if n_own and p.own_words[0] == 0 and p.own_words[-1] == n_own - 1:  # owns all its words 0..n-1
+        # Shortcut: the piece holds exactly words 0..n-1 and owns them all. The last check matters
+        # under policy="window": a sentence's first window owns 0..k-1 but holds later words as context.
+        if n_own and p.own_words[0] == 0 and p.own_words[-1] == n_own - 1 and p.tok_word.max() == n_own - 1:
             t = np.flatnonzero(p.tok_word >= 0)
             local = p.tok_word[t]
         else:  # a window owning some of its words

@@ -34,10 +34,10 @@ def _enc(tok, max_positions=32):
     return Encoder(cfg)
 
 
-def _dec(tok):
+def _dec(tok, max_positions=32):
     torch.manual_seed(1)
     cfg = DecoderConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64,
-                        max_positions=32, dropout=0.0)
+                        max_positions=max_positions, dropout=0.0)
     return Decoder(cfg)
 
 
@@ -111,6 +111,16 @@ def test_second_request_is_served_from_disk(wp, tmp_path):
     assert extract(raising, wp, SENTS, tmp_path, attentions=False, progress=False).path == first.path
     np.testing.assert_array_equal(again.layer(1), first.layer(1))
     assert len([p for p in tmp_path.iterdir()]) == 1
+
+
+def test_progress_counts_the_tokens_and_progress_false_writes_nothing(wp, tmp_path, capsys):
+    model = _enc(wp)
+    extract(model, wp, SENTS, tmp_path / "quiet", progress=False)
+    assert capsys.readouterr().err == ""
+    extract(model, wp, SENTS, tmp_path / "loud")
+    n_tokens = sum(len(wp.encode_words(words).ids) for words in SENTS)
+    last = capsys.readouterr().err.splitlines()[-1]  # off a terminal: plain lines, the last on close
+    assert last.startswith(f"extract: 100% {n_tokens}/{n_tokens} tok [") and "tok/s" in last, last
 
 
 def test_other_tokenizer_is_refused(wp, bpe, tmp_path):
@@ -228,3 +238,69 @@ def test_bf16_precision_is_a_separate_store_close_to_fp32(wp, tmp_path):
         np.testing.assert_allclose(wb.astype(np.float32), wa.astype(np.float32), atol=2e-2)
     with pytest.raises(ValueError, match="precision"):
         extract(model, wp, SENTS, tmp_path, precision="fp8", progress=False)
+
+
+def _window_direct(model, tok, words, pooling):
+    """Hand recomputation under the window policy's definition (workbench/data/align.py): windows of
+    whole words of at most max_positions tokens with the specials, the next one starting at the first
+    word at least half a window (in subwords) later; word w is owned by the window maximising
+    min(subwords left of w, subwords right of w) inside it (ties -> the earlier window), and its
+    vector is the model's run on that window alone. A sentence that fits is one window: `_direct`.
+    Returns (L+1, n, D) vectors and the windows [(lo, hi)] with the owner of each word."""
+    enc = tok.encode_words(words)
+    spans, n = list(enc.word_spans), len(enc.word_spans)
+    head, tail = list(enc.ids[: spans[0][0]]) if n else [], list(enc.ids[spans[-1][1]:]) if n else []
+    budget = model.config.max_positions - len(head) - len(tail)
+    windows, lo = [], 0
+    while lo < n:
+        hi = lo
+        while hi < n and spans[hi][1] - spans[lo][0] <= budget:
+            hi += 1
+        assert hi > lo, "no word is longer than a window here"
+        windows.append((lo, hi))
+        if hi == n:
+            break
+        half = spans[lo][0] + max(1, (spans[hi - 1][1] - spans[lo][0]) // 2)
+        lo = next((w for w in range(lo + 1, hi) if spans[w][0] >= half), hi)
+    owner = [-max((min(spans[w][0] - spans[lo][0], spans[hi - 1][1] - spans[w][1]), -k)
+                  for k, (lo, hi) in enumerate(windows) if lo <= w < hi)[1] for w in range(n)]
+    hidden = []
+    with torch.no_grad():
+        for lo, hi in windows:
+            ids = head + list(enc.ids[spans[lo][0]: spans[hi - 1][1]]) + tail
+            hidden.append(torch.stack(model(torch.tensor([ids]), output_hidden_states=True).hidden_states)[:, 0])
+    rows = []
+    for w, (s, e) in enumerate(spans):
+        a = len(head) + s - spans[windows[owner[w]][0]][0]
+        hs, b = hidden[owner[w]], a + e - s
+        rows.append({"first": hs[:, a], "last": hs[:, b - 1], "mean": hs[:, a:b].mean(1)}[pooling])
+    vecs = torch.stack(rows, 1) if rows else torch.zeros(model.config.n_layers + 1, 0, model.config.d_model)
+    return vecs, windows, owner
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+@pytest.mark.parametrize("pooling", ["first", "last", "mean"])
+def test_window_policy_vectors_come_from_the_owning_window(kind, pooling, wp, bpe, tmp_path):
+    """A window owning words 0..k-1 also holds later words as context: they must not be pooled as
+    extra words (first/last crashed on a shape mismatch, mean wrote them over the words of the piece
+    after it in the batch). Every word's vector is its owning window's, every sentence that fits is
+    unchanged from extracting it alone."""
+    tok, model = (wp, _enc(wp, max_positions=16)) if kind == "encoder" else (bpe, _dec(bpe, max_positions=16))
+    long = "the cat sat on the mat and the dog ran".split() * 3
+    sents = SENTS * 3 + [long] + SENTS  # the reproduction (sentence 24), then more sentences after it
+    store = extract(model, tok, sents, tmp_path, pooling=pooling, policy="window", batch_tokens=40,
+                    progress=False)
+    assert store.n_words == sum(map(len, sents))
+    stack = store.layers()
+    n_windowed = 0
+    for s, words in enumerate(sents):
+        want, windows, owner = _window_direct(model, tok, words, pooling)
+        n_windowed += len(windows) > 1
+        if len(windows) == 1:
+            torch.testing.assert_close(want, _direct(model, tok, words, pooling)[0])  # the sentence alone
+        got = torch.from_numpy(stack[:, store.sentence_rows(s)].astype(np.float32))
+        torch.testing.assert_close(got, want.half().float(), atol=3e-3, rtol=3e-3, msg=f"sentence {s}")
+    assert store.index["alignment"]["n_windowed_sentences"] == n_windowed
+    # the case under test: the long sentence's first window owns a prefix and holds later words too
+    _, windows, owner = _window_direct(model, tok, long, pooling)
+    assert len(windows) > 1 and owner.count(0) < windows[0][1]

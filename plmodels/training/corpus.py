@@ -27,7 +27,6 @@ import itertools
 import json
 import os
 import re
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -37,6 +36,8 @@ from typing import Callable, Iterable, Iterator, Literal
 import numpy as np
 
 from plmodels.files import make_shared
+from plmodels.progress import Bar
+from plmodels.progress import progress as progress_bar
 from plmodels.tokenizer import Tokenizer
 
 CHUNK_CHARS = 16_000  # target size of one encode unit
@@ -286,32 +287,6 @@ def sample_texts_for_tokenizer(
 
 
 # ------------------------------------------------------------------------------ tokenizing
-class _Progress:
-    """Rate and ETA on stderr, at most every `every` seconds."""
-
-    def __init__(self, label: str, total_chars: int | None, every: float = 5.0):
-        self.label, self.total, self.every = label, total_chars, every
-        self.t0 = self.last = time.monotonic()
-        self.chars = self.tokens = 0
-
-    def update(self, chars: int, tokens: int, final: bool = False) -> None:
-        self.chars += chars
-        self.tokens += tokens
-        now = time.monotonic()
-        if not final and now - self.last < self.every:
-            return
-        self.last = now
-        dt = max(now - self.t0, 1e-9)
-        msg = (f"[corpus] {self.label}: {self.chars / 1e6:.1f}M chars, {self.tokens / 1e6:.2f}M tokens, "
-               f"{self.tokens / dt / 1e3:.0f}k tok/s, {self.chars / dt / 1e6:.2f}M chars/s")
-        if self.total and not final:
-            left = max(self.total - self.chars, 0) / max(self.chars / dt, 1e-9)
-            msg += f", {100 * self.chars / self.total:.0f}%, ETA {left:.0f}s"
-        if final:
-            msg += f", done in {dt:.1f}s"
-        print(msg, file=sys.stderr, flush=True)
-
-
 def _id_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16) if vocab_size <= 2**16 else np.dtype(np.uint32)
 
@@ -359,8 +334,9 @@ def _batches(texts: Iterable[str], counts: dict) -> Iterator[tuple[list[str], li
         yield batch, ends
 
 
-def _write_ids(texts: Iterable[str], tokenizer: Tokenizer, out, dtype: np.dtype, prog: _Progress | None) -> dict:
-    """Stream `texts` as ids (doc ids, then doc_sep_id) into the binary file `out`; return counts."""
+def _write_ids(texts: Iterable[str], tokenizer: Tokenizer, out, dtype: np.dtype, bar: Bar) -> dict:
+    """Stream `texts` as ids (doc ids, then doc_sep_id) into the binary file `out`; return counts.
+    `bar` counts characters (its total is the source's size), with tokens and tok/s beside."""
     sep = tokenizer.doc_sep_id
     counts = {"n_tokens": 0, "n_docs": 0, "n_skipped": 0, "n_chars": 0}
     for batch, ends in _batches(texts, counts):
@@ -369,8 +345,10 @@ def _write_ids(texts: Iterable[str], tokenizer: Tokenizer, out, dtype: np.dtype,
         n = sum(len(p) for p in parts)
         np.fromiter(itertools.chain.from_iterable(parts), dtype=dtype, count=n).tofile(out)
         counts["n_tokens"] += n
-        if prog:
-            prog.update(sum(len(c) for c in batch), n)
+        bar.update(sum(len(c) for c in batch))
+        if not bar.disable:
+            n_tok, seconds = counts["n_tokens"], max(bar.format_dict["elapsed"], 1e-9)
+            bar.set_postfix_str(f"{n_tok:,} tokens, {n_tok / seconds:,.0f} tok/s", refresh=False)
     return counts
 
 
@@ -399,11 +377,11 @@ def tokenize_to_cache(
     cache_path.parent.mkdir(parents=True, exist_ok=True)
     dtype = _id_dtype(tokenizer.vocab_size)
     t0 = time.monotonic()
-    prog = _Progress(label or cache_path.name, total_chars) if progress else None
+    bar = progress_bar(total_chars, f"tokenize {label or cache_path.name}", "char", scale=True, disable=not progress)
     fd, tmp = tempfile.mkstemp(dir=cache_path.parent, prefix=f".{cache_path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as out:
-            counts = _write_ids(texts, tokenizer, out, dtype, prog)
+        with bar, os.fdopen(fd, "wb") as out:
+            counts = _write_ids(texts, tokenizer, out, dtype, bar)
         if counts["n_docs"] == 0:
             raise ValueError(f"no text to tokenize for {label or cache_path} ({counts['n_skipped']} empty documents)")
         # Drop the old sidecar first: a stale key must never describe the new file.
@@ -421,8 +399,6 @@ def tokenize_to_cache(
         json.dump(meta, f, indent=2)
     make_shared(tmp_meta)
     os.replace(tmp_meta, _meta_path(cache_path))
-    if prog:
-        prog.update(0, 0, final=True)
     return np.memmap(cache_path, dtype=dtype, mode="r", shape=(counts["n_tokens"],))
 
 

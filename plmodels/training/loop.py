@@ -4,7 +4,7 @@ causal LM for decoders (GPT-2), fast on a CPU.
 Library entry point (the CLI `workbench pretrain` calls this):
     pretrain(config, out_dir, resume=True, overrides=None) -> Path   # path of out_dir/final
 
-`config` is a `PretrainConfig`, a JSON file (configs/pretrain/*.json) or the name of one
+`config` is a `PretrainConfig`, a JSON file or the name of a shipped recipe (plmodels/recipes/pretrain/*.json)
 ("encoder-mini"). `overrides` is a dict of config keys (nested "model" / "masking" dicts are
 merged). Under `torchrun --nproc_per_node=N` the same call trains data-parallel (distributed.py);
 only rank 0 writes.
@@ -32,6 +32,7 @@ weights (fp32) to an uninterrupted one.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -44,17 +45,39 @@ from safetensors.torch import load_file
 from plmodels.checkpoint import build_model, save
 from plmodels.files import write_json_atomic
 from plmodels.presets import preset as preset_fields
+from plmodels.progress import progress
 
 from .config import RESUME_SAFE_KEYS, PretrainConfig, config_diff, load_config
 from .corpus import PackedDataset
 from .data import Batches, prepare_tokenizer, token_cache
-from .distributed import Dist, any_rank, average_gradients, barrier, broadcast_parameters, init_distributed, rank0_value
+from .distributed import (
+    Dist,
+    any_rank,
+    average_gradients,
+    barrier,
+    broadcast_parameters,
+    init_distributed,
+    rank0_value,
+)
 from .evaluation import Evaluator
 from .loss import lm_loss
 from .masking import step_generator
-from .runtime import append_metrics, fmt_time, log, make_optimizer, use_bf16, warn_if_steps_end_first
+from .runtime import (
+    append_metrics,
+    fmt_time,
+    log,
+    make_optimizer,
+    use_bf16,
+    warn_if_steps_end_first,
+)
 from .schedule import lr_at, schedule_step
-from .state import latest_checkpoint, load_train_state, log_spaced, save_train_state, should_checkpoint
+from .state import (
+    latest_checkpoint,
+    load_train_state,
+    log_spaced,
+    save_train_state,
+    should_checkpoint,
+)
 
 
 @dataclass
@@ -282,33 +305,44 @@ class _Loop:
         stopped_by, warned = "max_steps", False
         if d.main and step == 0 and self.evals:
             self.evaluate(0, 0, 0.0)
-        while step < cfg.max_steps:
-            loss = self.train_step(step, elapsed + time.monotonic() - t0)
-            step, tokens = step + 1, tokens + self.tokens_per_step
-            now = elapsed + time.monotonic() - t0
-            loss_sum, n_loss = loss_sum + loss, n_loss + 1
-            if d.main:
-                append_metrics(self.out_dir / "metrics.jsonl", step, tokens, "train", {"loss": loss}, now)
-                if step % cfg.log_every == 0 or step == cfg.max_steps:
-                    rate = (tokens - tok_log) / max(1e-9, time.monotonic() - t_log)
-                    to_max_steps = (cfg.max_steps - step) * self.tokens_per_step / max(rate, 1e-9)
-                    left = to_max_steps if budget is None else min(to_max_steps, budget - now)
-                    log(f"step {step}/{cfg.max_steps} | loss {loss_sum / n_loss:.4f} | lr {self.opt.param_groups[0]['lr']:.2e}"
-                        f" | {rate:,.0f} tok/s | {fmt_time(now)} elapsed | ETA {fmt_time(left)}")
-                    if not warned and cfg.schedule_clock == "time" and step >= 2 * cfg.log_every:
-                        warned = warn_if_steps_end_first(cfg, now + to_max_steps, rate)
-                    t_log, tok_log, loss_sum, n_loss = time.monotonic(), tokens, 0.0, 0
-                if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
-                    self.evaluate(step, tokens, now)
-            out_of_time = any_rank(budget is not None and now >= budget, d, self.device)
-            if d.main and should_checkpoint(step, cfg):
-                self.save(self.out_dir / "checkpoints" / f"step_{step:07d}", step, tokens, now, "checkpoint")
-            if stop_at_step is not None and step >= stop_at_step:
-                barrier(d)
-                return TrainResult(self.model, None, step, "killed")
-            if out_of_time:
-                stopped_by = "time budget"
-                break
+        # a bar over steps from where this run resumes; a line every log_every steps (refresh below).
+        # With a time budget the run ends at max_steps or the budget, whichever comes first, and so
+        # does the bar's ETA (end_within).
+        bar = progress(cfg.max_steps, "pretrain", "step", initial=step, log_interval=math.inf, disable=not d.main)
+        try:
+            while step < cfg.max_steps:
+                loss = self.train_step(step, elapsed + time.monotonic() - t0)
+                step, tokens = step + 1, tokens + self.tokens_per_step
+                now = elapsed + time.monotonic() - t0
+                loss_sum, n_loss, logged = loss_sum + loss, n_loss + 1, False
+                if d.main:
+                    append_metrics(self.out_dir / "metrics.jsonl", step, tokens, "train", {"loss": loss}, now)
+                    bar.update(1)
+                    if budget is not None:
+                        bar.end_within(budget - now)
+                    if step % cfg.log_every == 0 or step == cfg.max_steps:
+                        rate = (tokens - tok_log) / max(1e-9, time.monotonic() - t_log)
+                        bar.set_postfix_str(f"loss {loss_sum / n_loss:.4f}, lr {self.opt.param_groups[0]['lr']:.2e}, "
+                                            f"{rate:,.0f} tok/s", refresh=False)
+                        if not warned and cfg.schedule_clock == "time" and step >= 2 * cfg.log_every:
+                            to_max_steps = (cfg.max_steps - step) * self.tokens_per_step / max(rate, 1e-9)
+                            warned = warn_if_steps_end_first(cfg, now + to_max_steps, rate)
+                        t_log, tok_log, loss_sum, n_loss, logged = time.monotonic(), tokens, 0.0, 0, True
+                    if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
+                        self.evaluate(step, tokens, now)
+                out_of_time = any_rank(budget is not None and now >= budget, d, self.device)
+                if logged and step < cfg.max_steps and not out_of_time:
+                    bar.refresh()  # the last line is the bar's closing one
+                if d.main and should_checkpoint(step, cfg):
+                    self.save(self.out_dir / "checkpoints" / f"step_{step:07d}", step, tokens, now, "checkpoint")
+                if stop_at_step is not None and step >= stop_at_step:
+                    barrier(d)
+                    return TrainResult(self.model, None, step, "killed")
+                if out_of_time:
+                    stopped_by = "time budget"
+                    break
+        finally:
+            bar.close()
         now = elapsed + time.monotonic() - t0
         final = self.out_dir / "final"
         if d.main:
@@ -322,7 +356,7 @@ class _Loop:
 
 def pretrain(config: PretrainConfig | str | Path, out_dir: str | Path, resume: bool = True,
              overrides: dict | None = None) -> Path:
-    """Pretrain from a config (object, JSON path or name in configs/pretrain/); returns out_dir/final.
+    """Pretrain from a config (object, JSON path or recipe name); returns out_dir/final.
 
     resume=True continues the run in out_dir from its last checkpoint (same data order, optimizer
     state and masks); a changed config is refused with the differing keys listed. resume=False

@@ -1,16 +1,18 @@
 """What a training process sets up and reports, apart from the model and the data: the precision
 (bf16 autocast where the hardware has native bf16), the optimizer (AdamW, Loshchilov & Hutter 2019,
-without weight decay on biases and norm weights), progress lines on stderr and rows of metrics.jsonl.
+without weight decay on biases and norm weights), log lines on stderr (plmodels.progress draws the
+bars) and rows of metrics.jsonl.
 Pretraining (loop.py) and finetuning (finetune.py) both use it.
 """
 from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import torch
+
+from plmodels.progress import write
 
 from .config import PretrainConfig
 
@@ -30,7 +32,8 @@ def use_bf16(flag: str, device: torch.device) -> bool:
 
 
 def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    """One line on stderr, above a progress bar drawn there (not through it)."""
+    write(msg)
 
 
 def fmt_time(s: float) -> str:

@@ -41,9 +41,13 @@ def test_two_process_replicas_stay_identical_and_match_one_process(tmp_path):
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
            "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(ddp_cfg), str(tmp_path / "ddp"),
-                               str(tmp_path / f"sums{r}.json")], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)})
+                               str(tmp_path / f"sums{r}.json")], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stderr=subprocess.PIPE, text=True)
              for r in range(2)]
-    assert [p.wait(timeout=240) for p in procs] == [0, 0]
+    errs = [p.communicate(timeout=240)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    # only rank 0 reports: its bar counts to the end, rank 1 draws none
+    assert "pretrain: 100% 6/6 step" in errs[0] and "pretrain:" not in errs[1], errs
     s0, s1 = (json.loads((tmp_path / f"sums{r}.json").read_text()) for r in range(2))
     assert s0 == s1, "replicas diverged"
     # One process with 2 accumulated micro-batches sees the same rows (rank r <-> micro-batch r).

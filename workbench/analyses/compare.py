@@ -19,7 +19,6 @@ Both models must share a tokenizer (same fingerprint): CKA and JS compare the sa
 """
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +29,7 @@ import pandas as pd
 
 import plmodels
 from plmodels.config import Config
+from plmodels.progress import write
 from probes.cka import MinibatchCKA, cka_frame, cka_matrix
 from probes.head_similarity import head_change_frame, js_divergence_per_head
 from workbench.analyses.heads import analyse_heads
@@ -90,7 +90,7 @@ def resolve_config(config=None, overrides: dict | None = None) -> CompareRunConf
 
 def _say(progress: bool, msg: str) -> None:
     if progress:
-        print(f"[compare] {msg}", file=sys.stderr, flush=True)
+        write(f"[compare] {msg}")
 
 
 # --------------------------------------------------------------------------------------- CKA

@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -35,6 +34,7 @@ import torch
 
 import plmodels
 from plmodels.config import Config
+from plmodels.progress import progress as progress_bar
 from plmodels.tokenizer import Tokenizer
 from plmodels.training import PretrainConfig, load_config
 from plmodels.training.corpus import PackedDataset
@@ -189,18 +189,19 @@ def emergence(run_folder: str | Path, out_dir: str | Path, tasks: Sequence[str] 
         ckpts = [c for c in ckpts if c[0] in cfg.steps]
     lm = HeldOutEval(run, cfg.eval_sequences) if cfg.lm and (run / "config.resolved.json").is_file() else None
     rows: list[dict] = []
-    for step, tokens, path in ckpts:
-        if progress:
-            print(f"[emergence] {name}: step {step} ({tokens:,} tokens) {path}", file=sys.stderr, flush=True)
-        model, tok = plmodels.load(path)
-        work = out_dir / "work" / path.name
-        if lm is not None and lm.ok:
-            rows += _rows(name, step, tokens, "lm", lm(model))
-        if cfg.tasks:
-            for task, vals in probe_scores(path, work / "probes", cfg).items():
-                rows += _rows(name, step, tokens, task, vals)
-        if cfg.head_sentences:
-            rows += _rows(name, step, tokens, "heads", head_scores(model, tok, work / "heads", cfg.head_sentences))
+    with progress_bar(len(ckpts), f"emergence {name}", "ckpt", disable=not progress) as bar:
+        for step, tokens, path in ckpts:
+            bar.set_postfix_str(f"step {step}", refresh=False)
+            model, tok = plmodels.load(path)
+            work = out_dir / "work" / path.name
+            if lm is not None and lm.ok:
+                rows += _rows(name, step, tokens, "lm", lm(model))
+            if cfg.tasks:
+                for task, vals in probe_scores(path, work / "probes", cfg).items():
+                    rows += _rows(name, step, tokens, task, vals)
+            if cfg.head_sentences:
+                rows += _rows(name, step, tokens, "heads", head_scores(model, tok, work / "heads", cfg.head_sentences))
+            bar.update(1)
     df = pd.DataFrame(rows, columns=COLUMNS).sort_values(["step", "task_or_score", "metric"], kind="stable")
     df = df.reset_index(drop=True)
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,8 @@ from torch import nn
 
 import plmodels
 from plmodels.config import Config
+from plmodels.progress import progress as progress_bar
+from plmodels.progress import write
 from plmodels.training.finetune import collate, dev_accuracy, encode, finetune, load_classifier
 from probes.scalar_mix import ScalarMix
 from probes.stats import mean_ci
@@ -171,7 +172,7 @@ class FrozenHead:
 # ------------------------------------------------------------------------------------- runs
 def _say(progress: bool, msg: str) -> None:
     if progress:
-        print(f"[frozen-vs-finetuned] {msg}", file=sys.stderr, flush=True)
+        write(f"[frozen-vs-finetuned] {msg}")
 
 
 def _task_data(base: Path, task: str, cfg: FvFConfig):
@@ -259,14 +260,17 @@ def frozen_vs_finetuned(model_path: str | Path, out_dir: str | Path | None = Non
     out = Path(out_dir) if out_dir is not None else None
     model, tok = plmodels.load(path)
     rows: list[tuple] = []
-    for task in cfg.tasks:
-        t0 = time.perf_counter()
-        data = _task_data(path, task, cfg)
-        rows += frozen_rows(model, tok, data, task, cfg, name)
-        _say(progress, f"{name}: {task}: frozen heads done in {time.perf_counter() - t0:.0f} s")
-        if cfg.finetune:
-            rows += finetune_rows(path, data, task, cfg, name, out)
-            _say(progress, f"{name}: {task}: finetuning done in {time.perf_counter() - t0:.0f} s")
+    with progress_bar(len(cfg.tasks), f"frozen-vs-finetuned {name}", "task", disable=not progress) as bar:
+        for task in cfg.tasks:
+            bar.set_postfix_str(task, refresh=False)
+            t0 = time.perf_counter()
+            data = _task_data(path, task, cfg)
+            rows += frozen_rows(model, tok, data, task, cfg, name)
+            _say(progress, f"{name}: {task}: frozen heads done in {time.perf_counter() - t0:.0f} s")
+            if cfg.finetune:
+                rows += finetune_rows(path, data, task, cfg, name, out)
+                _say(progress, f"{name}: {task}: finetuning done in {time.perf_counter() - t0:.0f} s")
+            bar.update(1)
     per_seed = pd.DataFrame(rows, columns=COLUMNS)
     table = pd.concat([per_seed, summarise(per_seed)], ignore_index=True)
     tables = {"frozen_vs_finetuned": table}

@@ -33,7 +33,6 @@ from __future__ import annotations
 import functools
 import json
 import re
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -47,6 +46,8 @@ import torch
 
 import plmodels
 from plmodels.config import Config, merge, read_json_object
+from plmodels.progress import progress as progress_bar
+from plmodels.progress import write
 from plmodels.training.corpus import iter_texts
 from probes.head_similarity import HeadSimilarity, mds_embedding
 from probes.heads import HeadConfig, HeadStats, Sentence, best_heads_per_relation
@@ -378,20 +379,27 @@ def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=N
     names = _special_names(stores["dev"][0])
     dev_stats = HeadStats(thresholds, special_names=names, freq=None)
     similarity = HeadSimilarity(max_words=cfg.similarity_max_words, tol=thresholds.row_tolerance)
-    for s in sentences_from_store(stores["dev"][0], stores["dev"][1], freq):
-        dev_stats.update(s)
-        similarity.update(s)
-    test_stats = HeadStats(thresholds, special_names=names, keep_per_sentence=True)
-    for s in sentences_from_store(stores["test"][0], stores["test"][1], freq):
-        test_stats.update(s)
-    report = dev_stats.finalize(model_name)
-    heads, classes = report.heads, report.classes
-    skipped.update({f"{k}:{cfg.dev}": v for k, v in report.skipped.items()})
-    if model.kind == "decoder":
-        synth = HeadStats(thresholds, special_names=("bos",))
-        for s in repeated_random_sentences(model, tokenizer, cfg.induction_sequences, cfg.induction_length, cfg.seed):
-            synth.update(s)
-        heads, classes = _add_synthetic(heads, classes, synth, thresholds, model_name)
+    n_synthetic = cfg.induction_sequences if model.kind == "decoder" else 0
+    bar = progress_bar(len(stores["dev"][1]) + len(stores["test"][1]) + n_synthetic, f"heads {model_name}", "sent",
+                       disable=not progress)  # sentences scored (the stores have their own bars)
+    with bar:
+        for s in sentences_from_store(stores["dev"][0], stores["dev"][1], freq):
+            dev_stats.update(s)
+            similarity.update(s)
+            bar.update(1)
+        test_stats = HeadStats(thresholds, special_names=names, keep_per_sentence=True)
+        for s in sentences_from_store(stores["test"][0], stores["test"][1], freq):
+            test_stats.update(s)
+            bar.update(1)
+        report = dev_stats.finalize(model_name)
+        heads, classes = report.heads, report.classes
+        skipped.update({f"{k}:{cfg.dev}": v for k, v in report.skipped.items()})
+        if n_synthetic:
+            synth = HeadStats(thresholds, special_names=("bos",))
+            for s in repeated_random_sentences(model, tokenizer, n_synthetic, cfg.induction_length, cfg.seed):
+                synth.update(s)
+                bar.update(1)
+            heads, classes = _add_synthetic(heads, classes, synth, thresholds, model_name)
     dev_words = [s.words for s in stores["dev"][1]]
     ceiling = positional_ceiling(tokenizer, dev_words, thresholds)
     heads = pd.concat([heads, *(_score_rows(share, f"positional_share:{d:+d}:tokens", model_name) for d, share
@@ -413,9 +421,8 @@ def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=N
               "seconds": round(time.perf_counter() - t0, 1)}
     _write_outputs(tables, out_dir, run_dir, record)
     if progress:
-        print(f"heads {model_name}: {L}x{H} heads, dev {record['sentences']['dev']} / test "
-              f"{record['sentences']['test']} sentences, skipped {skipped}, {record['seconds']} s",
-              file=sys.stderr, flush=True)
+        write(f"heads {model_name}: {L}x{H} heads, dev {record['sentences']['dev']} / test "
+              f"{record['sentences']['test']} sentences, skipped {skipped}, {record['seconds']} s")
     return tables
 
 

@@ -24,7 +24,6 @@ those targets are removed and counted (in the run record `probe_run.json` and a 
 from __future__ import annotations
 
 import logging
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -38,6 +37,8 @@ import torch
 import plmodels
 from plmodels.checkpoint import build_model
 from plmodels.config import Config
+from plmodels.progress import Bar, write
+from plmodels.progress import progress as progress_bar
 from probes.controls import control_task_scores, span_types
 from probes.edge import PROBES, make_probe
 from probes.layers import (
@@ -215,10 +216,16 @@ def resolve_layers(cfg: ProbeRunConfig, n_blocks: int) -> list[int]:
 
 
 def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: list[int], model_name: str,
-               task: str, span_pooling: str) -> dict[str, list[pd.DataFrame]]:
-    """All configured modes for one task; returns lists of frames per table."""
+               task: str, span_pooling: str, bar: Bar | None = None) -> dict[str, list[pd.DataFrame]]:
+    """All configured modes for one task; returns lists of frames per table. `bar` advances by one
+    per (probe, mode), a mode that does not apply to the task included."""
     out: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": []}
     tr, te = train.probe_data(), test.probe_data()
+
+    def done(mode: str) -> None:
+        if bar is not None and mode in cfg.modes:
+            bar.update(1)
+
     for name in cfg.probes:
         params = probe_params(name, cfg, span_pooling)
         common = dict(probe=name, probe_params=params, seeds=cfg.seeds, model=model_name, task=task, n_boot=cfg.n_boot)
@@ -226,21 +233,25 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
         if "single" in cfg.modes:
             single = per_layer_scores(tr, te, layers=layers, **common)
             out["probing"].append(single)
+        done("single")
         if "mix" in cfg.modes and len(layers) > 1:
             r = scalar_mix_probe(tr, te, layers=layers, **common)
             out["probing"].append(r.probing)
             out["probing_summary"].append(r.summary)
             out["mix_weights"].append(r.mix_weights)
+        done("mix")
         if "cumulative" in cfg.modes:
             r = cumulative_scores(tr, te, layers=layers, **common)
             out["probing"].append(r.probing)
             out["probing_summary"].append(r.summary)
+        done("cumulative")
         if "control" in cfg.modes and _word_level(tr):
             # Hewitt & Liang (2019) define control tasks for word-level tasks (one label per word
             # type); span and span-pair tasks (deps, const, ner, coref, ...) get no control row.
             r = control_task_scores(tr, te, train.types(), test.types(), layers=layers, task_scores=single, **common)
             out["probing"].append(r.probing)
             out["probing_summary"].append(r.summary)
+        done("control")
         if "mdl" in cfg.modes:
             rows = []
             for l in layers:
@@ -248,6 +259,7 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
                                         probe_params=params, seed=cfg.seeds[0])
                 rows += res.rows(model_name, task, name, params.get("pooling", ""), l, cfg.seeds[0])
             out["probing"].append(pd.DataFrame(rows, columns=PROBING_COLUMNS))
+        done("mdl")
     return out
 
 
@@ -275,7 +287,7 @@ def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
 def _say(progress: bool, msg: str) -> None:
     log.info(msg)
     if progress:
-        print(msg, file=sys.stderr, flush=True)
+        write(msg)
 
 
 def default_model_name(model_path: str | Path) -> str:
@@ -312,37 +324,43 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
     store_root = Path(store_root)
     frames: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": []}
     counts: dict[str, dict] = {}
-    for task in tasks:
-        t0 = time.perf_counter()
-        _say(progress, f"probe {model_name}: task {task}: extracting")
-        train = load_split(model, tokenizer, task, cfg.train_split, cfg, store_root, model_id,
-                           cfg.max_train_targets, tasks_dir, progress)
-        test = load_split(model, tokenizer, task, cfg.eval_split, cfg, store_root, model_id,
-                          cfg.max_eval_targets, tasks_dir, progress)
-        dropped = _drop_unseen(train, test) if cfg.unseen_labels == "drop" else 0
-        if dropped:
-            warnings.warn(f"probe {task}: {dropped} {cfg.eval_split} targets have labels not seen in the "
-                          f"capped train split and were left out (unseen_labels='drop')", stacklevel=2)
-        counts[task] = {"train_records": train.n_records, "eval_records": test.n_records,
-                        "train_targets": int(len(train.arrays.labels)), "eval_targets": int(len(test.arrays.labels)),
-                        "train_truncated_targets": train.arrays.n_skipped,
-                        "eval_truncated_targets": test.arrays.n_skipped, "eval_unseen_label_dropped": dropped,
-                        "train_store": str(train.arrays.store.path), "eval_store": str(test.arrays.store.path)}
-        if len(test.arrays.labels) == 0:
-            raise ValueError(f"probe {task}: no {cfg.eval_split} targets left to score")
-        _say(progress, f"probe {model_name}: task {task}: {counts[task]['train_targets']} train / "
-                       f"{counts[task]['eval_targets']} eval targets, probing layers {layers[0]}..{layers[-1]}")
-        try:
-            res = probe_task(train, test, cfg, layers, model_name, task, span_pooling)
-        except ValueError as e:
-            raise ValueError(f"probe {task} ({cfg.train_split} -> {cfg.eval_split}): {e}") from e
-        for k, v in res.items():
-            frames[k] += v
-        counts[task]["seconds"] = round(time.perf_counter() - t0, 1)
-        _say(progress, f"probe {model_name}: task {task}: done in {counts[task]['seconds']} s")
-        if run_dir is not None or out_dir is not None:  # tasks done so far survive a killed run
+    # one unit: one probe in one mode, over every layer and seed (extraction has its own bars)
+    bar = progress_bar(len(tasks) * len(cfg.probes) * len(cfg.modes), f"probe {model_name}", "fit",
+                       disable=not progress)
+    with bar:
+        for task in tasks:
+            t0 = time.perf_counter()
+            bar.set_postfix_str(task, refresh=False)
+            log.info(f"probe {model_name}: task {task}: extracting")
+            train = load_split(model, tokenizer, task, cfg.train_split, cfg, store_root, model_id,
+                               cfg.max_train_targets, tasks_dir, progress)
+            test = load_split(model, tokenizer, task, cfg.eval_split, cfg, store_root, model_id,
+                              cfg.max_eval_targets, tasks_dir, progress)
+            dropped = _drop_unseen(train, test) if cfg.unseen_labels == "drop" else 0
+            if dropped:
+                warnings.warn(f"probe {task}: {dropped} {cfg.eval_split} targets have labels not seen in the "
+                              f"capped train split and were left out (unseen_labels='drop')", stacklevel=2)
+            counts[task] = {"train_records": train.n_records, "eval_records": test.n_records,
+                            "train_targets": int(len(train.arrays.labels)),
+                            "eval_targets": int(len(test.arrays.labels)),
+                            "train_truncated_targets": train.arrays.n_skipped,
+                            "eval_truncated_targets": test.arrays.n_skipped, "eval_unseen_label_dropped": dropped,
+                            "train_store": str(train.arrays.store.path), "eval_store": str(test.arrays.store.path)}
+            if len(test.arrays.labels) == 0:
+                raise ValueError(f"probe {task}: no {cfg.eval_split} targets left to score")
+            _say(progress, f"probe {model_name}: task {task}: {counts[task]['train_targets']} train / "
+                           f"{counts[task]['eval_targets']} eval targets, probing layers {layers[0]}..{layers[-1]}")
+            try:
+                res = probe_task(train, test, cfg, layers, model_name, task, span_pooling, bar)
+            except ValueError as e:
+                raise ValueError(f"probe {task} ({cfg.train_split} -> {cfg.eval_split}): {e}") from e
+            for k, v in res.items():
+                frames[k] += v
+            counts[task]["seconds"] = round(time.perf_counter() - t0, 1)
+            _say(progress, f"probe {model_name}: task {task}: done in {counts[task]['seconds']} s")
+            if run_dir is not None or out_dir is not None:  # tasks done so far survive a killed run
 
-            write_tables(run_dir if run_dir is not None else out_dir, _tables(frames))
+                write_tables(run_dir if run_dir is not None else out_dir, _tables(frames))
     tables = _tables(frames)
     _write_outputs(tables, out_dir, run_dir, {
         "model": model_name, "model_path": str(model_path), "checkpoint_hash": model_id, "kind": model.kind,

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +36,8 @@ import torch.nn.functional as F
 
 import plmodels
 from plmodels.config import Config
+from plmodels.progress import progress as progress_bar
+from plmodels.progress import write
 from plmodels.training.corpus import iter_texts
 from plmodels.training.finetune import HEAD_FILE, INFO_FILE, collate, encode, load_classifier
 from plmodels.training.masking import mask_tokens, step_generator
@@ -301,7 +302,7 @@ METHODS: dict[str, Callable[[Any, Objective, PruneRunConfig], np.ndarray]] = {
 
 def _say(progress: bool, msg: str) -> None:
     if progress:
-        print(f"[prune] {msg}", file=sys.stderr, flush=True)
+        write(f"[prune] {msg}")
 
 
 def score_and_curves(model, obj: Objective, cfg: PruneRunConfig, methods: Sequence[str], name: str,
@@ -309,29 +310,40 @@ def score_and_curves(model, obj: Objective, cfg: PruneRunConfig, methods: Sequen
     """`importance`, `pruning` (+ "l0_sweep" rows) and `prunable` tables for one loaded model."""
     imp, curves = [], []
     n_heads = int(np.prod(ones_mask(model).shape))
-    for m in methods:
-        if m == "random":
-            continue
-        t0 = time.perf_counter()
-        scores = METHODS[m](model, obj, cfg)
-        imp.append(importance_frame(scores, name, m))
-        curves.append(pruning_curve(model, obj.batches, obj.metric, scores, fractions=cfg.fractions,
-                                    method=m, model_name=name))
-        _say(progress, f"{name}: {m} scored and pruned in {time.perf_counter() - t0:.1f} s")
-    if "michel" in methods and cfg.rescore:
-        scorer = lambda mask: michel_importance(model, obj.batches, obj.loss, head_mask=mask,  # noqa: E731
-                                                granularity=cfg.granularity)
-        curves.append(pruning_curve(model, obj.batches, obj.metric, scorer=scorer, fractions=cfg.fractions,
-                                    method="michel_rescored", model_name=name))
-    if "random" in methods:
-        curves.append(random_pruning_curves(model, obj.batches, obj.metric, seeds=cfg.random_seeds,
-                                            fractions=cfg.fractions, model_name=name))
-    if "l0" in methods and cfg.l0_lambdas:
-        sweep = l0_sweep(model, obj.batches, obj.loss, obj.metric, lams=cfg.l0_lambdas, model_name=name,
-                         steps=cfg.l0_steps, lr=cfg.l0_lr)
-        curves.append(pd.DataFrame({"model": name, "method": "l0_sweep",
-                                    "fraction": 1.0 - sweep["n_open"] / n_heads, "metric": sweep["metric"],
-                                    "value": sweep["value"], "seed": sweep["seed"]}))
+    scored = [m for m in methods if m != "random"]
+    rescore, sweep = "michel" in methods and cfg.rescore, "l0" in methods and bool(cfg.l0_lambdas)
+    # one unit: one pruning curve (a method's scoring included), every fraction evaluated
+    with progress_bar(len(scored) + rescore + ("random" in methods) + sweep, f"prune {name}", "curve",
+                      disable=not progress) as bar:
+        for m in scored:
+            bar.set_postfix_str(m, refresh=False)
+            t0 = time.perf_counter()
+            scores = METHODS[m](model, obj, cfg)
+            imp.append(importance_frame(scores, name, m))
+            curves.append(pruning_curve(model, obj.batches, obj.metric, scores, fractions=cfg.fractions,
+                                        method=m, model_name=name))
+            _say(progress, f"{name}: {m} scored and pruned in {time.perf_counter() - t0:.1f} s")
+            bar.update(1)
+        if rescore:
+            bar.set_postfix_str("michel_rescored", refresh=False)
+            scorer = lambda mask: michel_importance(model, obj.batches, obj.loss, head_mask=mask,  # noqa: E731
+                                                    granularity=cfg.granularity)
+            curves.append(pruning_curve(model, obj.batches, obj.metric, scorer=scorer, fractions=cfg.fractions,
+                                        method="michel_rescored", model_name=name))
+            bar.update(1)
+        if "random" in methods:
+            bar.set_postfix_str("random", refresh=False)
+            curves.append(random_pruning_curves(model, obj.batches, obj.metric, seeds=cfg.random_seeds,
+                                                fractions=cfg.fractions, model_name=name))
+            bar.update(1)
+        if sweep:
+            bar.set_postfix_str("l0_sweep", refresh=False)
+            res = l0_sweep(model, obj.batches, obj.loss, obj.metric, lams=cfg.l0_lambdas, model_name=name,
+                           steps=cfg.l0_steps, lr=cfg.l0_lr)
+            curves.append(pd.DataFrame({"model": name, "method": "l0_sweep",
+                                        "fraction": 1.0 - res["n_open"] / n_heads, "metric": res["metric"],
+                                        "value": res["value"], "seed": res["seed"]}))
+            bar.update(1)
     pruning = pd.concat(curves, ignore_index=True)
     importance = pd.concat(imp, ignore_index=True) if imp else pd.DataFrame(
         columns=["model", "method", "layer", "head", "value"])

@@ -1,6 +1,6 @@
 """core: what every other layer of the workbench stands on, and nothing above it.
 
-Atomic file writes (`io`), where the data lives (`paths`), progress reporting (`progress`) and
-the results store of a run: tidy Parquet tables, model listings and run records (`results`). It
-imports no other layer. (Configs are typed by `plmodels.config`, shared by every package.)
+Atomic file writes (`io`), where the data lives (`paths`) and the results store of a run: tidy
+Parquet tables, model listings and run records (`results`). It imports no other layer. Progress bars
+come from `plmodels.progress`. (Configs are typed by `plmodels.config`, shared by every package.)
 """

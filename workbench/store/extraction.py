@@ -23,8 +23,8 @@ import numpy as np
 import torch
 
 import plmodels
+from plmodels.progress import progress as progress_bar
 from workbench.core.io import atomic_dir, atomic_write_json, clean_stale_tmp
-from workbench.core.progress import Progress
 from workbench.data import tasks
 from workbench.data.align import align_sentences
 from workbench.store.batching import Batch, build_batch, make_batches, row_runs
@@ -170,7 +170,7 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                     os.ftruncate(special_fd, N * L * H * K * 2)
                 total = sum(len(p.ids) for p in align.pieces)
                 pool = POOLINGS[pooling]
-                with Progress(total, "extract", "tok", disable=not progress) as bar:
+                with progress_bar(total, "extract", "tok", scale=True, disable=not progress) as bar:
                     for idx in batches:
                         batch = build_batch([align.pieces[i] for i in idx], sent_offsets, pad_id)
                         out = forward_layers(model, batch.ids.to(device), batch.mask.to(device), attentions, precision)

@@ -159,7 +159,7 @@ def test_too_long_sentences_are_counted(forced):
     assert rec["frequency_source"].startswith("UD ewt:dev")
 
 
-def test_forced_induction_head_on_repeated_random_tokens(tmp_path):
+def test_forced_induction_head_on_repeated_random_tokens(tmp_path, capsys):
     tok = Tokenizer.train_bpe([" ".join(s.words) for s in ud_sentences("ewt", "dev")[:200]], vocab_size=400)
     torch.manual_seed(0)
     model = Decoder(DecoderConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64,
@@ -182,7 +182,12 @@ def test_forced_induction_head_on_repeated_random_tokens(tmp_path):
     cfg = HeadRunConfig(max_sentences=8, freq_source="ewt:dev", n_boot=20, similarity_max_words=100,
                         induction_sequences=2, induction_length=8)
     with model.hooks(fwd=[("blocks.1.attn.pattern", induction)]):
-        t = analyse_loaded(model, tok, tmp_path / "out", cfg, model_name="dec", progress=False)
+        t = analyse_loaded(model, tok, tmp_path / "out", cfg, model_name="dec", progress=True)
+    # the bar counts every sentence scored: dev, test and the repeated random sequences
+    n = json.loads((tmp_path / "out" / "heads_run.json").read_text())["sentences"]
+    bars = [line for line in capsys.readouterr().err.splitlines() if " sent [" in line]
+    total = n["dev"] + n["test"] + 2
+    assert bars[-1].startswith(f"heads dec: 100% {total}/{total} sent ["), bars
     assert _score(t, 1, 1, "induction:repeated_random") == pytest.approx(1.0, abs=1e-3)
     assert _score(t, 0, 0, "induction:repeated_random") < 0.4
     c = t["heads_classes"]

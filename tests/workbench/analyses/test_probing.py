@@ -106,6 +106,16 @@ def test_tables_written_to_the_run_folder_and_figures(run):
     assert rec["counts"]["deps"]["train_targets"] == 200
 
 
+def test_progress_bar_counts_one_fit_per_task_probe_and_mode(run, ckpt, tmp_path, capsys):
+    # deps is a span task: its control mode does not apply, and still counts as done
+    cfg = {**CFG, "modes": ["single", "control"], "seeds": [0], "n_boot": 0}
+    probe_model(ckpt, tasks=["pos", "deps"], out_dir=tmp_path, config=cfg, store_root=run[0] / "store")
+    err = capsys.readouterr().err.splitlines()
+    bars = [line for line in err if " fit [" in line]
+    assert bars[0].startswith("probe tiny:   0% 0/4 fit") and bars[-1].startswith("probe tiny: 100% 4/4 fit ["), err
+    assert any(line.startswith("probe tiny: task deps: ") and "train /" in line for line in err)
+
+
 def test_unseen_eval_labels_error_names_the_task(ckpt, tmp_path):
     cfg = {**CFG, "max_train_targets": 10, "modes": ["single"], "seeds": [0], "layers": [0],
            "unseen_labels": "error"}

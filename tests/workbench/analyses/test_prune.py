@@ -105,6 +105,16 @@ def test_roles_join_when_heads_classes_given(encoder_dir, tmp_path):
     assert set(r.role) == {"positional:-1", "sink"} and (r.n_role == 1).all()
 
 
+def test_progress_bar_counts_pruning_curves(encoder_dir, capsys):
+    cfg = {**CFG, "methods": ["confidence", "random"], "l0_lambdas": []}
+    prune_model_cli(encoder_dir, methods=cfg["methods"], config=cfg, model_name="tiny")
+    err = capsys.readouterr().err.splitlines()
+    bars = [line for line in err if " curve [" in line]
+    last = bars[-1]  # a rate below 1/s reads s/curve
+    assert last.startswith("prune tiny: 100% 2/2 curve [") and ("curve/s" in last or "s/curve" in last), err
+    assert any(line.startswith("[prune] tiny: confidence scored and pruned in ") for line in err)
+
+
 def test_classifier_objective_from_finetuned_folder(encoder_dir, tmp_path):
     rng = np.random.default_rng(0)
     words = ["good", "bad", "film", "plot", "the", "a"]

@@ -79,20 +79,6 @@ def test_clean_stale_tmp_removes_dead_pid_folders_only(tmp_path):
     assert not dead.exists() and live.exists()
 
 
-def test_progress_counts_and_final_line(capsys):
-    import io as stdio
-
-    from workbench.core.progress import Progress
-
-    buf = stdio.StringIO()
-    with Progress(10, "x", "tok", stream=buf) as pr:
-        pr.update(4)
-        pr.update(6)
-    assert pr.n == 10
-    out = buf.getvalue().strip().splitlines()
-    assert len(out) == 1 and "10/10 tok (100%)" in out[0]
-
-
 @pytest.fixture
 def umask():
     """Set the process umask for one test and put the old one back."""

@@ -28,6 +28,7 @@ import torch
 
 from plmodels.checkpoint import build_model
 from plmodels.presets import preset
+from plmodels.recipes import RECIPES
 from plmodels.training import load_config
 from plmodels.training.data import Batch
 from plmodels.training.loss import lm_loss
@@ -35,7 +36,7 @@ from plmodels.training.runtime import make_optimizer
 from workbench.core.io import atomic_write_json
 
 B, T, V = 32, 128, 16000
-CONFIGS = {name: Path(__file__).resolve().parents[1] / "configs" / "pretrain" / f"{stem}.json"
+CONFIGS = {name: RECIPES / "pretrain" / f"{stem}.json"
            for name, stem in (("softmax", "decoder-mini-cram"), ("adaptive", "decoder-mini-cram-fp32"))}
 OUT = Path(__file__).resolve().parent / "results" / "adaptive.json"
 

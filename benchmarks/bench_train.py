@@ -20,7 +20,7 @@ Achieved GFLOP/s uses the analytic count (6 x multiply-adds per parameter-matmul
 al. 2020, plus attention and LM head) against the fp32 matmul peak measured in the same run.
 
     nice python benchmarks/bench_train.py [--kinds encoder decoder] [--threads N] [--iters 5] [--warmup 1] [--compile] [--ablate] [--recipe CONFIG]
-Writes a table to stdout and benchmarks/results/train.json (with `--recipe configs/pretrain/X.json`:
+Writes a table to stdout and benchmarks/results/train.json (with `--recipe NAME` (a shipped recipe, e.g. encoder-mini-cram) or `--recipe FILE.json`:
 results/train_X.json, dashes as underscores).
 """
 from __future__ import annotations

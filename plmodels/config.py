@@ -119,6 +119,17 @@ def _adapter(cls: type) -> TypeAdapter:
     return cls._adapter
 
 
+def build(cls: type[C], d: Mapping, source: str | None = None) -> C:
+    """Validate `d` against the fields' types of the config class `cls` and build it; every error is
+    a ConfigError naming `source` (a file, a flag) and the field."""
+    if not isinstance(d, Mapping):
+        raise ConfigError(f"{source or cls.__name__}: expected a JSON object, got {type(d).__name__}")
+    try:
+        return _adapter(cls).validate_json(json.dumps(dict(d), default=str))
+    except ValidationError as e:
+        raise ConfigError(_describe(e, cls, source or "")) from None
+
+
 class Config:
     """Mixin for the workbench's config dataclasses: typed `from_dict`, `load` and `to_dict`.
 
@@ -136,12 +147,7 @@ class Config:
     @classmethod
     def from_dict(cls: type[C], d: Mapping, source: str | None = None) -> C:
         """Validate `d` against the fields' types and build the config; ConfigError names `source`."""
-        if not isinstance(d, Mapping):
-            raise ConfigError(f"{source or cls.__name__}: expected a JSON object, got {type(d).__name__}")
-        try:
-            return _adapter(cls).validate_json(json.dumps(dict(d), default=str))
-        except ValidationError as e:
-            raise ConfigError(_describe(e, cls, source or "")) from None
+        return build(cls, d, source)
 
     @classmethod
     def load(cls: type[C], path: str | Path | None = None, overrides: Mapping | None = None) -> C:

@@ -28,6 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plmodels.config import Config
+
 from .components.attention import MultiHeadAttention, keep_mask, resolve_attn_impl
 from .components.dropout import Dropout
 from .components.hooks import HookedModel, HookPoint
@@ -40,7 +42,7 @@ from .components.pruning import PrunableMixin
 
 
 @dataclass(frozen=True)
-class DecoderConfig:
+class DecoderConfig(Config):
     vocab_size: int = 50257  # number of token ids
     d_model: int = 768  # width D
     n_layers: int = 12  # blocks L
@@ -80,8 +82,8 @@ class DecoderConfig:
         return config_to_dict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "DecoderConfig":
-        return config_from_dict(cls, d)
+    def from_dict(cls, d: dict, source: str | None = None) -> "DecoderConfig":
+        return config_from_dict(cls, d, source)
 
 
 

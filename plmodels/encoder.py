@@ -21,6 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from plmodels.config import Config
+
 from .components.attention import MultiHeadAttention, keep_mask, resolve_attn_impl
 from .components.dropout import Dropout
 from .components.hooks import HookedModel, HookPoint
@@ -33,7 +35,7 @@ from .components.pruning import PrunableMixin
 
 
 @dataclass(frozen=True)
-class EncoderConfig:
+class EncoderConfig(Config):
     vocab_size: int = 30522  # number of token ids
     d_model: int = 768  # width D
     n_layers: int = 12  # blocks L
@@ -64,8 +66,8 @@ class EncoderConfig:
         return config_to_dict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "EncoderConfig":
-        return config_from_dict(cls, d)
+    def from_dict(cls, d: dict, source: str | None = None) -> "EncoderConfig":
+        return config_from_dict(cls, d, source)
 
 
 class MLP(nn.Module):

@@ -8,21 +8,29 @@ Runs `python -m streamlit run apps/app.py --server.address HOST --server.port PO
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
-APP = Path(__file__).resolve().parents[1] / "apps" / "app.py"
+
+def app_file() -> Path:
+    """apps/app.py of the installed `apps` package (found, not imported: the app sits above workbench)."""
+    spec = importlib.util.find_spec("apps")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("the `apps` package is not installed (pip install plm-workbench)")
+    return Path(spec.origin).resolve().parent / "app.py"
 
 
 def app_command(results: str | Path, host: str = "127.0.0.1", port: int = 8501) -> list[str]:
     """The streamlit command line that serves the app on host:port for the results root `results`."""
     if not 0 < int(port) < 65536:
         raise ValueError(f"port must be in 1..65535, got {port}")
-    if not APP.is_file():
-        raise FileNotFoundError(f"the app entry file {APP} is missing")
-    return [sys.executable, "-m", "streamlit", "run", str(APP),
+    app = app_file()
+    if not app.is_file():
+        raise FileNotFoundError(f"the app entry file {app} is missing")
+    return [sys.executable, "-m", "streamlit", "run", str(app),
             "--server.address", str(host), "--server.port", str(int(port)),
             "--server.headless", "true", "--browser.gatherUsageStats", "false",
             "--", "--results", str(Path(results).resolve())]

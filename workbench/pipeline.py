@@ -25,10 +25,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import plmodels
-from plmodels.config import Config, merge, read_json_object
+from plmodels import recipes
+from plmodels.config import Config, merge, read_json, read_json_object
 from plmodels.hf_import import find_minilm, import_hf_bert
+from plmodels.paths import source_checkout
 from plmodels.training import pretrain
 from plmodels.training.config import read_config_file
+from workbench import __version__
 from workbench.analyses.compare import compare_models
 from workbench.analyses.emergence import emergence_cli
 from workbench.analyses.frozen_vs_finetuned import frozen_vs_finetuned
@@ -44,7 +47,6 @@ from workbench.presentation.analysis_figures import write_analysis_figures
 from workbench.presentation.report import write_report
 from workbench.store import extract
 
-REPO = Path(__file__).resolve().parent.parent
 # Data files whose checksums a run records (relative to the data root).
 DATA_FILES = [
     "ud_english_ewt/en_ewt-ud-train.conllu", "ud_english_ewt/en_ewt-ud-dev.conllu",
@@ -85,22 +87,31 @@ def load_run_config(path: str | Path, overrides: dict | None = None) -> dict:
     return d
 
 
-def _with_files(obj: Any) -> Any:
-    """`obj` with every string naming an existing JSON file replaced by that file's content, so a
-    step's key changes when a config file it points to changes, not only when the path does. A
-    pretraining config that extends another counts with the base's content merged in."""
-    if isinstance(obj, dict):
-        return {k: _with_files(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_with_files(v) for v in obj]
-    if isinstance(obj, str) and obj.endswith(".json"):
-        path = _resolve(obj)
-        if path.is_file():
-            content = json.loads(path.read_text())
-            if isinstance(content, dict) and "extends" in content:
+def _config_file(value: str, key: str | None) -> Path | None:
+    """The file a config string names: a JSON path, or under "pretrain" (a model's pretraining
+    config) and "config" (a finetuning step's) the name of a shipped recipe."""
+    if value.endswith(".json") and _resolve(value).is_file():
+        return _resolve(value)
+    kind = {"pretrain": "pretrain", "config": "finetune"}.get(key or "")
+    if kind is not None and value in recipes.names(kind):
+        return recipes.find(kind, value)
+    return None
 
-                content = read_config_file(path)
-            return {"file": obj, "content": content}
+
+def _with_files(obj: Any, key: str | None = None) -> Any:
+    """`obj` with every string naming a config file (or a shipped recipe) replaced by that file's
+    content, so a step's key changes when a config it points to changes, not only when its name
+    does. A pretraining config that extends another counts with the base's content merged in."""
+    if isinstance(obj, dict):
+        return {k: _with_files(v, k) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_with_files(v, key) for v in obj]
+    path = _config_file(obj, key) if isinstance(obj, str) else None
+    if path is not None:
+        content = read_json(path)
+        if isinstance(content, dict) and "extends" in content:
+            content = read_config_file(path)
+        return {"file": obj, "content": content}
     return obj
 
 
@@ -123,15 +134,19 @@ def data_checksums() -> dict[str, str]:
 
 
 def code_version() -> str:
-    """The git commit of the workbench, with '+dirty' when the work tree has changes."""
+    """The git commit of the workbench's checkout, with '+dirty' when the work tree has changes; for
+    an installed wheel, the package version."""
+    repo = source_checkout()
     try:
-        rev = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+        if repo is None:
+            raise OSError("not a checkout")
+        rev = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO), "status", "--porcelain", "--untracked-files=no"],
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, check=True).stdout.strip()
         return rev + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return f"plm-workbench {__version__}"
 
 
 # ------------------------------------------------------------------------------------- steps
@@ -158,8 +173,12 @@ class Context:
 
 
 def _resolve(path: str) -> Path:
+    """A path of a run config: as given when it exists (relative to the working directory), else
+    relative to the checkout the code runs from (so `workbench run configs/demo.json` works from
+    any folder of a clone)."""
     p = Path(path)
-    return p if p.is_absolute() or p.exists() else REPO / p
+    repo = source_checkout()
+    return p if p.is_absolute() or p.exists() or repo is None else repo / p
 
 
 def _pretrain_step(name: str, spec: dict) -> Callable[[Context], dict]:
@@ -189,7 +208,8 @@ def _finetune_step(name: str, spec: dict) -> Callable[[Context], dict]:
         overrides = dict(spec.get("overrides", {}))
         overrides["base"] = str(ctx.model_path(spec["base"]))
         overrides.setdefault("seed", ctx.cfg["seed"])
-        path = finetune(_resolve(spec["config"]), ctx.run_dir / "models" / name, overrides=overrides)
+        config = _config_file(spec["config"], "config") or spec["config"]
+        path = finetune(config, ctx.run_dir / "models" / name, overrides=overrides)
         return {"checkpoint": str(path)}
     return fn
 

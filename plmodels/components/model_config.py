@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from plmodels.config import build
+
 from .layers import ACTIVATIONS
 
 CHOICES = {
@@ -53,13 +55,13 @@ def config_to_dict(cfg: Any) -> dict:
     return d
 
 
-def config_from_dict(cls: type, d: dict) -> Any:
-    """Build a config from a dict (e.g. parsed JSON); unknown keys -> ValueError naming them."""
-    known = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(d) - known)
-    if unknown:
-        raise ValueError(f"unknown {cls.__name__} key(s) {unknown}; known: {sorted(known)}")
+def config_from_dict(cls: type, d: dict, source: str | None = None) -> Any:
+    """Build a model config from a dict (e.g. a checkpoint's config.json) with the typed loader
+    (`plmodels.config.build`): unknown keys and wrong types are errors naming `source` and the field.
+    Pruned head ids are kept sorted."""
     d = dict(d)
-    if "pruned_heads" in d:
-        d["pruned_heads"] = {int(k): sorted(int(h) for h in v) for k, v in d["pruned_heads"].items()}
-    return cls(**d)
+    heads = d.get("pruned_heads")
+    if isinstance(heads, dict):
+        d["pruned_heads"] = {k: sorted(v) if isinstance(v, list) and all(isinstance(h, int) for h in v) else v
+                             for k, v in heads.items()}
+    return build(cls, d, source)

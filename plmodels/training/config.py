@@ -1,7 +1,9 @@
-"""The pretraining config: `PretrainConfig` and the files it is read from (configs/pretrain/*.json).
+"""The pretraining config: `PretrainConfig` and the files it is read from (a JSON file, or a shipped
+recipe by name: plmodels/recipes/pretrain/*.json).
 
 A run depends on one `PretrainConfig` and nothing else (STYLE.md, "a run is one config file with no
-hidden defaults"). `load_config` takes an object, a JSON path or a config name; a file may name
+hidden defaults"). It is typed (`plmodels.config`): unknown keys and wrong types are errors naming the
+file and the field. `load_config` takes an object, a JSON path or a recipe name; a file may name
 another in `"extends"` (`read_config_file`), and overrides are merged into the nested dicts key by
 key (`merge_overrides`). Corpus paths are resolved against `data_dir` (`resolve_path`), and
 `config_diff` lists what differs between two resolved configs (resumption refuses a different one,
@@ -9,25 +11,25 @@ except in `RESUME_SAFE_KEYS`).
 """
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
+from plmodels import recipes
+from plmodels.config import Config, merge, read_json_object
+from plmodels.paths import data_root
 from plmodels.presets import preset as preset_fields
 
 from .masking import MaskingConfig
 from .schedule import SCHEDULES
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CONFIG_DIR = REPO_ROOT / "configs" / "pretrain"
 # Keys that may change when a run resumes: they change neither the data, the model nor the updates.
 RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"}
 
 
 @dataclass(frozen=True)
-class PretrainConfig:
+class PretrainConfig(Config):
     """Everything a pretraining run depends on; no hidden defaults are read from elsewhere."""
 
     kind: Literal["encoder", "decoder"]          # masked LM (BERT) or causal LM (GPT-2)
@@ -122,8 +124,8 @@ class PretrainConfig:
         if self.schedule_clock == "time" and self.max_minutes is None:
             raise ValueError("schedule_clock 'time' needs max_minutes (the budget the schedule spans)")
         preset_fields(self.kind, self.preset)  # checks the preset name
-        MaskingConfig.from_dict(self.masking)  # checks the masking keys
-        em = MaskingConfig.from_dict(self.eval_masking)
+        MaskingConfig.from_dict(self.masking, "masking")  # checks the masking keys and types
+        em = MaskingConfig.from_dict(self.eval_masking, "eval_masking")
         if em.nsp or em.rate_final is not None:
             raise ValueError("eval_masking.nsp must be false and eval_masking.rate_final null (the held-out "
                              "mask is fixed and has no NSP pairs)")
@@ -133,62 +135,32 @@ class PretrainConfig:
         """Tokens per held-out row: eval_seq_len, else seq_len."""
         return self.eval_seq_len or self.seq_len
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["betas"] = list(self.betas)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict, source: str = "config") -> "PretrainConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"{source}: unknown PretrainConfig keys {unknown}; known: {sorted(known)}")
-        d = dict(d)
-        if "betas" in d:
-            d["betas"] = tuple(d["betas"])
-        return cls(**d)
-
     @property
     def masking_config(self) -> MaskingConfig:
-        return MaskingConfig.from_dict(self.masking)
+        return MaskingConfig.from_dict(self.masking, "masking")
 
 
 def merge_overrides(d: dict, overrides: dict | None) -> dict:
-    """`d` updated by `overrides`; the nested dicts "model", "masking", "eval_masking", "extra_eval" are merged."""
-    out = dict(d)
-    for k, v in (overrides or {}).items():
-        if k in ("model", "masking", "eval_masking", "extra_eval") and isinstance(v, dict):
-            out[k] = {**out.get(k, {}), **v}
-        else:
-            out[k] = v
-    return out
+    """`d` updated by `overrides`; the nested dicts ("model", "masking", "eval_masking",
+    "extra_eval") are merged key by key (`plmodels.config.merge`)."""
+    return merge(d, overrides)
 
 
 def config_path(config: str | Path, relative_to: Path | None = None) -> Path:
     """The file of a pretraining config: a path (relative to `relative_to` when given, else to the
-    working directory) or a name in configs/pretrain/."""
-    path = Path(config) if relative_to is None else relative_to / config
-    if path.is_file():
-        return path
-    named = CONFIG_DIR / f"{config}.json"
-    if not named.is_file():
-        known = sorted(p.stem for p in CONFIG_DIR.glob("*.json"))
-        raise FileNotFoundError(f"no config file {path} and no config named {config!r}; known: {known}")
-    return named
+    working directory) or the name of a shipped recipe (plmodels/recipes/pretrain/)."""
+    return recipes.find("pretrain", config, relative_to)
 
 
 def read_config_file(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
     """A pretraining config file as a dict. A file with `"extends": BASE` is BASE's dict updated by
     the file's own keys as `merge_overrides` updates (the nested dicts merged key by key); BASE is a
-    path relative to the file's folder or a name in configs/pretrain/, and may extend another."""
+    path relative to the file's folder or a recipe name, and may extend another."""
     path = Path(path)
     chain = _chain + (path.resolve(),)
     if chain[-1] in _chain:
         raise ValueError("config 'extends' cycle: " + " -> ".join(str(p) for p in chain))
-    d = read_json_file(path)
-    if not isinstance(d, dict):
-        raise ValueError(f"{path}: a config file must hold a JSON object, got {type(d).__name__}")
+    d = read_json_object(path)
     base = d.pop("extends", None)
     if base is None:
         return d
@@ -202,21 +174,21 @@ def read_config_file(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict:
 
 
 def load_config(config: "PretrainConfig | str | Path", overrides: dict | None = None) -> PretrainConfig:
-    """A PretrainConfig from an object, a JSON path or a name in configs/pretrain/, with overrides
-    (a file may extend another: `read_config_file`)."""
+    """A PretrainConfig from an object, a JSON path or a recipe name, with overrides (a file may
+    extend another: `read_config_file`)."""
     if isinstance(config, PretrainConfig):
-        return PretrainConfig.from_dict(merge_overrides(config.to_dict(), overrides)) if overrides else config
+        return PretrainConfig.from_dict(merge_overrides(config.to_dict(), overrides), "overrides") if overrides else config
     path = config_path(config)
     return PretrainConfig.from_dict(merge_overrides(read_config_file(path), overrides), source=str(path))
 
 
 def resolve_path(p: str, data_dir: str) -> Path:
-    """`p` if absolute, else under `data_dir` (where "${WORKBENCH_DATA}" is the env var or ../shared/data)."""
+    """`p` if absolute, else under `data_dir` (where "${WORKBENCH_DATA}" is `plmodels.paths.data_root()`:
+    the env var, else ../shared/data)."""
     if os.path.isabs(p):
         return Path(p)
     if "${WORKBENCH_DATA}" in data_dir:
-        env = os.environ.get("WORKBENCH_DATA") or str(REPO_ROOT.parent / "shared" / "data")
-        data_dir = data_dir.replace("${WORKBENCH_DATA}", env)
+        data_dir = data_dir.replace("${WORKBENCH_DATA}", str(data_root()))
     return Path(data_dir).expanduser() / p
 
 
@@ -230,11 +202,3 @@ def config_diff(a: dict, b: dict) -> list[str]:
         elif va != vb:
             keys.append(k)
     return keys
-
-
-def read_json_file(path: Path) -> Any:
-    """json.load of `path`; invalid JSON is a ValueError naming the file and line."""
-    try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path}:{e.lineno}: invalid JSON: {e.msg}") from None

@@ -28,7 +28,7 @@ import copy
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -38,20 +38,20 @@ from safetensors.torch import load_file
 from torch import nn
 
 import plmodels
+from plmodels import recipes
+from plmodels.config import Config, merge
 from plmodels.files import save_safetensors, write_json_atomic
 
-from .config import read_json_file
 from .masking import IGNORE_INDEX
 from .runtime import fmt_time, log
 from .schedule import lr_at
 
-CONFIG_DIR = Path(__file__).resolve().parents[2] / "configs" / "finetune"
 TASK_KINDS = {"sst2": "sentence", "pos": "token"}
 HEAD_FILE, INFO_FILE = "head.safetensors", "finetune.json"
 
 
 @dataclass(frozen=True)
-class FinetuneConfig:
+class FinetuneConfig(Config):
     """A finetuning run; unknown keys are errors."""
 
     base: str                                   # pretrained checkpoint folder
@@ -88,25 +88,13 @@ class FinetuneConfig:
             raise ValueError(f"need lr > 0, warmup_ratio and head_dropout in [0, 1); got {self.lr}, "
                              f"{self.warmup_ratio}, {self.head_dropout}")
 
-    @classmethod
-    def from_dict(cls, d: dict, source: str = "config") -> "FinetuneConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"{source}: unknown FinetuneConfig keys {unknown}; known: {sorted(known)}")
-        return cls(**d)
-
 
 def load_finetune_config(config, overrides: dict | None = None) -> FinetuneConfig:
-    """A FinetuneConfig from an object, a JSON path or a name in configs/finetune/, with overrides."""
+    """A FinetuneConfig from an object, a JSON path or a recipe name (plmodels/recipes/finetune/),
+    with overrides."""
     if isinstance(config, FinetuneConfig):
-        return FinetuneConfig.from_dict({**asdict(config), **(overrides or {})})
-    path = Path(config)
-    if not path.is_file():
-        path = CONFIG_DIR / f"{config}.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"no finetune config {config!r}; known: {sorted(p.stem for p in CONFIG_DIR.glob('*.json'))}")
-    return FinetuneConfig.from_dict({**read_json_file(path), **(overrides or {})}, source=str(path))
+        return FinetuneConfig.from_dict(merge(config.to_dict(), overrides), "overrides")
+    return FinetuneConfig.load(recipes.find("finetune", config), overrides)
 
 
 # --------------------------------------------------------------------------------------------- data

@@ -27,16 +27,18 @@ The causal-LM target (Radford et al., 2019) is the input shifted by one: labels[
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Iterable
 
 import torch
+
+from plmodels.config import Config
 
 IGNORE_INDEX = -100
 
 
 @dataclass(frozen=True)
-class MaskingConfig:
+class MaskingConfig(Config):
     """How MLM targets are drawn (all fractions in [0, 1])."""
 
     rate: float = 0.15          # share of non-special tokens selected for prediction
@@ -68,17 +70,6 @@ class MaskingConfig:
             raise ValueError(
                 f"MaskingConfig.mask_frac + random_frac must be <= 1, got {self.mask_frac} + {self.random_frac}"
             )
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "MaskingConfig":
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown MaskingConfig keys: {unknown}; known: {sorted(known)}")
-        return cls(**d)
 
 
 def step_generator(seed: int, step: int, stream: int = 0) -> torch.Generator:

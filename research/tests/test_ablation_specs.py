@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from plmodels.recipes import RECIPES
 from plmodels.training import load_config
 from research.ablate import AblationEval, load_spec, variant_config
 
@@ -56,7 +57,7 @@ def test_encoder_time_ablations_keep_the_pre_ablation_baseline(monkeypatch):
     assert m40.masking["rate"] == 0.4 and m40.masking["mask_frac"] == 0.8  # nested keys merge
     assert m40.warmup_steps == round(0.35 * m40.max_steps)
     assert cram.model["norm"] == "pre" and cram.model["position"] == "rope" and cram.model["n_heads"] == 4
-    recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
+    recipe = load_config(RECIPES / "pretrain" / "encoder-mini-cram.json")
     assert (recipe.lr, recipe.masking["rate"]) == (0.001, 0.25)   # lr 1e-3 since 2026-11-28
 
 
@@ -71,7 +72,7 @@ def test_second_encoder_round_keeps_its_pre_ln_baseline(monkeypatch):
     assert built["post_ln"].model["norm"] == "post" and built["post_ln"].model["n_heads"] == 4
     assert built["alibi"].model == {**built["recipe"].model, "position": "alibi"}  # nested keys merge
     assert built["recipe"].lr == 0.0015   # the round's peak; the recipe's is 1e-3 since 2026-11-28
-    recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json")
+    recipe = load_config(RECIPES / "pretrain" / "encoder-mini-cram.json")
     assert recipe.model["norm"] == "post" and recipe.model["position"] == "rope"
     assert recipe.model["n_heads"] == 8 and recipe.preset == "mini"   # 8 heads of 32 on the mini's 256
 
@@ -86,7 +87,7 @@ def test_decoder_time_ablations_keep_a_ten_percent_warmup_baseline(monkeypatch):
     assert cram.batch_size == 64   # the table's batch, pinned by base_overrides; the recipe has 32
     wu30 = built["warmup30"]
     assert wu30.warmup_steps == round(0.3 * wu30.max_steps)
-    recipe = load_config(ROOT / "configs" / "pretrain" / "decoder-mini-cram.json")
+    recipe = load_config(RECIPES / "pretrain" / "decoder-mini-cram.json")
     assert recipe.warmup_steps == round(0.3 * recipe.max_steps) and recipe.schedule_clock == "time"
     assert recipe.batch_size == 32
 

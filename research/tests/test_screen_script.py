@@ -4,7 +4,9 @@ import json
 import pandas as pd
 import pytest
 
-from .conftest import ROOT, load_script
+from plmodels.recipes import RECIPES
+
+from .conftest import load_script
 
 
 @pytest.fixture(scope="module")
@@ -14,7 +16,7 @@ def screen():
 
 def test_warmup_keeps_the_configs_share_and_the_schedule_runs_on_steps(screen, tmp_path):
     cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps({"extends": str(ROOT / "configs/pretrain/decoder-mini-cram.json")}))
+    cfg.write_text(json.dumps({"extends": str(RECIPES / "pretrain" / "decoder-mini-cram.json")}))
     s = screen.run_settings(cfg, {"max_steps": 1810, "seed": 1}, threads=2, dry=False)
     # the decoder config warms up over 6,720 of 22,400 steps: 30%, so 543 of 1,810
     assert s["warmup_steps"] == 543 and s["max_steps"] == 1810 and s["seed"] == 1
@@ -25,7 +27,7 @@ def test_warmup_keeps_the_configs_share_and_the_schedule_runs_on_steps(screen, t
 
 def test_every_run_needs_max_steps(screen):
     with pytest.raises(ValueError, match="max_steps"):
-        screen.run_settings(ROOT / "configs/pretrain/decoder-mini-cram.json", {"seed": 0}, 2, False)
+        screen.run_settings(RECIPES / "pretrain" / "decoder-mini-cram.json", {"seed": 0}, 2, False)
 
 
 def test_table_is_tidy(screen, tmp_path):

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from apps.common import results_root
-from workbench.app_launcher import APP, app_command
+from workbench.app_launcher import app_command, app_file
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _opt(cmd: list[str], name: str) -> str:
@@ -17,7 +19,7 @@ def _opt(cmd: list[str], name: str) -> str:
 
 def test_default_command(tmp_path):
     cmd = app_command(tmp_path)
-    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == APP
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == app_file() == ROOT / "apps" / "app.py"
     assert _opt(cmd, "--server.address") == "127.0.0.1" and _opt(cmd, "--server.port") == "8501"
     assert _opt(cmd, "--server.headless") == "true" and _opt(cmd, "--browser.gatherUsageStats") == "false"
     assert cmd[cmd.index("--") + 1:] == ["--results", str(tmp_path.resolve())]

@@ -118,6 +118,20 @@ def test_killed_run_resumes_bit_exact(data, tmp_path, monkeypatch, kind, extra):
     assert steps == list(range(1, 8))
 
 
+def test_progress_lines_count_steps_from_the_resumed_step(data, tmp_path, capsys):
+    # off a terminal the bar writes a line when it opens, every log_every steps and when it closes
+    cfg = _cfg(data, max_steps=8, log_every=2)
+    run_training(cfg, tmp_path / "run", stop_at_step=4)  # last checkpoint: step 4 (log-spaced)
+    capsys.readouterr()
+    pretrain(cfg, tmp_path / "run")
+    err = capsys.readouterr().err.splitlines()
+    bars = [line for line in err if line.startswith("pretrain:")]
+    assert [b.split(" step ")[0].split()[-1] for b in bars] == ["4/8", "6/8", "8/8"], err
+    assert "tok/s" in bars[-1] and " loss " in bars[-1] and ", lr " in bars[-1]
+    assert any(line.startswith("resuming from ") for line in err)  # log lines stay whole lines
+    assert err[-1].startswith("done: 8 steps")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind,extra", [
     ("encoder", {"model": {"norm": "post", "dropout": 0.0, "position": "rope"}}),
@@ -177,8 +191,21 @@ def test_unknown_config_key_is_named(tmp_path):
     p.write_text(json.dumps({"kind": "encoder", "train_source": "x", "lrr": 1}))
     with pytest.raises(ValueError, match=r"c\.json.*lrr"):
         load_config(p)
-    with pytest.raises(ValueError, match="MaskingConfig.*ratee"):
+    with pytest.raises(ValueError, match="masking: unknown key 'ratee'"):
         PretrainConfig.from_dict({"kind": "encoder", "train_source": "x", "masking": {"ratee": 0.2}})
+
+
+def test_a_wrong_type_is_named_with_its_file_and_field(tmp_path):
+    # the issue's example: a string where a number belongs used to die with a bare TypeError deep in
+    # the optimiser; now the loader names the file, the field and the value
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps({"extends": "encoder-tiny", "lr": "1e-3"}))
+    with pytest.raises(ValueError, match=r'c\.json: lr: input should be a valid number, got "1e-3"'):
+        load_config(p)
+    with pytest.raises(ValueError, match=r"masking: rate: input should be a valid number"):
+        load_config("encoder-tiny", {"masking": {"rate": "high"}})
+    with pytest.raises(ValueError, match=r"overrides: model: input should be an object, got 8"):
+        load_config(load_config("encoder-tiny"), {"model": 8})
 
 
 def test_a_config_file_extends_another(tmp_path):
@@ -307,7 +334,7 @@ def test_time_clock_warns_when_max_steps_would_end_the_run_first(data, tmp_path,
                           ckpt_log_spaced=False, eval_every=0), tmp_path / "run2")
     err = capsys.readouterr().err
     assert json.loads((final / "card.json").read_text())["stopped_by"] == "time budget"
-    assert "step 10/1000" in err and "warning: " not in err, err
+    assert "pretrain:   1% 10/1000 step" in err and "warning: " not in err, err
     assert "precision: fp32 (bf16: 'off', as set)" in err   # the start of the log says what it trains in
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from plmodels.recipes import RECIPES
 from workbench.core.paths import data_root
 from workbench.pipeline import build_steps, load_run_config, run_pipeline, step_keys
 
@@ -57,7 +58,7 @@ def test_keys_follow_config_files_and_upstream_steps(tmp_path):
 def test_keys_follow_the_base_of_a_config_that_extends_one(tmp_path):
     """A pretraining config with "extends": the step key reads the base's content too."""
     base = tmp_path / "base.json"
-    base.write_text((REPO / "configs" / "pretrain" / "decoder-mini.json").read_text())
+    base.write_text((RECIPES / "pretrain" / "decoder-mini.json").read_text())
     derived = tmp_path / "derived.json"
     derived.write_text(json.dumps({"extends": "base.json", "name": "derived", "batch_size": 4}))
     cfg = load_run_config(TINY)

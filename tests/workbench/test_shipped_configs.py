@@ -3,11 +3,11 @@
 A typo in a key, or a recipe change that reached one file and not the other, would otherwise only
 show up an hour into a run. (The ablation specs of research/ are checked in research/tests.)
 """
-import json
 from pathlib import Path
 
 import pytest
 
+from plmodels.recipes import RECIPES
 from plmodels.training import load_config
 from probes.heads import HeadConfig
 from workbench.analyses.compare import CompareRunConfig
@@ -15,7 +15,7 @@ from workbench.analyses.probing import ProbeRunConfig
 from workbench.analyses.prune import PruneRunConfig
 
 ROOT = Path(__file__).resolve().parents[2]
-PRETRAIN = sorted((ROOT / "configs" / "pretrain").glob("*.json"))
+PRETRAIN = sorted((RECIPES / "pretrain").glob("*.json"))
 
 
 ANALYSIS_DEFAULTS = {"probe": ProbeRunConfig, "prune": PruneRunConfig, "compare": CompareRunConfig,
@@ -43,8 +43,8 @@ def test_the_fp32_encoder_config_is_the_recipe_at_batch_32():
     2, "The fp32 config at lr 1.06e-3"); the recipe's peak moved to 1e-3 on 2026-11-28 on bf16 hours
     and GPU replays, which say nothing of the fp32 hour. Any other difference would be a recipe
     change that reached one file and not the other."""
-    recipe = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram.json").to_dict()
-    fp32 = load_config(ROOT / "configs" / "pretrain" / "encoder-mini-cram-fp32.json").to_dict()
+    recipe = load_config(RECIPES / "pretrain" / "encoder-mini-cram.json").to_dict()
+    fp32 = load_config(RECIPES / "pretrain" / "encoder-mini-cram-fp32.json").to_dict()
     changed = {k for k in recipe.keys() | fp32.keys() if recipe.get(k) != fp32.get(k)}
     assert changed == {"name", "batch_size", "max_steps", "warmup_steps", "lr", "compile"}
     assert recipe["compile"] and not fp32["compile"]  # compile: 1.04x on the AVX2 EPYC's fp32 step, not worth it (docs/training.md)
@@ -57,8 +57,8 @@ def test_the_fp32_encoder_config_is_the_recipe_at_batch_32():
 def test_the_fp32_decoder_config_is_the_recipe_with_the_adaptive_output():
     """decoder-mini-cram-fp32.json (docs/recipe.md, "The adaptive softmax for the decoder's hour")
     changes the output layer and nothing else: same tokenizer size, batch, lr and clock schedule."""
-    recipe = load_config(ROOT / "configs" / "pretrain" / "decoder-mini-cram.json").to_dict()
-    fp32 = load_config(ROOT / "configs" / "pretrain" / "decoder-mini-cram-fp32.json").to_dict()
+    recipe = load_config(RECIPES / "pretrain" / "decoder-mini-cram.json").to_dict()
+    fp32 = load_config(RECIPES / "pretrain" / "decoder-mini-cram-fp32.json").to_dict()
     changed = {k for k in recipe.keys() | fp32.keys() if recipe.get(k) != fp32.get(k)}
     assert changed == {"name", "model"}
     model = {k: v for k, v in fp32["model"].items() if recipe["model"].get(k) != v}

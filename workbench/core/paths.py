@@ -1,19 +1,15 @@
 """Where the shared data lives, and which files each known dataset folder must hold.
 
 Code in `workbench` reads real data only through `data_root()` (environment variable
-WORKBENCH_DATA, default `../shared/data` next to the repository) and `dataset_dir(name, expected)`,
-which fails early and clearly when a folder or a file is missing. `plmodels` never imports this
-module: its functions take explicit paths.
+WORKBENCH_DATA, default `../shared/data` next to the repository; `plmodels.paths` says where it
+points from an installed wheel) and `dataset_dir(name, expected)`, which fails early and clearly
+when a folder or a file is missing.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-ENV_VAR = "WORKBENCH_DATA"
-
-# The repository root is the folder that holds the `workbench` package.
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from plmodels.paths import ENV_VAR, data_root
 
 # Known dataset folders under data_root() and the files each must contain (see shared/data/README.md).
 DATASETS: dict[str, list[str]] = {
@@ -40,14 +36,6 @@ DATASETS: dict[str, list[str]] = {
     "tiny_shakespeare": ["input.txt"],
     "glue_sst2": ["train.tsv", "dev.tsv", "test.tsv"],
 }
-
-
-def data_root() -> Path:
-    """The shared data folder: $WORKBENCH_DATA if set, else `<repo>/../shared/data`."""
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return Path(env).expanduser().resolve()
-    return (REPO_ROOT.parent / "shared" / "data").resolve()
 
 
 def dataset_dir(name: str, expected: list[str] | None = None) -> Path:

@@ -145,7 +145,6 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn
     model.to(map_location).eval()
     tokenizer = None
     if (path / TOKENIZER_DIR).is_dir():
-
         tokenizer = Tokenizer.load(path / TOKENIZER_DIR)
     return model, tokenizer
 

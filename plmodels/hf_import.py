@@ -104,7 +104,6 @@ def config_from_hf(hf: dict, where: str = "config.json") -> EncoderConfig:
 def read_hf_weights(src: Path) -> dict[str, torch.Tensor]:
     """The HF state dict from model.safetensors, else pytorch_model.bin (weights_only=True)."""
     if (src / "model.safetensors").is_file():
-
         return load_file(str(src / "model.safetensors"))
     if (src / "pytorch_model.bin").is_file():
         return torch.load(src / "pytorch_model.bin", map_location="cpu", weights_only=True)

@@ -536,7 +536,6 @@ def run_ablation(base_config, variants: Mapping[str, Mapping], out_root: str | P
     if unknown:
         raise ValueError(f"unknown variants {unknown}; known: {sorted(variants)}")
     if isinstance(base_config, Mapping):
-
         base_config = PretrainConfig.from_dict(dict(base_config), source="base_config")
     base = with_shared_tokenizer(load_config(base_config, dict(base_overrides or {})), out_root)
     runs = with_seeds(variants, seeds)

@@ -2,7 +2,9 @@
 
 1. packages import one way: plmodels <- probes <- workbench <- apps, and none imports research/;
 2. inside workbench, a layer imports only its own layer or lower ones (WORKBENCH_LAYERS);
-3. no import cycle between modules of the product;
+3. no import cycle between modules of the product, and plmodels keeps its own two walls: the shared
+   `plmodels.components` import no model family and no training code, and nothing in plmodels
+   outside `plmodels.training` imports training (a model file must load without the trainer);
 4. imports of the product's own modules sit at module top, so the graph above is the whole graph
    (the one exception, workbench/cli.py, imports its subcommand's library lazily: `workbench --help`
    takes 0.09 s that way and 3.5 s with every analysis imported, measured on a 2-core EPYC).
@@ -23,6 +25,12 @@ PACKAGES = ("plmodels", "probes", "workbench", "apps")            # lowest first
 WORKBENCH_LAYERS = ("core", "data", "store", "analyses", "figures", "presentation")   # lowest first
 ENTRY = "entry"        # workbench's top-level modules: cli, pipeline, app_launcher
 LAZY_ALLOWED = {"workbench/cli.py"}
+# (importer prefix, imported prefixes it must not use, why)
+WALLS = [
+    ("plmodels.components", ("plmodels.encoder", "plmodels.decoder", "plmodels.training", "plmodels.checkpoint",
+                             "plmodels.hf_import"), "shared components import no family and no trainer"),
+    ("plmodels.", ("plmodels.training",), "only plmodels.training imports the trainer"),
+]
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -97,6 +105,10 @@ def check(root: Path) -> list[str]:
                 continue
             if rank(target) > rank(me):
                 problems.append(f"{rel}:{line}: upward import {layer_name(me)} -> {layer_name(target)} ({target})")
+            for who, banned, why in WALLS:
+                if (me + ".").startswith(who) and not me.startswith("plmodels.training") \
+                        and any((target + ".").startswith(b + ".") for b in banned):
+                    problems.append(f"{rel}:{line}: {me} imports {target} ({why})")
             if not at_top and rel not in LAZY_ALLOWED:
                 problems.append(f"{rel}:{line}: import of {target} inside a function")
             if target != me and not me.startswith(target + "."):   # a package's own __init__ is not a cycle
@@ -168,6 +180,14 @@ def test_the_checker_reports_an_upward_import(tree):
     found = check(tree)
     assert any("workbench/core/io.py" in p and "upward import workbench.core -> workbench.analyses" in p for p in found)
     assert any("plmodels/encoder.py" in p and "upward import plmodels -> workbench" in p for p in found)
+
+
+def test_the_checker_reports_a_breach_of_plmodels_walls(tree):
+    _append(tree / "plmodels" / "components" / "layers.py", "from plmodels.encoder import EncoderConfig")
+    _append(tree / "plmodels" / "checkpoint.py", "from plmodels.training import pretrain")
+    found = check(tree)
+    assert any("components/layers.py" in p and "shared components import no family" in p for p in found), found
+    assert any("plmodels/checkpoint.py" in p and "only plmodels.training imports the trainer" in p for p in found)
 
 
 def test_the_checker_reports_a_cycle_and_a_lazy_import(tree):

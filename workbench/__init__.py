@@ -4,7 +4,7 @@
 The package is layered; a module imports only from its own layer or the ones above it in this
 list (tests/test_import_rules.py checks it on every run):
 
-    core          io, paths, progress, results           atomic writes, data root, progress, run tables
+    core          io, paths, results                     atomic writes, dataset checks, run tables
     data          readers, tasks, align, finetuning      corpora -> task records
     store         pooling, batching, word_attention,     model vectors and attention maps on disk
                   store, keys, budget, extraction,

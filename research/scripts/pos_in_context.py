@@ -14,7 +14,7 @@ every word of the probe's sentences in four ways and fits the probe of `measure_
 
 Only the sentence's own words are probed in every mode, on the same EWT train/dev sentences.
 
-    python research/scripts/pos_in_context.py runs/X/encoder/final [--modes single,filler] [--out F.parquet]
+    python -m research.scripts.pos_in_context runs/X/encoder/final [--modes single,filler] [--out F.parquet]
 
 Prints one line per mode (accuracy per layer, gain of the best layer over layer 0) and writes a tidy
 table (mode, layer, accuracy) when `--out` is given.
@@ -81,7 +81,6 @@ def vectors(model, tok, sents, mode: str, filler: np.ndarray, seq_len: int, seed
 
 
 def main(argv: list[str] | None = None) -> int:
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="a saved encoder (a run's final/ or checkpoint folder)")
     ap.add_argument("--modes", default=",".join(MODES))
@@ -114,7 +113,6 @@ def main(argv: list[str] | None = None) -> int:
               + f"  gain {100 * (acc[best] - acc[0]):+.2f} (layer {best})", flush=True)
         rows += [{"mode": mode, "layer": l, "accuracy": v} for l, v in acc.items()]
     if a.out:
-
         write_parquet_atomic(pd.DataFrame(rows), a.out)
     return 0
 

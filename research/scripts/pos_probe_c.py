@@ -11,8 +11,8 @@ EWT dev sentences. This script fits the same probe twice per layer on the same v
   with Control Tasks") show that a probe's conclusions can hinge on such choices; this is the
   sensitivity of the recipe's +5 target to one of them, not a new target.
 
-    python research/scripts/pos_probe_c.py runs/X/encoder/final [runs/Y/encoder/final ...] [--out F.parquet]
-    python research/scripts/pos_probe_c.py runs/X/encoder/final --test all --also-first 500
+    python -m research.scripts.pos_probe_c runs/X/encoder/final [runs/Y/encoder/final ...] [--out F.parquet]
+    python -m research.scripts.pos_probe_c runs/X/encoder/final --test all --also-first 500
 
 Every gain comes with a 95% paired bootstrap interval over the test sentences
 (`research.ablate.gain_interval`: whole sentences resampled, best layer re-picked each time): the
@@ -45,7 +45,6 @@ from workbench.data.tasks import ud_sentences
 
 
 def main(argv: list[str] | None = None) -> int:
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="+", help="saved models (a run's final/ folder; vectors cached in its run's store/)")
     ap.add_argument("--train", type=int, default=1250, help="EWT train sentences (the target check's 1,250)")
@@ -98,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
                           "C": C[l], "accuracy": v} for l, v in acc.items()]
                 gains.append({"run": str(path), "sample": a.sample, "probe": probe, "test": test, **g})
     if a.out:
-
         gains_out = Path(a.out).with_name(Path(a.out).stem + "-gains.parquet")
         write_parquet_atomic(pd.DataFrame(rows), a.out)
         write_parquet_atomic(pd.DataFrame(gains), gains_out)

@@ -27,7 +27,7 @@ one run in four minutes. `--solver torch` fits the same objective on the GPU
 (`probes.logreg.LogisticRegressionLBFGS`; per-layer accuracies within 0.16 point of
 scikit-learn's on the EPYC decoder hours, docs/recipe.md).
 
-    python research/scripts/screen_equal_tokens.py decoder-mini-cram OUT \
+    python -m research.scripts.screen_equal_tokens decoder-mini-cram OUT \
         '{"b32_s0": {"max_steps": 1810, "seed": 0, "tokenizer_path": "runs/x/tokenizer"}, ...}'
 
 `--measure full` measures each run as the CPU hours are measured instead (`measure_variant`: the

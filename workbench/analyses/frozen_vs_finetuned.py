@@ -176,7 +176,6 @@ def _say(progress: bool, msg: str) -> None:
 
 
 def _task_data(base: Path, task: str, cfg: FvFConfig):
-
     return load_task_data(task, cfg.max_train_examples, cfg.max_dev_examples)
 
 

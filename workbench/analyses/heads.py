@@ -153,7 +153,6 @@ def word_frequencies(source: str, model_path: Path | None, max_chars: int) -> tu
         if found is None:
             source = "ewt:train"
         else:
-
             src, split = found
             return count_words(iter_texts(src, split), max_chars), f"pretraining corpus {src}:{split}"
     name, _, split = source.partition(":")
@@ -446,14 +445,12 @@ def analyse_heads(model_path: str | Path, out_dir: str | Path | None = None, con
 
 
 def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: dict) -> None:
-
     write_analysis_outputs(tables, out_dir, run_dir, record, "heads_run.json")
 
 
 # ------------------------------------------------------------------------------ one sentence (app)
 @functools.lru_cache(maxsize=2)
 def _load_cached(path: str, stamp: float):
-
     return plmodels.load(path)
 
 

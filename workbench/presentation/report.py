@@ -95,7 +95,6 @@ def markdown_table(df: pd.DataFrame) -> str:
 
 
 def _higher_is_better(metric: str) -> bool:
-
     if metric in METRICS:
         return METRICS[metric].higher_is_better
     return not any(w in metric for w in ("loss", "perplexity", "ppl", "error"))

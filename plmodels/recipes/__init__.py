@@ -24,17 +24,16 @@ def names(kind: str) -> list[str]:
 
 def find(kind: str, config: str | Path, relative_to: Path | None = None) -> Path:
     """The file of a config: a path (relative to `relative_to` when given, else to the working
-    directory) that exists, or the name of a shipped recipe of `kind`. A missing one is a
-    FileNotFoundError listing the recipes (and saying so when the path names a recipe by its old
-    place, configs/pretrain/ or configs/finetune/ of a checkout)."""
+    directory) that exists, or the name of a shipped recipe of `kind`. A path to a recipe's old
+    place in a checkout (configs/pretrain/NAME.json, configs/finetune/NAME.json) still finds it.
+    A missing one is a FileNotFoundError listing the recipes."""
     path = Path(config) if relative_to is None else relative_to / config
     if path.is_file():
         return path
     named = RECIPES / kind / f"{config}.json"
     if named.is_file():
         return named
-    hint = ""
     if path.suffix == ".json" and path.parent.name == kind and path.stem in names(kind):
-        hint = f" (the shipped recipes are package data now: name it {path.stem!r})"
-    raise FileNotFoundError(f"no config file {path} and no {kind} recipe named {str(config)!r}{hint}; "
+        return RECIPES / kind / path.name
+    raise FileNotFoundError(f"no config file {path} and no {kind} recipe named {str(config)!r}; "
                             f"known: {names(kind)}")

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from workbench.store.store import ATTN_BYTES
+
 DEFAULT_MAX_RAM = 4 * 2**30
 
 
@@ -31,13 +33,14 @@ class Estimate:
 def estimate_bytes(n_layers: int, d_model: int, n_heads: int, sent_words: np.ndarray,
                    batch_shapes: list[tuple[int, int]], attentions: bool, n_special: int,
                    param_bytes: int = 0) -> Estimate:
-    """Disk = (L+1) N D 2 [+ sum_s n_s^2 L H 2 + N L H K 2]; RAM = params + max over batches of
-    (L+1) B T D 4 x 3 (hidden states, their pooled copies, model work space) [+ L B H T T 4 x 2]."""
+    """Disk = (L+1) N D 2 (float16 vectors) [+ sum_s n_s^2 L H 4 + N L H K 4 (float32 attention)];
+    RAM = params + max over batches of (L+1) B T D 4 x 3 (hidden states, their pooled copies, model
+    work space) [+ L B H T T 4 x 2]."""
     L1, N = n_layers + 1, int(sent_words.sum())
     disk = L1 * N * d_model * 2
     if attentions:
-        disk += int((sent_words.astype(np.int64) ** 2).sum()) * n_layers * n_heads * 2
-        disk += N * n_layers * n_heads * n_special * 2
+        disk += int((sent_words.astype(np.int64) ** 2).sum()) * n_layers * n_heads * ATTN_BYTES
+        disk += N * n_layers * n_heads * n_special * ATTN_BYTES
     peak = 0
     for B, T in batch_shapes:
         ram = L1 * B * T * d_model * 4 * 3

@@ -31,7 +31,7 @@ from workbench.store.batching import Batch, build_batch, make_batches, row_runs
 from workbench.store.budget import DEFAULT_MAX_RAM, BudgetError, estimate_bytes
 from workbench.store.keys import data_hash, model_fingerprint, store_dir, store_key
 from workbench.store.pooling import POOLINGS
-from workbench.store.store import INDEX_FILE, STORE_VERSION, Store
+from workbench.store.store import ATTN_BYTES, ATTN_FILE, INDEX_FILE, SPECIAL_FILE, STORE_VERSION, Store
 from workbench.store.word_attention import apply_word_maps, special_token_columns, word_maps
 
 PRECISIONS = ("fp32", "bf16")
@@ -73,20 +73,19 @@ def _write_attention(batch: Batch, atts, tokenizer_slots: dict[int, int], n_spec
     n_max = int(tok_word.max(initial=-1)) + 1
     tok_word, slot = torch.from_numpy(tok_word), torch.from_numpy(slot)
     alloc = np.empty if all(a.shape[1] == n_heads for a in atts) else partial(np.full, fill_value=np.nan)
-    word = alloc((L, B, n_heads, n_max, n_max), dtype=np.float16)
-    special = alloc((L, B, n_heads, n_max, n_special), dtype=np.float16)
+    word = alloc((L, B, n_heads, n_max, n_max), dtype=np.float32)
+    special = alloc((L, B, n_heads, n_max, n_special), dtype=np.float32)
     R, P = word_maps(tok_word, slot, n_max, n_special)  # once per batch, shared by every layer
     for l, a in enumerate(atts):  # layer by layer (no stacked copy); pruned layers' missing heads stay NaN
         w, sp = apply_word_maps(a.float(), R, P, n_max)  # (B, H_l, n, n), (B, H_l, n, K)
-        # to float16 in torch (vectorised), not by numpy's assignment cast: 5x faster
-        word[l, :, : a.shape[1]] = w.to(torch.float16).numpy()
-        special[l, :, : a.shape[1]] = sp.to(torch.float16).numpy()
+        word[l, :, : a.shape[1]] = w.numpy()
+        special[l, :, : a.shape[1]] = sp.numpy()
     for b, p in enumerate(batch.pieces):
         n = len(p.own_words)
         s = p.sent
-        os.pwrite(attn_fd, np.ascontiguousarray(word[:, b, :, :n, :n]).tobytes(), int(attn_offsets[s]) * 2)
+        os.pwrite(attn_fd, np.ascontiguousarray(word[:, b, :, :n, :n]).tobytes(), int(attn_offsets[s]) * ATTN_BYTES)
         rows = np.ascontiguousarray(special[:, b, :, :n].transpose(2, 0, 1, 3))  # (n, L, H, K)
-        os.pwrite(special_fd, rows.tobytes(), int(sent_offsets[s]) * L * n_heads * n_special * 2)
+        os.pwrite(special_fd, rows.tobytes(), int(sent_offsets[s]) * L * n_heads * n_special * ATTN_BYTES)
 
 
 def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: str | os.PathLike, *,
@@ -164,10 +163,10 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                     os.ftruncate(fd, N * D * 2)
                 attn_fd = special_fd = -1
                 if attentions:
-                    attn_fd = os.open(tmp / "attn.f16", os.O_RDWR | os.O_CREAT, 0o644)
-                    os.ftruncate(attn_fd, int(attn_offsets[-1]) * 2)
-                    special_fd = os.open(tmp / "special.f16", os.O_RDWR | os.O_CREAT, 0o644)
-                    os.ftruncate(special_fd, N * L * H * K * 2)
+                    attn_fd = os.open(tmp / ATTN_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+                    os.ftruncate(attn_fd, int(attn_offsets[-1]) * ATTN_BYTES)
+                    special_fd = os.open(tmp / SPECIAL_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+                    os.ftruncate(special_fd, N * L * H * K * ATTN_BYTES)
                 total = sum(len(p.ids) for p in align.pieces)
                 pool = POOLINGS[pooling]
                 with progress_bar(total, "extract", "tok", scale=True, disable=not progress) as bar:
@@ -193,7 +192,7 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                 "version": STORE_VERSION, "key": key, "model_id": mid,
                 "model_kind": getattr(model, "kind", None), "n_layers": L + 1, "d_model": D,
                 "n_words": N, "n_sentences": len(sentences), "pooling": pooling,
-                "tokenizer_fingerprint": tok_fp, "dtype": "float16",
+                "tokenizer_fingerprint": tok_fp, "dtype": "float16", "attn_dtype": "float32",
                 "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "data_hash": dhash,
                 "key_extra": key_extra, "attentions": attentions, "alignment": align.report(),
                 "precision": precision,

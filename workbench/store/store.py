@@ -2,16 +2,21 @@
 
 Layout (docs/design.md "Activation store"): one folder per key (`keys`), holding
 - `index.json`: model_id, model_kind, n_layers (= L + 1: embeddings then each block), d_model,
-  n_words, n_sentences, pooling, tokenizer_fingerprint, dtype ("float16"), created, data_hash, key,
-  alignment counts, and for attention n_attn_layers, n_heads, special_tokens;
+  n_words, n_sentences, pooling, tokenizer_fingerprint, dtype ("float16"), attn_dtype ("float32"),
+  created, data_hash, key, alignment counts, and for attention n_attn_layers, n_heads, special_tokens;
 - `layer_{l}.f16`: raw float16 (n_words, d_model), row `sent_offsets[s] + i` = word i of sentence s;
 - `sent_offsets.npy`: (S + 1,) int64;
-- with attentions: `attn.f16` flat, sentence s at element `attn_offsets[s]` shaped (L, H, n_s, n_s);
-  `attn_offsets.npy` (S + 1,); `special.f16` (n_words, L, H, K) rows aligned with the layers: the
+- with attentions: `attn.f32` flat, sentence s at element `attn_offsets[s]` shaped (L, H, n_s, n_s);
+  `attn_offsets.npy` (S + 1,); `special.f32` (n_words, L, H, K) rows aligned with the layers: the
   attention share of each word to the K special tokens (`special_tokens` in the index: "[CLS]",
   "[SEP]" for WordPiece encoders, "BOS" for byte-level decoders; see `word_attention`).
 
 `extraction` writes this layout; `Store` only reads it, through read-only memory maps.
+
+Attention is kept in float32 (version 2; version 1 kept float16): the head statistics take argmaxes
+over these maps, and float16's ~3 significant digits turned near-equal weights into exact ties that
+broke to the lowest index. On all-MiniLM-L6-v2 and 400 EWT dev sentences that moved block 0 head 2's
+share of words attending most to the previous word from 0.926 (float64) to 0.950.
 """
 from __future__ import annotations
 
@@ -22,8 +27,9 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-STORE_VERSION = 1
+STORE_VERSION = 2
 INDEX_FILE = "index.json"
+ATTN_FILE, SPECIAL_FILE, ATTN_BYTES = "attn.f32", "special.f32", 4   # word-level attention, float32
 
 
 class Store:
@@ -82,14 +88,14 @@ class Store:
         if not self.has_attentions:
             raise ValueError(f"store {self.path} was built without attentions (extract(..., attentions=True))")
         if self._attn is None:
-            self._attn = np.memmap(self.path / "attn.f16", dtype=np.float16, mode="r")
+            self._attn = np.memmap(self.path / ATTN_FILE, dtype=np.float32, mode="r")
             L, H, K = self.index["n_attn_layers"], self.index["n_heads"], len(self.index["special_tokens"])
-            self._special = np.memmap(self.path / "special.f16", dtype=np.float16, mode="r",
+            self._special = np.memmap(self.path / SPECIAL_FILE, dtype=np.float32, mode="r",
                                       shape=(self.n_words, L, H, K))
         return self._attn, self._special
 
     def sentence_attention(self, s: int) -> np.ndarray:
-        """(L, H, n_s, n_s) float16 word-level attention of sentence s (row = attending word)."""
+        """(L, H, n_s, n_s) float32 word-level attention of sentence s (row = attending word)."""
         attn, _ = self._attn_maps()
         n = int(self.sent_offsets[s + 1] - self.sent_offsets[s])
         L, H = self.index["n_attn_layers"], self.index["n_heads"]
@@ -97,7 +103,7 @@ class Store:
         return attn[a:b].reshape(L, H, n, n)
 
     def sentence_special(self, s: int) -> np.ndarray:
-        """(L, H, n_s, K) float16: attention of each word of sentence s to each special token."""
+        """(L, H, n_s, K) float32: attention of each word of sentence s to each special token."""
         _, special = self._attn_maps()
         return special[self.sentence_rows(s)].transpose(1, 2, 0, 3)
 

@@ -21,12 +21,18 @@ Decisions (documented once, here):
   head that always looks at i-1 scores 1.0 even though word 0 has no left neighbour. A head is
   positional at d if that share >= config ``positional`` (Voita: 90%).
 - **Relations** use the UD deprel's base before ':' (``obl:tmod`` -> ``obl``) except the subtypes in
-  ``keep_subtypes`` (``nmod:poss`` is its own relation and is *not* counted as ``nmod``).
-  dep2head: word i with relation r attends, correct if argmax_i == head(i). head2dep: a word h with
-  at least one dependent of relation r attends, correct if argmax_h is *any* such dependent (Clark
-  et al. 2019 sec. 4.2). Baseline: "always predict the word at offset k", best k in
-  [-baseline_max_offset, +baseline_max_offset] on the same data (Clark). A head is syntactic:<r> if,
-  in either direction, acc - baseline >= ``syntactic_margin`` over >= ``syntactic_min_count`` cases.
+  ``keep_subtypes`` (``nmod:poss`` is its own relation and is *not* counted as ``nmod``). As in Clark
+  et al.'s own code (`attn_head_predictor`, which zeroes the diagonal before the argmax), a word
+  attaches to the most-attended-to *other* word: the syntactic argmax excludes the word itself
+  (``syntactic_exclude_self``; a word that picks itself is always wrong, so including it only biases
+  accuracies low). Both directions score each dependent d of relation r against its UD head:
+  dep2head (Clark's "normal" mode) is correct if d's own argmax is head(d); head2dep (Clark's
+  "transpose" mode) is correct if the word that attends most to d, argmax_j A[j, d] over j != d, is
+  head(d). Baseline: "always predict the word at offset k" from the dependent, best k in
+  [-baseline_max_offset, +baseline_max_offset] on the same data (Clark; the same baseline for both
+  directions, which predict the same thing). A head is syntactic:<r> if, in either direction,
+  acc - baseline >= ``syntactic_margin`` over >= ``syntactic_min_count`` cases. Clark's code also
+  clamps offsets that leave the sentence to its ends; here they are simply wrong.
 - **Rare-token** (Voita): share of words whose argmax is the least frequent word of the sentence.
   Ties: every word sharing the minimum frequency is a target; a sentence where all words tie is
   skipped (counted). Words missing from a frequency dict get frequency 0.
@@ -35,8 +41,10 @@ Decisions (documented once, here):
   such words. A synthetic repeated random sequence is just a `Sentence` whose ``words`` repeat.
 - **Entropy** (Clark sec. 3, "broad" heads) in nats of the full row (words + specials), averaged
   over words; ``entropy_normalized`` divides each row's entropy by log(#nonzero entries), so causal
-  (decoder) rows are compared with their own uniform. **Confidence** (Voita) = mean max weight of the
-  full row.
+  (decoder) rows are compared with their own uniform. **Confidence** (Voita et al. 2019, sec. 4:
+  "the average of its maximum attention weight excluding the end of sentence symbol") = mean over
+  words of the largest weight on a *word* ([CLS]/[SEP]/BOS excluded, so a head that parks its mass
+  on a special token is not confident); ``confidence_full_row`` keeps the max over the full row.
 """
 
 from __future__ import annotations
@@ -79,6 +87,7 @@ class HeadConfig(Config):
     induction: float = 0.4               # mean attention to the token after an earlier copy
     precedence: tuple[str, ...] = ("syntactic", "induction", "rare_token", "positional",
                                    "previous_token", "sink", "broad")  # primary-role order
+    syntactic_exclude_self: bool = True  # Clark et al.'s code: a word attaches to another word
 
     def __post_init__(self) -> None:
         for name in ("row_tolerance", "positional", "rare_token", "sink", "broad",
@@ -141,6 +150,15 @@ def check_rows(rows: np.ndarray, tol: float, where: str) -> None:
         raise ValueError(f"{where}: row of word {i} in layer {l}, head {h} has negative weights")
 
 
+def _argmax_other(A: np.ndarray) -> np.ndarray:
+    """(L, H, n): per row i, the argmax over j != i (the diagonal excluded, as Clark et al.'s code
+    zeroes it); ties go to the lowest index."""
+    n = A.shape[-1]
+    B = A.astype(np.float64, copy=True)
+    B[..., np.arange(n), np.arange(n)] = -np.inf
+    return B.argmax(-1)
+
+
 def _onehot(idx: np.ndarray, size: int) -> np.ndarray:
     out = np.zeros((idx.size, size), dtype=np.float32)
     out[np.arange(idx.size), idx] = 1.0
@@ -183,7 +201,7 @@ class HeadStats:
         self.pos_hits_, self.pos_den_, self.pos_other_ = z(L, H, self._offsets.size), z(self._offsets.size), z(L, H)
         self.self_sum_, self.prev_sum_, self.n_prev_ = z(L, H), z(L, H), 0
         self.entropy_sum_, self.entropy_norm_sum_, self.n_entropy_norm_ = z(L, H), z(L, H), z(L, H)
-        self.conf_sum_ = z(L, H)
+        self.conf_sum_, self.conf_full_sum_ = z(L, H), z(L, H)
         self.special_sum_ = z(L, H, k)
         self.punct_sum_, self.n_punct_words_ = z(L, H), 0
         self.rare_hits_, self.n_rare_ = z(L, H), 0
@@ -220,7 +238,10 @@ class HeadStats:
         self._update_punct(s, A, n, where)
         self._update_rare(s, am, n, where)
         self._update_induction(s, A, n, where)
-        self._update_syntactic(s, am, n, where)
+        if self.config.syntactic_exclude_self and n > 1:
+            self._update_syntactic(s, _argmax_other(A), _argmax_other(np.swapaxes(A, -1, -2)), n, where)
+        else:
+            self._update_syntactic(s, am, np.swapaxes(A, -1, -2).argmax(-1), n, where)
         return self
 
     def _update_generic(self, A: np.ndarray, P: np.ndarray, am: np.ndarray) -> None:
@@ -247,10 +268,11 @@ class HeadStats:
         self.entropy_norm_sum_ += np.where(ok, ent / np.log(np.maximum(support, 2)), 0.0).sum(-1)
         self.n_entropy_norm_ += ok.sum(-1)
         mx = np.take_along_axis(A, am[..., None], -1)[..., 0]  # (L, H, n) max over words
+        self.conf_sum_ += mx.sum(-1)
         if P.shape[-1] > n:
             mx = np.maximum(mx, P[..., n:].max(-1))
             self.special_sum_ += P[..., n:].sum(2)
-        self.conf_sum_ += mx.sum(-1)
+        self.conf_full_sum_ += mx.sum(-1)
 
     def _update_punct(self, s: Sentence, A: np.ndarray, n: int, where: str) -> None:
         if s.punct is not None:
@@ -300,7 +322,9 @@ class HeadStats:
         self.ind_sum_ += (A[..., rows, :] * target[rows]).sum((-1, -2))
         self.n_ind_ += int(rows.sum())
 
-    def _update_syntactic(self, s: Sentence, am: np.ndarray, n: int, where: str) -> None:
+    def _update_syntactic(self, s: Sentence, am: np.ndarray, am_in: np.ndarray, n: int, where: str) -> None:
+        """am (L, H, n): the word each word attends to most; am_in (L, H, n): the word that attends
+        most to each word (argmax of the transposed map)."""
         if s.heads is None or s.deprels is None:
             self.skipped_["syntactic:no_annotation"] += 1
             return
@@ -321,24 +345,16 @@ class HeadStats:
         base = np.zeros((2, R, 2 * K + 1))
         if m.any():
             dep, hd, r = np.arange(n)[m], heads[m], rel[m]
-            # dependent -> head: word dep attends, correct if its argmax is its head
-            hits[:, :, 0] = (am[..., dep] == hd).astype(np.float32) @ _onehot(r, R)
-            cnt[0] = np.bincount(r, minlength=R)
+            onehot = _onehot(r, R)
+            # dependent -> head (Clark's "normal"): the dependent's own argmax is its head
+            hits[:, :, 0] = (am[..., dep] == hd).astype(np.float32) @ onehot
+            # head <- dependent (Clark's "transpose"): the word attending most to the dependent is its head
+            hits[:, :, 1] = (am_in[..., dep] == hd).astype(np.float32) @ onehot
+            cnt[:] = np.bincount(r, minlength=R)
             k = hd - dep
             ok = np.abs(k) <= K
             np.add.at(base[0], (r[ok], k[ok] + K), 1)
-            # head -> dependent: head h attends, correct if argmax is any dependent with relation r
-            key, inv = np.unique(hd * R + r, return_inverse=True)
-            P = key.size
-            tgt = np.zeros((P, n), dtype=bool)
-            tgt[inv, dep] = True
-            hp, rp = key // R, key % R
-            hits[:, :, 1] = tgt[np.arange(P), am[..., hp]].astype(np.float32) @ _onehot(rp, R)
-            cnt[1] = np.bincount(rp, minlength=R)
-            p_idx, d_idx = np.nonzero(tgt)
-            k = d_idx - hp[p_idx]
-            ok = np.abs(k) <= K
-            np.add.at(base[1], (rp[p_idx[ok]], k[ok] + K), 1)
+            base[1] = base[0]
         self.syn_hits_ += hits
         self.syn_count_ += cnt
         self.base_hits_ += base
@@ -374,6 +390,7 @@ class HeadStats:
         out["entropy"] = div(self.entropy_sum_, self.n_words_)
         out["entropy_normalized"] = div(self.entropy_norm_sum_, self.n_entropy_norm_)
         out["confidence"] = div(self.conf_sum_, self.n_words_)
+        out["confidence_full_row"] = div(self.conf_full_sum_, self.n_words_)
         for j, name in enumerate(self.special_names):
             out[f"attn_to_{name}"] = div(self.special_sum_[..., j], self.n_words_)
         out["attn_to_punct"] = div(self.punct_sum_, self.n_punct_words_)

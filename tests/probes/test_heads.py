@@ -2,12 +2,12 @@
 
 import json
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from probes.heads import (HeadConfig, HeadStats, Sentence, best_heads_per_relation,
-                          bootstrap_ratio, relation_base)
+from probes.heads import HeadConfig, HeadStats, Sentence, best_heads_per_relation, bootstrap_ratio, relation_base
 
 CFG = HeadConfig(syntactic_min_count=1)
 
@@ -76,21 +76,59 @@ def test_dependent_to_head_head_gets_det_accuracy_one_and_beats_offset_baseline(
     assert sc["syntactic_acc:det:dep2head"][0, 0] == 1.0
     assert off[0, ri] == 1 and base[0, ri] == pytest.approx(3 / 5)   # offset +1 right for 3 of 5 dets
     assert sc["syntactic_margin:det:dep2head"][0, 0] == pytest.approx(2 / 5)
-    # head 1 looks at itself: never a word's head or dependent
-    assert sc["syntactic_acc:det:dep2head"][0, 1] == 0.0 and sc["syntactic_acc:det:head2dep"][0, 1] == 0.0
+    # head 1 looks only at itself: with the diagonal excluded (Clark et al.'s code) every other weight
+    # is 0 and the tie rule picks the lowest other word, which is the head of 2 of the 5 dets
+    assert sc["syntactic_acc:det:dep2head"][0, 1] == pytest.approx(2 / 5)
     roles, primary = st.roles()
     assert "syntactic:det" in roles[0] and "syntactic:det" not in roles[1]
     assert primary[0].startswith("syntactic:")
 
 
-def test_head_to_dependent_counts_any_dependent_with_the_relation():
-    # word 2 has two amod dependents (0 and 1); pointing at either is correct (Clark et al. 2019)
+def _one_head(rows) -> tuple[np.ndarray, np.ndarray]:
+    attn = np.asarray(rows, dtype=np.float32)[None, None]        # (1, 1, n, n)
+    return attn, np.zeros(attn.shape[:-1] + (2,), np.float32)
+
+
+def test_the_syntactic_argmax_excludes_the_word_itself_as_clarks_code_does():
+    # every word keeps 0.6 on itself and gives 0.4 to its head: Clark's predictor (diagonal zeroed)
+    # attaches each det to its head; the argmax over the full row would pick the word itself
+    heads, rels = np.array([1, -1, 3, 1]), ["det", "root", "det", "obj"]
+    rows = np.eye(4) * 0.6
+    for d, h in enumerate(heads):
+        rows[d, h if h >= 0 else d] += 0.4
+    sent = Sentence(*_one_head(rows), heads=heads, deprels=rels)
+    clark = HeadStats(CFG).update(sent).score_arrays()
+    variant = HeadStats(replace(CFG, syntactic_exclude_self=False)).update(sent).score_arrays()
+    assert clark["syntactic_acc:det:dep2head"][0, 0] == 1.0
+    assert variant["syntactic_acc:det:dep2head"][0, 0] == 0.0
+
+
+def test_head_to_dependent_scores_the_transposed_map_per_dependent():
+    # Clark's "transpose" mode: for each dependent d, is the word that attends most to d its head?
+    # word 2 heads two amod dependents (0 and 1) and attends to 0 only; word 0 attends to word 1.
     heads, rels = np.array([2, 2, -1]), ["amod", "amod", "root"]
-    attn, spec = onehot_attn(np.array([[1, 0, 1], [1, 0, 0]]))   # head 0: word 2 -> 1, head 1: 2 -> 0
-    st = HeadStats(CFG).update(Sentence(attn, spec, heads=heads, deprels=rels))
-    acc = st.score_arrays()["syntactic_acc:amod:head2dep"]
-    assert acc[0].tolist() == [1.0, 1.0]
-    assert st.syn_count_[1, CFG.relations.index("amod")] == 1
+    rows = [[0.2, 0.8, 0.0],    # word 0 -> word 1
+            [0.0, 1.0, 0.0],    # word 1 -> itself
+            [1.0, 0.0, 0.0]]    # word 2 -> its dependent 0
+    st = HeadStats(CFG).update(Sentence(*_one_head(rows), heads=heads, deprels=rels))
+    ri = CFG.relations.index("amod")
+    # column 0: word 2 attends most to it (its head, right); column 1: word 0 does (wrong). Counting
+    # per head word whether its argmax is "any dependent" would say 1/1 here.
+    assert st.score_arrays()["syntactic_acc:amod:head2dep"][0, 0] == 0.5
+    assert st.syn_count_[1, ri] == 2 and st.syn_count_[0, ri] == 2      # one case per dependent
+    # both directions predict each dependent's head, so they share one offset baseline
+    assert np.array_equal(st.base_hits_[0], st.base_hits_[1])
+
+
+def test_confidence_is_over_words_not_special_tokens():
+    # Voita et al. 2019: the head's largest weight excluding the end-of-sentence symbol; a head that
+    # parks 0.9 on [SEP] is not confident about any word
+    attn = np.full((1, 1, 3, 3), 0.1 / 3, np.float32)
+    special = np.zeros((1, 1, 3, 2), np.float32)
+    special[..., 1] = 0.9
+    sc = HeadStats(CFG).update(Sentence(attn, special)).score_arrays()
+    assert sc["confidence"][0, 0] == pytest.approx(0.1 / 3)
+    assert sc["confidence_full_row"][0, 0] == pytest.approx(0.9)
 
 
 def test_relation_base_keeps_nmod_poss_only():
@@ -135,7 +173,8 @@ def test_cls_sep_punct_and_self_shares_by_hand():
     assert sc["attn_to_sep"][0, 0] == pytest.approx((2 * 0.1 + 3 * 0.5) / 5)
     assert sc["attn_to_punct"][0, 0] == pytest.approx(2 * 0.3 / 5)
     assert sc["attn_to_self"][0, 0] == pytest.approx((0.3 + 3 * 0.3) / 5)
-    assert sc["confidence"][0, 0] == pytest.approx((2 * 0.6 + 3 * 0.5) / 5)
+    assert sc["confidence"][0, 0] == pytest.approx(0.3)                    # largest weight on a word
+    assert sc["confidence_full_row"][0, 0] == pytest.approx((2 * 0.6 + 3 * 0.5) / 5)
     roles, _ = HeadStats(CFG).update(Sentence(a1, s1)).roles()
     assert "cls_sink" in roles[0] and "sep_sink" not in roles[0]
 
@@ -202,14 +241,15 @@ def test_missing_relation_reports_count_zero_with_a_warning():
 
 
 def selection_corpus(acc_a: float, acc_b: float, n_sent: int, seed: int) -> list[Sentence]:
-    """det pairs [det, noun]; head 0 right with prob acc_a, head 1 with prob acc_b (else self)."""
+    """[det, noun, punct]; the det attends to its noun in head 0 with prob acc_a, in head 1 with prob
+    acc_b, else to the punctuation mark (a wrong *other* word: the syntactic argmax excludes self)."""
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(n_sent):
         hits = rng.random(2) < [acc_a, acc_b]
-        tg = np.array([[1 if hits[0] else 0, 1], [1 if hits[1] else 0, 1]])
+        tg = np.array([[1 if hits[0] else 2, 1, 1], [1 if hits[1] else 2, 1, 1]])
         attn, spec = onehot_attn(tg)
-        out.append(Sentence(attn, spec, heads=np.array([1, -1]), deprels=["det", "root"]))
+        out.append(Sentence(attn, spec, heads=np.array([1, -1, 1]), deprels=["det", "root", "punct"]))
     return out
 
 
@@ -259,7 +299,6 @@ def test_finalize_tables_follow_the_schema():
 
 
 def test_update_is_vectorised_over_layers_and_heads():
-    import time
     rng = np.random.default_rng(0)
     sents = []
     for _ in range(300):
@@ -270,11 +309,19 @@ def test_update_is_vectorised_over_layers_and_heads():
                               deprels=["root"] + ["det"] * (n - 1), freqs=rng.integers(1, 50, n),
                               words=rng.integers(0, 10, n), punct=rng.random(n) < 0.1))
     st = HeadStats(CFG)
-    t = time.process_time()
     for s in sents:
         st.update(s)
     with pytest.warns(UserWarning, match="absent from the corpus"):   # only det is annotated
         st.finalize("m")
-    # ~1 ms per sentence on a shared core; a Python loop over the 72 heads would be far slower
-    assert time.process_time() - t < 6.0
     assert st.n_words_ == sum(s.attn.shape[-1] for s in sents)
+    # one update for all 72 heads scores each head as it would be scored alone: no axis mixed up
+    full = st.score_arrays()
+    for l, h in ((0, 0), (2, 7), (5, 11)):
+        alone = HeadStats(CFG)
+        for s in sents:
+            alone.update(Sentence(s.attn[l:l + 1, h:h + 1], s.special[l:l + 1, h:h + 1], heads=s.heads,
+                                  deprels=s.deprels, freqs=s.freqs, words=s.words, punct=s.punct))
+        one = alone.score_arrays()
+        assert one.keys() == full.keys()
+        for k in full:
+            np.testing.assert_allclose(full[k][l, h], one[k][0, 0], rtol=1e-6, atol=1e-9, err_msg=k)  # float32 sums

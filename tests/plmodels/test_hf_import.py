@@ -7,12 +7,11 @@ import warnings
 
 import pytest
 import torch
+import transformers
 from torch.testing import assert_close
 
 from plmodels import load
 from plmodels.hf_import import find_minilm, import_hf_bert, map_hf_state
-
-transformers = pytest.importorskip("transformers")
 
 
 def write_vocab(path, n):

@@ -60,3 +60,42 @@ def test_control_task_scores_selectivity_rows():
     assert acc_task[1] > 0.95 and acc_ctrl[1] < 0.7
     assert res.summary.value.iloc[0] == pytest.approx(sel[1])  # best task layer is 1
     assert set(p["mode"]) == {"control"}
+
+
+def test_control_accuracy_rises_and_selectivity_falls_as_word_identity_grows():
+    """Hewitt & Liang 2019's point, planted: the real label is a function of the word type and is also
+    written plainly in every layer (3 dims, clean); layers 0 -> 2 add a growing random embedding of the
+    word type (16 dims, x0, x1.5, x3). An MLP probe can memorise type -> control label only from that
+    identity part, so control accuracy climbs from chance to near 1 and selectivity falls to ~0,
+    while task accuracy stays ~1 in every layer."""
+    rng = np.random.default_rng(0)
+    n_types, n_words, d_id, identity = 40, 1500, 16, (0.0, 1.5, 3.0)
+    type_of_row = rng.integers(0, n_types, n_words)
+    y = rng.integers(0, 3, n_types)[type_of_row]  # real task: one label per word type
+    emb = rng.standard_normal((n_types, d_id))
+    X = rng.standard_normal((len(identity), n_words, 3 + d_id)).astype(np.float32)
+    X[:, :, :3] += 5.0 * np.eye(3)[y]
+    for l, scale in enumerate(identity):
+        X[l, :, 3:] += scale * emb[type_of_row]
+    X = X.astype(np.float16)
+    span = np.stack([np.arange(n_words), np.arange(n_words) + 1], 1)
+    types = [f"w{t}" for t in type_of_row]
+    train, test = ProbeData(X, y[:1000], span[:1000]), ProbeData(X, y[1000:], span[1000:])
+    task = per_layer_scores(train, test, probe_params=PARAMS, n_boot=0)
+    res = control_task_scores(train, test, types[:1000], types[1000:], task_scores=task, probe_params=PARAMS,
+                              n_boot=0)
+    p = res.probing
+    acc_task = task[task.metric == "accuracy"].set_index("layer")["value"]
+    acc_ctrl = p[(p.metric == "accuracy") & (p.seed == 0)].set_index("layer")["value"]
+    sel = p[p.metric == "selectivity"].set_index("layer")["value"]
+    # the control task is a random label per type: no feature but word identity predicts it
+    c_test = control_labels(types[1000:], y[:1000])
+    assert len({(t, c) for t, c in zip(types[1000:], c_test)}) == len(set(types[1000:]))
+    chance = np.unique(c_test, return_counts=True)[1].max() / len(c_test)  # majority control label
+    assert (acc_task > 0.95).all()
+    assert acc_ctrl[0] < chance + 0.05              # no identity: the probe cannot beat chance
+    assert acc_ctrl[2] > 0.9                          # identity plain: the probe memorises the types
+    assert acc_ctrl[1] - acc_ctrl[0] > 0.03 and acc_ctrl[2] - acc_ctrl[1] > 0.03   # rises with identity
+    assert sel[0] - sel[1] > 0.03 and sel[1] - sel[2] > 0.03 and sel[2] < 0.1      # falls with it
+    for l in (0, 1, 2):
+        assert sel[l] == pytest.approx(acc_task[l] - acc_ctrl[l])

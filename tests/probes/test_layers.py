@@ -1,4 +1,5 @@
-"""Layer analyses: a label planted only in layer 2 of a 5-layer fake store is found there."""
+"""Layer analyses: a label planted only in layer 2 (the scalar mix: layer 4, so a uniform mix fails) of a
+5-layer fake store is found there."""
 import numpy as np
 import pytest
 
@@ -10,20 +11,30 @@ PARAMS = dict(pooling="mean", proj_dim=16, hidden=32, lr=1e-2, batch_size=128, m
 
 
 
-@pytest.fixture(scope="module")
-def planted():
-    """5 layers of noise; layer 2 also carries the label linearly (Tenney-style fake store)."""
+def _plant(layer: int) -> tuple[ProbeData, ProbeData]:
+    """5 layers of noise; `layer` also carries the label linearly (Tenney-style fake store)."""
     rng = np.random.default_rng(0)
     n_words, d, n_t = 2000, 8, 1600
     X = rng.standard_normal((5, n_words, d)).astype(np.float32)
     rows = rng.permutation(n_words)[:n_t]
     y = rng.integers(0, 3, n_t)
-    X[2, rows, :3] += 3.0 * np.eye(3)[y]
+    X[layer, rows, :3] += 3.0 * np.eye(3)[y]
     X = X.astype(np.float16)
     span = np.stack([rows, rows + 1], 1)
     train = ProbeData([X[l] for l in range(5)], y[:1200], span[:1200])
     test = ProbeData(X, y[1200:], span[1200:])
     return train, test
+
+
+@pytest.fixture(scope="module")
+def planted():
+    return _plant(2)
+
+
+@pytest.fixture(scope="module")
+def planted_last():
+    """The label in the last layer (4): a mix that stayed near uniform would put E_s[l] at the middle (2)."""
+    return _plant(4)
 
 
 def test_formulas_by_hand():
@@ -57,16 +68,18 @@ def test_per_layer_seed_aggregate_rows(planted):
     assert len(agg) == 1 and agg.value.iloc[0] == pytest.approx(per_seed.mean())
 
 
-def test_scalar_mix_weights_peak_at_planted_layer(planted):
-    train, test = planted
+def test_scalar_mix_weights_peak_at_planted_layer(planted_last):
+    train, test = planted_last
     res = scalar_mix_probe(train, test, probe_params={**PARAMS, "max_epochs": 25, "patience": 25},
                            model="m", task="t", n_boot=0)
     assert list(res.mix_weights.columns) == MIX_COLUMNS and list(res.summary.columns) == SUMMARY_COLUMNS
     w = res.mix_weights.set_index("layer")["weight"]
-    assert w.idxmax() == 2 and w[2] > 0.3 and w.sum() == pytest.approx(1)
+    assert w.idxmax() == 4 and w[4] > 0.5 and w.sum() == pytest.approx(1)
     e_s = res.summary.set_index("metric").loc["expected_layer", "value"]
     assert e_s == pytest.approx(expected_layer(w.to_numpy()))
-    assert abs(e_s - 2) < 0.3
+    # w_4 > 0.5, the rest spread evenly: E_s > 0.5 * 4 + 0.5 * (0 + 1 + 2 + 3) / 4 = 2.75
+    assert e_s > 2.75
+    assert expected_layer(np.full(5, 0.2)) == pytest.approx(2.0)  # uniform weights would fail the line above
     assert res.probing[res.probing.metric == "accuracy"].value.iloc[0] > 0.9
     assert set(res.probing.layer) == {-1} and set(res.probing["mode"]) == {"mix"}
 

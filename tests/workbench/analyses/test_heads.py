@@ -24,17 +24,18 @@ def ud_sentences(treebank, split):
     return _ud_sentences(treebank, split)
 
 N_SENT, MAX_POS = 30, 40
+MAX_TREE_POS = 128
 RUN = HeadRunConfig(max_sentences=N_SENT, freq_source="ewt:dev", n_boot=50, similarity_max_words=200,
                     induction_sequences=2, induction_length=8)
 
 
-def _word_vocab_tokenizer(tmp_path):
+def _word_vocab_tokenizer(tmp_path, n_sentences: int = N_SENT):
     """WordPiece whose vocabulary holds every (BERT-pre-tokenized) piece of the test sentences, so
     nearly every word is one token and token offsets equal word offsets."""
     pre = pre_tokenizers.BertPreTokenizer()
     pieces = set()
     for split in ("dev", "test"):
-        for s in ud_sentences("ewt", split)[:N_SENT]:
+        for s in ud_sentences("ewt", split)[:n_sentences]:
             for w in s.words:
                 pieces.update(p for p, _ in pre.pre_tokenize_str(w))
     vocab = tmp_path / "vocab.txt"
@@ -208,3 +209,71 @@ def test_sentence_attention_matches_the_store_rows(tmp_path):
     np.testing.assert_allclose(attn.sum(-1) + special.sum(-1), 1.0, atol=3e-3)
     with pytest.raises(ValueError, match="positions"):
         sentence_attention(path, ["cat"] * 20)
+
+
+# ------------------------------------------------------------------ a planted syntactic head, end to end
+N_TREE = 80
+
+
+@pytest.fixture(scope="module")
+def planted_syntax(tmp_path_factory):
+    """An encoder whose block 1 head 0 is forced, on real EWT sentences, to attend from every token
+    of each word to the first token of its UD head (the root word's tokens attend to themselves),
+    then run through the whole path: model -> activation store -> HeadStats -> tables."""
+    tmp = tmp_path_factory.mktemp("syntax")
+    tok = _word_vocab_tokenizer(tmp, N_TREE)
+    trees = {}
+    for split in ("dev", "test"):
+        for s in ud_sentences("ewt", split)[:N_TREE]:
+            enc = tok.encode_words(list(s.words))
+            trees[tuple(enc.ids)] = (enc.word_spans, list(s.heads))
+    torch.manual_seed(0)
+    model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64,
+                                  max_positions=MAX_TREE_POS, dropout=0.0)).eval()
+    seen: dict = {}
+
+    def grab_ids(module, args, kwargs):
+        seen["ids"] = (args[0] if args else kwargs["input_ids"]).tolist()
+
+    def dependent_to_head(t, name):
+        t = t.clone()
+        for b, row in enumerate(seen["ids"]):
+            key = tuple(i for i in row if i != tok.pad_id)
+            if key not in trees:      # a sentence cut by the extraction: no tree to plant
+                continue
+            spans, heads = trees[key]
+            P = torch.zeros(t.shape[-2:])
+            P[torch.arange(len(key)), torch.arange(len(key))] = 1.0     # [CLS], [SEP], root: themselves
+            for d, (a0, a1) in enumerate(spans):
+                if heads[d] >= 0:
+                    P[a0:a1] = 0.0
+                    P[a0:a1, spans[heads[d]][0]] = 1.0
+            t[b, 0] = P
+        return t
+
+    handle = model.register_forward_pre_hook(grab_ids, with_kwargs=True)
+    try:
+        with model.hooks(fwd=[("blocks.1.attn.pattern", dependent_to_head)]):
+            run = HeadRunConfig(max_sentences=N_TREE, freq_source="ewt:dev", n_boot=20, similarity_max_words=100)
+            tables = analyse_loaded(model, tok, tmp / "out", run, model_name="planted", progress=False)
+    finally:
+        handle.remove()
+    return tables
+
+
+def test_a_planted_dependent_to_head_head_is_found_syntactic_with_accuracy_one(planted_syntax):
+    rel = planted_syntax["relations"]
+    d2h = rel[(rel.direction == "dep2head") & (rel.n_test > 0) & (rel.n_dev > 0)]
+    assert len(d2h) >= 10
+    # every relation's best head, picked on dev, is the planted one, and it is right on every test case
+    assert (d2h.best_layer == 1).all() and (d2h.best_head == 0).all(), d2h[["relation", "best_layer", "best_head"]]
+    assert (d2h.test_acc == 1.0).all() and (d2h.dev_acc == 1.0).all()
+    classes = planted_syntax["heads_classes"]
+    planted = classes[(classes.layer == 1) & (classes["head"] == 0)]
+    roles = set(planted["role"])
+    for r in ("nsubj", "det", "case", "amod", "advmod"):
+        assert f"syntactic:{r}" in roles, sorted(roles)
+    assert planted[planted.primary]["role"].iloc[0].startswith("syntactic:")
+    acc = planted_syntax["heads"]
+    row = acc[(acc.layer == 1) & (acc["head"] == 0) & (acc.score == "syntactic_acc:det:dep2head")]
+    assert float(row["value"].iloc[0]) == 1.0

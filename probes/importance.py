@@ -270,12 +270,16 @@ def ablation_importance(
 
 
 # --------------------------------------------------------------------------- Voita confidence
-def confidence_importance(model: nn.Module, batches: Sequence[Batch]) -> np.ndarray:
+def confidence_importance(model: nn.Module, batches: Sequence[Batch],
+                          special_ids: Sequence[int] = ()) -> np.ndarray:
     """Voita et al. (2019) head confidence, shape (L, H).
 
     conf_h = mean over real query tokens i of max_j a_h(i, j), with a_h the head's post-softmax
-    attention (padding keys already carry weight 0).  A confident head puts most of its weight on
-    one token.  Decoders: the first token can only attend to itself, so its max is always 1.
+    attention (padding keys already carry weight 0). Voita et al. take "the average of its maximum
+    attention weight excluding the end of sentence symbol": tokens whose id is in `special_ids`
+    ([CLS]/[SEP], BOS) are left out as keys of the max and as queries of the mean, so a head that
+    parks its mass on [SEP] is not confident. A confident head puts most of its weight on one
+    token. Decoders: the first real token can only attend to itself (and BOS), so its max is 1.
     """
     n_layers, n_heads = head_grid(model)
     sums = torch.zeros(n_layers, n_heads, dtype=torch.float64)
@@ -287,13 +291,15 @@ def confidence_importance(model: nn.Module, batches: Sequence[Batch]) -> np.ndar
             for batch in batches:
                 batch = to_device(batch, model)
                 out = forward(model, batch, output_attentions=True)
+                ids = batch["input_ids"]
                 real = batch.get("attention_mask")
+                real = torch.ones_like(ids, dtype=torch.bool) if real is None else real.bool()
+                word = real & ~torch.isin(ids, torch.tensor(list(special_ids), dtype=ids.dtype, device=ids.device))
                 for layer, attn in enumerate(out.attentions):  # (B, H, T, T)
-                    top = attn.max(dim=-1).values  # (B, H, T)
-                    if real is not None:
-                        top = top * real[:, None, :].to(top.dtype)
+                    keys = attn.masked_fill(~word[:, None, None, :], 0.0)   # special keys out of the max
+                    top = keys.max(dim=-1).values * word[:, None, :].to(attn.dtype)  # (B, H, T), word queries
                     sums[layer] += top.sum(dim=(0, 2)).double().cpu()
-                n_tokens += n_real_tokens(batch)
+                n_tokens += int(word.sum())
     finally:
         model.train(was_training)
     if n_tokens == 0:

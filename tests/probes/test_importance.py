@@ -170,6 +170,23 @@ def test_confidence_by_hand_and_ignores_padding(planted):
     np.testing.assert_allclose(confidence_importance(model, [batch]), expected, rtol=1e-6)
 
 
+def test_confidence_leaves_special_tokens_out_by_hand(planted):
+    # Voita et al. 2019: the largest weight excluding the end-of-sentence symbol. Treat two token ids
+    # as specials: they leave the max as keys and the mean as queries.
+    model, batches = planted
+    batch = batches[0]
+    ids = batch["input_ids"]
+    special = (int(ids[0, 0]), int(ids[0, 1]))
+    with torch.no_grad():
+        attn = model(ids, attention_mask=batch["attention_mask"], output_attentions=True).attentions
+    word = batch["attention_mask"].bool() & ~torch.isin(ids, torch.tensor(special))
+    expected = [[float(attn[l][:, h].masked_fill(~word[:, None, :], 0).max(-1).values[word].mean())
+                 for h in range(N_HEADS)] for l in range(N_LAYERS)]
+    got = confidence_importance(model, [batch], special_ids=special)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert not np.allclose(got, confidence_importance(model, [batch]))
+
+
 def test_importance_frame_schema():
     frame = importance_frame(np.arange(8.0).reshape(2, 4), model="m", method="michel")
     assert list(frame.columns) == IMPORTANCE_COLUMNS

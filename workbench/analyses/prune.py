@@ -10,7 +10,10 @@ than One?"; Voita et al. 2019, "Analyzing Multi-Head Self-Attention").
 2. scores every head with each method (`METHODS` registry: michel, ablation, confidence, l0; random
    is the baseline order) -> `importance` (model, method, layer, head, value);
 3. masks 0, 10, ..., 100 % of the heads in increasing score order (random orders per seed; with
-   `rescore` Michel scores are recomputed after each step, Michel Sec. 4.2) -> `pruning` (model,
+   `rescore` Michel scores are recomputed after each step, Michel Sec. 4.2), measured on *held-out*
+   batches: the scores come from the first `n_sequences` evaluation sequences, the curves and the
+   real pruning from the next `n_sequences` (`heldout: false` is the variant that measures on the
+   scoring batches, which flatters every method's order) -> `pruning` (model,
    method, fraction, metric, value, seed); the L0 lambda sweep adds method "l0_sweep" rows whose
    fraction is the share of closed gates; `prunable` says how many heads can go for 1 % / 5 % loss;
 4. Kendall tau between the methods' orders -> `kendall`; a join with head roles (`heads_classes`
@@ -82,7 +85,9 @@ class PruneRunConfig(Config):
     methods: tuple[str, ...] = ("michel", "ablation", "confidence", "l0", "random")
     eval_data: str = "auto"              # auto | gutenberg | ewt | classifier (auto: classifier for a
                                          # finetuned folder, else gutenberg)
-    n_sequences: int = 64                # evaluation sequences (LM) or dev examples (classifier)
+    n_sequences: int = 64                # evaluation sequences (LM) or dev examples (classifier) to score
+                                         # heads on; as many again, held out, measure the curves
+    heldout: bool = True                 # curves on held-out batches (False: on the scoring batches)
     seq_len: int = 128                   # tokens per sequence
     batch_size: int = 16
     mask_seed: int = 0                   # fixed MLM corruption of the evaluation batches
@@ -132,10 +137,16 @@ def resolve_config(config=None, overrides: dict | None = None) -> PruneRunConfig
 class Objective:
     """What the heads are scored against: batches, the differentiable loss and the curve metric."""
 
-    batches: list[dict]
+    batches: list[dict]                 # the heads are scored on these
     loss: Callable                      # BatchStat (model, batch, head_mask) -> (total, count)
     metric: Metric
     description: str
+    curve_batches: list[dict] = None    # pruning curves and real pruning are measured on these
+    special_ids: tuple[int, ...] = ()   # [CLS]/[SEP]/BOS ids: not words, for Voita's confidence
+
+    def __post_init__(self) -> None:
+        if self.curve_batches is None:
+            self.curve_batches = self.batches
 
 
 def is_finetuned(path: str | Path) -> bool:
@@ -181,11 +192,37 @@ def ewt_sequences(tok, n: int, seq_len: int) -> list[list[int]]:
     return out
 
 
-def lm_objective(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, source: str) -> Objective:
-    """MLM loss with a fixed corruption (encoder) or causal-LM perplexity (decoder) batches."""
+def _halves(items: list, heldout: bool) -> tuple[list, list]:
+    """(scoring, curve) parts: the first and second halves, or the same list twice without heldout."""
+    if not heldout:
+        return items, items
+    if len(items) < 2:
+        raise ValueError(f"held-out pruning curves need at least 2 evaluation items, got {len(items)}")
+    half = (len(items) + 1) // 2
+    return items[:half], items[half:]
 
+
+def lm_objective(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, source: str) -> Objective:
+    """MLM loss with a fixed corruption (encoder) or causal-LM perplexity (decoder) batches; the
+    first half of `seqs` scores the heads, the second half (held out) measures the curves."""
+
+    score, curve = _halves(seqs, cfg.heldout)
+    batches = _lm_batches(model, tok, score, cfg, 0)
+    curve_batches = batches if curve is score else _lm_batches(model, tok, curve, cfg, len(batches))
+    split = (f"heads scored on {len(score)}, curves on {len(curve)} held-out {source} sequences" if cfg.heldout
+             else f"{len(seqs)} {source} sequences (scores and curves on the same)")
+    special = tuple(tok.special_ids)
+    if model.kind == "encoder":
+        return Objective(batches, METRICS["mlm_loss"].stat, METRICS["mlm_loss"],
+                         f"masked-LM loss: {split} (mask seed {cfg.mask_seed})", curve_batches, special)
+    return Objective(batches, METRICS["perplexity"].stat, METRICS["perplexity"], f"perplexity: {split}",
+                     curve_batches, special)
+
+
+def _lm_batches(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, first_batch: int) -> list[dict]:
+    """Padded batches of `seqs`; an encoder's get their fixed MLM corruption (seeded by batch index)."""
     batches = []
-    for b, i in enumerate(range(0, len(seqs), cfg.batch_size)):
+    for b, i in enumerate(range(0, len(seqs), cfg.batch_size), start=first_batch):
         ids, mask = _pad(seqs[i:i + cfg.batch_size], tok.pad_id if tok.pad_id is not None else 0)
         if model.kind == "encoder":
             specials = set(tok.special_ids) | {tok.pad_id}
@@ -195,11 +232,7 @@ def lm_objective(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, source:
             batches.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
         else:
             batches.append({"input_ids": ids, "attention_mask": mask})
-    if model.kind == "encoder":
-        return Objective(batches, METRICS["mlm_loss"].stat, METRICS["mlm_loss"],
-                         f"masked-LM loss on {len(seqs)} {source} sequences (mask seed {cfg.mask_seed})")
-    return Objective(batches, METRICS["perplexity"].stat, METRICS["perplexity"],
-                     f"perplexity on {len(seqs)} {source} sequences")
+    return batches
 
 
 def classifier_stats(head: torch.nn.Module, kind: str) -> tuple[Callable, Callable]:
@@ -235,18 +268,28 @@ def classifier_objective(path: Path, cfg: PruneRunConfig):
 
     clf = load_classifier(path)
     info = clf.info
-    data = load_task_data(info["task"], max_train=1, max_dev=cfg.n_sequences)
+    data = load_task_data(info["task"], max_train=1, max_dev=cfg.n_sequences * (2 if cfg.heldout else 1))
     dev, n_trunc = encode(data.dev, data.kind, clf.tokenizer, cfg.seq_len)
-    batches = []
-    for i in range(0, len(dev), cfg.batch_size):
-        ids, mask, labels = collate(dev[i:i + cfg.batch_size], data.kind, clf.pad_id)
-        batches.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+    score, curve = _halves(dev, cfg.heldout)
+
+    def batched(examples):
+        out = []
+        for i in range(0, len(examples), cfg.batch_size):
+            ids, mask, labels = collate(examples[i:i + cfg.batch_size], data.kind, clf.pad_id)
+            out.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
+        return out
+
+    batches = batched(score)
+    curve_batches = batches if curve is score else batched(curve)
     for p in clf.head.parameters():
         p.requires_grad_(False)
     loss, correct = classifier_stats(clf.head, data.kind)
     metric = Metric(f"{info['task']}_accuracy", correct, higher_is_better=True)
-    desc = f"{info['task']} dev accuracy on {len(dev)} examples ({n_trunc} truncated to {cfg.seq_len})"
-    return clf.base, clf.tokenizer, Objective(batches, loss, metric, desc)
+    split = (f"heads scored on {len(score)}, curves on {len(curve)} held-out dev examples" if cfg.heldout
+             else f"{len(dev)} dev examples (scores and curves on the same)")
+    desc = f"{info['task']} dev accuracy: {split} ({n_trunc} truncated to {cfg.seq_len})"
+    return clf.base, clf.tokenizer, Objective(batches, loss, metric, desc, curve_batches,
+                                              tuple(clf.tokenizer.special_ids))
 
 
 EVAL_DATA: dict[str, Callable] = {"gutenberg": gutenberg_sequences, "ewt": ewt_sequences,
@@ -272,7 +315,8 @@ def build_objective(path: Path, cfg: PruneRunConfig):
         raise ValueError(f"{path}: the MLM head was freshly initialised at import ({card['import'].get('mlm_head')}); "
                          "an MLM loss would score heads against noise. Finetune it (plmodels.training.finetune) and prune "
                          "the finetuned folder, or set eval_data='classifier' on one.")
-    seqs = EVAL_DATA[source](tok, cfg.n_sequences, min(cfg.seq_len, int(model.config.max_positions)))
+    n = cfg.n_sequences * (2 if cfg.heldout else 1)
+    seqs = EVAL_DATA[source](tok, n, min(cfg.seq_len, int(model.config.max_positions)))
     if not seqs:
         raise ValueError(f"eval_data={source!r} gave no sequences")
     return model, tok, lm_objective(model, tok, seqs, cfg, source)
@@ -288,7 +332,7 @@ def _ablation(model, obj: Objective, cfg: PruneRunConfig) -> np.ndarray:
 
 
 def _confidence(model, obj: Objective, cfg: PruneRunConfig) -> np.ndarray:
-    return confidence_importance(model, obj.batches)
+    return confidence_importance(model, obj.batches, special_ids=obj.special_ids)
 
 
 def _l0(model, obj: Objective, cfg: PruneRunConfig) -> np.ndarray:
@@ -320,7 +364,7 @@ def score_and_curves(model, obj: Objective, cfg: PruneRunConfig, methods: Sequen
             t0 = time.perf_counter()
             scores = METHODS[m](model, obj, cfg)
             imp.append(importance_frame(scores, name, m))
-            curves.append(pruning_curve(model, obj.batches, obj.metric, scores, fractions=cfg.fractions,
+            curves.append(pruning_curve(model, obj.curve_batches, obj.metric, scores, fractions=cfg.fractions,
                                         method=m, model_name=name))
             _say(progress, f"{name}: {m} scored and pruned in {time.perf_counter() - t0:.1f} s")
             bar.update(1)
@@ -328,17 +372,18 @@ def score_and_curves(model, obj: Objective, cfg: PruneRunConfig, methods: Sequen
             bar.set_postfix_str("michel_rescored", refresh=False)
             scorer = lambda mask: michel_importance(model, obj.batches, obj.loss, head_mask=mask,  # noqa: E731
                                                     granularity=cfg.granularity)
-            curves.append(pruning_curve(model, obj.batches, obj.metric, scorer=scorer, fractions=cfg.fractions,
-                                        method="michel_rescored", model_name=name))
+            curves.append(pruning_curve(model, obj.curve_batches, obj.metric, scorer=scorer,
+                                        fractions=cfg.fractions, method="michel_rescored", model_name=name))
             bar.update(1)
         if "random" in methods:
             bar.set_postfix_str("random", refresh=False)
-            curves.append(random_pruning_curves(model, obj.batches, obj.metric, seeds=cfg.random_seeds,
+            curves.append(random_pruning_curves(model, obj.curve_batches, obj.metric, seeds=cfg.random_seeds,
                                                 fractions=cfg.fractions, model_name=name))
             bar.update(1)
         if sweep:
             bar.set_postfix_str("l0_sweep", refresh=False)
             res = l0_sweep(model, obj.batches, obj.loss, obj.metric, lams=cfg.l0_lambdas, model_name=name,
+                           eval_batches=obj.curve_batches,
                            steps=cfg.l0_steps, lr=cfg.l0_lr)
             curves.append(pd.DataFrame({"model": name, "method": "l0_sweep",
                                         "fraction": 1.0 - res["n_open"] / n_heads, "metric": res["metric"],
@@ -369,14 +414,14 @@ def real_prune(model, tok, obj: Objective, scores: np.ndarray, cfg: PruneRunConf
 
     mask = michel_order_mask(scores, cfg.prune_fraction).to(next(model.parameters()))
     pruned = prune_model(model, mask).eval()
-    batch = obj.batches[0]
+    batch = obj.curve_batches[0]
     with torch.no_grad():
         a = forward(model, batch, mask).last_hidden_state
         b = forward(pruned, batch).last_hidden_state
     real = batch["attention_mask"].bool()
     max_diff = float((a - b)[real].abs().max())
-    check = {"max_abs_diff_vs_masking": max_diff, "metric_masked": obj.metric(model, obj.batches, mask),
-             "metric_pruned": obj.metric(pruned, obj.batches), "pruned_heads": {
+    check = {"max_abs_diff_vs_masking": max_diff, "metric_masked": obj.metric(model, obj.curve_batches, mask),
+             "metric_pruned": obj.metric(pruned, obj.curve_batches), "pruned_heads": {
                  int(l): [int(h) for h in torch.nonzero(mask[l] == 0).ravel()] for l in range(mask.shape[0])}}
     if out is not None:
         card = {"pruned_from": str(src) if src else None, "prune_fraction": cfg.prune_fraction,
@@ -385,7 +430,7 @@ def real_prune(model, tok, obj: Objective, scores: np.ndarray, cfg: PruneRunConf
         if src is not None and is_finetuned(src):
             for f in (HEAD_FILE, INFO_FILE):
                 shutil.copyfile(src / f, out / f)
-    speed = measure_speed_and_size(model, pruned, obj.batches[: cfg.speed_batches], repeats=cfg.speed_repeats)
+    speed = measure_speed_and_size(model, pruned, obj.curve_batches[: cfg.speed_batches], repeats=cfg.speed_repeats)
     rows = [(name, v, speed[f"params_{v}"], speed[f"bytes_{v}"], speed[f"tokens_per_s_{v}"])
             for v in ("full", "pruned")]
     check.update({k: speed[k] for k in ("params_ratio", "bytes_ratio", "speed_ratio")})
@@ -429,7 +474,8 @@ def prune_model_cli(model_path: str | Path, methods: Sequence[str] | None = None
     t0 = time.perf_counter()
     model, tok, obj = build_objective(path, cfg)
     model.eval()
-    _say(progress, f"{name}: {obj.description}; unmasked {obj.metric.name} = {obj.metric(model, obj.batches):.4f}")
+    _say(progress, f"{name}: {obj.description}; unmasked {obj.metric.name} = "
+                   f"{obj.metric(model, obj.curve_batches):.4f}")
     tables = score_and_curves(model, obj, cfg, methods, name, progress)
     imp = tables["importance"]
     tables["kendall"] = (kendall_table(imp) if imp["method"].nunique() > 1 else

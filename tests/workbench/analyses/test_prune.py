@@ -58,7 +58,8 @@ def test_importance_has_every_head_per_method(run):
 def test_curves_start_at_unmasked_metric(run, encoder_dir):
     _, t = run
     model, _, obj = build_objective(encoder_dir, PruneRunConfig.from_dict(CFG))
-    base = obj.metric(model, obj.batches)
+    base = obj.metric(model, obj.curve_batches)          # the curves are measured on held-out batches
+    assert obj.metric(model, obj.batches) != pytest.approx(base)
     p = t["pruning"]
     assert list(p.columns) == ["model", "method", "fraction", "metric", "value", "seed"]
     assert set(p.method) >= {"michel", "ablation", "confidence", "l0", "random", "l0_sweep"}
@@ -143,3 +144,15 @@ def test_unknown_config_key_is_an_error():
         PruneRunConfig.from_dict({"methods": ["michel", "magic"]})
     with pytest.raises(ValueError, match="fractions"):
         PruneRunConfig.from_dict({"fractions": [0.5, 1.0]})
+
+
+def test_heads_are_scored_and_curves_measured_on_disjoint_sequences(encoder_dir):
+    cfg = PruneRunConfig.from_dict(CFG)
+    _, tok, obj = build_objective(encoder_dir, cfg)
+    rows = lambda bs: {tuple(r[m.bool()].tolist()) for b in bs for r, m in zip(b["input_ids"], b["attention_mask"])}  # noqa: E731
+    assert sum(len(b["input_ids"]) for b in obj.batches) == sum(len(b["input_ids"]) for b in obj.curve_batches) == 12
+    assert not rows(obj.batches) & rows(obj.curve_batches)
+    assert "held-out" in obj.description and obj.special_ids == tuple(tok.special_ids)
+    same = build_objective(encoder_dir, PruneRunConfig.from_dict({**CFG, "heldout": False}))[2]
+    assert same.curve_batches is same.batches and "the same" in same.description
+

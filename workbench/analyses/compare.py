@@ -57,7 +57,7 @@ class CompareRunConfig(Config):
     seed: int = 0                          # subsample / minibatch order
     head_change: bool = True               # JS divergence per head (needs word attention)
     attn_max_sentences: int | None = 200   # sentences used for JS (attention maps are n^2 per head)
-    head_roles: bool = False               # run head_analysis on both models when the run has no roles
+    head_roles: bool = False               # run the head analysis on both models when the run has no roles
     head_roles_max_sentences: int = 200
     probing_tasks: tuple[str, ...] = ("pos", "deps")   # [] = no probing change
     probe_config: str | None = None        # a probe.json (None: ProbeRunConfig's defaults) ...

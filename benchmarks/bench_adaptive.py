@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from meta import begin, write_result
 
 from plmodels.checkpoint import build_model
 from plmodels.presets import preset
@@ -33,7 +34,6 @@ from plmodels.training import load_config
 from plmodels.training.data import Batch
 from plmodels.training.loss import lm_loss
 from plmodels.training.runtime import make_optimizer
-from workbench.core.io import atomic_write_json
 
 B, T, V = 32, 128, 16000
 CONFIGS = {name: RECIPES / "pretrain" / f"{stem}.json"
@@ -82,6 +82,7 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast, as the trainer on a CPU with native bf16")
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args()
+    meta = begin()
     if a.threads:
         torch.set_num_threads(a.threads)
     gen = torch.Generator().manual_seed(0)
@@ -111,10 +112,10 @@ def main() -> None:
     for n, row in rows.items():
         print(f"{n:9s} {row['seconds_per_step']:6.2f} s/step {row['tokens_per_s']:8,.0f} tok/s")
     print(f"adaptive / softmax speed: {ratio:.2f}x (median of same-round ratios)")
-    atomic_write_json(a.out, {"shape": {"batch": B, "seq_len": T, "vocab": V}, "targets": a.ids or "zipf",
+    write_result(a.out, {"shape": {"batch": B, "seq_len": T, "vocab": V}, "targets": a.ids or "zipf",
                               "shortlist_share": shortlist, "bf16": a.bf16, "threads": torch.get_num_threads(),
                               "torch": torch.__version__, "load_average": load, "rows": rows,
-                              "speedup": ratio, "rounds": a.rounds})
+                              "speedup": ratio, "rounds": a.rounds}, meta)
 
 
 if __name__ == "__main__":

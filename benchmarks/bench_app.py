@@ -12,7 +12,6 @@ Run: python benchmarks/bench_app.py [--rounds 3] [--layers 12 --heads 12]
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -22,8 +21,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
-from tests.apps.browser import streamlit_server, visit_all  # noqa: E402
-from tests.apps.fixtures import make_results_fixture  # noqa: E402
+from meta import begin, write_result
+
+from tests.apps.browser import streamlit_server, visit_all
+from tests.apps.fixtures import make_results_fixture
 
 TARGET_S = 2.0
 
@@ -35,6 +36,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=12)
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "app.json")
     a = ap.parse_args()
+    meta = begin()
     with tempfile.TemporaryDirectory() as tmp:
         make_results_fixture(tmp, n_layers=a.layers, n_heads=a.heads, checkpoints=True)
         with streamlit_server(Path(tmp)) as url:
@@ -53,11 +55,10 @@ def main() -> None:
         print(f"{r['page']:<12}{r['cold_s']:>8.2f}{r['warm_median_s'] or 0:>12.2f}{r['warm_max_s'] or 0:>12.2f}{r['plots']:>7}")
     worst = max((r["warm_max_s"] or 0) for r in rows)
     print(f"worst warm page switch: {worst:.2f} s (target < {TARGET_S} s): {'OK' if worst < TARGET_S else 'SLOW'}")
-    a.out.parent.mkdir(parents=True, exist_ok=True)
-    a.out.write_text(json.dumps({
+    write_result(a.out, {
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "machine": platform.processor() or platform.machine(),
         "cpus": os.cpu_count(), "load_avg": os.getloadavg(), "layers": a.layers, "heads": a.heads,
-        "rounds": a.rounds, "target_s": TARGET_S, "worst_warm_s": worst, "pages": rows}, indent=2))
+        "rounds": a.rounds, "target_s": TARGET_S, "worst_warm_s": worst, "pages": rows}, meta)
     print(f"wrote {a.out}")
 
 

@@ -6,19 +6,23 @@ picks its flash kernel, whose bf16 backward is slow. One training-shaped call: q
 variants interleaved in this one process.
 
     python benchmarks/bench_attention.py [--threads 2] [--iters 7]
+Writes a table to stdout and benchmarks/results/attention.json.
 """
 from __future__ import annotations
 
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from meta import begin, write_result
 
 from plmodels.components.attention import attention, sdpa_attention
 
 B, H, T, DH = 64, 4, 128, 64
+OUT = Path(__file__).resolve().parent / "results" / "attention.json"
 
 
 def sdpa_kernel(q, k, v, causal: bool):
@@ -44,6 +48,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--iters", type=int, default=7)
     a = ap.parse_args()
+    meta = begin()
     torch.set_num_threads(a.threads)
     g = torch.Generator().manual_seed(0)
     cases = []
@@ -66,7 +71,11 @@ def main() -> None:
     print(f"fwd + bwd, q/k/v ({B}, {H}, {T}, {DH}), {torch.get_num_threads()} threads, median of {a.iters}")
     print(f"{'dtype':9s} {'causal':6s} {'path':24s} {'ms':>7s}")
     for c in cases:
-        print(f"{c['dtype']:9s} {str(c['causal']):6s} {c['name']:24s} {1000 * statistics.median(c['times']):7.1f}")
+        print(f"{c['dtype']:9s} {c['causal']!s:6s} {c['name']:24s} {1000 * statistics.median(c['times']):7.1f}")
+    rows = [{"dtype": c["dtype"], "causal": c["causal"], "path": c["name"],
+             "median_ms": 1000 * statistics.median(c["times"]), "times": c["times"]} for c in cases]
+    write_result(OUT, {"shape": {"batch": B, "heads": H, "seq_len": T, "head_dim": DH}, "iters": a.iters,
+                       "rows": rows}, meta)
 
 
 if __name__ == "__main__":

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from meta import begin, write_result
 
 from workbench.analyses.compare import CompareRunConfig, layer_cka
-from workbench.core.io import atomic_write_json
 
 
 def stacks(n: int, d: int = 384, layers: int = 7, seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--words", type=int, default=20_000)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    meta = begin()
     torch.set_num_threads(args.threads)
     a, b = stacks(args.words)
     cfg = CompareRunConfig(minibatch_size=1000)
@@ -55,7 +56,7 @@ def main() -> None:
     result["target_seconds"] = 30
     result["ok"] = result["linear_seconds"] < 30 and result["linear_mb_seconds"] < 30
     out = Path(__file__).resolve().parent / "results" / "cka.json"
-    atomic_write_json(out, result)
+    write_result(out, result, meta)
     print(f"-> {out}")
 
 

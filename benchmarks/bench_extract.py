@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
-import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,10 +30,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+from meta import begin, write_result
+
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.presets import preset
 from plmodels.tokenizer import Tokenizer
-from workbench.core.io import atomic_write_json
 from workbench.data.tasks import ud_sentences
 from workbench.store import Store, extract
 from workbench.store.batching import make_batches
@@ -104,7 +105,7 @@ def throughput(tok: Tokenizer, workdir: Path, reps: int = 3, fixed: bool = False
             t_ours16.append(time.perf_counter() - t0)
             line += f", HF bf16 {t_hf16[-1]:.1f}s, ours attn bf16 {t_ours16[-1]:.1f}s"
         print(line, flush=True)
-    med = lambda xs: float(np.median(xs))  # noqa: E731
+    med = lambda xs: float(np.median(xs))
     res = {"hf_sorted_s": t_sorted, "ours_attn_s_all": t_ours, "ours_hidden_s_all": t_hid,
            "ours_vs_hf_paired": med([a / b for a, b in zip(t_sorted, t_ours)])}  # same-rep ratios
     if bf16:
@@ -171,6 +172,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="interleaved repetitions (median; the CPU may be shared)")
     ap.add_argument("--bf16", action="store_true", help="also time ours (precision='bf16') and HF under bf16 autocast")
     args = ap.parse_args()
+    meta = begin()
     torch.set_num_threads(args.threads)
     load_start = os.getloadavg()
     tok = _tokenizer()
@@ -182,10 +184,10 @@ def main() -> None:
         elif RESULTS.is_file():
             old = json.loads(RESULTS.read_text())
             kept = {k: v for k, v in old.items() if k.startswith("ram_") or k == "peak_rss_mib"}
-            res.update(kept, ram_from_previous_run=bool(kept))
+            # the RAM figures keep the meta of the run that measured them (None: it predates meta)
+            res.update(kept, ram_from_previous_run=bool(kept), ram_meta=old.get("ram_meta", old.get("meta")))
     res["load_average"] = [load_start, os.getloadavg()]
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(RESULTS, res)
+    write_result(RESULTS, res, meta)
     print(f"{'measure':40s} {'value':>14s}")
     for k, v in res.items():
         if not isinstance(v, list):

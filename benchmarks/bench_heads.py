@@ -17,11 +17,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+from meta import begin, write_result
+
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.presets import preset
 from plmodels.tokenizer import Tokenizer
 from workbench.analyses.heads import HeadRunConfig, analyse_loaded
-from workbench.core.io import atomic_write_json
 from workbench.data.tasks import ud_sentences
 
 RESULTS = Path(__file__).resolve().parent / "results" / "heads.json"
@@ -32,6 +33,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-sentences", type=int, default=None)
     a = ap.parse_args()
+    meta = begin()
     torch.set_num_threads(a.threads)
     train = ud_sentences("ewt", "train")[:4000]
     tok = Tokenizer.train_wordpiece([" ".join(s.words) for s in train], vocab_size=8000)
@@ -48,8 +50,7 @@ def main() -> None:
            "within_target": total <= 60, "n_scores": int(tables["heads"]["score"].nunique()),
            "n_relations": int(len(tables["relations"]))}
     print(out)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(RESULTS, out)
+    write_result(RESULTS, out, meta)
 
 
 if __name__ == "__main__":

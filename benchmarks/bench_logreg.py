@@ -20,12 +20,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from meta import begin, write_result
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.linear_model import LogisticRegression
 from threadpoolctl import threadpool_limits
 
 from probes.logreg import LogisticRegressionLBFGS
-from workbench.core.io import atomic_write_json
 
 OUT = Path(__file__).resolve().parent / "results" / "logreg.json"
 N_TRAIN, N_TEST, D, K = 27000, 8000, 256, 17
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     a = ap.parse_args(argv)
+    meta = begin()
     torch.set_num_threads(a.threads)
     Xtr, ytr, Xte, yte = data()
     times: dict[str, list[float]] = {"sklearn": [], "torch": []}
@@ -81,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "device": a.device, "threads": a.threads, "rounds": a.rounds, "shape": [N_TRAIN, D, K],
         "sklearn_s": statistics.median(times["sklearn"]), "torch_s": statistics.median(times["torch"]),
-        "speedup_paired_median": ratio, "test_acc_sklearn": acc["sklearn"], "test_acc_torch": acc["torch"],
+        "speedup_paired_median": ratio, "sklearn_times": times["sklearn"], "torch_times": times["torch"],
+        "test_acc_sklearn": acc["sklearn"], "test_acc_torch": acc["torch"],
         "prediction_agreement": float((pred["sklearn"] == pred["torch"]).mean()),
         "sklearn_n_iter": int(np.max(n_iter["sklearn"])), "torch_n_iter": int(n_iter["torch"]),
         "cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(" :\t")
@@ -92,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:<10}{result[name + '_s']:>10.2f}{acc[name]:>10.4f}{result[name + '_n_iter']:>12}")
     print(f"torch is {ratio:.2f}x faster (paired median); predictions agree on "
           f"{100 * result['prediction_agreement']:.2f}% of {N_TEST} held-out rows")
-    atomic_write_json(OUT, result)
+    write_result(OUT, result, meta)
     return 0
 
 

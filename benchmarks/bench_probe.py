@@ -17,10 +17,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
+from meta import begin, write_result
+
 import plmodels
 from plmodels.hf_import import find_minilm, import_hf_bert
 from probes.layers import cumulative_scores, per_layer_scores, scalar_mix_probe
-from workbench.core.io import atomic_write_json
 from workbench.analyses.probing import ProbeRunConfig, load_split, probe_params
 
 RESULTS = Path(__file__).resolve().parent / "results" / "probe.json"
@@ -46,6 +47,7 @@ def main() -> None:
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--store", default="runs/store")
     a = ap.parse_args()
+    meta = begin()
     torch.set_num_threads(a.threads)
     with tempfile.TemporaryDirectory() as tmp:
         path = _minilm(Path(tmp))
@@ -83,8 +85,7 @@ def main() -> None:
                "tasks": rows, "probing_total_s": round(probing, 1), "total_s": round(total, 1),
                "target_s": 900, "within_target": probing <= 900}
         print(f"probing total {probing:.0f} s (target 900 s), with extraction {total:.0f} s")
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(RESULTS, out)
+        write_result(RESULTS, out, meta)
 
 
 if __name__ == "__main__":

@@ -14,15 +14,14 @@ writes benchmarks/results/pruning.json atomically.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from meta import begin, write_result
 
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.presets import preset
@@ -44,14 +43,6 @@ def mlm_batches(n_sentences: int, seq_len: int, batch_size: int, vocab: int, see
     return batches
 
 
-def write_json_atomic(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(payload, f, indent=2)
-    os.replace(tmp, path)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sentences", type=int, default=2000)
@@ -60,6 +51,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--speed-sentences", type=int, default=256)
     args = parser.parse_args()
+    meta = begin()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     fields = {**preset("encoder", "mini"), "vocab_size": 16000, "dropout": 0.0}
@@ -103,7 +95,7 @@ def main() -> None:
     width = max(len(name) for name, _ in rows)
     for name, value in rows:
         print(f"{name:<{width}}  {value}")
-    write_json_atomic(RESULTS, result)
+    write_result(RESULTS, result, meta)
     print(f"-> {RESULTS}")
 
 

@@ -23,12 +23,12 @@ Writes a table to stdout and benchmarks/results/rope.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from pathlib import Path
 
 import torch
 from bench_train import measure  # the interleaved warm-up + timed rounds (benchmarks/ is on sys.path)
+from meta import begin, write_result
 
 import plmodels.components.attention as attention_module
 from plmodels.checkpoint import build_model
@@ -90,6 +90,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=None)
     a = ap.parse_args()
+    meta = begin()
     if a.threads:
         torch.set_num_threads(a.threads)
     autocast = use_bf16("auto", torch.device("cpu"))
@@ -110,9 +111,7 @@ def main() -> None:
     print("| variant | median step | tokens/s | speed vs learned (paired) |\n|---|---|---|---|")
     for r in table:
         print(f"| {r['variant']} | {r['median_s']:.3f} s | {r['tokens_per_s']:,.0f} | {r['x_learned']:.3f}x |")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(json.dumps({"bf16": autocast, "threads": torch.get_num_threads(), "iters": a.iters,
-                               "rows": table}, indent=2))
+    write_result(OUT, {"bf16": autocast, "threads": torch.get_num_threads(), "iters": a.iters, "rows": table}, meta)
 
 
 if __name__ == "__main__":

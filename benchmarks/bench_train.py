@@ -21,12 +21,11 @@ al. 2020, plus attention and LM head) against the fp32 matmul peak measured in t
 
     nice python benchmarks/bench_train.py [--kinds encoder decoder] [--threads N] [--iters 5] [--warmup 1] [--compile] [--ablate] [--recipe CONFIG]
 Writes a table to stdout and benchmarks/results/train.json (with `--recipe NAME` (a shipped recipe, e.g. encoder-mini-cram) or `--recipe FILE.json`:
-results/train_X.json, dashes as underscores).
+results/train_X.json, dashes as underscores), or `--out FILE`.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -36,6 +35,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+from meta import begin, write_result
 
 from plmodels.checkpoint import build_model
 from plmodels.presets import preset
@@ -204,7 +204,11 @@ def main() -> None:
     ap.add_argument("--recipe", type=Path, default=None,
                     help="a pretrain config: our rows take its model settings and masking rate (the HF "
                          "reference stays BERT/GPT-2 mini, so its ratios are then across shapes)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="result file (default results/train.json, or results/train_<recipe>.json with --recipe); "
+                         "give one to a variant run (--compile, --ablate) so it does not overwrite another's file")
     a = ap.parse_args()
+    meta = begin()
     if a.recipe:
         from plmodels.training import load_config
 
@@ -249,17 +253,14 @@ def main() -> None:
               f"{r['speedup_of_medians']:8.2f} {r['time_vs_ours_fp32']:6.2f} "
               f"{r['target']:6.1f} {r['gflops']:8.1f} {100 * r['share_of_peak']:6.1f}% {r['first_call_s']:8.1f}")
     print("* = what `workbench pretrain` runs on this machine (bf16: 'auto'); the targets are judged on it")
-    OUT.parent.mkdir(parents=True, exist_ok=True)
     result = {"shape": {"batch": B, "seq_len": T, "vocab": V, "layers": L, "width": D, "heads": H, "ffn": FF},
               "ours_as_recipe": {"path": str(a.recipe), **RECIPE} if a.recipe else None,
               "threads": torch.get_num_threads(), "torch": torch.__version__,
               "machine": platform.processor() or platform.machine(), "load_average": [load_start, load_end],
               "matmul_peak_gflops": {"fp32": peak, "bf16": peak16}, "bf16_auto": auto, "rows": rows, "iters": a.iters, "warmup": a.warmup,
               "note": "medians of interleaved steps in one process; first_call_s includes torch.compile"}
-    out = OUT if not a.recipe else OUT.with_name(f"train_{a.recipe.stem.replace('-', '_')}.json")
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(out)
+    out = a.out or (OUT if not a.recipe else OUT.with_name(f"train_{a.recipe.stem.replace('-', '_')}.json"))
+    write_result(out, result, meta)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from plmodels.hf_import import find_minilm, import_hf_bert
 from probes.heads import HeadConfig, HeadStats, Sentence
 from workbench.analyses.heads import fits, sentences_from_store, ud_store
 from workbench.core.paths import data_root
-from workbench.data.tasks import ud_sentences
 
 N_SENTENCES = 250
 

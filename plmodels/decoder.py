@@ -35,7 +35,7 @@ from .components.dropout import Dropout
 from .components.hooks import HookedModel, HookPoint
 from .components.inputs import check_length, packing_for
 from .components.layers import ACTIVATIONS, init_weights, layer_norm
-from .components.model_config import check_shared_fields, config_from_dict, config_to_dict
+from .components.model_config import check_shared_fields, config_from_dict
 from .components.outputs import DecoderOutput
 from .components.positions import alibi_distance, rope_cos_sin
 from .components.pruning import PrunableMixin
@@ -77,9 +77,6 @@ class DecoderConfig(Config):
                 raise ValueError("DecoderConfig.output='adaptive' has its own output weights: set tie_embeddings=false")
             if not self.adaptive_div >= 1.0:
                 raise ValueError(f"DecoderConfig.adaptive_div must be >= 1, got {self.adaptive_div!r}")
-
-    def to_dict(self) -> dict:
-        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict, source: str | None = None) -> "DecoderConfig":

@@ -28,7 +28,7 @@ from .components.dropout import Dropout
 from .components.hooks import HookedModel, HookPoint
 from .components.inputs import check_length, packing_for
 from .components.layers import ACTIVATIONS, init_weights, layer_norm
-from .components.model_config import check_shared_fields, config_from_dict, config_to_dict
+from .components.model_config import check_shared_fields, config_from_dict
 from .components.outputs import EncoderOutput
 from .components.positions import alibi_distance, rope_cos_sin
 from .components.pruning import PrunableMixin
@@ -61,9 +61,6 @@ class EncoderConfig(Config):
             raise ValueError(f"EncoderConfig.type_vocab_size must be an int >= 0, got {self.type_vocab_size!r}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"EncoderConfig.pad_token_id={self.pad_token_id} not in [0, vocab_size)")
-
-    def to_dict(self) -> dict:
-        return config_to_dict(self)
 
     @classmethod
     def from_dict(cls, d: dict, source: str | None = None) -> "EncoderConfig":

@@ -1,15 +1,14 @@
 """What every model family's config shares: the common fields' checks and the JSON round trip.
 
 A family's config is a frozen dataclass of primitives (`EncoderConfig` in encoder.py, `DecoderConfig`
-in decoder.py) whose `__post_init__` calls `check_shared_fields` and adds its own checks, and whose
-`to_dict` / `from_dict` are `config_to_dict` / `config_from_dict`: that pair is the `config` object of
-a checkpoint's config.json (checkpoint.py), so it stays byte-stable. (The typed loader of run
-configs is plmodels/config.py; this module is about model configs only.)
+in decoder.py) that subclasses `plmodels.config.Config`; its `__post_init__` calls
+`check_shared_fields` and adds its own checks, `to_dict` is Config's (JSON-ready: pruned_heads'
+keys as strings) and `from_dict` is `config_from_dict`: that pair is the `config` object of a
+checkpoint's config.json (checkpoint.py), so it stays byte-stable.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from plmodels.config import build
@@ -46,13 +45,6 @@ def check_shared_fields(cfg: Any) -> None:
             raise ValueError(f"{type(cfg).__name__}.pruned_heads: layer {layer!r} not in [0, {cfg.n_layers})")
         if any(not (isinstance(h, int) and 0 <= h < cfg.n_heads) for h in heads) or len(set(heads)) != len(heads):
             raise ValueError(f"{type(cfg).__name__}.pruned_heads[{layer}]={heads!r}: need distinct ids in [0, {cfg.n_heads})")
-
-
-def config_to_dict(cfg: Any) -> dict:
-    """The config as a JSON-ready dict, in field order (pruned_heads' keys as strings)."""
-    d = dataclasses.asdict(cfg)
-    d["pruned_heads"] = {str(k): list(v) for k, v in cfg.pruned_heads.items()}  # JSON keys are strings
-    return d
 
 
 def config_from_dict(cls: type, d: dict, source: str | None = None) -> Any:

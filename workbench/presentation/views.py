@@ -216,9 +216,10 @@ def role_grid(classes: pd.DataFrame, model: str) -> HeadGrid | None:
         return None
     cats = tuple(sorted(df["role"].unique()))
     codes = df.assign(code=df["role"].map({c: i for i, c in enumerate(cats)}))
-    labels = np.full(_grid(codes, "code").shape, "", dtype=object)
+    values = _grid(codes, "code")
+    labels = np.full(values.shape, "", dtype=object)
     labels[codes["layer"].to_numpy(int), codes["head"].to_numpy(int)] = codes["role"].to_numpy()
-    return HeadGrid(model, "role", _grid(codes, "code"), labels, cats)
+    return HeadGrid(model, "role", values, labels, cats)
 
 
 def score_grid(heads: pd.DataFrame, model: str, score: str) -> HeadGrid | None:

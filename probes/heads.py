@@ -150,13 +150,14 @@ def check_rows(rows: np.ndarray, tol: float, where: str) -> None:
         raise ValueError(f"{where}: row of word {i} in layer {l}, head {h} has negative weights")
 
 
-def _argmax_other(A: np.ndarray) -> np.ndarray:
-    """(L, H, n): per row i, the argmax over j != i (the diagonal excluded, as Clark et al.'s code
-    zeroes it); ties go to the lowest index."""
+def _without_diagonal(A: np.ndarray) -> np.ndarray:
+    """A copy of the (L, H, n, n) maps with the diagonal at -inf, so that an argmax over a row (or,
+    transposed, a column) picks the best *other* word, as Clark et al.'s code zeroes the diagonal;
+    ties go to the lowest index."""
     n = A.shape[-1]
-    B = A.astype(np.float64, copy=True)
+    B = A.copy()
     B[..., np.arange(n), np.arange(n)] = -np.inf
-    return B.argmax(-1)
+    return B
 
 
 def _onehot(idx: np.ndarray, size: int) -> np.ndarray:
@@ -239,7 +240,8 @@ class HeadStats:
         self._update_rare(s, am, n, where)
         self._update_induction(s, A, n, where)
         if self.config.syntactic_exclude_self and n > 1:
-            self._update_syntactic(s, _argmax_other(A), _argmax_other(np.swapaxes(A, -1, -2)), n, where)
+            B = _without_diagonal(A)
+            self._update_syntactic(s, B.argmax(-1), np.swapaxes(B, -1, -2).argmax(-1), n, where)
         else:
             self._update_syntactic(s, am, np.swapaxes(A, -1, -2).argmax(-1), n, where)
         return self

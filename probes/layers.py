@@ -1,7 +1,8 @@
 """Layer-wise probing analyses (Tenney et al. 2019b, "BERT rediscovers the classical NLP pipeline").
 
 For layers l = 0..L (0 = embeddings, the lexical baseline):
-- per-layer scores: one probe per layer.
+- per-layer scores: one probe per layer; the best single layer is chosen on held-out test items
+      (cross-fitting over two halves of them, `cross_fit_best`), not on the items it is scored on.
 - scalar mix: one probe on a learned mix of all layers; its softmax weights s_l give the
       expected layer        E_s[l] = sum_l l * s_l                                   (`expected_layer`)
 - cumulative scores: probe P^(l) on a scalar mix of layers 0..l; differential scores
@@ -143,15 +144,54 @@ def per_layer_scores(train: ProbeData, test: ProbeData, *, layers: Sequence[int]
                      dev: ProbeData | None = None, probe: str = "edge", probe_params: dict | None = None,
                      seeds: Sequence[int] = (0,), model: str = "", task: str = "", n_boot: int = 1000
                      ) -> pd.DataFrame:
-    """One probe per layer l (mode "single"); `probing` rows for accuracy and micro-F1 per seed."""
+    """One probe per layer l (mode "single"); `probing` rows for accuracy and micro-F1 per seed.
+
+    With more than one layer, also mode "best": the best single layer chosen on held-out test items
+    (`cross_fit_best`), layer = that layer (-1 when the two halves choose differently), value = the
+    cross-fitted score over all test items. Its interval is over items for the chosen layers; it does
+    not carry the uncertainty of the choice itself."""
     params = dict(probe_params or {})
     layers = list(range(train.n_layers)) if layers is None else list(layers)
     rows: list[dict] = []
+    items: dict[tuple[int, int], np.ndarray] = {}
     for l in layers:
         for seed in seeds:
-            _, items = _fit_eval(train, test, [l], probe, params, seed, dev)
-            rows += _metric_rows(items, _base(model, task, probe, params, l, "single"), seed, n_boot)
+            _, items[l, seed] = _fit_eval(train, test, [l], probe, params, seed, dev)
+            rows += _metric_rows(items[l, seed], _base(model, task, probe, params, l, "single"), seed, n_boot)
+    if len(layers) > 1:
+        layer, chosen = cross_fit_best(items, layers, seeds)
+        for seed in seeds:
+            rows += _metric_rows(chosen[seed], _base(model, task, probe, params, layer, "best"), seed, n_boot)
     return _frame(_seed_aggregates(rows), PROBING_COLUMNS)
+
+
+def cross_fit_best(items: dict[tuple[int, int], np.ndarray], layers: Sequence[int], seeds: Sequence[int]
+                   ) -> tuple[int, dict[int, np.ndarray]]:
+    """The best single layer chosen on held-out items (cross-fitting over two halves of the test items).
+
+    Picking the best of L+1 layers and reporting its score on the same items over-states it (the
+    maximum of noisy scores). So: split the test items into a first and a second half (items come in
+    sentence order, so at most one sentence straddles the cut); choose the layer with the best
+    seed-mean accuracy on one half (ties -> the lower layer) and score each item of the other half at
+    that layer. Returns (layer, {seed: (N, 4) per-item counts at the layer chosen on the other half}):
+    layer is the choice of both halves, or -1 when the halves disagree (no single best layer is
+    determined by these items). Below 2 items the halves cannot be formed: ValueError.
+    """
+    n = len(next(iter(items.values())))
+    if n < 2:
+        raise ValueError(f"cross_fit_best: need at least 2 test items to choose a layer on held-out items, got {n}")
+    halves = [np.arange(n // 2), np.arange(n // 2, n)]
+    picks = []
+    for half in halves:
+        acc = [np.mean([items[l, s][half, 0].mean() for s in seeds]) for l in layers]
+        picks.append(layers[int(np.argmax(acc))])
+    chosen = {}
+    for seed in seeds:
+        out = np.empty_like(items[layers[0], seed])
+        out[halves[1]] = items[picks[0], seed][halves[1]]     # chosen on the first half, scored on the second
+        out[halves[0]] = items[picks[1], seed][halves[0]]
+        chosen[seed] = out
+    return (picks[0] if picks[0] == picks[1] else -1), chosen
 
 
 def scalar_mix_probe(train: ProbeData, test: ProbeData, *, layers: Sequence[int] | None = None,

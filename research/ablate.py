@@ -67,7 +67,7 @@ from workbench.store import extract
 
 ROW_FILE = "row.json"
 COLUMNS = ["variant", "group", "seed", "overrides", "steps", "tokens", "tokens_per_s", "train_seconds", "eval_loss",
-           "eval_acc", "eval_ppl", "unigram_loss", "pos_layer0", "pos_best", "pos_best_layer", "pos_gain",
+           "eval_acc", "eval_ppl", "unigram_loss", "pos_layer0", "pos_best", "pos_best_layer", "pos_gain", "pos_gain_in_sample",
            "det_margin", "case_margin", "positional_max", "positional_ceiling", "positional_max_tokens", "load_avg"]
 
 
@@ -358,20 +358,29 @@ def probe_correct(train_layers: Sequence, y_tr: np.ndarray, test_layers: Sequenc
 
 def gain_interval(correct: Mapping[int, np.ndarray], words_per_sentence: Sequence[int],
                   keep: np.ndarray | None = None, n_boot: int = 2000, level: float = 0.95,
-                  seed: int = 0) -> dict[str, float]:
+                  seed: int = 0, choose: str = "held_out") -> dict[str, float]:
     """The best layer's accuracy gain over layer 0, with a paired bootstrap interval over test sentences.
 
     correct: {layer: bool per test word} (`probe_correct`; layer 0 = the embeddings), all layers
     scored on the same words. words_per_sentence: the test words per sentence, before `keep` drops
-    any (`keep`: `probe_correct`'s mask; None = every word kept). Each of `n_boot` resamples draws
-    whole sentences with replacement (words of a sentence are not independent), recomputes every
-    layer's accuracy on them and takes the best layer's gain again, so the interval also carries the
-    choice of the best layer. Percentile interval at `level` (Efron & Tibshirani 1993, ch. 13).
+    any (`keep`: `probe_correct`'s mask; None = every word kept).
+    choose: how the best layer is picked. "held_out" (default): cross-fitting over the first and the
+    second half of the test sentences: the layer with the best accuracy on one half scores the words
+    of the other half, so the maximum over layers is not taken on the words it reports on
+    (`probes.layers.cross_fit_best` does the same for the workbench's probes). "in_sample": the
+    layer with the best accuracy on all words (the harness's rule before 2026-12-01; it over-states
+    the gain by the selection of a maximum).
+    Each of `n_boot` resamples draws whole sentences with replacement (words of a sentence are not
+    independent; each keeps its half), recomputes every layer's accuracy and picks the layer again,
+    so the interval also carries the choice. Percentile interval at `level` (Efron & Tibshirani 1993).
 
-    Returns {"gain", "best_layer", "lo", "hi", "n_sentences", "n_words"} (gain, lo, hi as fractions).
+    Returns {"gain", "gain_in_sample", "best_layer" (-1 when the halves pick different layers under
+    "held_out"), "lo", "hi", "n_sentences", "n_words"} (gains, lo, hi as fractions).
     """
     if not 0 < level < 1 or n_boot < 1:
         raise ValueError(f"gain_interval: need 0 < level < 1 and n_boot >= 1, got {level}, {n_boot}")
+    if choose not in ("held_out", "in_sample"):
+        raise ValueError(f"gain_interval: choose must be 'held_out' or 'in_sample', got {choose!r}")
     layers = sorted(correct)
     if not layers or layers[0] != 0:
         raise ValueError(f"gain_interval: correct must hold layer 0 (the embeddings), got layers {layers}")
@@ -385,17 +394,33 @@ def gain_interval(correct: Mapping[int, np.ndarray], words_per_sentence: Sequenc
     K = np.stack([np.asarray(correct[layer], dtype=bool) for layer in layers], axis=1)
     if len(K) != len(sent):
         raise ValueError(f"gain_interval: {len(K)} scored words, but {len(sent)} kept words in the sentences")
+    if choose == "held_out" and len(counts) < 2:
+        raise ValueError("gain_interval: choose='held_out' needs at least 2 test sentences")
     per_sent = np.zeros((len(counts), len(layers)))
     np.add.at(per_sent, sent, K)                      # (S, L+1) right words per sentence and layer
     n_sent = np.bincount(sent, minlength=len(counts)).astype(float)
-    acc = per_sent.sum(0) / n_sent.sum()
-    best = int(np.argmax(acc))
+    first = np.arange(len(counts)) < len(counts) // 2  # the two halves of the sentences
+
+    def gains(W: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(R,) gains for R sentence weightings W (R, S), and the layer picked on each half."""
+        right, words = W @ per_sent, W @ n_sent       # (R, L+1), (R,)
+        if choose == "in_sample":
+            best = right.argmax(1)
+            pick = right[np.arange(len(W)), best]
+            return (pick - right[:, 0]) / words, best, best
+        halves = [(W * h) @ per_sent for h in (first, ~first)]
+        a, b = halves[0].argmax(1), halves[1].argmax(1)  # ties -> the lower layer
+        rows = np.arange(len(W))
+        pick = halves[1][rows, a] + halves[0][rows, b]   # each half scored at the other half's choice
+        return (pick - right[:, 0]) / words, a, b
+
+    gain, a, b = gains(np.ones((1, len(counts))))
     rng = np.random.default_rng(seed)
     W = rng.multinomial(len(counts), np.full(len(counts), 1.0 / len(counts)), size=n_boot).astype(float)
-    boot = (W @ per_sent) / (W @ n_sent)[:, None]     # (n_boot, L+1) accuracies per resample
-    gains = boot.max(1) - boot[:, 0]
-    lo, hi = np.quantile(gains, [(1 - level) / 2, (1 + level) / 2])
-    return {"gain": float(acc[best] - acc[0]), "best_layer": layers[best], "lo": float(lo), "hi": float(hi),
+    lo, hi = np.quantile(gains(W)[0], [(1 - level) / 2, (1 + level) / 2])
+    acc = per_sent.sum(0) / n_sent.sum()
+    return {"gain": float(gain[0]), "gain_in_sample": float(acc.max() - acc[0]),
+            "best_layer": layers[int(a[0])] if a[0] == b[0] else -1, "lo": float(lo), "hi": float(hi),
             "n_sentences": int(len(counts)), "n_words": int(len(sent))}
 
 
@@ -472,20 +497,23 @@ def measure_variant(name: str, final: Path, ev: AblationEval, overrides: Mapping
 
     `solver` fits the POS probes (`pos_by_layer`): "sklearn" for every table in docs/recipe.md,
     "torch" to screen many runs on a GPU; the row records which (`pos_solver`; rows cached before it
-    was recorded are scikit-learn's), and a cached row of the other solver is measured again."""
+    was recorded are scikit-learn's), and a cached row of the other solver is measured again.
+    `pos_gain` is the held-out gain of `gain_interval` (best layer chosen on the other half of the
+    test sentences; `pos_gain_in_sample` beside it)."""
 
     run_dir = final.parent
     row_path = run_dir / ROW_FILE
     if row_path.is_file():
         cached = json.loads(row_path.read_text(encoding="utf-8"))
-        if cached.get("pos_solver", "sklearn") == solver:
+        # rows cached before the best POS layer was chosen on held-out sentences are measured again
+        if cached.get("pos_solver", "sklearn") == solver and cached.get("pos_choose") == "held_out":
             return cached
     model, tok = plmodels.load(final)
     row = {"variant": name, "overrides": json.dumps(overrides, sort_keys=True), **training_summary(run_dir)}
     pos, interval = pos_probe(model, tok, run_dir / "store", ev, solver=solver)
-    best = max(pos, key=pos.get)
-    row.update({"pos_layer0": pos[0], "pos_best": pos[best], "pos_best_layer": int(best),
-                "pos_gain": pos[best] - pos[0], "pos_gain_lo": interval["lo"], "pos_gain_hi": interval["hi"],
+    row.update({"pos_layer0": pos[0], "pos_best": pos[0] + interval["gain"], "pos_best_layer": interval["best_layer"],
+                "pos_gain": interval["gain"], "pos_gain_lo": interval["lo"], "pos_gain_hi": interval["hi"],
+                "pos_gain_in_sample": interval["gain_in_sample"], "pos_choose": "held_out",
                 "pos_by_layer": json.dumps(pos), "pos_solver": solver})
     if model.kind == "decoder":
         row.update(decoder_scores(run_dir, model, tok, ev, solver))

@@ -94,16 +94,37 @@ def test_gain_interval_by_hand_and_when_every_sentence_is_alike():
     assert (out["n_sentences"], out["n_words"]) == (3, 6) and out["lo"] <= out["hi"]
     # `keep` drops the 2nd word (first sentence); sentences keep their identity
     kept = {k: v[[0, 2, 3, 4, 5]] for k, v in correct.items()}
-    out = gain_interval(kept, [2, 1, 3], keep=np.array([1, 0, 1, 1, 1, 1], bool), n_boot=50)
+    out = gain_interval(kept, [2, 1, 3], keep=np.array([1, 0, 1, 1, 1, 1], bool), n_boot=50, choose="in_sample")
     assert out["gain"] == pytest.approx(4 / 5 - 3 / 5) and out["n_words"] == 5
+    # held out: the first sentence (1 kept word) ties every layer -> layer 0, which scores 2 of the other
+    # 4 words; the other half picks layer 1 (3 of 4), which is right on the first word: (2 + 1) / 5 - 3 / 5
+    out = gain_interval(kept, [2, 1, 3], keep=np.array([1, 0, 1, 1, 1, 1], bool), n_boot=50)
+    assert out["gain"] == pytest.approx(0.0) and out["best_layer"] == -1
     # identical sentences: every resample is the sample, so the interval is the point
     same = {0: np.tile([1, 0, 0], 20).astype(bool), 1: np.tile([1, 1, 0], 20).astype(bool)}
     out = gain_interval(same, [3] * 20)
     assert out["lo"] == pytest.approx(out["gain"]) == pytest.approx(out["hi"]) == pytest.approx(1 / 3)
     with pytest.raises(ValueError, match="layer 0"):
         gain_interval({1: same[1]}, [3] * 20)
+    with pytest.raises(ValueError, match="choose"):
+        gain_interval(same, [3] * 20, choose="dev")
     with pytest.raises(ValueError, match="scored words"):
         gain_interval(same, [3] * 19)
+
+
+def test_gain_interval_chooses_the_layer_on_the_other_half():
+    # 4 sentences of 2 words. Layer 1 is right on the first two sentences only, layer 2 on the last two
+    # only, layer 3 on 3 of 4 words of each half, layer 0 on every other word. In sample, layer 3 wins:
+    # gain 0.75 - 0.5. Held out, the first half picks layer 1, which scores 0 on the second half, and the
+    # second half picks layer 2, which scores 0 on the first: gain 0 - 0.5, no single best layer.
+    correct = {0: np.tile([1, 0], 4), 1: np.array([1, 1, 1, 1, 0, 0, 0, 0]), 2: np.array([0, 0, 0, 0, 1, 1, 1, 1]),
+               3: np.array([1, 1, 1, 0, 1, 1, 1, 0])}
+    correct = {k: v.astype(bool) for k, v in correct.items()}
+    held = gain_interval(correct, [2] * 4, n_boot=50)
+    assert held["gain"] == pytest.approx(-0.5) and held["best_layer"] == -1
+    assert held["gain_in_sample"] == pytest.approx(0.25)
+    inside = gain_interval(correct, [2] * 4, n_boot=50, choose="in_sample")
+    assert inside["gain"] == pytest.approx(0.25) and inside["best_layer"] == 3
 
 
 def test_gain_interval_covers_a_planted_gain_when_words_of_a_sentence_move_together():
@@ -199,7 +220,8 @@ def test_tiny_ablation_rows_and_rerun_is_cached(base, tmp_path):
     assert (df["tokens_per_s"] > 0).all()
     assert (df["eval_loss"] < df["unigram_loss"] + 1.0).all()  # trained past random init (ln 200 = 5.3)
     assert ((df["pos_layer0"] > 0.2) & (df["pos_layer0"] <= 1)).all()  # 17 UPOS labels: chance ~ 0.17 at best
-    assert df["pos_gain"].equals(df["pos_best"] - df["pos_layer0"])
+    np.testing.assert_allclose(df["pos_gain"], df["pos_best"] - df["pos_layer0"], atol=1e-12)
+    assert (df["pos_gain"] <= df["pos_gain_in_sample"] + 1e-12).all()   # a held-out choice never beats the maximum
     assert json.loads(df.loc[1, "overrides"])["lr"] == 5e-3
     assert (tmp_path / "abl" / "ablation.parquet").is_file()
     assert "| rope_lr |" in (tmp_path / "abl" / "ablation.md").read_text()
@@ -225,7 +247,7 @@ def test_tiny_ablation_rows_and_rerun_is_cached(base, tmp_path):
     assert df.loc[1, "pos_solver"] == "sklearn"
     row = measure_variant("rope_lr", final, ev_run, {}, solver="torch")
     assert row["pos_solver"] == "torch"
-    assert 0 <= row["pos_gain_lo"] <= row["pos_gain_hi"] <= 1  # the gain's interval over test sentences
+    assert -1 <= row["pos_gain_lo"] <= row["pos_gain_hi"] <= 1  # the held-out gain's interval over test sentences
     for layer, acc in json.loads(df.loc[1, "pos_by_layer"]).items():
         assert abs(json.loads(row["pos_by_layer"])[layer] - acc) <= 0.02, (layer, row["pos_by_layer"])
     assert measure_variant("rope_lr", final, ev_run, {}, solver="torch") == row  # now cached

@@ -52,7 +52,7 @@ def test_control_task_scores_selectivity_rows():
     res = control_task_scores(train, test, types[:2000], types[2000:], task_scores=task, probe_params=PARAMS,
                               n_boot=0, model="m", task="t")
     p = res.probing
-    acc_task = task[task.metric == "accuracy"].set_index("layer")["value"]
+    acc_task = task[(task.metric == "accuracy") & (task["mode"] == "single")].set_index("layer")["value"]
     acc_ctrl = p[p.metric == "accuracy"].set_index("layer")["value"]
     sel = p[p.metric == "selectivity"].set_index("layer")["value"]
     for l in (0, 1):
@@ -85,7 +85,7 @@ def test_control_accuracy_rises_and_selectivity_falls_as_word_identity_grows():
     res = control_task_scores(train, test, types[:1000], types[1000:], task_scores=task, probe_params=PARAMS,
                               n_boot=0)
     p = res.probing
-    acc_task = task[task.metric == "accuracy"].set_index("layer")["value"]
+    acc_task = task[(task.metric == "accuracy") & (task["mode"] == "single")].set_index("layer")["value"]
     acc_ctrl = p[(p.metric == "accuracy") & (p.seed == 0)].set_index("layer")["value"]
     sel = p[p.metric == "selectivity"].set_index("layer")["value"]
     # the control task is a random label per type: no feature but word identity predicts it

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from probes.layers import (MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, ProbeData, center_of_gravity,
-                           cumulative_scores, differential_scores, expected_layer, per_layer_scores,
+                           cross_fit_best, cumulative_scores, differential_scores, expected_layer, per_layer_scores,
                            scalar_mix_probe)
 
 PARAMS = dict(pooling="mean", proj_dim=16, hidden=32, lr=1e-2, batch_size=128, max_epochs=20, patience=4)
@@ -52,12 +52,44 @@ def test_per_layer_scores_peak_at_planted_layer(planted):
     train, test = planted
     df = per_layer_scores(train, test, probe_params=PARAMS, model="m", task="t", n_boot=100)
     assert list(df.columns) == PROBING_COLUMNS
-    acc = df[df.metric == "accuracy"].set_index("layer")["value"]
+    acc = df[(df.metric == "accuracy") & (df["mode"] == "single")].set_index("layer")["value"]
     assert acc.idxmax() == 2 and acc[2] > 0.9
     assert all(acc[l] < 0.5 for l in (0, 1, 3, 4))
-    row = df[(df.metric == "accuracy") & (df.layer == 2)].iloc[0]
+    row = df[(df.metric == "accuracy") & (df.layer == 2) & (df["mode"] == "single")].iloc[0]
     assert row.ci_low <= row.value <= row.ci_high and row.ci_high - row.ci_low < 0.1
-    assert set(df["mode"]) == {"single"} and set(df["pooling"]) == {"mean"}
+    assert set(df["mode"]) == {"single", "best"} and set(df["pooling"]) == {"mean"}
+    # both halves of the test items choose the planted layer; its held-out score is the layer's own
+    best = df[(df["mode"] == "best") & (df.metric == "accuracy")].iloc[0]
+    assert best.layer == 2 and best.value == pytest.approx(acc[2])
+
+
+def _items(correct):
+    """(N, 4) per-item counts from a 0/1 vector (tp = correct, fp = fn = wrong)."""
+    c = np.asarray(correct, dtype=float)
+    return np.stack([c, c, 1 - c, 1 - c], axis=1)
+
+
+def test_cross_fit_best_chooses_on_the_other_half():
+    # 8 items. Layer 0 is right on the first half only, layer 1 on the second half only, layer 2 on
+    # 3 of 4 of each half. In sample, layer 2 is best (0.75 vs 0.5). Chosen on the first half, layer 0
+    # wins (4/4) and scores 0/4 on the second; chosen on the second, layer 1 wins and scores 0/4 on the
+    # first: the held-out best is 0.0, the halves disagree (layer -1).
+    items = {(0, 0): _items([1, 1, 1, 1, 0, 0, 0, 0]), (1, 0): _items([0, 0, 0, 0, 1, 1, 1, 1]),
+             (2, 0): _items([1, 1, 1, 0, 1, 1, 1, 0])}
+    layer, chosen = cross_fit_best(items, [0, 1, 2], [0])
+    assert layer == -1 and chosen[0][:, 0].tolist() == [0] * 8
+    # when one layer is best on both halves, its items come back unchanged; ties go to the lower layer
+    items[(0, 0)] = _items([1, 1, 1, 0, 0, 0, 0, 0])
+    items[(1, 0)] = _items([1, 1, 1, 1, 1, 1, 1, 0])
+    items[(2, 0)] = _items([1, 1, 1, 1, 1, 1, 1, 0])
+    layer, chosen = cross_fit_best(items, [0, 1, 2], [0])
+    assert layer == 1 and np.array_equal(chosen[0], items[(1, 0)])
+    # the choice uses the seed-mean accuracy: two seeds that disagree are averaged
+    two = {(0, 0): _items([1, 1, 1, 1]), (0, 1): _items([0, 0, 0, 0]),
+           (1, 0): _items([1, 0, 1, 0]), (1, 1): _items([1, 0, 1, 0])}
+    assert cross_fit_best(two, [0, 1], [0, 1])[0] == 0     # 0.5 vs 0.5 on each half: the lower layer
+    with pytest.raises(ValueError, match="at least 2"):
+        cross_fit_best({(0, 0): _items([1])}, [0], [0])
 
 
 def test_per_layer_seed_aggregate_rows(planted):

@@ -137,20 +137,27 @@ class HeldOutEval:
 
 def probe_scores(path: Path, out_dir: Path, cfg: EmergenceConfig) -> dict[str, dict[str, float]]:
     """{task: {"best": best-layer score, "layer0": layer-0 score, "gain": best - layer0,
-    "best_layer": l}} from linear probes on every layer (metric: the probing table's first metric)."""
+    "best_layer": l}} from linear probes on every layer (metric: the probing table's first metric);
+    the best layer is chosen on held-out items (l = -1 when the two halves of them disagree)."""
 
     pcfg = {"tasks": list(cfg.tasks), "probes": [cfg.probe], "modes": ["single"], "seeds": [0],
             "max_train_targets": cfg.max_train_targets, "max_eval_targets": cfg.max_eval_targets,
             "max_epochs": cfg.max_epochs, "n_boot": 0}
     t = probe_model(path, out_dir=out_dir, config=pcfg, model_name=path.name, progress=False)["probing"]
-    t = t[(t["mode"] == "single") & (t["seed"] != -1) & (t["layer"] >= 0)]
+    t = t[t["mode"].isin(["single", "best"]) & (t["seed"] != -1)]
     out = {}
     for task, g in t.groupby("task"):
         metric = "accuracy" if "accuracy" in set(g["metric"]) else sorted(g["metric"])[0]
-        by_layer = g[g["metric"] == metric].groupby("layer")["value"].mean()
-        best = int(by_layer.idxmax())
-        out[task] = {f"{metric}_best": by_layer[best], f"{metric}_layer0": by_layer.get(0, np.nan),
-                     f"{metric}_gain": by_layer[best] - by_layer.get(0, np.nan), "best_layer": best}
+        g = g[g["metric"] == metric]
+        by_layer = g[(g["mode"] == "single") & (g["layer"] >= 0)].groupby("layer")["value"].mean()
+        held_out = g[g["mode"] == "best"]       # chosen on held-out items (probes.layers.cross_fit_best)
+        if len(held_out):
+            best, layer = float(held_out["value"].mean()), int(held_out["layer"].iloc[0])
+        else:                                   # a single layer: nothing to choose
+            layer = int(by_layer.idxmax())
+            best = float(by_layer[layer])
+        out[task] = {f"{metric}_best": best, f"{metric}_layer0": by_layer.get(0, np.nan),
+                     f"{metric}_gain": best - by_layer.get(0, np.nan), "best_layer": layer}
     return out
 
 

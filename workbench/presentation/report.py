@@ -263,7 +263,8 @@ def probing_section(run_dir: Path) -> Section:
     if "expected_layer" not in summary:
         s.missing.append("probing_summary")
     s.sentence = _sentence(clauses)
-    s.tables.append((f"Probing summary ({metric}; best = best single layer, lexical = layer 0)",
+    s.tables.append((f"Probing summary ({metric}; best = best single layer, chosen on held-out items; "
+                     "lexical = layer 0)",
                      summary[[c for c in PROBING_COLUMNS if c in summary]]))
     return s
 
@@ -274,6 +275,8 @@ def _task_clause(r, metric: str) -> str:
              for name in ("expected_layer", "center_of_gravity", "selectivity")
              if np.isfinite(getattr(r, name, np.nan))]
     score = f"{metric} {_f(r.best)}" + ("; " + ", ".join(extra) if extra else "")
+    if not np.isfinite(r.best_layer):
+        return f"{r.task} has no single best layer (the two halves of its test items choose differently; {score})"
     return f"{r.task} peaks at layer {int(r.best_layer)} ({score})"
 
 

@@ -153,3 +153,10 @@ def test_training_table_and_model_cards_from_pretraining_folders(tmp_path):
 def test_markdown_table_escapes_pipes():
     out = report.markdown_table(pd.DataFrame({"a": ["x|y"], "b": [1]}))
     assert out.splitlines() == ["| a | b |", "|---|---|", "| x\\|y | 1 |"]
+
+
+def test_probing_clause_says_when_no_single_best_layer_was_chosen():
+    row = pd.Series({"task": "pos", "best_layer": np.nan, "best": 0.8, "selectivity": 0.3})
+    clause = report._task_clause(row, "accuracy")
+    assert clause.startswith("pos has no single best layer") and "accuracy 0.800" in clause
+    assert report._task_clause(row.replace(np.nan, 2), "accuracy").startswith("pos peaks at layer 2 (")

@@ -38,6 +38,20 @@ def test_layer_summary_puts_baselines_beside_the_score(run_dir):
     assert row["expected_layer"] == pytest.approx(3.0, abs=0.01) and row["selectivity"] == 0.3
 
 
+def test_layer_summary_reads_the_held_out_best_layer_when_the_table_has_one():
+    # in sample, layer 2 has the maximum (0.80); the held-out choice (mode "best") is layer 1 at 0.74
+    base = dict(model="m", task="pos", probe="edge", pooling="first", metric="accuracy", seed=0, ci_low=0.0,
+                ci_high=1.0)
+    rows = [dict(base, layer=l, mode="single", value=v) for l, v in enumerate([0.60, 0.78, 0.80])]
+    probing = pd.DataFrame(rows + [dict(base, layer=1, mode="best", value=0.74)])
+    row = views.layer_summary_frame(probing).iloc[0]
+    assert (row["best_layer"], row["best"], row["lexical"]) == (1, pytest.approx(0.74), pytest.approx(0.60))
+    probing.loc[probing["mode"] == "best", "layer"] = -1           # the two halves chose differently
+    assert np.isnan(views.layer_summary_frame(probing).iloc[0]["best_layer"])
+    row = views.layer_summary_frame(probing[probing["mode"] == "single"]).iloc[0]  # an older table
+    assert (row["best_layer"], row["best"]) == (2, pytest.approx(0.80))
+
+
 def test_head_grids(run_dir):
     roles = views.head_grid(run_dir, "enc", "role")
     assert roles.values.shape == (12, 12) and roles.categories == tuple(sorted(roles.categories))

@@ -14,6 +14,11 @@ and the probes read every layer l = 0..L (0 = embeddings, the lexical baseline) 
 - "control":    the same probe on per-word-type random labels; selectivity = acc - control acc
 - "mdl":        online codelength per layer (off by default: 10 fits per layer)
 
+The best single layer ("best" rows) is chosen on held-out test items (`probes.layers.cross_fit_best`).
+The `arcs` task (which word is each word's head?) is probed by `probes.arcs` instead: a bilinear
+probe per layer ("single", "best"), Hewitt & Liang's arc control task ("control", selectivity),
+punctuation left out of the score; mix, cumulative and mdl do not apply to it.
+
 Seeds give per-seed rows (bootstrap CIs over test items) and a seed = -1 row with the mean over
 seeds and its t interval. Tables follow docs/design.md: `probing`, `probing_summary`, `mix_weights`.
 
@@ -39,6 +44,7 @@ from plmodels.checkpoint import build_model
 from plmodels.config import Config
 from plmodels.progress import Bar, write
 from plmodels.progress import progress as progress_bar
+from probes.arcs import ArcData, arc_layer_scores
 from probes.controls import control_task_scores, span_types
 from probes.edge import PROBES, make_probe
 from probes.layers import (
@@ -68,7 +74,7 @@ class ProbeRunConfig(Config):
     """A probing run. The defaults here are the canonical values (configs/probe.json is a copy of
     them to edit and pass with --config; a test keeps the two equal)."""
 
-    tasks: tuple[str, ...] = ("pos", "deps", "const", "ner", "entities", "coref")
+    tasks: tuple[str, ...] = ("pos", "deps", "arcs", "const", "ner", "entities", "coref")
     pooling: str = "first"              # subword -> word pooling in the store (first | last | mean)
     span_pooling: str = "auto"          # edge-probe span pooling; auto = self_attn (encoder) / last (decoder)
     probes: tuple[str, ...] = ("edge",)  # probes.edge.PROBES: "edge" (MLP, Tenney) and/or "linear"
@@ -82,6 +88,7 @@ class ProbeRunConfig(Config):
     record_seed: int = 0                # seeded shuffle of records before capping
     max_epochs: int = 10
     patience: int = 2
+    arc_rank: int | None = None         # rank of the arcs task's bilinear map (None = full D x D)
     hidden: int = 256                   # MLP hidden width (edge probe)
     proj_dim: int = 256                 # per-span projection (edge probe)
     batch_size: int = 256
@@ -119,6 +126,8 @@ class ProbeRunConfig(Config):
                 raise ValueError(f"ProbeRunConfig.{name} must be a positive int, got {getattr(self, name)!r}")
         if self.n_boot < 0:
             raise ValueError(f"ProbeRunConfig.n_boot must be >= 0, got {self.n_boot}")
+        if self.arc_rank is not None and (not isinstance(self.arc_rank, int) or self.arc_rank < 1):
+            raise ValueError(f"ProbeRunConfig.arc_rank must be a positive int or null, got {self.arc_rank!r}")
 
 def resolve_config(config=None, overrides: dict | None = None) -> ProbeRunConfig:
     """None -> the defaults; a dict (over the defaults); a JSON path; or a ProbeRunConfig itself;
@@ -220,6 +229,8 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
     """All configured modes for one task; returns lists of frames per table. `bar` advances by one
     per (probe, mode), a mode that does not apply to the task included."""
     out: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": []}
+    if task in ARC_TASKS:
+        return probe_arcs(train, test, cfg, layers, model_name, task, bar)
     tr, te = train.probe_data(), test.probe_data()
 
     def done(mode: str) -> None:
@@ -261,6 +272,35 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
             out["probing"].append(pd.DataFrame(rows, columns=PROBING_COLUMNS))
         done("mdl")
     return out
+
+
+ARC_TASKS = ("arcs",)       # probed by probes.arcs (head attachment), not by the edge probe
+
+
+def arc_data(split: TaskSplit) -> ArcData:
+    """An arcs split as probes.arcs reads it: dependent and head rows, the dependent's sentence rows
+    (the kept words: a sentence cut at the model's length loses its tail), punctuation not scored."""
+    arr, st = split.arrays, split.arrays.store
+    start = np.asarray(st.sent_offsets)[arr.sent_index]
+    bounds = np.stack([start, start + st.n_kept()[arr.sent_index]], axis=1)
+    return ArcData([st.layer(l) for l in range(st.n_layers)], arr.span1[:, 0], arr.span2[:, 0], bounds,
+                   score_mask=arr.labels != "punct")
+
+
+def probe_arcs(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: list[int], model_name: str,
+               task: str, bar: Bar | None = None) -> dict[str, list[pd.DataFrame]]:
+    """The arcs task: one bilinear probe per layer and seed, with the arc control task when "control"
+    is among the modes. Counts as len(probes) x len(modes) units of `bar`, as the other tasks do."""
+    tr, te = arc_data(train), arc_data(test)
+    # the edge probe's epochs and patience do not carry over: a bilinear map over whole sentences
+    # learns per sentence, not per target, and keeps ArcProbe's own (30 epochs, patience 3)
+    res = arc_layer_scores(tr, te, layers=layers, rank=cfg.arc_rank, seeds=cfg.seeds,
+                           control="control" in cfg.modes, model=model_name, task=task, n_boot=cfg.n_boot,
+                           train_types=list(train.words[tr.dep]), test_types=list(test.words[te.dep]))
+    if bar is not None:
+        bar.update(len(cfg.probes) * len(cfg.modes))
+    probing = res.probing if "single" in cfg.modes else res.probing[res.probing["mode"] == "control"]
+    return {"probing": [probing], "probing_summary": [res.summary], "mix_weights": []}
 
 
 def _word_level(split) -> bool:
@@ -336,7 +376,8 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
                                cfg.max_train_targets, tasks_dir, progress)
             test = load_split(model, tokenizer, task, cfg.eval_split, cfg, store_root, model_id,
                               cfg.max_eval_targets, tasks_dir, progress)
-            dropped = _drop_unseen(train, test) if cfg.unseen_labels == "drop" else 0
+            # arcs: the label (deprel) only marks punctuation; any head can be scored
+            dropped = _drop_unseen(train, test) if cfg.unseen_labels == "drop" and task not in ARC_TASKS else 0
             if dropped:
                 warnings.warn(f"probe {task}: {dropped} {cfg.eval_split} targets have labels not seen in the "
                               f"capped train split and were left out (unseen_labels='drop')", stacklevel=2)

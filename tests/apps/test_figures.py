@@ -4,6 +4,7 @@ stay small for long sentences, categorical grids map codes to the right colours.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
@@ -105,3 +106,16 @@ def test_other_figures_carry_the_table_values(run_dir, builder):
         fig = F.head_map_figure(views.head_map(run_dir, "enc"))
         assert sum(len(t.x) for t in fig.data if t.mode == "markers") == 144
     assert isinstance(fig, go.Figure)
+
+
+def test_fvf_figure_draws_every_setting_of_the_real_table_and_leaves_out_the_differences():
+    # the main job writes five frozen settings, the finetuned one and a "diff:" row per frozen setting:
+    # more settings than the palette has colours (this raised IndexError in the app)
+    frozen = ["last", "mean_last", "layer:-2", "scalar_mix", "concat_last4"]
+    sets = frozen + ["finetune"] + [f"diff:{s}" for s in frozen]
+    df = pd.DataFrame([dict(model="m", task="sst2", metric="accuracy", setting=s, value=0.5 + 0.01 * i,
+                            ci_low=np.nan if s == "finetune" else 0.4, ci_high=np.nan if s == "finetune" else 0.9)
+                       for i, s in enumerate(sets)])
+    fig = F.fvf_figure(df)
+    assert [t.name for t in fig.data] == frozen + ["finetune"]
+    assert [t.y[0] for t in fig.data] == pytest.approx([0.5 + 0.01 * i for i in range(6)])

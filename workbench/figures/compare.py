@@ -42,13 +42,16 @@ def speed_figure(df: pd.DataFrame) -> go.Figure:
 
 
 def fvf_figure(df: pd.DataFrame) -> go.Figure:
-    """Frozen vs finetuned: grouped bars per task (one group per setting) with CIs."""
+    """Frozen vs finetuned: grouped bars per task (one group per setting) with CIs. The table's
+    "diff:<setting>" rows (finetuned minus frozen, another scale) are left out of the bars; rows
+    without a value are skipped."""
     fig = go.Figure()
-    for i, (setting, g) in enumerate(df.groupby("setting")):
+    df = df[~df["setting"].astype(str).str.startswith("diff:")].dropna(subset=["value"])
+    for i, (setting, g) in enumerate(df.groupby("setting", sort=False)):
         label = g["model"] + " " + g["task"] + " " + g["metric"] if df["model"].nunique() > 1 else g["task"] + " " + g["metric"]
         err = dict(type="data", array=g["ci_high"] - g["value"], arrayminus=g["value"] - g["ci_low"]) \
             if "ci_high" in g and g["ci_high"].notna().any() else None
-        fig.add_trace(go.Bar(x=label, y=g["value"], name=setting, error_y=err, marker_color=PALETTE[i]))
+        fig.add_trace(go.Bar(x=label, y=g["value"], name=setting, error_y=err, marker_color=PALETTE[i % len(PALETTE)]))
     return fig.update_layout(title="Frozen vs finetuned", barmode="group", yaxis_title="score", height=380)
 
 

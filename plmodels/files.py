@@ -1,19 +1,26 @@
 """The mode of the files plmodels writes atomically (`workbench.core.io.make_shared` does the same there),
-and the one way plmodels writes safetensors files and JSON files (training state, resolved configs).
+and the one way plmodels writes safetensors files, JSON and text files (training state, resolved
+configs, rewritten logs) and swaps whole folders into place (checkpoints, tokenizers).
 
-Atomic writers build a temporary sibling with `tempfile.mkstemp` (mode 0600) or `mkdtemp` (0700) and
-rename it into place, so without a chmod every checkpoint, table and cache would be readable by its
-owner only, unlike a file written with `open()`. `make_shared` gives a path the mode `open()` or
-`mkdir()` would have: 0666 (files) or 0777 (folders) less the process umask, read at each call.
+Atomic writers build a temporary sibling (same folder, so same file system) with `tempfile.mkstemp`
+(mode 0600) or `mkdtemp` (0700), fsync it and `os.replace` it over the target, then fsync the
+folder: a reader, a killed writer or a crash leaves the old file or the new one, never a part of
+either. Without a chmod every checkpoint, table and cache would be readable by its owner only,
+unlike a file written with `open()`: `make_shared` gives a path the mode `open()` or `mkdir()`
+would have: 0666 (files) or 0777 (folders) less the process umask, read at each call.
+Temporaries are named `.<name>.<random>.tmp` (files) and `.<name>.tmp-<random>` (folders).
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import shutil
 import tempfile
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from safetensors.torch import save_file
 
@@ -30,28 +37,100 @@ def make_shared(path: str | os.PathLike, folder: bool = False) -> None:
     os.chmod(path, (0o777 if folder else 0o666) & ~current_umask())
 
 
+def fsync_path(path: str | os.PathLike) -> None:
+    """Flush a file's or a folder's data to the disk (a folder: its entries, e.g. a rename)."""
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if os.path.isdir(path) else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_tree(folder: str | os.PathLike) -> None:
+    """fsync every file and folder under `folder`, and `folder` itself (before renaming it into place)."""
+    for root, _, files in os.walk(folder, topdown=False):
+        for name in files:
+            fsync_path(os.path.join(root, name))
+        fsync_path(root)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """A temporary sibling of `path` open for writing; when the block ends without an exception it
+    is flushed, fsynced, given `open()`'s mode and renamed over `path`. An exception (or a kill)
+    before then leaves `path` as it was (an exception also removes the temporary)."""
+    path = Path(path)
+    if "w" not in mode:
+        raise ValueError(f"atomic_open: mode must be a write mode, got {mode!r}")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        make_shared(tmp)  # mkstemp makes 0600 files
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_path(path.parent)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """`text` (UTF-8) at `path`, atomically and with the mode `open()` gives."""
+    with atomic_open(path) as f:
+        f.write(text)
+
+
 def save_safetensors(tensors: dict, path: str | os.PathLike, metadata: dict | None = None) -> None:
-    """safetensors' `save_file`, atomically (a temporary sibling, then a rename) and with the mode
-    `open()` gives, where `save_file` alone creates a 0600 file."""
+    """safetensors' `save_file`, atomically (a temporary sibling, fsynced, then a rename) and with
+    the mode `open()` gives, where `save_file` alone creates a 0600 file."""
 
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         save_file(tensors, tmp, metadata=metadata)
+        fsync_path(tmp)
         make_shared(tmp)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+    fsync_path(path.parent)
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
-    """`obj` as indented, key-sorted JSON at `path`, atomically and with the mode `open()` gives."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(obj, f, indent=2, sort_keys=True)
-        f.write("\n")
-    make_shared(tmp)  # mkstemp makes 0600 files
-    os.replace(tmp, path)
+    """`obj` as indented, key-sorted JSON at `path`, atomically and with the mode `open()` gives.
+    The object is serialised first: one that does not serialise leaves the old file as it was."""
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def temp_folder(path: str | os.PathLike) -> Path:
+    """A fresh name (not created) beside `path` to build a folder in before `replace_folder`:
+    `.<name>.tmp-<pid>-<random>`, hidden from globs such as `step_*`."""
+    path = Path(path)
+    return path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def replace_folder(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Move the finished folder `tmp` (see `temp_folder`) to `path`, its files fsynced first.
+
+    A new `path` appears whole in one rename. An existing one is moved aside, `tmp` renamed in and
+    the old one deleted: a kill between the two renames leaves no `path` (and a hidden
+    `.<name>.old-*` sibling), never a mixed folder.
+    """
+    tmp, path = Path(tmp), Path(path)
+    fsync_tree(tmp)
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        os.replace(path, old)
+        os.replace(tmp, path)
+        fsync_path(path.parent)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)
+        fsync_path(path.parent)
+    return path

@@ -12,7 +12,7 @@ Entry points: `pretrain(config, out_dir)` (loop.py; the CLI `workbench pretrain`
 | schedule.py     | learning-rate schedules as pure functions of the step (or of the clock)    |
 | data.py         | a run's tokenizer and token caches; micro-batches as a function of (step, rank) |
 | loss.py         | the MLM / causal-LM loss of a batch, with the fused linear cross-entropy   |
-| runtime.py      | precision (bf16), the AdamW optimizer, progress lines, metrics.jsonl rows  |
+| runtime.py      | precision (bf16), the AdamW optimizer, progress lines, metrics.jsonl rows (and reading them back), the kill-test hook |
 | distributed.py  | torchrun data parallelism: ranks, gradient averaging, rank 0's decisions   |
 | state.py        | a checkpoint's training state (safetensors + JSON) and when checkpoints fall |
 | evaluation.py   | held-out loss, perplexity, accuracy and the unigram baseline               |

@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Iterator, Literal
 
 import numpy as np
 
-from plmodels.files import make_shared
+from plmodels.files import atomic_open, make_shared
 from plmodels.progress import Bar
 from plmodels.progress import progress as progress_bar
 from plmodels.tokenizer import Tokenizer
@@ -382,6 +382,8 @@ def tokenize_to_cache(
     try:
         with bar, os.fdopen(fd, "wb") as out:
             counts = _write_ids(texts, tokenizer, out, dtype, bar)
+            out.flush()
+            os.fsync(out.fileno())
         if counts["n_docs"] == 0:
             raise ValueError(f"no text to tokenize for {label or cache_path} ({counts['n_skipped']} empty documents)")
         # Drop the old sidecar first: a stale key must never describe the new file.
@@ -394,11 +396,8 @@ def tokenize_to_cache(
         raise
     meta = {"key": full_key, "dtype": dtype.name, **counts, "vocab_size": tokenizer.vocab_size,
             "doc_sep_id": tokenizer.doc_sep_id, "seconds": round(time.monotonic() - t0, 3)}
-    fd, tmp_meta = tempfile.mkstemp(dir=cache_path.parent, prefix=f".{cache_path.name}.meta.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
+    with atomic_open(_meta_path(cache_path)) as f:  # fsynced, after the ids it describes
         json.dump(meta, f, indent=2)
-    make_shared(tmp_meta)
-    os.replace(tmp_meta, _meta_path(cache_path))
     return np.memmap(cache_path, dtype=dtype, mode="r", shape=(counts["n_tokens"],))
 
 

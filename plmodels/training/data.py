@@ -8,6 +8,7 @@ training targets (masking.py): MLM (+ NSP) for WordPiece rows, the shifted ids f
 from __future__ import annotations
 
 import itertools
+import shutil
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -15,7 +16,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from plmodels.tokenizer import Tokenizer
+from plmodels.files import replace_folder, temp_folder
+from plmodels.tokenizer import META_FILE, TOKENIZER_FILE, Tokenizer
 
 from . import corpus
 from .config import PretrainConfig, resolve_path
@@ -37,9 +39,11 @@ class Batch:
 
 def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist):
     """out_dir/tokenizer if present (resume), else cfg.tokenizer_path, else trained by rank 0 on a
-    bounded sample of the training split (WordPiece for encoders, byte-level BPE for decoders)."""
+    bounded sample of the training split (WordPiece for encoders, byte-level BPE for decoders).
+    The folder is built aside and renamed in whole (a killed run leaves it complete or absent; a
+    folder lacking one of its two files, left by an older version killed between them, is redone)."""
     tok_dir = out_dir / "tokenizer"
-    if d.main and not (tok_dir / "tokenizer.json").is_file():
+    if d.main and not all((tok_dir / name).is_file() for name in (TOKENIZER_FILE, META_FILE)):
         if cfg.tokenizer_path:
             tok = Tokenizer.load(Path(cfg.tokenizer_path).expanduser())
         else:
@@ -51,7 +55,13 @@ def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist):
             else:
                 tok = Tokenizer.train_bpe(texts, cfg.vocab_size)
             log(f"tokenizer: {tok} trained on {sum(map(len, texts)):,} chars in {time.monotonic() - t0:.1f}s")
-        tok.save(tok_dir)
+        tmp = temp_folder(tok_dir)
+        try:
+            tok.save(tmp)
+            replace_folder(tmp, tok_dir)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     barrier(d)
     return Tokenizer.load(tok_dir)
 

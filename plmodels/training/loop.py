@@ -20,6 +20,7 @@ training state (state.py; safetensors + JSON, no pickles).
 Run folder layout:
     out_dir/config.resolved.json      the resolved config (resume refuses a different one)
     out_dir/metrics.jsonl             {step, tokens, split, metric, value, time} per line
+    out_dir/resumes.json              one record per resumption (absent if the run never resumed)
     out_dir/tokenizer/                the tokenizer used
     out_dir/cache/                    token caches
     out_dir/checkpoints/step_0000064/ plmodels.save folder + train_state.safetensors/.json
@@ -27,12 +28,29 @@ Run folder layout:
 
 Reproducibility: the data order is a function of (seed, epoch), the MLM mask and the dropout RNG are
 functions of (seed, step), so a killed run resumed from its last checkpoint reaches bit-identical
-weights (fp32) to an uninterrupted one.
+weights (fp32) to an uninterrupted one, and the same metrics.jsonl rows.
+
+Surviving a kill (SIGKILL, OOM killer, a lost node) at any point: every file the run rewrites is
+written atomically (a temporary sibling, fsynced, renamed over the target: plmodels.files):
+config.resolved.json, metrics.jsonl when a resumption rewrites it, and whole folders for the
+tokenizer and each checkpoint (model, card, tokenizer and training state built in a hidden
+`.<name>.tmp-*` folder, then renamed in), so a checkpoint folder is complete or absent.
+metrics.jsonl is appended to a step at a time; a kill in an append can tear its last line. On
+resumption `clean_metrics` drops that torn line (with a warning) and the rows the resumed run will
+log again (those after its checkpoint's step), so the curve holds each row once; an unparseable line
+elsewhere is an error naming file:line. What it dropped goes to resumes.json and the cards'
+`resumes`. Temporaries left by a killed run are deleted when the run starts again (one process per
+run folder: a second process writing the same folder is not supported). tests/plmodels/test_resume.py
+SIGKILLs runs at each kind of write (runtime.kill_point) and at random moments and checks that the
+resumed run's metrics and weights are the uninterrupted run's.
 """
 from __future__ import annotations
 
 import json
 import math
+import os
+import re
+import shutil
 import time
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
@@ -43,7 +61,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from plmodels.checkpoint import build_model, save
-from plmodels.files import write_json_atomic
+from plmodels.files import atomic_open, replace_folder, temp_folder, write_json_atomic
 from plmodels.presets import preset as preset_fields
 from plmodels.progress import progress
 
@@ -65,8 +83,10 @@ from .masking import step_generator
 from .runtime import (
     append_metrics,
     fmt_time,
+    kill_point,
     log,
     make_optimizer,
+    read_jsonl,
     use_bf16,
     warn_if_steps_end_first,
 )
@@ -124,6 +144,79 @@ def check_resume(out_dir: Path, resolved: dict, resume: bool) -> bool:
     return True
 
 
+def clean_metrics(path: Path, step: int, cfg: PretrainConfig) -> dict:
+    """Make metrics.jsonl (`path`) hold what a run resumed at `step` has logged and will not log
+    again; returns what it dropped: {"metrics_rows_dropped", "torn_lines_dropped", "torn_bytes_dropped"}.
+
+    Dropped: a torn last line (`read_jsonl`; a warning says how many bytes), every row after `step`,
+    and the held-out rows at `step` when the resumed run evaluates there again: at step 0 (the
+    evaluation before training; `step` is 0 when no checkpoint was finished) and at or past
+    max_steps (the final evaluation, logged before `final` is saved, which a resumption from `final`
+    or from a checkpoint at max_steps redoes). The kept lines are rewritten as they were, atomically.
+    """
+    got = read_jsonl(path)
+    redo_evals = step == 0 or step >= cfg.max_steps
+    keep = [line for r, line in zip(got.rows, got.lines)
+            if r["step"] < step or (r["step"] == step and (r["split"] == "train" or not redo_evals))]
+    dropped = {"metrics_rows_dropped": len(got.rows) - len(keep), "torn_lines_dropped": got.torn_lines,
+               "torn_bytes_dropped": got.torn_bytes}
+    if got.torn_lines:
+        log(f"warning: {path}: dropped its last line, {got.torn_bytes} bytes torn by a killed append")
+    if dropped["metrics_rows_dropped"]:
+        log(f"{path.name}: dropped {dropped['metrics_rows_dropped']} rows that the run resumed at step {step} "
+            f"logs again")
+    text = "".join(line + "\n" for line in keep)
+    if path.is_file() and path.read_bytes() != text.encode("utf-8"):
+        with atomic_open(path) as f:
+            f.write(text)
+            kill_point("resume", f)  # tests: die with the new file written, not yet renamed in
+    return dropped
+
+
+LEFTOVER_FOLDERS = (".", "checkpoints", "cache", "tokenizer")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_leftovers(out_dir: Path) -> int:
+    """Delete the temporaries of atomic writes a killed run left in its folder (hidden entries
+    named `.<name>.<random>.tmp`, `.<name>.tmp-*` or `.<name>.old-*`); returns how many. Folders
+    named with the pid of another live process (`plmodels.files.temp_folder`) are kept."""
+    n = 0
+    for sub in LEFTOVER_FOLDERS:
+        folder = out_dir / sub
+        if not folder.is_dir():
+            continue
+        for p in folder.iterdir():
+            if p.name.startswith(".") and (p.name.endswith(".tmp") or ".tmp-" in p.name or ".old-" in p.name):
+                pid = re.search(r"\.(?:tmp|old)-(\d+)-[0-9a-f]{8}$", p.name)
+                if pid and int(pid.group(1)) != os.getpid() and _pid_alive(int(pid.group(1))):
+                    continue
+                if p.is_dir() and not p.is_symlink():
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    p.unlink(missing_ok=True)
+                n += 1
+    return n
+
+
+def _record_resume(out_dir: Path, record: dict) -> list[dict]:
+    """Add `record` to out_dir/resumes.json (rewritten atomically); returns every record."""
+    path = out_dir / "resumes.json"
+    records = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else []
+    records.append(record)
+    write_json_atomic(path, records)
+    return records
+
+
 def _seed_step(seed: int, step: int, rank: int) -> None:
     """Dropout draws from the global RNG: reseed it from (seed, step, rank) so resumption replays it."""
     torch.manual_seed(int(step_generator(seed, step, stream=rank).initial_seed()))
@@ -156,6 +249,11 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
     model_cfg = build_model_config(cfg, tok)
     resolved = {"pretrain": cfg.to_dict(), "model": model_cfg, "tokenizer": tok.fingerprint(), "world_size": d.world}
     resuming = check_resume(out_dir, resolved, resume)
+    leftovers = 0
+    if d.main:  # after check_resume: a refused call leaves the folder as it was
+        leftovers = remove_leftovers(out_dir)
+        if leftovers:
+            log(f"removed {leftovers} temporaries of writes a killed run left unfinished in {out_dir}")
     barrier(d)
     if d.main and not resuming:
         write_json_atomic(out_dir / "config.resolved.json", resolved)
@@ -179,7 +277,6 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
         model.set_vocab_order(counts)  # the shortlist = the most frequent training tokens
     optimizer = make_optimizer(model, cfg)
     step, tokens, elapsed = 0, 0, 0.0
-    metrics_path = out_dir / "metrics.jsonl"
     ckpt = latest_checkpoint(out_dir) if resuming else None
     if ckpt is not None:
         model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(device)))
@@ -187,15 +284,20 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
         step, tokens, elapsed = info["step"], info["tokens"], info["elapsed"]
         if d.main:
             log(f"resuming from {ckpt} at step {step} (epoch {info['epoch']}, position {info['position']})")
-            if metrics_path.is_file():  # drop rows logged after the checkpoint: they will be redone
-                keep = [r for r in metrics_path.read_text().splitlines() if json.loads(r)["step"] <= step]
-                metrics_path.write_text("".join(r + "\n" for r in keep))
+    resumes: list[dict] = []
+    if d.main and resuming:  # with no finished checkpoint the run starts again from step 0
+        if ckpt is None:
+            log(f"resuming the run in {out_dir} from step 0: it has no finished checkpoint")
+        dropped = clean_metrics(out_dir / "metrics.jsonl", step, cfg)
+        resumes = _record_resume(out_dir, {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "from": None if ckpt is None else str(ckpt.relative_to(out_dir)),
+            "step": step, **dropped, "leftovers_removed": leftovers})
     broadcast_parameters(model, d)
     autocast = use_bf16(cfg.bf16, device)
     if d.main:
         why = "as set" if cfg.bf16 != "auto" else ("native" if autocast else "no native") + " bf16 on this device"
         log(f"precision: {'bf16 autocast' if autocast else 'fp32'} (bf16: {cfg.bf16!r}, {why})")
-    loop = _Loop(cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids)
+    loop = _Loop(cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids, resumes)
     return loop.run(step, tokens, elapsed, stop_at_step)
 
 
@@ -203,10 +305,7 @@ def loss_curve(metrics_path: Path, last_step: int) -> dict:
     """Summary of metrics.jsonl for the card: train loss at steps 1, 2, 4, ... and the last step,
     and every held-out loss, as [step, value] pairs."""
     out: dict[str, list] = {"train_loss": []}
-    if not metrics_path.is_file():
-        return out
-    for line in metrics_path.read_text(encoding="utf-8").splitlines():
-        r = json.loads(line)
+    for r in read_jsonl(metrics_path).rows:
         if r["split"] == "train" and (log_spaced(r["step"]) or r["step"] == last_step):
             out["train_loss"].append([r["step"], round(r["value"], 4)])
         elif r["split"] != "train" and r["metric"] == "loss":
@@ -238,8 +337,10 @@ class CompiledStep:
 class _Loop:
     """The optimisation loop and what it writes (state kept here so each method stays short)."""
 
-    def __init__(self, cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids):
+    def __init__(self, cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids,
+                 resumes=()):
         self.cfg, self.d, self.device, self.model, self.opt = cfg, d, device, model, optimizer
+        self.resumes = list(resumes)  # the run's resumption records (resumes.json), for the cards
         self.batches, self.evals, self.tok, self.out_dir, self.autocast = batches, evals, tok, out_dir, autocast
         self.n_train_tokens = int(len(train_ids))
         self.tokens_per_step = cfg.batch_size * cfg.seq_len * cfg.grad_accum * d.world
@@ -282,6 +383,7 @@ class _Loop:
     def card(self, step: int, tokens: int, stopped_by: str) -> dict:
         cfg = self.cfg
         return {
+            **({"resumes": self.resumes} if self.resumes else {}),
             "data": {"train": [cfg.train_source, cfg.train_split], "train_tokens": self.n_train_tokens,
                      "eval": [cfg.eval_source, cfg.eval_split], "extra_eval": cfg.extra_eval,
                      "tokenizer": {"kind": self.tok.kind, "vocab_size": self.tok.vocab_size}},
@@ -292,10 +394,19 @@ class _Loop:
         }
 
     def save(self, path: Path, step: int, tokens: int, elapsed: float, stopped_by: str) -> None:
-        save(self.model, self.tok, path, card=self.card(step, tokens, stopped_by))
-        epoch, pos = self.batches.position(step)
-        save_train_state(path, self.opt, {"step": step, "tokens": tokens, "elapsed": elapsed, "epoch": epoch,
-                                          "position": pos, "seed": self.cfg.seed, "world_size": self.d.world})
+        """The checkpoint folder, whole: built in a hidden temporary sibling (model, tokenizer, card,
+        training state), fsynced and renamed to `path` (plmodels.files.replace_folder)."""
+        tmp = temp_folder(path)
+        try:
+            save(self.model, self.tok, tmp, card={"name": path.name, **self.card(step, tokens, stopped_by)})
+            epoch, pos = self.batches.position(step)
+            save_train_state(tmp, self.opt, {"step": step, "tokens": tokens, "elapsed": elapsed, "epoch": epoch,
+                                             "position": pos, "seed": self.cfg.seed, "world_size": self.d.world})
+            kill_point("checkpoint")  # tests: die with the folder built, not yet renamed in
+            replace_folder(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
 
     def run(self, step: int, tokens: int, elapsed: float, stop_at_step: int | None) -> TrainResult:
         cfg, d = self.cfg, self.d
@@ -317,6 +428,7 @@ class _Loop:
                 loss_sum, n_loss, logged = loss_sum + loss, n_loss + 1, False
                 if d.main:
                     append_metrics(self.out_dir / "metrics.jsonl", step, tokens, "train", {"loss": loss}, now)
+                    kill_point("step")  # tests: die between a step's row and its checkpoint
                     bar.update(1)
                     if budget is not None:
                         bar.end_within(budget - now)

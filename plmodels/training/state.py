@@ -3,7 +3,8 @@
 A checkpoint folder is a `plmodels.save` folder plus `train_state.safetensors` (the optimizer's
 tensors) and `train_state.json` (step, tokens, elapsed time, data position, seed, param groups);
 the JSON is written last, so a folder without it is an unfinished checkpoint and
-`latest_checkpoint` skips it. Checkpoints fall every `ckpt_every` steps and, with
+`latest_checkpoint` skips it (the pretraining loop also builds each checkpoint folder aside and
+renames it in whole, so such a folder comes only from older versions or other writers). Checkpoints fall every `ckpt_every` steps and, with
 `ckpt_log_spaced`, at steps 1, 2, 4, 8, ... (to follow how structure emerges early).
 """
 from __future__ import annotations

@@ -58,6 +58,7 @@ from plmodels.tokenizer import Tokenizer
 from plmodels.training import PretrainConfig, load_config, pretrain
 from plmodels.training.config import resolve_path
 from plmodels.training.corpus import sample_texts_for_tokenizer
+from plmodels.training.runtime import read_jsonl
 from probes.logreg import LogisticRegressionLBFGS
 from workbench.analyses.emergence import decoder_baselines
 from workbench.analyses.heads import analyse_loaded, summarise_heads
@@ -229,8 +230,9 @@ def train_variant(cfg, out_dir: Path, cache_dir: Path) -> Path:
 
 
 def read_metrics(run_dir: Path) -> pd.DataFrame:
-    """metrics.jsonl of a pretraining run as a DataFrame (step, tokens, split, metric, value, time)."""
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    """metrics.jsonl of a pretraining run as a DataFrame (step, tokens, split, metric, value, time);
+    the torn last line of a killed run is dropped (`plmodels.training.runtime.read_jsonl`)."""
+    rows = read_jsonl(run_dir / "metrics.jsonl").rows
     return pd.DataFrame(rows, columns=["step", "tokens", "split", "metric", "value", "time"])
 
 

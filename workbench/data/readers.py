@@ -14,12 +14,14 @@ Formats followed:
   preterminals (POS tags) are kept apart, as in Tenney et al. (2019), whose constituent task labels
   non-terminal spans only.
 - GLUE SST-2 TSV (Wang et al. 2018): header `sentence<TAB>label`; the test file is unlabeled.
+All files are read as UTF-8 (a byte-order mark opening the file is skipped), with lines numbered as
+`grep -n` numbers them; bytes that are not UTF-8 and a file without any sentence are errors too.
 """
 from __future__ import annotations
 
 import collections
-import csv
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,47 @@ class DataFormatError(ValueError):
     def __init__(self, file: str | Path, line: int, message: str):
         self.file, self.line, self.message = str(file), int(line), message
         super().__init__(f"{self.file}:{self.line}: {message}")
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of a UTF-8 file. A line ends at "\\n" and a "\\r" before it is
+    dropped (CRLF files); a byte-order mark opening the file is skipped. Bytes that are not UTF-8, or a
+    "\\r" anywhere else, are a DataFormatError on their line."""
+    try:
+        with open(path, encoding="utf-8-sig", newline="\n") as fh:
+            for ln, raw in enumerate(fh, start=1):
+                line = raw.rstrip("\n")                         # at most one: lines end at \n
+                if "\r" in line:
+                    if line.find("\r") != len(line) - 1:
+                        raise DataFormatError(path, ln, "carriage return (\\r) inside the line; only \\n and "
+                                              "\\r\\n line ends are read (old Mac file? `tr '\\r' '\\n'`)")
+                    line = line[:-1]
+                yield ln, line
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
+
+
+def _not_utf8(path: Path) -> DataFormatError:
+    """The error for a file that is not UTF-8, naming its first bad line and how to convert it."""
+    with open(path, "rb") as fh:
+        for ln, raw in enumerate(fh, start=1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                near = raw[max(0, e.start - 12):e.start + 12].rstrip(b"\r\n")
+                if ln == 1 and raw[:2] in (b"\xff\xfe", b"\xfe\xff"):
+                    how = f"it looks like UTF-16: `iconv -f utf-16 -t utf-8 {path.name} > {path.name}.utf8`"
+                else:
+                    how = f"if it is Latin-1, convert it: `iconv -f latin1 -t utf-8 {path.name} > {path.name}.utf8`"
+                return DataFormatError(path, ln, f"not UTF-8: byte 0x{raw[e.start]:02x} at byte {e.start + 1} of "
+                                       f"the line ({e.reason}) in {near!r}; {how}")
+    return DataFormatError(path, 1, "not UTF-8")       # only if the file changed while being read
+
+
+def _no_sentences(path: Path, n_lines: int, rest: str = "blank lines or comments") -> DataFormatError:
+    """The error for a file that holds no sentence at all (an empty or cut-off download, a wrong path)."""
+    why = "the file is empty" if n_lines == 0 else f"its {n_lines} line(s) hold only {rest}"
+    return DataFormatError(path, 1, f"no sentences: {why}")
 
 
 class Skips(collections.Counter):
@@ -141,10 +184,51 @@ class _MentionTracker:
 
 
 def _int(text: str, path: Path, line: int, what: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise DataFormatError(path, line, f"{what} {text!r} is not an integer") from None
+    """An integer field: ASCII digits, maybe after "-" (int() alone would also take " 1", "1_0", "+1")."""
+    if text.isascii() and (text.isdigit() or text[:1] == "-" and text[1:].isdigit()):
+        try:
+            return int(text)
+        except ValueError:                                   # more digits than int() converts
+            pass
+    raise DataFormatError(path, line, f"{what} {text!r} is not an integer")
+
+
+def _columns_message(line: str, cols: list[str], expected: str) -> str:
+    """Why a token line has the wrong number of columns, saying so when it only holds spaces."""
+    if not line.strip():
+        return "line has only spaces or tabs; a sentence ends at an empty line"
+    return f"expected {expected} tab-separated columns, found {len(cols)}"
+
+
+def _check_tree(heads: list[int], lines: list[int], path: Path) -> None:
+    """UD basic dependencies form one tree: exactly one word has HEAD 0, and every other word reaches
+    it by following HEADs (no cycle). `heads` are 1-based ids already in 0..n; `lines` per word."""
+    if heads.count(0) != 1:
+        roots = [i + 1 for i, h in enumerate(heads) if h == 0]
+        if not roots:
+            raise DataFormatError(path, lines[0], "sentence has no root: no word has HEAD 0 (UD needs exactly one)")
+        raise DataFormatError(path, lines[roots[1] - 1], f"sentence has {len(roots)} roots: words "
+                              f"{', '.join(map(str, roots))} have HEAD 0 (UD allows exactly one)")
+    reached = [False] * (len(heads) + 1)                     # word id -> known to reach the root
+    reached[0] = True
+    walk = [0] * (len(heads) + 1)                            # word id -> last walk that passed it
+    for i in range(1, len(heads) + 1):
+        j = i
+        while not reached[j]:
+            if walk[j] == i:                                 # back on this walk: a cycle through j
+                cycle, k = [j], heads[j - 1]
+                while k != j:
+                    cycle.append(k)
+                    k = heads[k - 1]
+                first = min(cycle)
+                raise DataFormatError(path, lines[first - 1], "dependency cycle " + " -> ".join(
+                    map(str, cycle + [j])) + f" (word -> its HEAD): word {first} has no path to the root")
+            walk[j] = i
+            j = heads[j - 1]
+        j = i
+        while not reached[j]:
+            reached[j] = True
+            j = heads[j - 1]
 
 
 class _SentenceBuilder:
@@ -202,6 +286,7 @@ class _SentenceBuilder:
         for s, e, _, ln in self.mwt:
             if e > n:
                 raise DataFormatError(path, ln, f"multiword token {s + 1}-{e} ends past the last word {n}")
+        _check_tree(heads, self.lines, path)
         col = lambda k: tuple(r[k] for r in rows)  # noqa: E731
         return Sentence(
             sent_id=self.comments.get("sent_id", f"{path.name}:{self.first_line}"),
@@ -212,39 +297,40 @@ class _SentenceBuilder:
 
 
 def read_conllu(path: str | Path) -> list[Sentence]:
-    """All sentences of a CoNLL-U file, checked: 10 columns, ids 1..n in order, heads in 0..n,
-    multiword ranges inside the sentence, every `Entity=` bracket closed within its sentence."""
+    """All sentences of a CoNLL-U file, checked: 10 columns, ids 1..n in order, heads in 0..n forming
+    one tree (one root, no cycle), multiword ranges inside the sentence, every `Entity=` bracket closed
+    within its sentence, and at least one sentence in the file."""
     path = Path(path)
     sentences: list[Sentence] = []
     fields, doc_id = _DEFAULT_ENTITY_FIELDS, ""
     cur = _SentenceBuilder(path, fields)
-    with open(path, encoding="utf-8") as fh:
-        ln = 0
-        for ln, raw in enumerate(fh, start=1):
-            line = raw.rstrip("\n").rstrip("\r")
-            if not line:
-                if cur:
-                    sentences.append(cur.build(ln, doc_id))
-                    cur = _SentenceBuilder(path, fields)
-            elif line.startswith("#"):
-                if cur.rows:
-                    raise DataFormatError(path, ln, "comment line inside a sentence")
-                key, sep, val = line[1:].partition("=")
-                key, val = key.strip(), val.strip()
-                if sep:
-                    cur.comments[key] = val
-                if key.startswith("newdoc"):
-                    doc_id = val if sep else ""
-                elif key == "global.Entity" and sep:
-                    fields = tuple(val.split("-"))
-                    cur.tracker = _MentionTracker(path, fields)
-            else:
-                cols = line.split("\t")
-                if len(cols) != 10:
-                    raise DataFormatError(path, ln, f"expected 10 tab-separated columns, found {len(cols)}")
-                cur.add(cols, ln)
-        if cur:
-            sentences.append(cur.build(ln + 1, doc_id))
+    ln = 0
+    for ln, line in _lines(path):
+        if not line:
+            if cur:
+                sentences.append(cur.build(ln, doc_id))
+                cur = _SentenceBuilder(path, fields)
+        elif line.startswith("#"):
+            if cur.rows:
+                raise DataFormatError(path, ln, "comment line inside a sentence")
+            key, sep, val = line[1:].partition("=")
+            key, val = key.strip(), val.strip()
+            if sep:
+                cur.comments[key] = val
+            if key.startswith("newdoc"):
+                doc_id = val if sep else ""
+            elif key == "global.Entity" and sep:
+                fields = tuple(val.split("-"))
+                cur.tracker = _MentionTracker(path, fields)
+        else:
+            cols = line.split("\t")
+            if len(cols) != 10:
+                raise DataFormatError(path, ln, _columns_message(line, cols, "10"))
+            cur.add(cols, ln)
+    if cur:
+        sentences.append(cur.build(ln + 1, doc_id))
+    if not sentences:
+        raise _no_sentences(path, ln)
     return sentences
 
 
@@ -296,7 +382,8 @@ def iob2_spans(tags: list[str] | tuple[str, ...], skips: Skips | None = None,
 
 def read_iob2(path: str | Path, labels: tuple[str, ...] = ("PER", "ORG", "LOC"),
               skip_invalid: bool = True) -> tuple[list[NerSentence], Skips]:
-    """UNER IOB2 sentences (`ID FORM TAG - ANNOTATOR`, `# sent_id` comments, blank-line separated).
+    """UNER IOB2 sentences (`ID FORM TAG - ANNOTATOR`, `# sent_id` comments, blank-line separated);
+    a file without any sentence is an error.
 
     A tag whose type is not in `labels` is an error. Invalid I- runs are counted in the returned
     Skips (skip_invalid=True) or raise DataFormatError naming the file and line.
@@ -315,33 +402,34 @@ def read_iob2(path: str | Path, labels: tuple[str, ...] = ("PER", "ORG", "LOC"),
                                tuple(spans), lines[0], own["invalid_iob2_span"]))
         sent_id, words, tags, lines = "", [], [], []
 
-    with open(path, encoding="utf-8") as fh:
-        for ln, raw in enumerate(fh, start=1):
-            line = raw.rstrip("\r\n")
-            if not line:
+    ln = 0
+    for ln, line in _lines(path):
+        if not line:
+            if words:
+                flush()
+            continue
+        if line.startswith("#"):
+            key, sep, val = line[1:].partition("=")
+            if sep and key.strip() == "sent_id":
                 if words:
-                    flush()
-                continue
-            if line.startswith("#"):
-                key, sep, val = line[1:].partition("=")
-                if sep and key.strip() == "sent_id":
-                    if words:
-                        raise DataFormatError(path, ln, "sent_id comment inside a sentence")
-                    sent_id = val.strip()
-                continue
-            cols = line.split("\t")
-            if len(cols) < 3:
-                raise DataFormatError(path, ln, f"expected >= 3 tab-separated columns, found {len(cols)}")
-            if _int(cols[0], path, ln, "ID") != len(words) + 1:
-                raise DataFormatError(path, ln, f"token id {cols[0]} out of order, expected {len(words) + 1}")
-            tag = cols[2]
-            if tag != "O" and (tag[:2] not in ("B-", "I-") or tag[2:] not in labels):
-                raise DataFormatError(path, ln, f"tag {tag!r} is not O or B-/I- of {'/'.join(labels)}")
-            words.append(cols[1])
-            tags.append(tag)
-            lines.append(ln)
+                    raise DataFormatError(path, ln, "sent_id comment inside a sentence")
+                sent_id = val.strip()
+            continue
+        cols = line.split("\t")
+        if len(cols) < 3:
+            raise DataFormatError(path, ln, _columns_message(line, cols, ">= 3"))
+        if _int(cols[0], path, ln, "ID") != len(words) + 1:
+            raise DataFormatError(path, ln, f"token id {cols[0]} out of order, expected {len(words) + 1}")
+        tag = cols[2]
+        if tag != "O" and (tag[:2] not in ("B-", "I-") or tag[2:] not in labels):
+            raise DataFormatError(path, ln, f"tag {tag!r} is not O or B-/I- of {'/'.join(labels)}")
+        words.append(cols[1])
+        tags.append(tag)
+        lines.append(ln)
     if words:
         flush()
+    if not out:
+        raise _no_sentences(path, ln)
     return out, skips
 
 
@@ -431,13 +519,16 @@ def parse_ptb(text: str, path: str | Path = "<string>", line: int = 0) -> Tree:
 
 
 def read_ptb(path: str | Path) -> list[Tree]:
-    """One tree per non-empty line; line numbers are kept so trees align to CoNLL-U sentences."""
+    """One tree per non-empty line; line numbers are kept so trees align to CoNLL-U sentences.
+    A file without any tree is an error."""
     path = Path(path)
     trees = []
-    with open(path, encoding="utf-8") as fh:
-        for ln, raw in enumerate(fh, start=1):
-            if raw.strip():
-                trees.append(parse_ptb(raw, path, ln))
+    ln = 0
+    for ln, line in _lines(path):
+        if line.strip():
+            trees.append(parse_ptb(line, path, ln))
+    if not trees:
+        raise _no_sentences(path, ln, "blank lines")
     return trees
 
 
@@ -466,24 +557,27 @@ class LabeledText:
 
 
 def read_sst2(path: str | Path) -> list[LabeledText]:
-    """GLUE SST-2 TSV: `sentence<TAB>label` (label 0/1), or `index<TAB>sentence` for the test file."""
+    """GLUE SST-2 TSV: `sentence<TAB>label` (label 0/1), or `index<TAB>sentence` for the test file.
+    Fields are split at tabs with no quoting (as GLUE writes them); a file without any row is an error."""
     path = Path(path)
     out = []
-    with open(path, encoding="utf-8", newline="") as fh:
-        reader = csv.reader(fh, delimiter="\t", quoting=csv.QUOTE_NONE)
-        header = next(reader, None)
-        if header not in (["sentence", "label"], ["index", "sentence"]):
-            raise DataFormatError(path, 1, f"header {header!r} is not sentence/label or index/sentence")
-        labeled = header[0] == "sentence"
-        for row in reader:
-            ln = reader.line_num
-            if len(row) != 2:
-                raise DataFormatError(path, ln, f"expected 2 tab-separated fields, found {len(row)}")
-            if labeled:
-                if row[1] not in ("0", "1"):
-                    raise DataFormatError(path, ln, f"label {row[1]!r} is not 0 or 1")
-                out.append(LabeledText(row[0].strip(), int(row[1]), ln))
-            else:
-                _int(row[0], path, ln, "index")
-                out.append(LabeledText(row[1].strip(), None, ln))
+    labeled, ln = True, 0
+    for ln, line in _lines(path):
+        row = line.split("\t")
+        if ln == 1:
+            if row not in (["sentence", "label"], ["index", "sentence"]):
+                raise DataFormatError(path, 1, f"header {row!r} is not sentence/label or index/sentence")
+            labeled = row[0] == "sentence"
+            continue
+        if len(row) != 2:
+            raise DataFormatError(path, ln, f"expected 2 tab-separated fields, found {len(row)}")
+        if labeled:
+            if row[1] not in ("0", "1"):
+                raise DataFormatError(path, ln, f"label {row[1]!r} is not 0 or 1")
+            out.append(LabeledText(row[0].strip(), int(row[1]), ln))
+        else:
+            _int(row[0], path, ln, "index")
+            out.append(LabeledText(row[1].strip(), None, ln))
+    if not out:
+        raise _no_sentences(path, ln, "the header")
     return out

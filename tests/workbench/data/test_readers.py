@@ -67,6 +67,20 @@ def test_conllu_no_final_blank_line_is_fine(tmp_path):
     (_rows((1, "a", 0, "Entity=(1-person-new"), (2, "b", 1, "_")) + "\n", 1, "not closed"),
     (_rows((1, "a", 0, "Entity=(1-person-new)"), (2, "b", 1, "Entity=2)")), 2, "not open"),
     ("# sent_id = x\n# text = orphan\n", 3, "no words"),
+    # UD basic dependencies are one tree: one root, every word reaches it
+    (_rows((1, "a", 2, "_"), (2, "b", 1, "_"), (3, "c", 0, "_")), 1, "dependency cycle 1 -> 2 -> 1 "),
+    ("# sent_id = s\n" + _rows((1, "a", 0, "_"), (2, "b", 4, "_"), (3, "c", 2, "_"), (4, "d", 3, "_")), 3,
+     "dependency cycle 2 -> 4 -> 3 -> 2 (word -> its HEAD): word 2 has no path to the root"),
+    (_rows((1, "a", 0, "_"), (2, "b", 2, "_")), 2, "dependency cycle 2 -> 2 "),
+    (_rows((1, "a", 0, "_")) + "\n" + _rows((1, "a", 2, "_"), (2, "b", 1, "_")), 3,
+     "sentence has no root: no word has HEAD 0"),
+    (_rows((1, "a", 0, "_"), (2, "b", 0, "_"), (3, "c", 0, "_")), 2,
+     "sentence has 3 roots: words 1, 2, 3 have HEAD 0 (UD allows exactly one)"),
+    # integer fields are ASCII digits: int() alone would read "1_0" as 10 and " 2" as 2
+    (_rows((1, "a", 0, "_"), (2, "b", "1_0", "_")), 2, "HEAD '1_0' is not an integer"),
+    (_rows((1, "a", 0, "_"), (" 2", "b", 1, "_")), 2, "ID ' 2' is not an integer"),
+    (_rows((1, "a", 0, "_")) + " \t \n", 2, "line has only spaces or tabs"),
+    ("1\tHi\r\t_\tX\tX\t_\t0\tdep\t_\t_\n", 1, "carriage return (\\r) inside the line"),
 ])
 def test_conllu_errors_name_file_and_line(tmp_path, body, line, words):
     path = _conllu(tmp_path, body)
@@ -153,3 +167,85 @@ def test_sst2_bad_label_names_line(tmp_path):
     path.write_text("sentence\tlabel\ngood\t1\nbad\tneg\n", encoding="utf-8")
     with pytest.raises(DataFormatError, match=r"s\.tsv:3: label 'neg'"):
         read_sst2(path)
+
+
+# ------------------------------------------------------------------------- all readers: bytes and empty files
+READERS = {"conllu": (read_conllu, "mini.conllu"), "iob2": (lambda p: read_iob2(p)[0], "mini.iob2"),
+           "ptb": (read_ptb, "mini.ptb"), "sst2": (read_sst2, "sst2_train.tsv")}
+
+
+def _write(tmp_path, name: str, data: bytes) -> Path:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return path
+
+
+@pytest.mark.parametrize("fmt", list(READERS))
+def test_bom_and_crlf_read_like_the_plain_file(tmp_path, fmt):
+    reader, fixture = READERS[fmt]
+    data = (FIX / fixture).read_bytes()
+    want = reader(FIX / fixture)
+    assert reader(_write(tmp_path, fixture, b"\xef\xbb\xbf" + data)) == want
+    (tmp_path / "crlf").mkdir()
+    assert reader(_write(tmp_path / "crlf", fixture, data.replace(b"\n", b"\r\n"))) == want
+
+
+@pytest.mark.parametrize("fmt, word", [("conllu", b"Paris"), ("iob2", b"Paris"), ("ptb", b"Paris"),
+                                       ("sst2", b"charming")])
+def test_latin1_byte_names_file_line_and_iconv(tmp_path, fmt, word):
+    reader, fixture = READERS[fmt]
+    data = (FIX / fixture).read_bytes().replace(word, b"caf\xe9", 1)
+    line = data[:data.index(b"caf\xe9")].count(b"\n") + 1
+    path = _write(tmp_path, fixture, data)
+    with pytest.raises(DataFormatError) as err:
+        reader(path)
+    assert (err.value.file, err.value.line) == (str(path), line)
+    assert str(err.value).startswith(f"{path}:{line}: not UTF-8: byte 0xe9 at byte ")
+    assert "caf\\xe9" in str(err.value) and f"iconv -f latin1 -t utf-8 {fixture}" in str(err.value)
+
+
+def test_bad_byte_far_into_the_file_is_found_on_its_line(tmp_path):
+    # past the first read-ahead chunk of the text layer, so the line is found in the bytes
+    body = "".join(f"# sent_id = s{k}\n" + _rows((1, "word", 0, "_"), (2, ".", 1, "_")) + "\n"
+                   for k in range(1000)).encode()
+    at = body.index(b"# sent_id = s900\n")
+    data = body[:at] + b"# text = na\xefve\n" + body[at:]
+    path, line = _write(tmp_path, "far.conllu", data), data[:at].count(b"\n") + 1
+    assert line > 3000
+    with pytest.raises(DataFormatError, match=rf"far\.conllu:{line}: not UTF-8"):
+        read_conllu(path)
+
+
+def test_utf16_file_says_so(tmp_path):
+    path = _write(tmp_path, "w.conllu", (FIX / "mini.conllu").read_text(encoding="utf-8").encode("utf-16"))
+    with pytest.raises(DataFormatError, match=r"w\.conllu:1: not UTF-8: byte 0xff .*looks like UTF-16: `iconv -f utf-16"):
+        read_conllu(path)
+
+
+@pytest.mark.parametrize("fmt", list(READERS))
+@pytest.mark.parametrize("body, why", [(b"", "the file is empty"), (b"\n\n\n", "its 3 line(s) hold only")])
+def test_file_without_sentences_is_an_error(tmp_path, fmt, body, why):
+    reader, fixture = READERS[fmt]
+    path = _write(tmp_path, fixture, body)
+    with pytest.raises(DataFormatError) as err:
+        reader(path)
+    if fmt == "sst2" and body:                           # the first line is the header
+        assert "header" in str(err.value)
+    else:
+        assert str(err.value).startswith(f"{path}:1: no sentences: {why}")
+
+
+@pytest.mark.parametrize("fmt", ["conllu", "iob2"])
+def test_file_with_only_comments_is_an_error(tmp_path, fmt):
+    reader, fixture = READERS[fmt]
+    path = _write(tmp_path, fixture, b"# just a note\n\n# another\n")
+    with pytest.raises(DataFormatError, match=r":1: no sentences: its 3 line\(s\) hold only blank lines or comments"):
+        reader(path)
+
+
+def test_sst2_header_only_and_very_long_rows(tmp_path):
+    with pytest.raises(DataFormatError, match=r"h\.tsv:1: no sentences: its 1 line\(s\) hold only the header"):
+        read_sst2(_write(tmp_path, "h.tsv", b"sentence\tlabel\n"))
+    # csv's 128 KiB field limit used to crash here with _csv.Error
+    (row,) = read_sst2(_write(tmp_path, "long.tsv", b"sentence\tlabel\n" + b"a" * 200_000 + b"\t1\n"))
+    assert (len(row.text), row.label, row.line) == (200_000, 1, 2)

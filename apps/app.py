@@ -19,13 +19,15 @@ import streamlit as st  # noqa: E402
 from apps import common  # noqa: E402
 
 HERE = Path(__file__).parent
+# The page files live in app_pages/, not pages/: Streamlit lists a pages/ folder beside the entry
+# file in the sidebar by module name (app, compare, heads, ...) next to st.navigation's titles.
 PAGES = [  # (file, title, url path, icon)
-    ("pages/runs.py", "Runs and models", "runs", ":material/folder_open:"),
-    ("pages/layers.py", "Layers", "layers", ":material/layers:"),
-    ("pages/heads.py", "Heads", "heads", ":material/grid_view:"),
-    ("pages/pruning.py", "Pruning", "pruning", ":material/content_cut:"),
-    ("pages/compare.py", "Finetuned vs frozen", "compare", ":material/compare_arrows:"),
-    ("pages/playground.py", "Playground", "playground", ":material/edit_note:"),
+    ("app_pages/runs.py", "Runs and models", "runs", ":material/folder_open:"),
+    ("app_pages/layers.py", "Layers", "layers", ":material/layers:"),
+    ("app_pages/heads.py", "Heads", "heads", ":material/grid_view:"),
+    ("app_pages/pruning.py", "Pruning", "pruning", ":material/content_cut:"),
+    ("app_pages/compare.py", "Finetuned vs frozen", "compare", ":material/compare_arrows:"),
+    ("app_pages/playground.py", "Playground", "playground", ":material/edit_note:"),
 ]
 
 st.set_page_config(page_title="plm-workbench", layout="wide")

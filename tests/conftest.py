@@ -11,3 +11,19 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """The main job on configs/tiny.json, run once per session into <tmp>/results/tiny: what the
+    pipeline really writes, for the pipeline test, the app in a browser and the report."""
+    from pathlib import Path
+
+    from workbench.core.paths import data_root
+    from workbench.pipeline import run_pipeline
+
+    if not (data_root() / "ud_english_ewt").is_dir():
+        pytest.skip("data root missing")
+    run = tmp_path_factory.mktemp("results") / "tiny"
+    run_pipeline(Path(__file__).resolve().parents[1] / "configs" / "tiny.json", run_dir=run)
+    return run

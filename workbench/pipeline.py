@@ -40,7 +40,7 @@ from workbench.analyses.probing import probe_model
 from workbench.analyses.prune import prune_model_cli
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import data_root
-from workbench.core.results import run_info, write_tables
+from workbench.core.results import run_info, training_rows, upsert_table, write_tables
 from workbench.data.finetuning import finetune
 from workbench.data.tasks import build_all_tasks, ud_sentences
 from workbench.presentation.analysis_figures import write_analysis_figures
@@ -186,7 +186,9 @@ def _pretrain_step(name: str, spec: dict) -> Callable[[Context], dict]:
         overrides = dict(spec.get("overrides", {}))
         overrides.setdefault("seed", ctx.cfg["seed"])
         path = pretrain(spec["pretrain"], ctx.run_dir / "models" / name, resume=True, overrides=overrides)
-        return {"checkpoint": str(path)}
+        # its curves as the run's `training` table (the app and the report read them there)
+        upsert_table(ctx.run_dir, "training", training_rows(ctx.run_dir / "models" / name))
+        return {"checkpoint": str(path), "tables": ["training"]}
     return fn
 
 

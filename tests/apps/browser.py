@@ -32,6 +32,8 @@ PROBE = """JSON.stringify({
   plots: document.querySelectorAll('.js-plotly-plot .main-svg').length === 0 ? 0 :
          Array.from(document.querySelectorAll('.js-plotly-plot')).filter(p => p.querySelector('.main-svg')).length,
   exceptions: document.querySelectorAll('[data-testid="stException"]').length,
+  notices: Array.from(document.querySelectorAll('[data-testid="stAlert"]')).map(e => e.innerText.trim()),
+  nav: Array.from(document.querySelectorAll('[data-testid="stSidebarNav"] a')).map(a => a.innerText.trim()),
   stale: document.querySelectorAll('[data-stale="true"]').length,
   running: !!document.querySelector('[data-testid="stStatusWidget"]') &&
            /Running|Stop/.test(document.querySelector('[data-testid="stStatusWidget"]').innerText),

@@ -21,7 +21,7 @@ def _app(monkeypatch, root) -> AppTest:
 
 
 def _goto(at: AppTest, path: str) -> AppTest:
-    at.switch_page(f"pages/{path}.py")
+    at.switch_page(f"app_pages/{path}.py")
     at.run()
     return at
 

@@ -22,3 +22,21 @@ def test_every_page_renders_in_chromium(results_root):
     print("warm page switches (s):", {v["path"]: round(v["seconds"], 2) for v in visits if v["round"] == 1})
     # the 2 s target is measured by benchmarks/bench_app.py; here only a loose bound (shared CI CPUs)
     assert max(warm) < 15
+
+
+# Pages on what `workbench run configs/tiny.json` writes: (url path, title, plots at least).
+TINY_PAGES = [("runs", "Runs and models", 1), ("layers", "Layers", 4), ("heads", "Heads", 5),
+              ("pruning", "Pruning", 3), ("compare", "Finetuned vs frozen", 5), ("playground", "Playground", 3)]
+
+
+@pytest.mark.skipif(chromium_binary() is None, reason="chromium not installed (apt-get install chromium)")
+def test_every_page_renders_on_the_tiny_pipeline_output(tiny_run):
+    """The app on what the main job really writes (not on fixtures): every page drawn, no exception,
+    no "no results" notice for a table the job makes, page titles in the sidebar."""
+    with streamlit_server(tiny_run.parent) as url:
+        visits = visit_all(url, pages=TINY_PAGES, rounds=1, timeout=150)
+    for v in visits:
+        assert v["exceptions"] == 0, v
+        assert v["plots"] >= dict((p, n) for p, _, n in TINY_PAGES)[v["path"]], v
+        assert not [n for n in v["notices"] if n.startswith("No ")], v
+    assert visits[0]["nav"] == [t for _, t, _ in TINY_PAGES], visits[0]["nav"]

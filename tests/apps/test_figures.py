@@ -8,9 +8,9 @@ import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
+from tests.apps.fixtures import PEAK_LAYER
 from workbench import figures as F
 from workbench.figures.attention import MAX_WORDS, _segments
-from tests.apps.fixtures import PEAK_LAYER
 from workbench.presentation import views
 from workbench.presentation.views import HeadGrid, SentenceAttention
 

@@ -90,9 +90,8 @@ TIMED = {"pruned_speed"}
 
 
 @pytest.mark.slow
-def test_tiny_pipeline_end_to_end_cache_and_resume(tmp_path, capfd):
-    run_a = tmp_path / "a"
-    run_pipeline(TINY, run_dir=run_a)
+def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
+    run_a = tiny_run                      # run_pipeline(TINY) into a fresh folder, once per session
     steps = _steps(run_a)
     expected = [s.name for s in build_steps(load_run_config(TINY))]
     assert list(steps) == expected

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
+from plmodels.training.runtime import read_jsonl
 from workbench.core.io import atomic_write_json, atomic_write_text, write_parquet_atomic
 
 TABLES = (
@@ -85,6 +87,23 @@ def list_models(run_dir: str | Path) -> list[ModelInfo]:
         cfg = _read_json(ckpt / "config.json")
         infos.append(ModelInfo(p.name, ckpt, cfg.get("kind", "?"), _read_json(ckpt / "card.json")))
     return infos
+
+
+TRAINING_COLUMNS = ["model", "step", "tokens", "split", "metric", "value"]
+
+
+def training_rows(model_dir: str | Path, name: str | None = None) -> pd.DataFrame:
+    """The `training` table rows of one pretraining run folder, from its metrics.jsonl (empty when
+    there is none): model (`name`, default the folder's name), step, tokens, split, metric, value.
+    A killed run's torn last line is dropped (`plmodels.training.runtime.read_jsonl`)."""
+    model_dir = Path(model_dir)
+    log = read_jsonl(model_dir / "metrics.jsonl")
+    if log.torn_lines:
+        warnings.warn(f"{model_dir / 'metrics.jsonl'}: dropped its torn last line ({log.torn_bytes} bytes; "
+                      f"a killed run leaves one)", stacklevel=2)
+    df = pd.DataFrame(log.rows, columns=[c for c in TRAINING_COLUMNS if c != "model"])
+    df.insert(0, "model", name or model_dir.name)
+    return df.astype({"step": "int64", "tokens": "int64", "value": "float64"})
 
 
 def run_info(run_dir: str | Path) -> dict:

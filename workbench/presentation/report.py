@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import html
 import json
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -35,7 +34,6 @@ from workbench.core import results
 from workbench.core.io import atomic_write_text
 from workbench.presentation import views
 
-TRAINING_COLUMNS = ["model", "step", "tokens", "split", "metric", "value"]
 FINETUNED = ("finetune", "finetuned")     # settings of `frozen_vs_finetuned` that mean full finetuning
 TOLERANCES = (0.01, 0.05)                  # "how many heads can go for 1 % / 5 % loss"
 
@@ -102,33 +100,8 @@ def _higher_is_better(metric: str) -> bool:
 
 # ----------------------------------------------------------------------------- training data
 def training_table(run_dir: str | Path) -> pd.DataFrame | None:
-    """The run's training curves (model, step, tokens, split, metric, value).
-
-    The `training` table when it exists, else every models/<name>/metrics.jsonl (plmodels.training
-    writes one JSON object {step, tokens, split, metric, value, time} per line). Unreadable lines
-    (e.g. the last line of a killed run) are skipped, counted and warned about with file and line.
-    """
-    df = views.training_curves(run_dir)
-    if df is not None:
-        return df
-    rows, skipped = [], []
-    for path in sorted((Path(run_dir) / "models").glob("*/metrics.jsonl")):
-        for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-                rows.append((path.parent.name, int(r["step"]), int(r.get("tokens", 0)), str(r["split"]),
-                             str(r["metric"]), float(r["value"])))
-            except (ValueError, KeyError, TypeError):
-                skipped.append(f"{path}:{i}")
-    if skipped:
-        warnings.warn(f"training_table: skipped {len(skipped)} unreadable metrics lines ({', '.join(skipped[:5])})",
-                      stacklevel=2)
-    if not rows:
-        return None
-    df = pd.DataFrame(rows, columns=TRAINING_COLUMNS)
-    return df.sort_values(["model", "metric", "split", "step"], ignore_index=True)
+    """The run's training curves (model, step, tokens, split, metric, value): `views.training_curves`."""
+    return views.training_curves(run_dir)
 
 
 def _safetensors_params(path: Path) -> int | None:

@@ -37,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "importance": "workbench prune MODEL", "pruning": "workbench prune MODEL",
     "pruned_speed": "workbench prune MODEL",
     "cka": "workbench compare A B", "head_change": "workbench compare A B",
+    "probing_change": "workbench compare A B (probing_tasks in its config)",
     "frozen_vs_finetuned": "workbench frozen-vs-finetuned MODEL",
     "models": "workbench run configs/demo.json (or workbench pretrain / import-hf)",
     "attention": "workbench run configs/demo.json",
@@ -90,10 +91,13 @@ def runs_overview(root: str | Path) -> pd.DataFrame:
 
 
 def model_cards(run_dir: str | Path) -> pd.DataFrame:
-    """One row per checkpoint: name, kind, path and the card's scalar fields (nested ones as JSON)."""
+    """One row per checkpoint: name (its role in the run: the models/ folder's name), kind, path and
+    the card's scalar fields (nested ones as JSON; the card's own `name`, often the checkpoint
+    folder's "final", as `card_name`)."""
     rows = []
     for m in results.list_models(run_dir):
-        card = {k: (v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v))
+        card = {("card_" + k if k in ("name", "kind", "path") else k):
+                (v if isinstance(v, (int, float, str, bool)) or v is None else json.dumps(v))
                 for k, v in m.card.items()}
         rows.append({"name": m.name, "kind": m.kind, "path": str(m.path), **card})
     return pd.DataFrame(rows)
@@ -105,8 +109,14 @@ def model_paths(run_dir: str | Path, kind: str | None = None) -> dict[str, str]:
 
 
 def training_curves(run_dir: str | Path) -> pd.DataFrame | None:
-    """The `training` table (model, step, tokens, split, metric, value), sorted by step."""
+    """The training curves (model, step, tokens, split, metric, value), sorted by step: the `training`
+    table (the main job writes it after each pretraining step), else read from every
+    models/<name>/metrics.jsonl of the run (a run folder made by hand)."""
     df = _load(run_dir, "training")
+    if df is None:
+        parts = [results.training_rows(p.parent) for p in sorted((Path(run_dir) / "models").glob("*/metrics.jsonl"))]
+        parts = [p for p in parts if len(p)]
+        df = pd.concat(parts, ignore_index=True) if parts else None
     return None if df is None else df.sort_values(["model", "metric", "split", "step"], ignore_index=True)
 
 
@@ -324,7 +334,14 @@ def cka_matrix(run_dir: str | Path, model_a: str, model_b: str, kind: str) -> np
 
 
 def probing_deltas(run_dir: str | Path, model_a: str, model_b: str, metric: str = "accuracy") -> pd.DataFrame | None:
-    """task, layer, a, b, delta = score(model_b) - score(model_a) per layer (single-layer probes)."""
+    """task, layer, a, b, delta = score(model_b) - score(model_a) per layer (single-layer probes):
+    from the `probing_change` table the comparison step writes, else from both models' probing rows."""
+    change = _load(run_dir, "probing_change")
+    if change is not None:
+        c = change[(change["model_a"] == model_a) & (change["model_b"] == model_b) & (change["metric"] == metric)]
+        if len(c):
+            c = c.rename(columns={"value_a": "a", "value_b": "b"})
+            return c[["task", "layer", "a", "b", "delta"]].sort_values(["task", "layer"], ignore_index=True)
     df = layer_scores(run_dir, metric)
     if df is None:
         return None

@@ -31,7 +31,7 @@ def main() -> None:
     right.plotly_chart(F.cka_heatmap(m, a, b, kind), width="stretch")
     deltas = common.view("probing_deltas", run, a, b)
     if deltas is None:
-        common.no_results("probing", f"probing results for both {a} and {b}: no")
+        common.no_results("probing_change", f"probing change from {a} to {b}")
     else:
         st.plotly_chart(F.probing_delta_figure(deltas, a, b), width="stretch")
     change = common.view("head_change_grid", run, a, b)

@@ -96,7 +96,7 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
     expected = [s.name for s in build_steps(load_run_config(TINY))]
     assert list(steps) == expected
     assert all(s["status"] == "done" for s in steps.values())
-    for name in ("probing", "probing_summary", "mix_weights", "heads", "heads_classes", "relations",
+    for name in ("training", "probing", "probing_summary", "mix_weights", "heads", "heads_classes", "relations",
                  "importance", "pruning", "cka", "head_change", "frozen_vs_finetuned", "emergence"):
         assert (run_a / "tables" / f"{name}.parquet").exists(), name
     html = (run_a / "report" / "report.html").read_text()

@@ -125,13 +125,14 @@ class Browser:
     def navigate(self, url: str) -> None:
         self.call("Page.navigate", url=url)
 
-    def click_nav(self, url_path: str) -> None:
-        """Switch page the way a user does: click the sidebar link to /<url_path>."""
-        ok = self.evaluate(f"""(() => {{ const a = Array.from(document.querySelectorAll('a'))
-            .find(a => new URL(a.href).pathname.replace(/\\/$/, '').endsWith('/{url_path}'));
+    def click_nav(self, title: str) -> None:
+        """Switch page the way a user does: click the sidebar link titled `title` (the default page's
+        link points at the app's root, not at its url path, so links are found by their text)."""
+        ok = self.evaluate(f"""(() => {{ const a = Array.from(document.querySelectorAll('[data-testid="stSidebarNav"] a'))
+            .find(a => a.innerText.trim().split('\\n').pop().trim() === {json.dumps(title)});
             if (!a) return false; a.click(); return true; }})()""")
         if not ok:
-            raise RuntimeError(f"no sidebar link to /{url_path}")
+            raise RuntimeError(f"no sidebar link titled {title!r}")
 
     def wait_page(self, title: str, n_plots: int, timeout: float = 60) -> tuple[float, dict]:
         """Seconds until the page titled `title` shows >= n_plots rendered Plotly charts, no stale
@@ -172,7 +173,7 @@ def visit_all(base_url: str, pages=PAGES, rounds: int = 1, timeout: float = 120)
                 if r == 0 and k == 0:
                     browser.navigate(f"{base_url}/{path}")
                 else:
-                    browser.click_nav(path)
+                    browser.click_nav(title)
                 secs, st = browser.wait_page(title, n, timeout)
                 out.append({"round": r, "path": path, "title": title, "seconds": secs, **st})
     finally:

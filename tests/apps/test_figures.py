@@ -43,6 +43,16 @@ def test_role_grid_uses_a_step_colour_scale():
     assert fig.layout.yaxis.autorange == "reversed"
 
 
+def test_role_subtypes_get_distinct_colours():
+    # the report showed every syntactic:<relation> head in the same red
+    roles = ["none", "positional", "syntactic:det", "syntactic:nsubj", "syntactic:amod", "sink"]
+    colors = F.heads.role_colors(roles)
+    assert colors["none"] == "#e6e6e6" and colors["positional"] == "#1f77b4"
+    syn = [colors[r] for r in roles if r.startswith("syntactic")]
+    assert len(set(syn)) == 3 and "#d62728" in syn                     # the first in the family's red
+    assert len(set(colors.values())) == len(roles)
+
+
 def test_segments_are_none_separated_lines():
     mask = np.array([[True, False], [False, True], [True, True]])
     xs, ys = _segments(mask)
@@ -100,8 +110,10 @@ def test_other_figures_carry_the_table_values(run_dir, builder):
         fig = F.training_figure(views.training_curves(run_dir))
         assert {t.name for t in fig.data} == {"enc train", "enc dev"}
     elif builder == "relations":
-        fig = F.relations_figure(views.best_heads(run_dir, "enc"))
-        assert "2-5" in fig.data[0].text
+        best = views.best_heads(run_dir, "enc")
+        fig = F.relations_figure(best)
+        head = fig.data[1]                                  # horizontal bars, sorted by the head's accuracy
+        assert "2-5" in head.text and head.orientation == "h" and list(head.x) == sorted(best["test_acc"])
     else:
         fig = F.head_map_figure(views.head_map(run_dir, "enc"))
         assert sum(len(t.x) for t in fig.data if t.mode == "markers") == 144

@@ -13,9 +13,30 @@ ROLE_COLORS = {"none": "#e6e6e6", "broad": "#bcbd22", "sink": "#7f7f7f", "positi
                "rare_token": "#ff7f0e"}
 
 
-def _role_color(role: str, i: int) -> str:
-    base = role.split(":")[0]
-    return ROLE_COLORS.get(role, ROLE_COLORS.get(base, PALETTE[i % len(PALETTE)]))
+# Subtypes of one family (syntactic:nsubj, syntactic:det, ...) each get their own colour: the
+# family's colour for the first, then these, in order (none of them a base role's colour).
+SUBTYPE_COLORS = ("#8c564b", "#e377c2", "#2ca02c", "#ff9896", "#98df8a", "#c49c94", "#f7b6d2",
+                  "#dbdb8d", "#9edae5", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd",
+                  "#e6550d", "#31a354", "#756bb1", "#636363")
+
+
+def role_colors(roles) -> dict[str, str]:
+    """A colour per role name: base roles by ROLE_COLORS; the subtypes of a family (`family:subtype`)
+    told apart, the first in the family's colour and the rest from SUBTYPE_COLORS; anything else
+    from the palette."""
+    out, used = {}, {}
+    for i, role in enumerate(sorted(dict.fromkeys(roles))):
+        if role in ROLE_COLORS:
+            out[role] = ROLE_COLORS[role]
+            continue
+        family = role.split(":")[0]
+        k = used.get(family, 0)
+        used[family] = k + 1
+        if family in ROLE_COLORS:
+            out[role] = ROLE_COLORS[family] if k == 0 else SUBTYPE_COLORS[(k - 1) % len(SUBTYPE_COLORS)]
+        else:
+            out[role] = PALETTE[i % len(PALETTE)]
+    return out
 
 
 def head_grid_figure(grid, title: str | None = None, colorscale: str = "Viridis") -> go.Figure:
@@ -27,10 +48,10 @@ def head_grid_figure(grid, title: str | None = None, colorscale: str = "Viridis"
     common = dict(x=list(range(H)), y=list(range(L)), xgap=1, ygap=1)
     if grid.categories:
         k = len(grid.categories)
+        colors = role_colors(grid.categories)
         scale = []
         for i, c in enumerate(grid.categories):   # a step colour scale: code i -> colour i
-            col = _role_color(c, i)
-            scale += [[i / k, col], [(i + 1) / k, col]]
+            scale += [[i / k, colors[c]], [(i + 1) / k, colors[c]]]
         trace = go.Heatmap(z=z, text=grid.labels, zmin=-0.5, zmax=k - 0.5, colorscale=scale,
                            colorbar=dict(tickvals=list(range(k)), ticktext=list(grid.categories)),
                            hovertemplate="layer %{y} head %{x}: %{text}<extra></extra>", **common)
@@ -46,27 +67,32 @@ def head_grid_figure(grid, title: str | None = None, colorscale: str = "Viridis"
 
 def relations_figure(df: pd.DataFrame) -> go.Figure:
     """Best head per dependency relation (test accuracy with CI) against the best fixed-offset
-    baseline (Clark et al. 2019, Table 1 style)."""
+    baseline (Clark et al. 2019, Table 1 style): horizontal bars sorted by the head's accuracy, so
+    forty relations stay readable at page width; the label says layer-head."""
+    df = df.sort_values("test_acc", ascending=True, kind="stable")
     labels = [f"{r} ({d})" if "direction" in df else r for r, d in zip(df["relation"], df.get("direction", df["relation"]))]
     hover = [f"layer {l} head {h}" for l, h in zip(df["best_layer"], df["best_head"])]
     err = dict(type="data", array=df["ci_high"] - df["test_acc"], arrayminus=df["test_acc"] - df["ci_low"]) \
         if {"ci_low", "ci_high"} <= set(df.columns) else None
     fig = go.Figure([
-        go.Bar(x=labels, y=df["test_acc"], name="best head", error_y=err, marker_color=PALETTE[3],
-               text=[f"{l}-{h}" for l, h in zip(df["best_layer"], df["best_head"])], hovertext=hover),
-        go.Bar(x=labels, y=df["baseline_acc"], name="offset baseline", marker_color=PALETTE[7],
+        go.Bar(y=labels, x=df["baseline_acc"], name="offset baseline", orientation="h", marker_color=PALETTE[7],
                hovertext=[f"offset {o}" for o in df["baseline_offset"]]),
+        go.Bar(y=labels, x=df["test_acc"], name="best head", orientation="h", error_x=err, marker_color=PALETTE[3],
+               text=[f"{l}-{h}" for l, h in zip(df["best_layer"], df["best_head"])], textposition="outside",
+               hovertext=hover),
     ])
     return fig.update_layout(title="Best head per relation (label = layer-head)", barmode="group",
-                             yaxis_title="accuracy", height=380)
+                             xaxis=dict(title="accuracy", range=[0, 1.1]), height=max(320, 26 * len(df) + 120),
+                             legend=dict(orientation="h", y=1.02, yanchor="bottom"))
 
 
 def head_map_figure(df: pd.DataFrame, title: str = "Heads by attention similarity (MDS)") -> go.Figure:
     """Scatter of the heads' 2-D embedding, coloured by primary role, labelled layer-head."""
     fig = go.Figure()
-    for i, (role, g) in enumerate(df.groupby("role")):
+    colors = role_colors(df["role"].astype(str))
+    for role, g in df.groupby("role"):
         fig.add_trace(go.Scatter(x=g["x"], y=g["y"], mode="markers", name=role or "?",
-                                 marker=dict(size=9, color=_role_color(role, i), line=dict(width=0.5, color="#333")),
+                                 marker=dict(size=9, color=colors[str(role)], line=dict(width=0.5, color="#333")),
                                  text=[f"L{l}-H{h}" for l, h in zip(g["layer"], g["head"])],
                                  hovertemplate="%{text}<extra>" + (role or "") + "</extra>"))
     if len(df) <= 200:  # layer labels are readable only on small maps

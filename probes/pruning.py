@@ -348,8 +348,12 @@ def measure_speed_and_size(
     """Parameters, safetensors bytes and inference tokens/s of both models, and pruned/full ratios.
 
     Timings are interleaved (full, pruned, full, ...) in one process so that load from other work
-    hits both alike; each figure is the median of `repeats` passes over `batches`.
+    hits both alike; each figure is the median of `repeats` passes over `batches`, after one untimed
+    pass of each model (a model's first call pays one-off set-up: with one repeat on a tiny model
+    that made the pruned model read 500x slower than the full one).
     """
+    for m in (model_full, model_pruned):
+        tokens_per_second(m, batches[:1], repeats=1)
     full_tps, pruned_tps = [], []
     for _ in range(repeats):
         full_tps.append(tokens_per_second(model_full, batches, repeats=1))

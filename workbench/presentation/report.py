@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -40,14 +41,25 @@ TOLERANCES = (0.01, 0.05)                  # "how many heads can go for 1 % / 5 
 
 @dataclass
 class Section:
-    """One part of the report: a heading, one sentence, figures, compact tables, notices."""
+    """One part of the report: a heading, its findings (short sentences with numbers, shown as a
+    list; the first `KEY_PER_SECTION` also go to the key findings at the top), figures, compact
+    tables, notices."""
 
     title: str
-    sentence: str = ""
+    findings: list[str] = field(default_factory=list)                 # clauses; rendered as sentences
     figs: list = field(default_factory=list)                          # plotly Figures
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     details: list[tuple[str, str]] = field(default_factory=list)      # (summary, text) shown collapsed
     missing: list[str] = field(default_factory=list)                  # table names not written yet
+
+    @property
+    def sentence(self) -> str:
+        """The findings as one sentence (clauses joined by '; ')."""
+        return _sentence(self.findings)
+
+    @property
+    def anchor(self) -> str:
+        return "sec-" + re.sub(r"[^a-z0-9]+", "-", self.title.lower()).strip("-")
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -71,14 +83,37 @@ def _sentence(clauses: list[str]) -> str:
 
 
 LAYER_COLUMNS = ("expected_layer", "center_of_gravity")   # layer positions: 2 decimals, scores: 3
+# Counts and indices print as integers (1,280, not 1280.000); seconds with one decimal.
+INT_COLUMNS = {"steps", "tokens", "params", "layers", "heads", "d_model", "layer", "head", "step", "seed",
+               "best_layer", "best_head", "baseline_offset", "bytes", "tokens_per_s", "layer_a", "layer_b"}
+ONE_DECIMAL = {"seconds"}
+INTERVALS = (("value", "ci_low", "ci_high"), ("test_acc", "ci_low", "ci_high"), ("best", "best_low", "best_high"))
+
+
+def _cell(col: str, v) -> str:
+    if v is None or (isinstance(v, float) and not np.isfinite(v)):
+        return ""
+    if isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_)):
+        return f"{int(v):,}"
+    if not isinstance(v, (float, np.floating)):
+        return str(v)
+    if col in INT_COLUMNS or col.startswith("n_"):
+        return f"{int(round(v)):,}" if float(v).is_integer() or col in INT_COLUMNS else _f(v)
+    return _f(v, 1 if col in ONE_DECIMAL else 2 if col in LAYER_COLUMNS else 3)
 
 
 def _compact(df: pd.DataFrame) -> pd.DataFrame:
-    """Floats rounded as the sentences round them, so HTML, Markdown and sentences agree."""
+    """Cells as the report prints them, so HTML, Markdown and sentences agree: counts as integers,
+    scores with 3 decimals, layer positions with 2, and a score with its interval in one cell
+    ("0.880 [0.842, 0.918]")."""
     out = df.copy()
+    for value, lo, hi in INTERVALS:
+        if {value, lo, hi} <= set(out.columns):
+            out[value] = [f"{_f(v)} [{_f(a)}, {_f(b)}]" if np.isfinite(a) and np.isfinite(b) else _f(v)
+                          for v, a, b in zip(out[value], out[lo].astype(float), out[hi].astype(float))]
+            out = out.drop(columns=[lo, hi])
     for c in out.columns:
-        if pd.api.types.is_float_dtype(out[c]):
-            out[c] = out[c].map(lambda v, d=2 if c in LAYER_COLUMNS else 3: _f(v, d))
+        out[c] = [_cell(c, v) for v in out[c]]
     return out.reset_index(drop=True)
 
 
@@ -115,13 +150,6 @@ def _safetensors_params(path: Path) -> int | None:
     return int(sum(np.prod(v["shape"], dtype=np.int64) for k, v in header.items() if k != "__metadata__"))
 
 
-def _card_metrics(card: dict) -> str:
-    m = card.get("metrics") or {}
-    if not isinstance(m, dict):
-        return str(m)
-    return ", ".join(f"{k} {_f(v)}" for k, v in m.items() if isinstance(v, (int, float)))
-
-
 def _card_data(card: dict) -> str:
     """The training data of a card: 'source:split' of a pretraining card, or the card's string."""
     data = card.get("data")
@@ -132,16 +160,17 @@ def _card_data(card: dict) -> str:
 
 def model_table(run_dir: str | Path) -> pd.DataFrame:
     """One row per checkpoint: name, kind, layers, heads, width, parameters, MB, steps, tokens and
-    the card's held-out metrics."""
+    one column per held-out metric of its card."""
     rows = []
     for m in results.list_models(run_dir):
         cfg = json.loads((m.path / "config.json").read_text()).get("config", {})   # list_models checked it exists
         weights = m.path / "model.safetensors"
+        metrics = m.card.get("metrics") if isinstance(m.card.get("metrics"), dict) else {}
         rows.append({"model": m.name, "kind": m.kind, "layers": cfg.get("n_layers"), "heads": cfg.get("n_heads"),
                      "d_model": cfg.get("d_model"), "params": _safetensors_params(weights),
                      "MB": f"{weights.stat().st_size / 2**20:.1f}" if weights.exists() else None,
                      "data": _card_data(m.card), "steps": m.card.get("steps"), "tokens": m.card.get("tokens"),
-                     "held-out metrics": _card_metrics(m.card)})
+                     **{k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}})
     return pd.DataFrame(rows)
 
 
@@ -150,13 +179,13 @@ def run_section(run_dir: Path) -> Section:
     info = results.run_info(run_dir)
     s = Section("Run")
     if not info:
-        s.sentence = (f"{run_dir.name} has no run.json (it was not written by `workbench run`), "
-                      "so its config, seed and data checksums are unknown.")
+        s.findings = [f"{run_dir.name} has no run.json (it was not written by `workbench run`), "
+                      "so its config, seed and data checksums are unknown"]
         return s
     name = info.get("config", {}).get("name", run_dir.name)
     steps = info.get("steps", {}) or {}
     rows = [(k, v.get("status", "?"), v.get("seconds", np.nan)) if isinstance(v, dict) else (k, str(v), np.nan)
-            for k, v in steps.items()]
+            for k, v in steps.items() if k != "report"]   # the report step is the one writing this page
     table = pd.DataFrame(rows, columns=["step", "status", "seconds"])
     done = int((table["status"] == "done").sum())
     clauses = [f"run {name} (seed {info.get('seed', '?')}, code {info.get('code_version', '?')}) "
@@ -165,7 +194,7 @@ def run_section(run_dir: Path) -> Section:
         longest = table.loc[table["seconds"].idxmax()]
         clauses.append(f"the longest step was {longest['step']} ({_f(longest['seconds'], 1)} s of "
                        f"{_f(table['seconds'].sum(), 1)} s)")
-    s.sentence = _sentence(clauses)
+    s.findings = [c for c in clauses if c]
     s.tables.append(("Steps", table))
     s.details.append(("Config", json.dumps(info.get("config", {}), indent=2)))
     s.details.append(("Data checksums", json.dumps(info.get("data_checksums", {}), indent=2)))
@@ -183,22 +212,24 @@ def models_section(run_dir: Path) -> Section:
         imported = [m.name for m in results.list_models(run_dir) if "import" in m.card]
         if not len(cards) or len(imported) < len(cards):   # imported checkpoints have no curves to show
             s.missing.append("training")
-        s.sentence = _sentence([f"the run has {len(cards)} checkpoint{'s' * (len(cards) != 1)} "
-                                f"({len(imported)} imported) and no training curves"])
+        s.findings = [f"the run has {len(cards)} checkpoint{'s' * (len(cards) != 1)} "
+                      f"({len(imported)} imported) and no training curves"]
         return s
     s.figs.append(figures.training_figure(train))
     clauses = []
-    for model, g in train.groupby("model"):
+    for model, g in train.groupby("model"):    # one finding per model
         metric = "loss" if (g["metric"] == "loss").any() else g["metric"].iloc[0]
         g = g[g["metric"] == metric]
         tr = g[g["split"] == "train"].sort_values("step")
+        parts = []
         if len(tr):
-            clauses.append(f"the train {metric} of {model} went from {_f(tr['value'].iloc[0])} (step "
-                           f"{int(tr['step'].iloc[0])}) to {_f(tr['value'].iloc[-1])} (step {int(tr['step'].iloc[-1])})")
+            parts.append(f"the train {metric} of {model} went from {_f(tr['value'].iloc[0])} (step "
+                         f"{int(tr['step'].iloc[0])}) to {_f(tr['value'].iloc[-1])} (step {int(tr['step'].iloc[-1])})")
         for split, h in g[g["split"] != "train"].groupby("split"):
             last = h.sort_values("step").iloc[-1]
-            clauses.append(f"the last {split} {metric} of {model} is {_f(last['value'])}")
-    s.sentence = _sentence(clauses)
+            parts.append(f"the last {split} {metric} of {model} is {_f(last['value'])}")
+        clauses.append("; ".join(parts))
+    s.findings = [c for c in clauses if c]
     return s
 
 
@@ -210,8 +241,8 @@ def _probing_metric(run_dir: Path) -> str:
     return metrics[0] if metrics else "accuracy"
 
 
-PROBING_COLUMNS = ["model", "task", "best_layer", "best", "lexical", "mix", "control", "selectivity",
-                   "expected_layer", "center_of_gravity"]
+PROBING_COLUMNS = ["model", "task", "best_layer", "best", "best_low", "best_high", "lexical", "mix", "control",
+                   "selectivity", "expected_layer", "center_of_gravity"]
 
 
 def probing_section(run_dir: Path) -> Section:
@@ -235,7 +266,7 @@ def probing_section(run_dir: Path) -> Section:
         clauses.append(f"in {model}, " + ", ".join(parts))
     if "expected_layer" not in summary:
         s.missing.append("probing_summary")
-    s.sentence = _sentence(clauses)
+    s.findings = [c for c in clauses if c]
     s.tables.append((f"Probing summary ({metric}; best = best single layer, chosen on held-out items; "
                      "lexical = layer 0)",
                      summary[[c for c in PROBING_COLUMNS if c in summary]]))
@@ -247,7 +278,9 @@ def _task_clause(r, metric: str) -> str:
     extra = [f"{name.replace('_', ' ')} {_f(getattr(r, name), 2 if name in LAYER_COLUMNS else 3)}"
              for name in ("expected_layer", "center_of_gravity", "selectivity")
              if np.isfinite(getattr(r, name, np.nan))]
-    score = f"{metric} {_f(r.best)}" + ("; " + ", ".join(extra) if extra else "")
+    lo, hi = getattr(r, "best_low", np.nan), getattr(r, "best_high", np.nan)
+    interval = f" [{_f(lo)}, {_f(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else ""
+    score = f"{metric} {_f(r.best)}{interval}" + ("; " + ", ".join(extra) if extra else "")
     if not np.isfinite(r.best_layer):
         return f"{r.task} has no single best layer (the two halves of its test items choose differently; {score})"
     return f"{r.task} peaks at layer {int(r.best_layer)} ({score})"
@@ -272,7 +305,7 @@ def heads_section(run_dir: Path) -> Section:
             cols = [c for c in ("model", "relation", "direction", "best_layer", "best_head", "dev_acc", "test_acc",
                                 "ci_low", "ci_high", "baseline_offset", "baseline_acc", "n_test") if c in best]
             s.tables.append((f"{model}: best head per relation (picked on dev, scored on test, 95% CI)", best[cols]))
-    s.sentence = _sentence(clauses)
+    s.findings = [c for c in clauses if c]
     return s
 
 
@@ -290,7 +323,7 @@ def _relations_clause(model: str, best: pd.DataFrame) -> str:
     gain = best["test_acc"] - best["baseline_acc"]
     top = best.loc[gain.idxmax()]
     rel = f"{top['relation']} ({top['direction']})" if "direction" in best else str(top["relation"])
-    return (f"its best head beats the fixed-offset baseline on {int((gain > 0).sum())} of {len(best)} relations, "
+    return (f"in {model}, the best head beats the fixed-offset baseline on {int((gain > 0).sum())} of {len(best)} relations, "
             f"most clearly for {rel}: layer {int(top['best_layer'])} head {int(top['best_head'])} scores "
             f"{_f(top['test_acc'])} [{_f(top['ci_low'])}, {_f(top['ci_high'])}] on test against "
             f"{_f(top['baseline_acc'])} for offset {int(top['baseline_offset'])}")
@@ -334,9 +367,9 @@ def pruning_section(run_dir: Path) -> Section:
             s.figs.append(figures.speed_figure(g).update_layout(title=f"{model}: pruned model size and speed"))
         s.tables.append(("Pruned models: size and speed", speed))
     models = sorted(set(pruning["model"] if pruning is not None else []) | set(speed["model"] if speed is not None else []))
-    s.sentence = _sentence([c for m in models for c in (
+    s.findings = [c for m in models for c in (
         _prunable_clause(m, prunable) if pruning is not None and len(prunable) else "",
-        _speed_clause(m, speed) if speed is not None else "")])
+        _speed_clause(m, speed) if speed is not None else "") if c]
     return s
 
 
@@ -378,7 +411,7 @@ def _speed_clause(model: str, speed: pd.DataFrame) -> str:
 def compare_section(run_dir: Path) -> Section:
     s = Section("Frozen vs finetuned")
     clauses = [_fvf(run_dir, s), *_cka(run_dir, s), _head_change(run_dir, s)]
-    s.sentence = _sentence(clauses)
+    s.findings = [c for c in clauses if c]
     return s
 
 
@@ -456,8 +489,8 @@ def emergence_section(run_dir: Path) -> Section:
     last = df[df["step"] == df.groupby("model")["step"].transform("max")]
     s.tables.append(("Scores at the last checkpoint analysed", last))
     first, final = df["tokens"].min(), df["tokens"].max()
-    s.sentence = (f"{df['step'].nunique()} checkpoints from {_f(first, 0)} to {_f(final, 0)} tokens; "
-                  f"the table gives each score at the last one, the figure how it got there.")
+    s.findings = [f"{df['step'].nunique()} checkpoints from {_f(first, 0)} to {_f(final, 0)} tokens; "
+                  f"the table gives each score at the last one, the figure how it got there"]
     return s
 
 
@@ -475,7 +508,8 @@ def build_sections(run_dir: str | Path) -> list[Section]:
 # --------------------------------------------------------------------------------- rendering
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{border-bottom:2px solid #ddd}h2{margin-top:2em;border-bottom:1px solid #eee}
-p.finding{font-size:1.05em;background:#f6f8fa;padding:.6em .8em;border-left:4px solid #1f77b4}
+ul.findings,ul.key{background:#f6f8fa;padding:.6em .8em .6em 2em;border-left:4px solid #1f77b4}
+ul.findings li,ul.key li{margin:.25em 0}nav ol{columns:2}div.tbl{overflow-x:auto;max-width:100%}
 p.missing{color:#8a4b00;background:#fff6e5;padding:.4em .8em}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
 th{background:#f0f0f0}pre{background:#f6f8fa;padding:.5em;overflow:auto;font-size:.8em}"""
@@ -490,35 +524,66 @@ def missing_notices(s: Section) -> list[str]:
             f"run `{command}`." for command, names in by_command.items()]
 
 
+KEY_PER_SECTION = 2      # findings of each section repeated under "Key findings" at the top
+
+
+def _as_sentence(clause: str) -> str:
+    return _sentence([clause])
+
+
+def key_findings(sections: list[Section]) -> list[tuple[Section, str]]:
+    """(section, sentence) for the top of the report: the first findings of each section but the
+    run's own (its config and timings are not a finding)."""
+    return [(s, _as_sentence(c)) for s in sections if s.title != "Run" for c in s.findings[:KEY_PER_SECTION]]
+
+
 def _section_html(s: Section) -> str:
-    out = [f"<h2>{html.escape(s.title)}</h2>"]
-    if s.sentence:
-        out.append(f'<p class="finding">{html.escape(s.sentence)}</p>')
+    out = [f'<h2 id="{s.anchor}">{html.escape(s.title)}</h2>']
+    if s.findings:
+        out.append('<ul class="findings">' + "".join(f"<li>{html.escape(_as_sentence(c))}</li>" for c in s.findings)
+                   + "</ul>")
     out += [f'<p class="missing">{html.escape(n)}</p>' for n in missing_notices(s)]
     out += [f.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False}) for f in s.figs]
     for caption, df in s.tables:
-        out.append(f"<h3>{html.escape(caption)}</h3>" + _compact(df).to_html(index=False, border=0, na_rep=""))
+        out.append(f'<h3>{html.escape(caption)}</h3><div class="tbl">'
+                   + _compact(df).to_html(index=False, border=0, na_rep="") + "</div>")
     for summary, text in s.details:
         out.append(f"<details><summary>{html.escape(summary)}</summary><pre>{html.escape(text)}</pre></details>")
     return "\n".join(out)
 
 
+def _head_html(sections: list[Section]) -> str:
+    """Key findings (each linked to its section) and the table of contents."""
+    keys = key_findings(sections)
+    out = []
+    if keys:
+        out.append('<h2 id="key-findings">Key findings</h2><ul class="key">' + "".join(
+            f'<li>{html.escape(text)} <a href="#{s.anchor}">({html.escape(s.title)})</a></li>' for s, text in keys)
+            + "</ul>")
+    out.append('<nav><h2>Contents</h2><ol>' + "".join(
+        f'<li><a href="#{s.anchor}">{html.escape(s.title)}</a></li>' for s in sections) + "</ol></nav>")
+    return "\n".join(out)
+
+
 def render_html(title: str, sections: list[Section]) -> str:
-    """A self-contained page: plotly.js once in <head> (no CDN), then the sections."""
+    """A self-contained page: plotly.js once in <head> (no CDN), key findings, contents, sections."""
 
     js = get_plotlyjs().replace("</script", "<\\/script")   # never close the tag early
     body = "\n".join(_section_html(s) for s in sections)
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>\n"
             f"<style>{CSS}</style>\n<script type=\"text/javascript\">{js}</script>\n</head><body>\n"
-            f"<h1>{html.escape(title)}</h1>\n{body}\n</body></html>\n")
+            f"<h1>{html.escape(title)}</h1>\n{_head_html(sections)}\n{body}\n</body></html>\n")
 
 
 def render_markdown(title: str, sections: list[Section], html_name: str = "report.html") -> str:
-    """The same sentences and compact tables as Markdown, linking to the HTML page for figures."""
+    """The same findings and compact tables as Markdown, linking to the HTML page for figures."""
     out = [f"# {title}", "", f"Figures: [{html_name}]({html_name}) (self-contained, opens offline).", ""]
+    keys = key_findings(sections)
+    if keys:
+        out += ["## Key findings", ""] + [f"- {text} ({s.title})" for s, text in keys] + [""]
     for s in sections:
         out += [f"## {s.title}", ""]
-        out += [s.sentence, ""] if s.sentence else []
+        out += [f"- {_as_sentence(c)}" for c in s.findings] + ([""] if s.findings else [])
         out += [f"> {n}" for n in missing_notices(s)] + ([""] if s.missing else [])
         for caption, df in s.tables:
             out += [f"**{caption}**", "", markdown_table(_compact(df)), ""]

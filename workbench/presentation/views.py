@@ -154,8 +154,8 @@ def layer_summary_frame(probing: pd.DataFrame, summary: pd.DataFrame | None = No
                         metric: str = "accuracy") -> pd.DataFrame:
     """Per model and task, the score next to its baselines (Tenney et al. 2019, Table 1; Hewitt and
     Liang 2019 for selectivity): mix (scalar-mix score), best_layer and best (best single layer,
-    chosen on held-out items: the "best" rows of `per_layer_scores`; best_layer NaN when the two
-    halves of the items choose different layers),
+    chosen on held-out items: the "best" rows of `per_layer_scores`, with its interval best_low,
+    best_high; best_layer NaN when the two halves of the items choose different layers),
     lexical (layer 0 = embeddings only), control (best control-task score), selectivity,
     expected_layer and center_of_gravity (from a `probing_summary` table, when given)."""
     df = _over_seeds(probing[probing["metric"] == metric], ["model", "task", "mode", "layer"])
@@ -164,8 +164,9 @@ def layer_summary_frame(probing: pd.DataFrame, summary: pd.DataFrame | None = No
         single, held_out = g[g["mode"] == "single"], g[g["mode"] == "best"]
         row = {"model": model, "task": task}
         if len(held_out):           # chosen on held-out items; layer -1: the two halves disagree
-            layer = int(held_out["layer"].iloc[0])
-            row.update(best_layer=layer if layer >= 0 else np.nan, best=float(held_out["value"].iloc[0]))
+            h = held_out.iloc[0]
+            row.update(best_layer=int(h["layer"]) if h["layer"] >= 0 else np.nan, best=float(h["value"]),
+                       best_low=float(h.get("ci_low", np.nan)), best_high=float(h.get("ci_high", np.nan)))
         elif len(single):           # tables written before the held-out choice: in-sample maximum
             best = single.loc[single["value"].idxmax()]
             row.update(best_layer=int(best["layer"]), best=float(best["value"]))

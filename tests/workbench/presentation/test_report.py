@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from tests.apps.fixtures import PEAK_LAYER, make_results_fixture
-from workbench.presentation import report
 from workbench.core import results
+from workbench.presentation import report
 
 TITLES = ["Run", "Models and training", "Per-layer probing", "Attention heads", "Head importance and pruning",
           "Frozen vs finetuned"]
@@ -34,7 +34,7 @@ def full(tmp_path_factory):
 
 
 def _finding(md: str, title: str) -> str:
-    """The one-sentence finding of a section in summary.md (the first paragraph after its heading)."""
+    """The findings of a section in summary.md (the bullet list after its heading), as one text."""
     body = md.split(f"## {title}\n\n", 1)[1]
     return body.split("\n\n", 1)[0]
 
@@ -42,7 +42,9 @@ def _finding(md: str, title: str) -> str:
 def test_report_has_every_section_and_embeds_plotly_once_without_network(full):
     run, html, md = full
     for t in TITLES:
-        assert f"<h2>{t}</h2>" in html and f"## {t}" in md
+        anchor = "sec-" + re.sub(r"[^a-z0-9]+", "-", t.lower()).strip("-")
+        assert f'<h2 id="{anchor}">{t}</h2>' in html and f"## {t}" in md
+        assert f'<li><a href="#{anchor}">{t}</a></li>' in html                 # the table of contents
     assert html.count("* plotly.js v") == 1                       # the bundle's licence header, once
     assert html.count("Plotly.newPlot(") >= 12                    # every figure drawn by that one bundle
     # plotly.js itself holds URLs (map tiles, topojson and icon CDNs, its logo link) used only by map
@@ -66,8 +68,12 @@ def test_probing_sentence_carries_the_planted_peaks_and_the_table_numbers(full):
         cg = summary[("enc", task, "center_of_gravity")]
         assert f"expected layer {el:.2f}, center of gravity {cg:.2f}" in sentence
         assert f"| enc | {task} | {layer} | 0.900 |" in md                      # same numbers in the table
-    assert "in enc-ft, pos peaks at layer 3 (accuracy 0.920" in sentence       # finetuned copy: +0.02
-    assert sentence in html                                                      # the HTML has the same words
+    assert "- In enc-ft, pos peaks at layer 3 (accuracy 0.920" in sentence     # finetuned copy: +0.02
+    for line in sentence.splitlines():                                           # the HTML has the same words
+        assert f"<li>{line[2:]}</li>" in html
+    # the key findings at the top repeat each section's first findings
+    keys = md.split("## Key findings\n\n", 1)[1].split("\n\n", 1)[0]
+    assert "- In enc, pos peaks at layer 3 (accuracy 0.900" in keys and keys.endswith("(Frozen vs finetuned)")
 
 
 def test_heads_and_pruning_sentences_match_hand_computed_values(full):
@@ -141,7 +147,7 @@ def test_training_table_and_model_cards_from_pretraining_folders(tmp_path):
     assert list(df.columns) == results.TRAINING_COLUMNS and len(df) == 3
     assert df[df["split"] == "train"]["value"].tolist() == [9.0, 7.5]
     cards = report.model_table(run).iloc[0]
-    assert cards["params"] == 17 and cards["layers"] == 2 and cards["held-out metrics"] == "dev_loss 8.250"
+    assert cards["params"] == 17 and cards["layers"] == 2 and cards["dev_loss"] == 8.25   # a column per metric
     assert cards["data"] == "gutenberg_pd:train"
     with pytest.warns(UserWarning):
         s = report.models_section(run)

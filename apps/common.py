@@ -83,6 +83,12 @@ def stored_attention(run_dir: str, name: str, s: int):
     return views.stored_attention(run_dir, name, s)
 
 
+def choose(label: str, options: dict, key: str):
+    """A selectbox over the labels of `options` ({label: value}); returns the chosen value. Labels,
+    not a format_func, are what the widget holds, so its state is plain text (and AppTest can set it)."""
+    return options[st.selectbox(label, list(options), key=key)]
+
+
 def pick(label: str, options: list, key: str, index: int = 0):
     """A selectbox that returns None (and shows nothing) when there is nothing to choose."""
     if not options:

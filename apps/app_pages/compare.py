@@ -23,8 +23,7 @@ def main() -> None:
     if not pairs:
         common.no_results("cka", "CKA")
         return
-    a, b, kind = st.selectbox("Comparison", pairs, format_func=lambda p: f"{p[0]} vs {p[1]} ({p[2]})",
-                              key="compare_pair")
+    a, b, kind = common.choose("Comparison", {f"{a} vs {b} ({k})": (a, b, k) for a, b, k in pairs}, "compare_pair")
     m = common.view("cka_matrix", run, a, b, kind)
     left, right = st.columns(2)
     left.plotly_chart(F.cka_diagonal_figure(m, a, b), width="stretch")

@@ -51,8 +51,7 @@ def sentence_section(run: str) -> None:
         if source == "corpus sentence":
             name = st.selectbox("Model", stored, key="heads_att_model")
             sents = common.view("attention_sentences", run, name)
-            s = st.selectbox("Sentence", list(range(len(sents))), key="heads_sent",
-                             format_func=lambda i: " ".join(sents[i])[:120])
+            s = common.choose("Sentence", {f"{i}: {' '.join(w)[:120]}": i for i, w in enumerate(sents)}, "heads_sent")
             sa = common.stored_attention(run, name, s)
         else:
             name = st.selectbox("Model", list(checkpoints), key="heads_ckpt")

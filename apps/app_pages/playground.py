@@ -21,8 +21,7 @@ def main() -> None:
     if not len(cards):
         common.no_results("models", "checkpoint")
         return
-    name = st.selectbox("Model", list(cards["name"]), key="play_model",
-                        format_func=lambda n: f"{n} ({cards.set_index('name').loc[n, 'kind']})")
+    name = common.choose("Model", {f"{n} ({k})": n for n, k in zip(cards["name"], cards["kind"])}, "play_model")
     row = cards.set_index("name").loc[name]
     kind, path = row["kind"], row["path"]
     try:

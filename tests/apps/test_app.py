@@ -50,11 +50,11 @@ def test_heads_page_colours_by_score_and_types_a_sentence(monkeypatch, results_r
 
 def test_playground_encoder_and_decoder(monkeypatch, results_root):
     at = _goto(_app(monkeypatch, results_root), "playground")
-    at.selectbox(key="play_model").select("tiny-enc").run()
+    at.selectbox(key="play_model").select("tiny-enc (encoder)").run()
     assert not at.exception and "Masked-token predictions" in at.get("plotly_chart")[0].proto.spec
     at.text_input(key="play_text_encoder").input("no mask at all").run()
     assert any("[MASK]" in w.value for w in at.warning)
-    at.selectbox(key="play_model").select("tiny-dec").run()
+    at.selectbox(key="play_model").select("tiny-dec (decoder)").run()
     assert not at.exception and any("Continuation" in m.value for m in at.markdown)
 
 
@@ -73,3 +73,30 @@ def test_empty_results_root(monkeypatch, tmp_path):
     at = _goto(_app(monkeypatch, tmp_path / "nothing"), "layers")
     assert not at.exception
     assert any("workbench run configs/demo.json" in i.value for i in at.info)
+
+
+@pytest.mark.slow
+def test_every_selector_option_on_the_tiny_pipeline_output(monkeypatch, tiny_run):
+    """What the main job really writes, every page, every option of every select box and radio once
+    (the others left at their defaults): no exception, no error block."""
+    at = _app(monkeypatch, tiny_run.parent)
+    tried = 0
+    for path, _, _ in PAGES:
+        _goto(at, path)
+        assert not at.exception, f"{path}: {[e.value for e in at.exception]}"
+        widgets = [("selectbox", w.key, len(w.options)) for w in at.selectbox if w.key and w.key != "run"]
+        widgets += [("radio", w.key, len(w.options)) for w in at.radio if w.key]
+        for kind, key, n in widgets:
+            # a long list (the stored sentences) is sampled: its first, middle and last option
+            for i in (range(n) if n <= 12 else sorted({0, n // 2, n - 1})):
+                try:
+                    w = getattr(at, kind)(key=key)
+                except KeyError:          # an earlier choice hid it (e.g. a model without that score)
+                    break
+                if i >= len(w.options):   # or narrowed its options
+                    break
+                (w.select_index(i) if kind == "selectbox" else w.set_value(w.options[i])).run()
+                tried += 1
+                assert not at.exception, f"{path} {key}=#{i}: {[e.value for e in at.exception]}"
+                assert not at.error, f"{path} {key}=#{i}: {[e.value for e in at.error]}"
+    assert tried >= 10, tried

@@ -123,6 +123,8 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
     run_b = tmp_path / "b"
     shutil.copytree(run_a / "models", run_b / "models")
     shutil.copytree(run_a / "tasks", run_b / "tasks")
+    (run_b / "tables").mkdir()
+    shutil.copy(run_a / "tables" / "training.parquet", run_b / "tables")   # what the kept pretrain steps wrote
     keep = {k: v for k, v in steps.items() if k.split(":")[0] in ("tasks", "pretrain", "finetune")}
     (run_b / "run.json").write_text(json.dumps({"steps": keep}))
     env = dict(os.environ, PYTHONPATH=str(REPO))

@@ -55,7 +55,7 @@ def _write_batch(batch: Batch, out: np.ndarray, fds: list[int], bytes_per_row: i
     for a, b in row_runs(batch.dest_rows):
         off = int(batch.dest_rows[a]) * bytes_per_row
         for l, fd in enumerate(fds):
-            os.pwrite(fd, out[l, a:b].tobytes(), off)
+            os.pwrite(fd, out[l, a:b].data, off)   # a row slice is contiguous: written without a copy
 
 
 def _write_attention(batch: Batch, atts, tokenizer_slots: dict[int, int], n_special: int, n_heads: int,
@@ -83,9 +83,9 @@ def _write_attention(batch: Batch, atts, tokenizer_slots: dict[int, int], n_spec
     for b, p in enumerate(batch.pieces):
         n = len(p.own_words)
         s = p.sent
-        os.pwrite(attn_fd, np.ascontiguousarray(word[:, b, :, :n, :n]).tobytes(), int(attn_offsets[s]) * ATTN_BYTES)
+        os.pwrite(attn_fd, np.ascontiguousarray(word[:, b, :, :n, :n]).data, int(attn_offsets[s]) * ATTN_BYTES)
         rows = np.ascontiguousarray(special[:, b, :, :n].transpose(2, 0, 1, 3))  # (n, L, H, K)
-        os.pwrite(special_fd, rows.tobytes(), int(sent_offsets[s]) * L * n_heads * n_special * ATTN_BYTES)
+        os.pwrite(special_fd, rows.data, int(sent_offsets[s]) * L * n_heads * n_special * ATTN_BYTES)
 
 
 def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: str | os.PathLike, *,

@@ -77,6 +77,18 @@ def atomic_open(path: str | os.PathLike, mode: str = "w", encoding: str | None =
     fsync_path(path.parent)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs (one of another user counts as running): the owner of a
+    temporary named with its pid may still be writing it."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """`text` (UTF-8) at `path`, atomically and with the mode `open()` gives."""
     with atomic_open(path) as f:

@@ -61,7 +61,7 @@ import torch.distributed as dist
 from safetensors.torch import load_file
 
 from plmodels.checkpoint import build_model, save
-from plmodels.files import atomic_open, replace_folder, temp_folder, write_json_atomic
+from plmodels.files import atomic_open, pid_alive, replace_folder, temp_folder, write_json_atomic
 from plmodels.presets import preset as preset_fields
 from plmodels.progress import progress
 
@@ -176,16 +176,6 @@ def clean_metrics(path: Path, step: int, cfg: PretrainConfig) -> dict:
 LEFTOVER_FOLDERS = (".", "checkpoints", "cache", "tokenizer")
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def remove_leftovers(out_dir: Path) -> int:
     """Delete the temporaries of atomic writes a killed run left in its folder (hidden entries
     named `.<name>.<random>.tmp`, `.<name>.tmp-*` or `.<name>.old-*`); returns how many. Folders
@@ -198,7 +188,7 @@ def remove_leftovers(out_dir: Path) -> int:
         for p in folder.iterdir():
             if p.name.startswith(".") and (p.name.endswith(".tmp") or ".tmp-" in p.name or ".old-" in p.name):
                 pid = re.search(r"\.(?:tmp|old)-(\d+)-[0-9a-f]{8}$", p.name)
-                if pid and int(pid.group(1)) != os.getpid() and _pid_alive(int(pid.group(1))):
+                if pid and int(pid.group(1)) != os.getpid() and pid_alive(int(pid.group(1))):
                     continue
                 if p.is_dir() and not p.is_symlink():
                     shutil.rmtree(p, ignore_errors=True)

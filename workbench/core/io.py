@@ -133,6 +133,9 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
 
 
 def _pid_alive(pid: int) -> bool:
+    """Another live process (this one's own leftovers are stale by definition). Written out, not
+    taken from `plmodels.files.pid_alive`: importing plmodels here would import torch (as for
+    `make_shared`)."""
     if pid == os.getpid():
         return False
     try:

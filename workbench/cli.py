@@ -110,7 +110,7 @@ def _heads(a: argparse.Namespace) -> None:
 def _prune(a: argparse.Namespace) -> None:
     from workbench.analyses.prune import prune_model_cli, resolve_config
 
-    tables = prune_model_cli(a.model, methods=a.method.split(","), out_dir=a.out,
+    tables = prune_model_cli(a.model, methods=a.method.split(",") if a.method else None, out_dir=a.out,
                              config=resolve_config(a.config, _overrides(a)))
     print(f"pruning tables: {sorted(tables)} in {a.out / 'tables'}")
 
@@ -258,8 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = _command(sub, "prune", "head importance, pruning curves and real pruning")
     s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--method", default="michel,ablation,confidence,random",
-                   help="comma-separated head-importance methods")
+    s.add_argument("--method", help="comma-separated head-importance methods (default: the config's `methods`: "
+                                    "michel,ablation,confidence,l0,random)")
     s.add_argument("--out", type=Path, default=Path("runs/prune"),
                    help="folder to write tables/ and the pruned checkpoint pruned/ into")
     _config_args(s, "pruning")

@@ -59,7 +59,7 @@ def test_every_argument_has_help_and_every_option_shows_its_default():
         return " ".join(parsers[name].format_help().split())
 
     assert "(default: runs/probe)" in help_of("workbench probe") and "(default: no overrides)" in help_of("workbench probe")
-    assert "(default: michel,ablation,confidence,random)" in help_of("workbench prune")
+    assert "(default: the config's `methods`: michel,ablation,confidence,l0,random)" in help_of("workbench prune")
     assert "(default: 8501)" in help_of("workbench app")
 
 

@@ -42,7 +42,7 @@ TOLERANCES = (0.01, 0.05)                  # "how many heads can go for 1 % / 5 
 @dataclass
 class Section:
     """One part of the report: a heading, its findings (short sentences with numbers, shown as a
-    list; the first `KEY_PER_SECTION` also go to the key findings at the top), figures, compact
+    list; the first `n_key` also go to the key findings at the top), figures, compact
     tables, notices."""
 
     title: str
@@ -51,6 +51,7 @@ class Section:
     tables: list[tuple[str, pd.DataFrame]] = field(default_factory=list)
     details: list[tuple[str, str]] = field(default_factory=list)      # (summary, text) shown collapsed
     missing: list[str] = field(default_factory=list)                  # table names not written yet
+    n_key: int = 2                                                     # findings repeated at the top
 
     @property
     def sentence(self) -> str:
@@ -261,28 +262,46 @@ def probing_section(run_dir: Path) -> Section:
             s.figs.append(figures.pipeline_figure(mix[mix["model"] == model], t).update_layout(
                 title=f"{model}: where each task is solved (expected layer, center of gravity)"))
         s.figs.append(figures.summary_figure(summary, model))
-        order = t.sort_values("expected_layer") if "expected_layer" in t else t
-        parts = [_task_clause(r, metric) for r in order.itertuples()]
-        clauses.append(f"in {model}, " + ", ".join(parts))
+        clauses.append(_model_probing_clause(model, t, metric))
+    for model, t in summary.groupby("model"):   # Tenney et al.'s pipeline question, a second finding
+        if "expected_layer" in t and t["expected_layer"].notna().sum() > 1:
+            e = t.dropna(subset=["expected_layer"]).sort_values("expected_layer")
+            clauses.append(f"by expected layer (scalar-mix weights), {model} orders its tasks "
+                           + " < ".join(f"{r.task} {_f(r.expected_layer, 2)}" for r in e.itertuples()))
     if "expected_layer" not in summary:
         s.missing.append("probing_summary")
     s.findings = [c for c in clauses if c]
+    s.n_key = summary["model"].nunique()
     s.tables.append((f"Probing summary ({metric}; best = best single layer, chosen on held-out items; "
                      "lexical = layer 0)",
                      summary[[c for c in PROBING_COLUMNS if c in summary]]))
     return s
 
 
+def _model_probing_clause(model: str, t: pd.DataFrame, metric: str) -> str:
+    """'in enc, pos peaks at layer 2 (accuracy 0.880 [0.842, 0.918]), ner at layer 3 (...); deps and
+    coref have no single best layer (...)': tasks in the order of their best layer."""
+    known = t[t["best_layer"].notna()].sort_values(["best_layer", "task"]) if "best_layer" in t else t.iloc[:0]
+    open_ = t[t["best_layer"].isna()].sort_values("task") if "best_layer" in t else t
+    parts = [_task_clause(r, metric) for r in known.itertuples()]
+    text = f"in {model}, " + ", ".join(parts) if parts else f"in {model}"
+    if len(open_):
+        names = list(open_["task"])
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        verb = "has" if len(names) == 1 else "have"
+        text += (f"{';' if parts else ','} {listed} {verb} no single best layer (the two halves of the test "
+                 f"items choose differently)")
+    return text
+
+
 def _task_clause(r, metric: str) -> str:
-    """'pos peaks at layer 3 (accuracy 0.900; expected layer 3.00, center of gravity 2.50, ...)'."""
-    extra = [f"{name.replace('_', ' ')} {_f(getattr(r, name), 2 if name in LAYER_COLUMNS else 3)}"
-             for name in ("expected_layer", "center_of_gravity", "selectivity")
-             if np.isfinite(getattr(r, name, np.nan))]
+    """'pos peaks at layer 3 (accuracy 0.900 [0.870, 0.930])': the best layer chosen on held-out
+    items, its score and interval; the other columns (E_s, E_delta, selectivity) are in the table."""
     lo, hi = getattr(r, "best_low", np.nan), getattr(r, "best_high", np.nan)
     interval = f" [{_f(lo)}, {_f(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else ""
-    score = f"{metric} {_f(r.best)}{interval}" + ("; " + ", ".join(extra) if extra else "")
+    score = f"{metric} {_f(r.best)}{interval}"
     if not np.isfinite(r.best_layer):
-        return f"{r.task} has no single best layer (the two halves of its test items choose differently; {score})"
+        return f"{r.task} has no single best layer ({score}; the halves of its test items disagree)"
     return f"{r.task} peaks at layer {int(r.best_layer)} ({score})"
 
 
@@ -292,20 +311,23 @@ def heads_section(run_dir: Path) -> Section:
     s.missing += [n for n, t in (("heads_classes", classes), ("relations", rel)) if t is None]
     models = sorted(set(classes["model"] if classes is not None else []) | set(rel["model"] if rel is not None else []))
     clauses = []
-    for model in models:
+    for model in models:                   # one finding per model: its roles, then its best relation
+        parts = []
         grid = views.head_grid(run_dir, model, "role") if classes is not None else None
         if grid is not None:
             s.figs.append(figures.head_grid_figure(grid, title=f"{model}: primary role of each head"))
-            clauses.append(_roles_clause(model, grid))
+            parts.append(_roles_clause(model, grid))
         best = views.best_heads(run_dir, model) if rel is not None else None
         best = best.dropna(subset=["test_acc"]) if best is not None else None
         if best is not None and len(best):
             s.figs.append(figures.relations_figure(best))
-            clauses.append(_relations_clause(model, best))
+            parts.append(_relations_clause(model, best))
             cols = [c for c in ("model", "relation", "direction", "best_layer", "best_head", "dev_acc", "test_acc",
                                 "ci_low", "ci_high", "baseline_offset", "baseline_acc", "n_test") if c in best]
             s.tables.append((f"{model}: best head per relation (picked on dev, scored on test, 95% CI)", best[cols]))
+        clauses.append("; ".join(parts))
     s.findings = [c for c in clauses if c]
+    s.n_key = len(s.findings)
     return s
 
 
@@ -323,7 +345,7 @@ def _relations_clause(model: str, best: pd.DataFrame) -> str:
     gain = best["test_acc"] - best["baseline_acc"]
     top = best.loc[gain.idxmax()]
     rel = f"{top['relation']} ({top['direction']})" if "direction" in best else str(top["relation"])
-    return (f"in {model}, the best head beats the fixed-offset baseline on {int((gain > 0).sum())} of {len(best)} relations, "
+    return (f"its best head beats the fixed-offset baseline on {int((gain > 0).sum())} of {len(best)} relations, "
             f"most clearly for {rel}: layer {int(top['best_layer'])} head {int(top['best_head'])} scores "
             f"{_f(top['test_acc'])} [{_f(top['ci_low'])}, {_f(top['ci_high'])}] on test against "
             f"{_f(top['baseline_acc'])} for offset {int(top['baseline_offset'])}")
@@ -524,9 +546,6 @@ def missing_notices(s: Section) -> list[str]:
             f"run `{command}`." for command, names in by_command.items()]
 
 
-KEY_PER_SECTION = 2      # findings of each section repeated under "Key findings" at the top
-
-
 def _as_sentence(clause: str) -> str:
     return _sentence([clause])
 
@@ -534,7 +553,7 @@ def _as_sentence(clause: str) -> str:
 def key_findings(sections: list[Section]) -> list[tuple[Section, str]]:
     """(section, sentence) for the top of the report: the first findings of each section but the
     run's own (its config and timings are not a finding)."""
-    return [(s, _as_sentence(c)) for s in sections if s.title != "Run" for c in s.findings[:KEY_PER_SECTION]]
+    return [(s, _as_sentence(c)) for s in sections if s.title != "Run" for c in s.findings[:s.n_key]]
 
 
 def _section_html(s: Section) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from html import escape
 
 import numpy as np
 import pandas as pd
@@ -65,12 +66,11 @@ def test_probing_sentence_carries_the_planted_peaks_and_the_table_numbers(full):
     for task, layer in PEAK_LAYER.items():
         assert f"{task} peaks at layer {layer} (accuracy 0.900" in sentence      # enc: 0.9 at the planted layer
         el = summary[("enc", task, "expected_layer")]
-        cg = summary[("enc", task, "center_of_gravity")]
-        assert f"expected layer {el:.2f}, center of gravity {cg:.2f}" in sentence
+        assert f"{task} {el:.2f}" in sentence.split("orders its tasks", 1)[1]       # the E_s finding
         assert f"| enc | {task} | {layer} | 0.900 |" in md                      # same numbers in the table
     assert "- In enc-ft, pos peaks at layer 3 (accuracy 0.920" in sentence     # finetuned copy: +0.02
     for line in sentence.splitlines():                                           # the HTML has the same words
-        assert f"<li>{line[2:]}</li>" in html
+        assert f"<li>{escape(line[2:])}</li>" in html
     # the key findings at the top repeat each section's first findings
     keys = md.split("## Key findings\n\n", 1)[1].split("\n\n", 1)[0]
     assert "- In enc, pos peaks at layer 3 (accuracy 0.900" in keys and keys.endswith("(Frozen vs finetuned)")
@@ -162,7 +162,7 @@ def test_markdown_table_escapes_pipes():
 
 
 def test_probing_clause_says_when_no_single_best_layer_was_chosen():
-    row = pd.Series({"task": "pos", "best_layer": np.nan, "best": 0.8, "selectivity": 0.3})
+    row = pd.Series({"task": "pos", "best_layer": np.nan, "best": 0.8, "best_low": 0.7, "best_high": 0.9})
     clause = report._task_clause(row, "accuracy")
-    assert clause.startswith("pos has no single best layer") and "accuracy 0.800" in clause
+    assert clause == "pos has no single best layer (accuracy 0.800 [0.700, 0.900]; the halves of its test items disagree)"
     assert report._task_clause(row.replace(np.nan, 2), "accuracy").startswith("pos peaks at layer 2 (")

@@ -93,13 +93,14 @@ class MLP(nn.Module):
         self.act = ACTIVATIONS[cfg.activation]
         self.fc_in = nn.Linear(cfg.d_model, cfg.d_ff * (2 if self.gated else 1), bias=cfg.bias)  # W_in, or [W_g; W_u]
         self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.post = HookPoint()  # the hidden activation, (B, T, d_ff): TransformerLens' mlp.hook_post
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc_in(x)  # (B, T, d_ff) or (B, T, 2 d_ff)
         if self.gated:
             gate, up = h.chunk(2, dim=-1)  # each (B, T, d_ff)
-            return self.fc_out(self.act(gate) * up)
-        return self.fc_out(self.act(h))
+            return self.fc_out(self.post(self.act(gate) * up))
+        return self.fc_out(self.post(self.act(h)))
 
 
 class Block(nn.Module):
@@ -112,9 +113,10 @@ class Block(nn.Module):
         self.resid_pre = HookPoint()  # created first so hook_names() lists sites in forward order
         self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, bias=cfg.bias, dropout=cfg.dropout, position=cfg.position)
         self.norm1, self.norm2 = layer_norm(cfg), layer_norm(cfg)  # before (pre-LN) or after (post-LN) each sub-layer
+        self.attn_out = HookPoint()  # before the MLP's own site, in forward order (no weights: init unchanged)
         self.mlp = MLP(cfg)
         self.drop = Dropout(cfg.dropout)
-        self.attn_out, self.mlp_out, self.resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.mlp_out, self.resid_post = HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor, keep, **attn_kw) -> tuple[torch.Tensor, torch.Tensor | None]:
         x = self.resid_pre(x)

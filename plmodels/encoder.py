@@ -8,14 +8,16 @@ Defaults are the BERT recipe: post-LN blocks x = LN(x + Dropout(Sublayer(x))), l
 positions, GELU (erf), biases, dropout 0.1, LayerNorm eps 1e-12, MLM decoder tied to the word
 embeddings. Options: pre-LN blocks x = x + Dropout(Sublayer(LN(x))) with a final LayerNorm
 (Xiong et al. 2020), RoPE (Su et al. 2021) or symmetric ALiBi (Press et al. 2022) positions,
-gated MLP act(x W_g) * (x W_u) (Shazeer 2020, "GLU Variants Improve Transformer"), no biases.
+gated MLP act(x W_g) * (x W_u) (Shazeer 2020, "GLU Variants Improve Transformer"), no biases,
+and RoBERTa's padding-dependent position ids (`position_ids="roberta"`, Liu et al. 2019, as fairseq's
+`make_positions`), which the RoBERTa importer (hf_encoders.py) needs.
 Init: N(0, 0.02) for every weight matrix and embedding, zero biases, unit LayerNorm gains.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -30,7 +32,7 @@ from .components.inputs import check_length, packing_for
 from .components.layers import ACTIVATIONS, init_weights, layer_norm
 from .components.model_config import check_shared_fields, config_from_dict
 from .components.outputs import EncoderOutput
-from .components.positions import alibi_distance, rope_cos_sin
+from .components.positions import alibi_distance, padding_position_ids, rope_cos_sin
 from .components.pruning import PrunableMixin
 
 
@@ -54,6 +56,15 @@ class EncoderConfig(Config):
     use_nsp: bool = False  # next-sentence-prediction head on the pooler
     pad_token_id: int = 0  # id of [PAD]
     pruned_heads: dict[int, list[int]] = field(default_factory=dict)  # {layer: original head ids}
+    # learned positions only: "index" = row t for token t (BERT); "roberta" = row pad_token_id +
+    # (count of non-[PAD] ids up to t) for a real token and row pad_token_id for a [PAD] (RoBERTa /
+    # fairseq make_positions: read from input_ids, so padding on either side is skipped); the table
+    # then has max_positions + pad_token_id + 1 rows. Left out of to_dict at its default.
+    position_ids: Literal["index", "roberta"] = "index"
+
+    # fields added after checkpoints existed: to_dict leaves them out at their default, so a config
+    # that does not use them writes the same config.json (and checkpoint_hash) as before
+    LATER_FIELDS: ClassVar[dict[str, Any]] = {"position_ids": "index"}
 
     def __post_init__(self) -> None:
         check_shared_fields(self)
@@ -61,6 +72,22 @@ class EncoderConfig(Config):
             raise ValueError(f"EncoderConfig.type_vocab_size must be an int >= 0, got {self.type_vocab_size!r}")
         if not 0 <= self.pad_token_id < self.vocab_size:
             raise ValueError(f"EncoderConfig.pad_token_id={self.pad_token_id} not in [0, vocab_size)")
+        if self.position_ids not in ("index", "roberta"):
+            raise ValueError(f"EncoderConfig.position_ids must be 'index' or 'roberta', got {self.position_ids!r}")
+        if self.position_ids == "roberta" and self.position != "learned":
+            raise ValueError(f"EncoderConfig.position_ids='roberta' needs position='learned', got {self.position!r}")
+
+    @property
+    def position_rows(self) -> int:
+        """Rows of the learned position table: max_positions, plus pad_token_id + 1 for RoBERTa ids."""
+        return self.max_positions + (self.pad_token_id + 1 if self.position_ids == "roberta" else 0)
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        for name, default in self.LATER_FIELDS.items():
+            if d.get(name) == default:
+                del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict, source: str | None = None) -> "EncoderConfig":
@@ -76,13 +103,14 @@ class MLP(nn.Module):
         self.act = ACTIVATIONS[cfg.activation]
         self.fc_in = nn.Linear(cfg.d_model, cfg.d_ff * (2 if self.gated else 1), bias=cfg.bias)
         self.fc_out = nn.Linear(cfg.d_ff, cfg.d_model, bias=cfg.bias)
+        self.post = HookPoint()  # the hidden activation, (B, T, d_ff): TransformerLens' mlp.hook_post
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.fc_in(x)  # (B, T, d_ff) or (B, T, 2 d_ff)
         if self.gated:
             gate, up = h.chunk(2, dim=-1)  # each (B, T, d_ff)
-            return self.fc_out(self.act(gate) * up)
-        return self.fc_out(self.act(h))
+            return self.fc_out(self.post(self.act(gate) * up))
+        return self.fc_out(self.post(self.act(h)))
 
 
 class Block(nn.Module):
@@ -94,9 +122,10 @@ class Block(nn.Module):
         self.resid_pre = HookPoint()  # created first so hook_names() lists sites in forward order
         self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, bias=cfg.bias, dropout=cfg.dropout, position=cfg.position)
         self.norm1, self.norm2 = layer_norm(cfg), layer_norm(cfg)
+        self.attn_out = HookPoint()  # before the MLP's own site, in forward order (no weights: init unchanged)
         self.mlp = MLP(cfg)
         self.drop = Dropout(cfg.dropout)
-        self.attn_out, self.mlp_out, self.resid_post = HookPoint(), HookPoint(), HookPoint()
+        self.mlp_out, self.resid_post = HookPoint(), HookPoint()
 
     def forward(self, x: torch.Tensor, keep, **attn_kw) -> tuple[torch.Tensor, torch.Tensor | None]:
         x = self.resid_pre(x)
@@ -135,19 +164,25 @@ def _selected_counts(select: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 class Embeddings(nn.Module):
-    """word + position (learned only) + segment embeddings -> LayerNorm (post-LN only) -> dropout."""
+    """word + position (learned only) + segment embeddings -> LayerNorm (post-LN only) -> dropout.
+
+    Learned positions add row t at token t, or with position_ids="roberta" the rows of
+    `padding_position_ids(input_ids, pad_token_id)` (RoBERTa's ids, which depend on the padding)."""
 
     def __init__(self, cfg: EncoderConfig) -> None:
         super().__init__()
         self.word = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.position = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.position == "learned" else None
+        self.position = nn.Embedding(cfg.position_rows, cfg.d_model) if cfg.position == "learned" else None
+        self.padding_positions = cfg.pad_token_id if cfg.position_ids == "roberta" else None
         self.segment = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size > 0 else None
         self.norm = layer_norm(cfg) if cfg.norm == "post" else None
         self.drop = Dropout(cfg.dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         x = self.word(input_ids)  # (B, T, D)
-        if self.position is not None:
+        if self.position is not None and self.padding_positions is not None:
+            x = x + self.position(padding_position_ids(input_ids, self.padding_positions))  # (B, T, D)
+        elif self.position is not None:
             x = x + self.position.weight[: input_ids.shape[1]]  # (T, D) broadcast over B
         if self.segment is None and token_type_ids is not None:
             raise ValueError("token_type_ids given but EncoderConfig.type_vocab_size=0 (no segment embedding)")

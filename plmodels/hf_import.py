@@ -184,7 +184,9 @@ def map_hf_state(hf_state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Ten
 
 
 def read_tokenizer(src: Path):
-    """plmodels Tokenizer from tokenizer.json, else vocab.txt (+ do_lower_case), else None."""
+    """plmodels Tokenizer from the folder's own files, else None: vocab.txt (+ do_lower_case) for
+    BERT-style WordPiece; vocab.json + merges.txt, or a byte-level BPE tokenizer.json, for GPT-2 /
+    RoBERTa (`Tokenizer.from_hf_folder`); any other tokenizer.json as it is."""
 
     # vocab.txt first: it is exactly what BertTokenizer reads, while a saved tokenizer.json may
     # carry padding/truncation settings of its own (all-MiniLM-L6-v2's pads to 128).
@@ -193,7 +195,12 @@ def read_tokenizer(src: Path):
         if (src / "tokenizer_config.json").is_file():
             lower = bool(json.loads((src / "tokenizer_config.json").read_text(encoding="utf-8")).get("do_lower_case", True))
         return Tokenizer.from_bert_vocab(src / "vocab.txt", lowercase=lower)
+    if (src / "vocab.json").is_file() and (src / "merges.txt").is_file():
+        return Tokenizer.from_hf_folder(src)
     if (src / "tokenizer.json").is_file():
+        spec = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
+        if spec.get("model", {}).get("type") == "BPE" and "ByteLevel" in json.dumps(spec.get("pre_tokenizer")):
+            return Tokenizer.from_hf_folder(src)
         return Tokenizer.from_hf_tokenizer_json(src / "tokenizer.json")
     return None
 

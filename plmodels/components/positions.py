@@ -1,4 +1,4 @@
-"""Position helpers: rotary embeddings (RoPE) and ALiBi biases.
+"""Position helpers: rotary embeddings (RoPE), ALiBi biases, RoBERTa's position ids, sinusoids.
 
 - RoPE: Su et al. 2021, "RoFormer: Enhanced Transformer with Rotary Position Embedding". Channel
   pairs (i, i + Dh/2) of q and k are rotated by the angle pos * theta_i with
@@ -10,6 +10,12 @@
   the closest lower power of two 2^k followed by every other slope of 2^(k+1) (the paper's code).
   The encoder uses the symmetric |i - j|; under a causal mask only j <= i is seen, so the same
   bias gives the paper's decoder bias -m_h (i - j).
+- RoBERTa's position ids (Liu et al. 2019; fairseq `utils.make_positions`, transformers'
+  `RobertaEmbeddings.create_position_ids_from_input_ids`): a real token's id is pad_id + its rank
+  among the non-[PAD] ids of its row (so the first real token gets pad_id + 1, on either side of the
+  padding); a [PAD] gets pad_id. They are read from input_ids, not from an attention mask.
+- Sinusoids (Vaswani et al. 2017, section 3.5), as a table that DistilBERT's `sinusoidal_pos_embds`
+  stores in its learned-position matrix: PE[p, 2i] = sin(p / 10000^(2i/D)), PE[p, 2i+1] = cos(same).
 """
 
 from __future__ import annotations
@@ -60,3 +66,22 @@ def alibi_distance(seq_len: int, device: torch.device | None = None) -> torch.Te
     """-|i - j| as a (T, T) float32 matrix; multiply by a slope per head to get the ALiBi bias."""
     pos = torch.arange(seq_len, device=device, dtype=torch.float32)
     return -(pos[:, None] - pos[None, :]).abs()
+
+
+def padding_position_ids(input_ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """RoBERTa's position ids (B, T) int64: pad_id + cumsum(input_ids != pad_id) at real tokens, pad_id
+    at [PAD] tokens (the same arithmetic as transformers' create_position_ids_from_input_ids)."""
+    real = input_ids.ne(pad_id).int()
+    return (torch.cumsum(real, dim=1).type_as(real) * real).long() + pad_id
+
+
+def sinusoidal_table(n_positions: int, dim: int) -> torch.Tensor:
+    """(n_positions, dim) float32 sinusoids, computed in float64: even channels 2i hold
+    sin(p / 10000^(2i/dim)), odd channels 2i+1 cos of the same angle."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    j = torch.arange(dim, dtype=torch.float64)
+    angles = pos / torch.pow(torch.tensor(10000.0, dtype=torch.float64), 2 * torch.div(j, 2, rounding_mode="floor") / dim)
+    table = torch.empty(n_positions, dim, dtype=torch.float64)
+    table[:, 0::2] = angles[:, 0::2].sin()
+    table[:, 1::2] = angles[:, 1::2].cos()
+    return table.float()

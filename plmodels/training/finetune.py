@@ -115,7 +115,7 @@ def encode(examples: list, kind: str, tok, seq_len: int) -> tuple[list[tuple[lis
     subword of each word that fits (later words of a truncated sentence are dropped and counted).
     """
     out, n_trunc = [], 0
-    end = [tok.sep_id] if tok.kind == "wordpiece" else []
+    end = tok.special_affixes[1]   # [SEP] (BERT, RoBERTa's </s>) or nothing (GPT-2 style)
     if kind == "sentence":
         for ids, (_, y) in zip(tok.encode_batch([t for t, _ in examples]), examples):
             if len(ids) > seq_len:
@@ -132,10 +132,11 @@ def encode(examples: list, kind: str, tok, seq_len: int) -> tuple[list[tuple[lis
     return out, n_trunc
 
 
-def collate(batch: list, kind: str, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def collate(batch: list, kind: str, pad_id: int | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(input_ids (B, T), attention_mask (B, T), labels (B,) or (B, T) with -100 off first subwords)."""
     T = max(len(ids) for ids, _ in batch)
-    ids = torch.full((len(batch), T), pad_id, dtype=torch.long)
+    # a tokenizer without a pad (GPT-2) pads with id 0: the mask hides it
+    ids = torch.full((len(batch), T), 0 if pad_id is None else pad_id, dtype=torch.long)
     mask = torch.zeros((len(batch), T), dtype=torch.long)
     labels = torch.full((len(batch),) if kind == "sentence" else (len(batch), T), IGNORE_INDEX, dtype=torch.long)
     for i, (x, y) in enumerate(batch):

@@ -12,13 +12,11 @@ Two conventions differ and are mapped, not loosened:
 - weights: GPT-2's `Conv1D` stores (in, out), the transpose of `nn.Linear`'s (out, in); its `c_attn`
   columns are [q | k | v], each H blocks of Dh, exactly the rows of our fused `qkv` once transposed.
 
-`map_gpt2_state` and `config_from_gpt2` are written to be lifted into a GPT-2 importer (issue 62):
+`map_gpt2_state` and `config_from_gpt2` are the GPT-2 importer's own (plmodels.hf_gpt2, issue 62):
 they take a plain state dict / config dict and do not import transformers.
 """
 
 from __future__ import annotations
-
-import re
 
 import pytest
 import torch
@@ -26,87 +24,8 @@ import transformers
 from torch.testing import assert_close
 
 from plmodels import Decoder, DecoderConfig
+from plmodels.hf_gpt2 import config_from_gpt2, map_gpt2_state
 from plmodels.presets import preset
-
-# GPT-2 name (after the "transformer." prefix is stripped) -> ours; {l} is a layer index.
-GPT2_RENAMES = {
-    "wte.weight": "wte.weight",
-    "wpe.weight": "wpe.weight",
-    "ln_f.weight": "final_norm.weight",
-    "ln_f.bias": "final_norm.bias",
-    "h.{l}.ln_1.weight": "blocks.{l}.norm1.weight",
-    "h.{l}.ln_1.bias": "blocks.{l}.norm1.bias",
-    "h.{l}.attn.c_attn.weight": "blocks.{l}.attn.qkv.weight",  # Conv1D (D, 3D) -> Linear (3D, D), rows [q; k; v]
-    "h.{l}.attn.c_attn.bias": "blocks.{l}.attn.qkv.bias",
-    "h.{l}.attn.c_proj.weight": "blocks.{l}.attn.out.weight",  # Conv1D, transposed
-    "h.{l}.attn.c_proj.bias": "blocks.{l}.attn.out.bias",
-    "h.{l}.ln_2.weight": "blocks.{l}.norm2.weight",
-    "h.{l}.ln_2.bias": "blocks.{l}.norm2.bias",
-    "h.{l}.mlp.c_fc.weight": "blocks.{l}.mlp.fc_in.weight",  # Conv1D, transposed
-    "h.{l}.mlp.c_fc.bias": "blocks.{l}.mlp.fc_in.bias",
-    "h.{l}.mlp.c_proj.weight": "blocks.{l}.mlp.fc_out.weight",  # Conv1D, transposed
-    "h.{l}.mlp.c_proj.bias": "blocks.{l}.mlp.fc_out.bias",
-}
-GPT2_CONV1D = re.compile(r"^h\.\d+\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight$")
-# causal-mask buffers that old GPT-2 checkpoints carry; not weights
-GPT2_IGNORED = re.compile(r"^h\.\d+\.attn\.(bias|masked_bias)$")
-GPT2_ACTIVATIONS = {"gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "gelu": "gelu", "relu": "relu"}
-
-
-def config_from_gpt2(hf: dict) -> DecoderConfig:
-    """DecoderConfig from a HF GPT2Config dict (refuses the variants our decoder does not compute)."""
-    if hf.get("model_type", "gpt2") != "gpt2":
-        raise ValueError(f"model_type={hf.get('model_type')!r}, only 'gpt2' is supported")
-    for key, want in (("scale_attn_weights", True), ("scale_attn_by_inverse_layer_idx", False),
-                      ("add_cross_attention", False)):
-        if hf.get(key, want) != want:
-            raise ValueError(f"{key}={hf[key]!r} is not supported (need {want!r})")
-    act = hf.get("activation_function", "gelu_new")
-    if act not in GPT2_ACTIVATIONS:
-        raise ValueError(f"activation_function={act!r} not supported; known: {sorted(GPT2_ACTIVATIONS)}")
-    d = hf["n_embd"]
-    return DecoderConfig(
-        vocab_size=hf["vocab_size"], d_model=d, n_layers=hf["n_layer"], n_heads=hf["n_head"],
-        d_ff=hf.get("n_inner") or 4 * d, max_positions=hf["n_positions"],
-        position="learned", norm="pre", activation=GPT2_ACTIVATIONS[act], mlp="plain", bias=True,
-        dropout=float(hf.get("resid_pdrop", 0.1)), layer_norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
-    )
-
-
-def map_gpt2_state(hf_state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
-    """HF GPT-2 names (with or without "transformer.") -> ours. Returns (state, unknown, ignored).
-
-    Conv1D weights are transposed into nn.Linear's (out, in); `lm_head.weight` is dropped when it
-    equals the token embeddings (tied) and kept as `lm_head.weight` otherwise (tie_embeddings=False)."""
-    exact = {src: dst for src, dst in GPT2_RENAMES.items() if "{l}" not in src}
-    templated = [(re.compile("^" + re.escape(src).replace(r"\{l\}", r"(\d+)") + "$"), dst)
-                 for src, dst in GPT2_RENAMES.items() if "{l}" in src]
-    state, unknown, ignored = {}, [], []
-    for name, tensor in hf_state.items():
-        key = name.removeprefix("transformer.")
-        if key == "lm_head.weight":
-            wte = hf_state.get("transformer.wte.weight", hf_state.get("wte.weight"))
-            if wte is not None and torch.equal(tensor, wte):
-                ignored.append(name)
-            else:
-                state["lm_head.weight"] = tensor
-            continue
-        if GPT2_IGNORED.match(key):
-            ignored.append(name)
-            continue
-        tensor = tensor.t().contiguous() if GPT2_CONV1D.match(key) else tensor  # Conv1D (in, out) -> (out, in)
-        if key in exact:
-            state[exact[key]] = tensor
-            continue
-        for pattern, dst in templated:
-            if m := pattern.match(key):
-                state[dst.format(l=m[1])] = tensor
-                break
-        else:
-            unknown.append(name)
-    return state, unknown, ignored
-
 
 # Our decoder preset's style (GPT-2) with small sizes; d_ff != 4 D so a swapped MLP matrix shows.
 SIZES = {"vocab_size": 50, "d_model": 32, "n_layers": 2, "n_heads": 4, "d_ff": 48, "max_positions": 16}

@@ -6,7 +6,8 @@ from torch.testing import assert_close
 
 from .conftest import batch, tiny_decoder, tiny_encoder
 
-SITES = ["resid_pre", "attn.pattern", "attn.head_out", "attn_out", "mlp_out", "resid_post"]
+SITES = ["resid_pre", "attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.head_out", "attn_out",
+         "mlp.post", "mlp_out", "resid_post"]
 
 
 @pytest.mark.parametrize("build", [tiny_encoder, tiny_decoder])
@@ -97,3 +98,59 @@ def test_cache_detaches_by_default_and_can_keep_the_graph(encoder):
     assert not cache["blocks.0.mlp_out"].requires_grad
     _, cache = encoder.run_with_cache(ids, names=["blocks.0.mlp_out"], detach=False)
     assert cache["blocks.0.mlp_out"].requires_grad
+
+
+@pytest.mark.parametrize("build", [tiny_encoder, tiny_decoder])
+def test_transformer_lens_sites_recompute_the_layer_by_hand(build):
+    """hook_q/k/v give the pattern back through softmax(q k^T / sqrt(d) + mask); hook_attn_scores gives
+    it through the softmax alone; hook_z through W_O is hook_attn_out; mlp.hook_post through W_out is
+    hook_mlp_out (eval mode: no dropout). Names are TransformerLens' (aliases of ours)."""
+    model = build().eval()
+    ids, mask = batch()
+    _, cache = model.run_with_cache(ids, attention_mask=mask)
+    for l, block in enumerate(model.blocks):
+        q, k, v = (cache[f"blocks.{l}.attn.hook_{x}"] for x in "qkv")           # (B, T, H, Dh)
+        pattern = cache[f"blocks.{l}.attn.hook_pattern"]                       # (B, H, T, T)
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / q.shape[-1] ** 0.5
+        scores = scores.masked_fill(~mask.bool()[:, None, None, :], float("-inf"))
+        if getattr(model, "kind", "") == "decoder":
+            T = ids.shape[1]
+            scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+        real = mask.bool()[:, None, :, None]                                   # query rows of real tokens
+        assert_close(scores.softmax(-1) * real, pattern * real, atol=1e-5, rtol=1e-5)
+        assert_close(cache[f"blocks.{l}.attn.hook_attn_scores"].softmax(-1) * real, pattern * real)
+        z = torch.einsum("bhqk,bkhd->bqhd", pattern, v)                        # (B, T, H, Dh)
+        assert_close(z * mask[:, :, None, None], cache[f"blocks.{l}.attn.hook_z"] * mask[:, :, None, None],
+                     atol=1e-5, rtol=1e-5)
+        attn_out = block.attn.out(cache[f"blocks.{l}.attn.hook_z"].flatten(2))
+        assert_close(attn_out, cache[f"blocks.{l}.hook_attn_out"], atol=1e-5, rtol=1e-5)
+        mlp_out = block.mlp.fc_out(cache[f"blocks.{l}.mlp.hook_post"])
+        assert_close(mlp_out, cache[f"blocks.{l}.hook_mlp_out"], atol=1e-5, rtol=1e-5)
+        assert cache[f"blocks.{l}.hook_resid_pre"] is cache[f"blocks.{l}.resid_pre"]
+
+
+def test_names_filter_takes_a_predicate_a_list_or_a_name_in_either_naming(encoder):
+    ids, mask = batch()
+    _, c = encoder.run_with_cache(ids, attention_mask=mask, names_filter=lambda n: n.endswith("hook_pattern"))
+    assert sorted(c) == ["blocks.0.attn.pattern", "blocks.1.attn.pattern"]
+    _, c = encoder.run_with_cache(ids, attention_mask=mask, names_filter=["blocks.1.hook_resid_post", "embed"])
+    assert sorted(c) == ["blocks.1.resid_post", "embed"] and "blocks.1.hook_resid_post" in c
+    _, c = encoder.run_with_cache(ids, attention_mask=mask, names_filter="blocks.0.mlp.hook_post")
+    assert list(c) == ["blocks.0.mlp.post"]
+    with pytest.raises(ValueError, match="unknown hook name"):
+        encoder.run_with_cache(ids, attention_mask=mask, names=["blocks.0.hook_nothing"])
+
+
+def test_an_edit_through_an_alias_is_an_edit_of_our_site(encoder):
+    # zeroing every value of head 0 through hook_v equals masking head 0
+    ids, mask = batch()
+    def zero_head0(v, name):
+        v = v.clone()
+        v[:, :, 0] = 0.0
+        return v
+    with encoder.hooks([(f"blocks.{l}.attn.hook_v", zero_head0) for l in range(2)]):
+        edited = encoder(ids, attention_mask=mask).last_hidden_state
+    head_mask = torch.ones(2, encoder.config.n_heads)
+    head_mask[:, 0] = 0.0
+    masked = encoder(ids, attention_mask=mask, head_mask=head_mask, attn_impl="eager").last_hidden_state
+    assert_close(edited, masked, atol=1e-5, rtol=1e-5)

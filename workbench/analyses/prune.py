@@ -168,7 +168,8 @@ def _pad(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torc
 def gutenberg_sequences(tok, n: int, seq_len: int) -> list[list[int]]:
     """n windows of seq_len tokens from the start of Gutenberg valid (with [CLS]/[SEP] or BOS)."""
 
-    body = seq_len - (2 if tok.kind == "wordpiece" else 1)
+    pre, post = tok.special_affixes   # [CLS] ... [SEP] (BERT, RoBERTa) or BOS ... (GPT-2 style)
+    body = seq_len - len(pre) - len(post)
     ids: list[int] = []
     for text in iter_texts(dataset_dir("gutenberg_pd"), "valid"):
         for k in range(0, len(text), 20_000):  # books are long: encode in slices until enough
@@ -178,7 +179,6 @@ def gutenberg_sequences(tok, n: int, seq_len: int) -> list[list[int]]:
         if len(ids) >= n * body:
             break
     chunks = [ids[i * body:(i + 1) * body] for i in range(min(n, len(ids) // body))]
-    pre, post = ([tok.cls_id], [tok.sep_id]) if tok.kind == "wordpiece" else ([tok.bos_id], [])
     return [pre + c + post for c in chunks]
 
 

@@ -5,24 +5,23 @@ Follows Clark et al. 2019, "What does BERT look at?", Sec. 3: the attention *to*
 word row (with the special shares) still sums to 1:
     W[i, j] = mean_{a in i} sum_{b in j} A[a, b],   S[i, k] = mean_{a in i} A[a, pos(k)].
 Computed per batch as W = R @ A @ P with R (n, T) the averaging matrix and P (T, n + K) the one-hot
-token -> column map (vectorised; no per-word Python loop). The K special columns are named by the
-tokenizer's kind (`SPECIAL_NAMES`: "[CLS]", "[SEP]" for WordPiece encoders, "BOS" for byte-level
-decoders).
+token -> column map (vectorised; no per-word Python loop). The K special columns are the tokens a
+sentence is wrapped in (`special_token_columns`): "[CLS]", "[SEP]" for BERT and RoBERTa (<s>, </s>),
+"BOS" for GPT-2-style decoders.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-SPECIAL_NAMES = {"wordpiece": ("[CLS]", "[SEP]"), "bpe": ("BOS",)}
-
 
 def special_token_columns(tokenizer) -> tuple[tuple[str, ...], dict[int, int]]:
     """The special columns of `tokenizer`'s word attention maps: (their K names, {token id: column
-    0..K-1})."""
-    names = SPECIAL_NAMES[tokenizer.kind]
-    ids = [tokenizer.cls_id, tokenizer.sep_id] if tokenizer.kind == "wordpiece" else [tokenizer.bos_id]
-    return names, {int(i): k for k, i in enumerate(ids)}
+    0..K-1}), from the tokens its sentences are wrapped in (`Tokenizer.special_affixes`): "[CLS]",
+    "[SEP]" for a tokenizer with both roles (BERT; RoBERTa's <s>, </s>), "BOS" for a GPT-2-style one."""
+    pre, post = tokenizer.special_affixes
+    names = ("[CLS]", "[SEP]") if pre and post else ("BOS",) if pre else ()
+    return names, {int(i): k for k, i in enumerate(pre + post)}
 
 
 def word_attention_maps(att: torch.Tensor, tok_word: torch.Tensor, special_slot: torch.Tensor,

@@ -1,0 +1,54 @@
+"""Import any supported Hugging Face checkpoint folder: `import_hf` reads `model_type` from its
+config.json and hands the folder to that family's importer. Each importer reads the weights
+(safetensors, or pytorch_model.bin through weights_only only) and the tokenizer from the folder's
+own files, never from a hub, and never needs transformers.
+
+| model_type | our class | importer |
+|---|---|---|
+| bert | Encoder | `plmodels.hf_import.import_hf_bert` |
+| roberta | Encoder (`position_ids="roberta"`, one token type) | `plmodels.hf_encoders.import_hf_roberta` |
+| distilbert | Encoder (no token types) | `plmodels.hf_encoders.import_hf_distilbert` |
+| gpt2 | Decoder | `plmodels.hf_gpt2.import_hf_gpt2` |
+
+ELECTRA, ALBERT, T5, BART and XLNet are refused by name until the workbench has their
+architectures (docs/interop.md).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from .hf_encoders import import_hf_distilbert, import_hf_roberta
+from .hf_gpt2 import import_hf_gpt2
+from .hf_import import import_hf_bert
+
+IMPORTERS: dict[str, Callable] = {
+    "bert": import_hf_bert, "roberta": import_hf_roberta, "distilbert": import_hf_distilbert, "gpt2": import_hf_gpt2,
+}
+PLANNED = ("electra", "albert", "t5", "bart", "xlnet")   # families whose architecture is not here yet
+
+
+def model_type(src: str | Path) -> str:
+    """`model_type` of a Hugging Face folder's config.json; FileNotFoundError / ValueError naming the file."""
+    cfg = Path(src) / "config.json"
+    if not cfg.is_file():
+        raise FileNotFoundError(f"{src} has no config.json (not a Hugging Face model folder)")
+    try:
+        kind = json.loads(cfg.read_text(encoding="utf-8")).get("model_type")
+    except (json.JSONDecodeError, AttributeError) as e:
+        raise ValueError(f"{cfg}: not a JSON object ({e})") from None
+    if not isinstance(kind, str):
+        raise ValueError(f"{cfg}: no model_type field")
+    return kind
+
+
+def import_hf(src_dir: str | Path, out_dir: str | Path | None = None, card: dict | None = None):
+    """(model in eval mode, Tokenizer or None) of a Hugging Face folder of a supported family; with
+    out_dir also saved as a workbench checkpoint (safetensors, card with the import report)."""
+    kind = model_type(src_dir)
+    if kind not in IMPORTERS:
+        later = " (its architecture is not in the workbench yet)" if kind in PLANNED else ""
+        raise ValueError(f"{Path(src_dir) / 'config.json'}: model_type {kind!r} cannot be imported{later}; "
+                         f"supported: {', '.join(sorted(IMPORTERS))}")
+    return IMPORTERS[kind](src_dir, out_dir, card=card)

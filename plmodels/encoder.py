@@ -61,10 +61,13 @@ class EncoderConfig(Config):
     # fairseq make_positions: read from input_ids, so padding on either side is skipped); the table
     # then has max_positions + pad_token_id + 1 rows. Left out of to_dict at its default.
     position_ids: Literal["index", "roberta"] = "index"
+    # ELECTRA / ALBERT factorised embeddings: tables of width E, then a projection E -> D (None: E = D)
+    embedding_size: int | None = None
+    use_rtd: bool = False  # ELECTRA's replaced-token-detection head (per token: replaced or original)
 
     # fields added after checkpoints existed: to_dict leaves them out at their default, so a config
     # that does not use them writes the same config.json (and checkpoint_hash) as before
-    LATER_FIELDS: ClassVar[dict[str, Any]] = {"position_ids": "index"}
+    LATER_FIELDS: ClassVar[dict[str, Any]] = {"position_ids": "index", "embedding_size": None, "use_rtd": False}
 
     def __post_init__(self) -> None:
         check_shared_fields(self)
@@ -76,6 +79,13 @@ class EncoderConfig(Config):
             raise ValueError(f"EncoderConfig.position_ids must be 'index' or 'roberta', got {self.position_ids!r}")
         if self.position_ids == "roberta" and self.position != "learned":
             raise ValueError(f"EncoderConfig.position_ids='roberta' needs position='learned', got {self.position!r}")
+        if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size < 1):
+            raise ValueError(f"EncoderConfig.embedding_size must be a positive int or null, got {self.embedding_size!r}")
+
+    @property
+    def embedding_width(self) -> int:
+        """E: the width of the embedding tables (and of the MLM head's transform), D unless factorised."""
+        return self.d_model if self.embedding_size is None else self.embedding_size
 
     @property
     def position_rows(self) -> int:
@@ -164,19 +174,22 @@ def _selected_counts(select: torch.Tensor) -> tuple[torch.Tensor, int]:
 
 
 class Embeddings(nn.Module):
-    """word + position (learned only) + segment embeddings -> LayerNorm (post-LN only) -> dropout.
+    """word + position (learned only) + segment embeddings -> LayerNorm (post-LN only) -> dropout
+    (-> a projection E -> D when the tables are narrower than the model: ELECTRA, ALBERT).
 
     Learned positions add row t at token t, or with position_ids="roberta" the rows of
     `padding_position_ids(input_ids, pad_token_id)` (RoBERTa's ids, which depend on the padding)."""
 
     def __init__(self, cfg: EncoderConfig) -> None:
         super().__init__()
-        self.word = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.position = nn.Embedding(cfg.position_rows, cfg.d_model) if cfg.position == "learned" else None
+        E = cfg.embedding_width
+        self.word = nn.Embedding(cfg.vocab_size, E)
+        self.position = nn.Embedding(cfg.position_rows, E) if cfg.position == "learned" else None
         self.padding_positions = cfg.pad_token_id if cfg.position_ids == "roberta" else None
-        self.segment = nn.Embedding(cfg.type_vocab_size, cfg.d_model) if cfg.type_vocab_size > 0 else None
-        self.norm = layer_norm(cfg) if cfg.norm == "post" else None
+        self.segment = nn.Embedding(cfg.type_vocab_size, E) if cfg.type_vocab_size > 0 else None
+        self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps, bias=cfg.bias) if cfg.norm == "post" else None
         self.drop = Dropout(cfg.dropout)
+        self.project = nn.Linear(E, cfg.d_model, bias=cfg.bias) if E != cfg.d_model else None
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
         x = self.word(input_ids)  # (B, T, D)
@@ -190,19 +203,33 @@ class Embeddings(nn.Module):
             x = x + (self.segment(token_type_ids) if token_type_ids is not None else self.segment.weight[0])
         if self.norm is not None:
             x = self.norm(x)
-        return self.drop(x)
+        x = self.drop(x)
+        return x if self.project is None else self.project(x)
 
 
 class MLMHead(nn.Module):
-    """BERT's cls.predictions: LayerNorm(act(W h + b)) then a decoder to the vocabulary (+ bias)."""
+    """BERT's cls.predictions: LayerNorm(act(W h + b)) then a decoder to the vocabulary (+ bias);
+    W maps D -> E (ELECTRA's generator head), so a tied decoder is the (V, E) word table."""
+
+    def __init__(self, cfg: EncoderConfig) -> None:
+        super().__init__()
+        E = cfg.embedding_width
+        self.dense = nn.Linear(cfg.d_model, E, bias=cfg.bias)
+        self.act = ACTIVATIONS[cfg.activation]
+        self.norm = nn.LayerNorm(E, eps=cfg.layer_norm_eps, bias=cfg.bias)
+        self.decoder = None if cfg.tie_embeddings else nn.Linear(E, cfg.vocab_size, bias=False)
+        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.bias else None
+
+
+class RTDHead(nn.Module):
+    """ELECTRA's discriminator head (Clark et al. 2020): per token, out(act(W h)) -> one logit,
+    positive = replaced."""
 
     def __init__(self, cfg: EncoderConfig) -> None:
         super().__init__()
         self.dense = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.act = ACTIVATIONS[cfg.activation]
-        self.norm = layer_norm(cfg)
-        self.decoder = None if cfg.tie_embeddings else nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        self.bias = nn.Parameter(torch.zeros(cfg.vocab_size)) if cfg.bias else None
+        self.out = nn.Linear(cfg.d_model, 1, bias=cfg.bias)
 
 
 class Encoder(HookedModel, PrunableMixin, nn.Module):
@@ -220,6 +247,7 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
         self.mlm = MLMHead(cfg)
         self.pooler = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.nsp = nn.Linear(cfg.d_model, 2, bias=cfg.bias) if cfg.use_nsp else None
+        self.rtd = RTDHead(cfg) if cfg.use_rtd else None
         self.apply(init_weights)
         self._apply_config_pruning(cfg)
         self.name_hook_points()
@@ -310,13 +338,20 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
         return F.linear(self.mlm_transform(hidden), *self.mlm_projection())
 
     def mlm_transform(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(..., D) -> (..., D): LayerNorm(act(W h + b)), the MLM head before the vocabulary projection."""
+        """(..., D) -> (..., E): LayerNorm(act(W h + b)), the MLM head before the vocabulary projection."""
         return self.mlm.norm(self.mlm.act(self.mlm.dense(hidden)))
 
     def mlm_projection(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(weight (V, D), bias (V,) or None) of the MLM vocabulary projection (tied by default)."""
+        """(weight (V, E), bias (V,) or None) of the MLM vocabulary projection (tied by default; E = D unless
+        factorised)."""
         weight = self.embeddings.word.weight if self.mlm.decoder is None else self.mlm.decoder.weight
         return weight, self.mlm.bias
+
+    def rtd_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., D) final hidden states -> (...,) replaced-token logits (ELECTRA's discriminator)."""
+        if self.rtd is None:
+            raise ValueError("this encoder has no replaced-token-detection head (EncoderConfig.use_rtd=False)")
+        return self.rtd.out(self.rtd.act(self.rtd.dense(hidden))).squeeze(-1)
 
     def nsp_logits(self, pooled: torch.Tensor) -> torch.Tensor:
         """(B, D) pooled [CLS] -> (B, 2) next-sentence logits (index 0 = "is next", as BERT)."""

@@ -1,4 +1,8 @@
-"""Import Hugging Face RoBERTa and DistilBERT folders into a workbench Encoder (+ Tokenizer).
+"""Import Hugging Face RoBERTa, DistilBERT and ELECTRA folders into a workbench Encoder (+ Tokenizer).
+
+ELECTRA (Clark et al. 2020): BERT's encoder over embedding tables of width `embedding_size`,
+projected to `hidden_size` (`EncoderConfig.embedding_size`); the discriminator's replaced-token
+head becomes `rtd` (`Encoder.rtd_logits`), the generator's MLM head of width E our `mlm` head.
 
 The same contract as `hf_import.import_hf_bert`, whose helpers this module reuses (hf_import never
 imports it): `config.json` is mapped to an EncoderConfig, refusing (ValueError naming the field) what
@@ -115,6 +119,33 @@ DISTILBERT = Family(
 )
 
 
+ELECTRA = Family(
+    name="electra",
+    prefix="electra.",
+    renames={
+        **{k: v for k, v in BERT_RENAMES.items() if k.startswith(("embeddings.", "encoder."))},
+        "embeddings_project.weight": "embeddings.project.weight",
+        "embeddings_project.bias": "embeddings.project.bias",
+        # the generator (ElectraForMaskedLM): dense D -> E, LayerNorm(E), a decoder tied to the (V, E) table
+        "generator_predictions.dense.weight": "mlm.dense.weight",
+        "generator_predictions.dense.bias": "mlm.dense.bias",
+        "generator_predictions.LayerNorm.weight": "mlm.norm.weight",
+        "generator_predictions.LayerNorm.bias": "mlm.norm.bias",
+        "generator_lm_head.bias": "mlm.bias",
+        # the discriminator (ElectraForPreTraining): replaced-token detection per token
+        "discriminator_predictions.dense.weight": "rtd.dense.weight",
+        "discriminator_predictions.dense.bias": "rtd.dense.bias",
+        "discriminator_predictions.dense_prediction.weight": "rtd.out.weight",
+        "discriminator_predictions.dense_prediction.bias": "rtd.out.bias",
+    },
+    qkv=r"encoder\.layer\.(\d+)\.attention\.self\.(query|key|value)\.(weight|bias)",
+    qkv_parts=("query", "key", "value"),
+    ignored=("embeddings.position_ids", "embeddings.token_type_ids"),
+    decoder_weight="generator_lm_head.weight",
+    heads=("generator_", "discriminator_"),
+)
+
+
 # ------------------------------------------------------------------------------------ configs
 def _activation(hf: dict, field: str, where: str) -> str:
     act = hf.get(field, "gelu")
@@ -168,6 +199,45 @@ def roberta_config(hf: dict, where: str = "config.json", lm_head: bool = True) -
         type_vocab_size=hf.get("type_vocab_size", 2),
         use_nsp=False,
         pad_token_id=pad,
+    )
+
+
+def electra_config(hf: dict, where: str = "config.json", generator: bool = False,
+                   discriminator: bool = False) -> EncoderConfig:
+    """EncoderConfig from a HF ElectraConfig dict: BERT's encoder with embeddings of width
+    `embedding_size` projected to `hidden_size` when they differ; `generator` / `discriminator`:
+    the checkpoint has that head (MLM head of width E; replaced-token detection)."""
+    _model_type(hf, "electra", where)
+    if hf.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"{where}: position_embedding_type={hf['position_embedding_type']!r} is not supported (only 'absolute')")
+    for flag in ("is_decoder", "add_cross_attention"):
+        if hf.get(flag, False):
+            raise ValueError(f"{where}: {flag}=true is not supported (the Encoder is bidirectional, without cross-attention)")
+    activation = _activation(hf, "hidden_act", where)
+    if generator and hf.get("hidden_act", "gelu") != "gelu":
+        raise ValueError(f"{where}: hidden_act={hf['hidden_act']!r}: ELECTRA's generator head applies gelu whatever "
+                         "hidden_act says, and our MLM head uses the encoder's activation; only 'gelu' imports with it")
+    E, D = hf.get("embedding_size", hf["hidden_size"]), hf["hidden_size"]
+    return EncoderConfig(
+        vocab_size=hf["vocab_size"],
+        d_model=D,
+        n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"],
+        max_positions=hf["max_position_embeddings"],
+        position="learned",
+        norm="post",
+        activation=activation,
+        mlp="plain",
+        bias=True,
+        dropout=float(hf.get("hidden_dropout_prob", 0.1)),
+        layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        use_nsp=False,
+        pad_token_id=hf.get("pad_token_id", 0) or 0,
+        embedding_size=None if E == D else E,
+        use_rtd=discriminator,
     )
 
 
@@ -384,6 +454,19 @@ def import_hf_roberta(src_dir: str | Path, out_dir: str | Path | None = None, ca
         return roberta_config(hf, where, lm_head=lm_head)
 
     return _import(ROBERTA, src_dir, out_dir, card, make_config)
+
+
+def import_hf_electra(src_dir: str | Path, out_dir: str | Path | None = None, card: dict | None = None):
+    """Read a HF ELECTRA folder -> (Encoder in eval mode, Tokenizer or None); save a checkpoint if
+    out_dir. A discriminator (ElectraForPreTraining) keeps its replaced-token-detection head (`rtd`,
+    `Encoder.rtd_logits`) and gets a fresh MLM head; a generator (ElectraForMaskedLM) keeps its MLM
+    head. Report in the card under "import"."""
+
+    def make_config(hf, where, hf_state):
+        has = lambda head: any(k.startswith((head, "electra." + head)) for k in hf_state)  # noqa: E731
+        return electra_config(hf, where, generator=has("generator_"), discriminator=has("discriminator_"))
+
+    return _import(ELECTRA, src_dir, out_dir, card, make_config)
 
 
 def import_hf_distilbert(src_dir: str | Path, out_dir: str | Path | None = None, card: dict | None = None):

@@ -1,4 +1,4 @@
-"""Parity of imported RoBERTa and DistilBERT checkpoints with Hugging Face transformers, and the
+"""Parity of imported RoBERTa, DistilBERT and ELECTRA checkpoints with Hugging Face transformers, and the
 importers' refusals and reports. Also: the new EncoderConfig option (position_ids) leaves old
 configs and checkpoints as they were.
 
@@ -15,7 +15,7 @@ from torch.testing import assert_close
 
 from plmodels import Encoder, EncoderConfig, checkpoint_hash, load, save
 from plmodels.components.positions import padding_position_ids, sinusoidal_table
-from plmodels.hf_encoders import import_hf_distilbert, import_hf_roberta
+from plmodels.hf_encoders import import_hf_distilbert, import_hf_electra, import_hf_roberta
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -340,3 +340,49 @@ def test_old_style_configs_load_and_save_unchanged(tmp_path):
         EncoderConfig.from_dict({**OLD_STYLE, "position_ids": "roberta", "position": "rope"})
     with pytest.raises(ValueError, match="position_ids"):
         EncoderConfig.from_dict({**OLD_STYLE, "position_ids": "fairseq"})
+
+
+# ------------------------------------------------------------------------------ ELECTRA
+ELECTRA_IDS = torch.tensor([[2, 5, 6, 7, 8, 9, 3, 0], [2, 10, 11, 12, 3, 0, 0, 0]])   # BERT vocabulary, right padding
+
+
+def electra_config(**overrides):
+    # embedding_size 16 < hidden 32: the tables are projected, as in every released ELECTRA
+    return transformers.ElectraConfig(**{**SIZES, "hidden_size": 32, "embedding_size": 16,
+                                         "max_position_embeddings": 24, **overrides})
+
+
+@pytest.mark.parametrize("head", ["discriminator", "generator"])
+def test_electra_matches_transformers(head, tmp_path):
+    torch.manual_seed(0)
+    cls = transformers.ElectraForPreTraining if head == "discriminator" else transformers.ElectraForMaskedLM
+    perturb(cls(electra_config()).eval()).save_pretrained(tmp_path / "hf")
+    ours, _ = quiet(import_hf_electra, tmp_path / "hf", tmp_path / "ckpt")
+    assert ours.config.embedding_size == 16 and ours.embeddings.project.weight.shape == (32, 16)
+    assert ours.config.use_rtd == (head == "discriminator")
+    ref = cls.from_pretrained(str(tmp_path / "hf"), attn_implementation="eager").eval()
+    mask = (ELECTRA_IDS != 0).long()
+    with torch.no_grad():
+        r = ref(ELECTRA_IDS, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+    if head == "generator":
+        figures, _ = check_parity(ours, r, ELECTRA_IDS, mask, r.logits)
+    else:
+        figures, o = check_parity(ours, r, ELECTRA_IDS, mask)
+        with torch.no_grad():
+            rtd = ours.rtd_logits(o.last_hidden_state)
+        assert_close(rtd, r.logits, **TOL)                       # replaced-token logits per position
+        figures["rtd"] = float((rtd - r.logits).abs().max())
+        report = json.loads((tmp_path / "ckpt" / "card.json").read_text())["import"]
+        assert "mlm.dense.weight" in report["fresh_init"]        # a discriminator has no MLM head
+    print(f"electra {head} max |diff|:", figures)
+
+
+def test_electra_round_trips_through_our_checkpoint(tmp_path):
+    torch.manual_seed(1)
+    perturb(transformers.ElectraForPreTraining(electra_config()).eval()).save_pretrained(tmp_path / "hf")
+    ours, _ = quiet(import_hf_electra, tmp_path / "hf", tmp_path / "ckpt")
+    again, _ = load(tmp_path / "ckpt")
+    with torch.no_grad():
+        a = ours(ELECTRA_IDS, attention_mask=(ELECTRA_IDS != 0).long()).last_hidden_state
+        b = again(ELECTRA_IDS, attention_mask=(ELECTRA_IDS != 0).long()).last_hidden_state
+    assert torch.equal(a, b) and again.config.embedding_size == 16 and again.rtd is not None

@@ -10,7 +10,11 @@ shared parts that are written once.
     components/     what every family shares: attention kernel, positions, dropout, hook sites,
                     outputs, config checks, init, head pruning, input checks (see its docstring)
     checkpoint.py   save / load / hash a checkpoint folder; MODEL_KINDS, the family registry
-    hf_import.py    import a Hugging Face BERT folder as an Encoder checkpoint
+    hf_families.py  import_hf: any supported Hugging Face folder, by its model_type
+    hf_import.py    BERT, and the readers every importer shares (weights, tokenizers)
+    hf_encoders.py  RoBERTa, DistilBERT, ELECTRA -> Encoder
+    hf_gpt2.py      GPT-2 -> Decoder
+    hf_export.py    export_hf: our checkpoints in the Hugging Face layout (BERT, RoBERTa, DistilBERT, GPT-2)
     tokenizer.py    WordPiece and byte-level BPE tokenizers
     presets.py      named model shapes (tiny, mini, small, base)
     config.py       the typed loader of run configs

@@ -73,6 +73,13 @@ def _import_hf(a: argparse.Namespace) -> None:
     print(f"imported {src} -> {a.out}")
 
 
+def _export_hf(a: argparse.Namespace) -> None:
+    from plmodels.hf_export import export_hf
+
+    out = export_hf(a.checkpoint, a.out)
+    print(f"exported {a.checkpoint} -> {out}")
+
+
 def _data_tasks(a: argparse.Namespace) -> None:
     from workbench.data.tasks import build_all_tasks
 
@@ -225,6 +232,14 @@ def build_parser() -> argparse.ArgumentParser:
                                "holding tensors only), or 'minilm' for the installed all-MiniLM-L6-v2")
     s.add_argument("out", type=Path, help="checkpoint folder to write")
     s.set_defaults(fn=_import_hf)
+
+    s = _command(sub, "export-hf", "export a checkpoint in the Hugging Face layout (BERT, RoBERTa, DistilBERT "
+                                   "or GPT-2; a model transformers would not compute exactly is refused)")
+    s.add_argument("checkpoint", type=Path, help="checkpoint folder to export (config.json + model.safetensors, "
+                                                 "with its tokenizer/ when it has one)")
+    s.add_argument("out", type=Path, help="folder to write the Hugging Face files into (config.json, "
+                                          "model.safetensors, tokenizer files); an existing one is replaced")
+    s.set_defaults(fn=_export_hf)
 
     data = _command(sub, "data", "probing data")
     d = data.add_subparsers(dest="data_command", required=True, metavar="DATA_COMMAND")

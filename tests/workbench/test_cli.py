@@ -187,3 +187,21 @@ def test_import_hf_refuses_a_pickle_with_code_in_one_line(tmp_path):
     assert p.stderr.startswith("workbench import-hf: error: refused to load hf/pytorch_model.bin")
     assert "model.safetensors" in p.stderr and "arbitrary code" in p.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_export_hf_writes_the_folder_and_refuses_in_one_line(tmp_path, capsys, no_debug_env):
+    """In-process (the real export, tiny models): a GPT-2-computable decoder is written; a RoPE one
+    is refused in one line naming the field, and nothing is written."""
+    from plmodels import Decoder, DecoderConfig, save
+
+    sizes = dict(vocab_size=61, d_model=16, n_layers=1, n_heads=2, d_ff=24, max_positions=8)
+    save(Decoder(DecoderConfig(**sizes)), None, tmp_path / "gpt")
+    assert cli.main(["export-hf", str(tmp_path / "gpt"), str(tmp_path / "hf")]) == 0
+    assert capsys.readouterr().out.startswith("exported ")
+    assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "gpt2"
+    save(Decoder(DecoderConfig(**sizes, position="rope")), None, tmp_path / "rope")
+    assert cli.main(["export-hf", str(tmp_path / "rope"), str(tmp_path / "hf-rope")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("workbench export-hf: error: ") and err.count("\n") == 1
+    assert "position='rope'" in err and "not built yet" in err
+    assert not (tmp_path / "hf-rope").exists()

@@ -14,35 +14,55 @@ that names the config field and why (nothing is approximated). Which layout:
 | Encoder, position_ids "index", type_vocab_size >= 1 | `BertForMaskedLM` (`BertForPreTraining` with an NSP head) | learned positions, post-LN, plain MLP, biases |
 | Encoder, position_ids "roberta" | `RobertaForMaskedLM` | as BERT, and activation gelu (RoBERTa's LM head always applies gelu), type_vocab_size >= 1, no NSP head |
 | Encoder, type_vocab_size 0 | `DistilBertForMaskedLM` | as BERT, and layer_norm_eps 1e-12 (fixed in DistilBERT's code), no NSP head |
+| Encoder, position "rope" | `RoFormerForMaskedLM` | post-LN, plain MLP, even head size, no NSP head; biases or not; embedding_size allowed |
 | Decoder | `GPT2LMHeadModel` | learned positions, pre-LN, plain MLP, biases, softmax output |
+| Decoder, position "rope" | `GPTNeoXForCausalLM` | pre-LN, plain MLP, even head size, softmax output; biases or not |
 
 Refused everywhere: pruned heads (transformers 5 has no `pruned_heads`, and BERT / GPT-2 need
-n_heads x head_dim = hidden size), RoPE (GPT-NeoX / RoFormer export is not built yet), ALiBi,
-gated MLPs, no biases, pre-LN encoders, post-LN decoders, the adaptive softmax, and any config
-field this module does not know at a non-default value (a field added later is never dropped
-silently).
+n_heads x head_dim = hidden size), ALiBi, gated MLPs, no biases (but for the RoPE layouts), pre-LN
+encoders, post-LN decoders, the adaptive softmax, and any config field this module does not know at
+a non-default value (a field added later is never dropped silently; `embedding_size` is known to the
+RoFormer layout only).
+
+RoPE (ours: `components.positions`, rotate-half pairs (i, i + Dh/2), angle pos * 10000^(-2i/Dh),
+every channel):
+- RoFormer rotates the interleaved pairs (2i, 2i+1) by the same angles. The rows of each head's
+  query and key projections (and biases) are permuted, new channel 2i <- our i, 2i+1 <- our
+  i + Dh/2 (`rope_pair_permutation`): q and k are permuted alike, so every score q . k is unchanged;
+  values untouched (rotary_value false). Its sin / cos table `encoder.embed_positions.weight` is a
+  stored weight: ours is written (`roformer_positions`; transformers' own, computed in float64,
+  differs by up to 2e-5 at 512 positions). RoFormer has no absolute positions and no pooler (ours is
+  dropped, with a warning and a note); type_vocab_size 0 is written as one all-zero token-type row
+  (RoFormer's default token_type_ids are 0); an E -> D projection is `roformer.embeddings_project`.
+- GPT-NeoX (rotary_pct 1.0, base 10000, use_parallel_residual false) rotates as ours; its fused
+  `query_key_value` holds per head [q_h; k_h; v_h], so our rows [q; k; v] are regrouped by head. Its
+  inverse frequencies are recomputed on load (1 / base^(2i/Dh), within an ulp of ours).
+- Both always have biases (Linear and LayerNorm; RoFormer's MLM bias too): a bias=False model gets
+  zeros, which compute exactly what no bias computes.
 
 What each layout holds beyond the MLM / LM function:
 - BERT: the pooler is written (`bert.pooler.*`): BertForMaskedLM has none and reports it as
   unused, `BertModel.from_pretrained` reads it. With `use_nsp` the folder is a `BertForPreTraining`
   (architectures), whose `cls.seq_relationship` holds our NSP head; AutoModelForMaskedLM reads it too.
 - RoBERTa: the pooler is written (`roberta.pooler.*`), as for BERT.
-- DistilBERT has no pooler: ours is dropped, with a warning and a note in the folder's README.md.
+- DistilBERT and RoFormer have no pooler: ours is dropped, with a warning and a note in the folder's README.md.
 
 Weights (model.safetensors, metadata format=pt) use HF's names: our fused QKV (rows [q; k; v]) is
-split into query / key / value (BERT, RoBERTa: `attention.self.*`; DistilBERT: `q_lin/k_lin/v_lin`);
+split into query / key / value (BERT, RoBERTa, RoFormer: `attention.self.*`; DistilBERT: `q_lin/k_lin/v_lin`);
 GPT-2's Conv1D weights (c_attn, c_proj, c_fc) are written (in, out), the transpose of ours. A tied
 head writes no decoder / lm_head matrix (transformers ties it: tie_word_embeddings=true); an untied
 one writes its own. BERT's and RoBERTa's MLM bias is written twice, as the head's bias and as
 `decoder.bias` (transformers 5 ties the two only when it ties the weights). The importers (`hf_import.import_hf_bert`, `hf_encoders.import_hf_roberta` /
 `import_hf_distilbert`, `hf_gpt2.import_hf_gpt2`) read an export back into the same state dict
-(DistilBERT: but the pooler).
+(DistilBERT: but the pooler); there is no RoFormer or GPT-NeoX importer.
 
 Tokenizer files, when the checkpoint has a tokenizer: `tokenizer.json` (ours, padding and
 truncation off), `tokenizer_config.json` and `special_tokens_map.json` with the special tokens of
 our roles and the class (`BertTokenizerFast` with do_lower_case for WordPiece, plus `vocab.txt`;
 `RobertaTokenizerFast` for a BPE with cls and sep roles; else `GPT2TokenizerFast`).
-`AutoTokenizer.from_pretrained` then gives our `encode` ids (with and without specials).
+`AutoTokenizer.from_pretrained` then gives our `encode` ids (with and without specials); it follows
+tokenizer_class before the model type (so a RoFormer folder gets BertTokenizerFast, not RoFormer's
+jieba tokenizer, and a GPT-NeoX folder GPT2TokenizerFast).
 
 The folder is built in a temporary sibling and renamed into place (files.temp_folder /
 replace_folder): a reader never sees half an export; an existing folder at `out_dir` is replaced.
@@ -62,17 +82,19 @@ from typing import Any
 import torch
 
 from .checkpoint import CONFIG_FILE, MODEL_KINDS, TOKENIZER_DIR, load
+from .components.positions import rope_cos_sin
 from .files import replace_folder, save_safetensors, temp_folder
 from .hf_gpt2 import GPT2_CONV1D, GPT2_RENAMES
 from .hf_import import RENAMES as BERT_RENAMES
 
-__all__ = ["export_hf", "hf_layout", "hf_state", "tokenizer_files"]
+__all__ = ["export_hf", "hf_layout", "hf_state", "rope_pair_permutation", "roformer_positions", "tokenizer_files"]
 
 # our activation -> the HF name of exactly that function (gelu_pytorch_tanh is F.gelu(approximate="tanh");
 # GPT-2 keeps its own name, gelu_new, the same function written out: they differ by < 1e-7)
 BERT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
 GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 DISTILBERT_EPS = 1e-12  # hard-coded in transformers' DistilBERT
+ROPE_BASE = 10000.0  # rope_cos_sin's base (not a config field)
 
 # HF name (after the family prefix) -> ours, {l} a layer index; q/k/v are handled apart (QKV_SPLIT)
 ROBERTA_RENAMES = {
@@ -107,16 +129,50 @@ DISTILBERT_RENAMES = {
     "vocab_projector.weight": "mlm.decoder.weight",
 }
 BERT_EXPORT_RENAMES = {**BERT_RENAMES, "cls.predictions.decoder.weight": "mlm.decoder.weight"}
+# RoFormer: BERT's names without the position table, pooler and NSP head, plus the E -> D projection
+ROFORMER_RENAMES = {
+    **{k: v for k, v in BERT_EXPORT_RENAMES.items()
+       if not k.startswith(("pooler.", "cls.seq_relationship.", "embeddings.position_embeddings."))},
+    "embeddings_project.weight": "embeddings.project.weight",
+    "embeddings_project.bias": "embeddings.project.bias",
+}
 # family -> (renames, prefix of the base model's names, heads outside the prefix, q/k/v names)
 FAMILIES: dict[str, tuple[dict[str, str], str, tuple[str, ...], str]] = {
     "bert": (BERT_EXPORT_RENAMES, "bert.", ("cls.",), "encoder.layer.{l}.attention.self.{part}.{kind}"),
     "roberta": (ROBERTA_RENAMES, "roberta.", ("lm_head.",), "encoder.layer.{l}.attention.self.{part}.{kind}"),
     "distilbert": (DISTILBERT_RENAMES, "distilbert.", ("vocab_",), "transformer.layer.{l}.attention.{part}.{kind}"),
     "gpt2": (GPT2_RENAMES, "transformer.", (), ""),
+    "roformer": (ROFORMER_RENAMES, "roformer.", ("cls.",), "encoder.layer.{l}.attention.self.{part}.{kind}"),
 }
 QKV_PARTS = {"bert": ("query", "key", "value"), "roberta": ("query", "key", "value"),
-             "distilbert": ("q_lin", "k_lin", "v_lin")}
-DROPPED = {"distilbert": ("pooler.",)}  # our tensors a layout has no place for (noted, with a warning)
+             "distilbert": ("q_lin", "k_lin", "v_lin"), "roformer": ("query", "key", "value")}
+# our tensors a layout has no place for (noted, with a warning)
+DROPPED = {"distilbert": ("pooler.",), "roformer": ("pooler.",)}
+ZERO_BIASES = ("roformer", "gpt_neox")  # layouts that take a model without biases (bias=False): zeros are written
+# our weights that are not those of a Linear / LayerNorm with a bias slot in these layouts
+NO_BIAS_SLOT = re.compile(r"^(embeddings\.(word|segment|position)\.weight|mlm\.decoder\.weight|pooler\..*|nsp\..*"
+                          r"|wte\.weight|lm_head\.weight)$")
+
+# GPT-NeoX (pre-LN, sequential residual): the fused query_key_value is per head [q_h; k_h; v_h] (hf_state reorders ours)
+NEOX_RENAMES = {
+    "embed_in.weight": "wte.weight",
+    "layers.{l}.input_layernorm.weight": "blocks.{l}.norm1.weight",
+    "layers.{l}.input_layernorm.bias": "blocks.{l}.norm1.bias",
+    "layers.{l}.attention.query_key_value.weight": "blocks.{l}.attn.qkv.weight",
+    "layers.{l}.attention.query_key_value.bias": "blocks.{l}.attn.qkv.bias",
+    "layers.{l}.attention.dense.weight": "blocks.{l}.attn.out.weight",
+    "layers.{l}.attention.dense.bias": "blocks.{l}.attn.out.bias",
+    "layers.{l}.post_attention_layernorm.weight": "blocks.{l}.norm2.weight",
+    "layers.{l}.post_attention_layernorm.bias": "blocks.{l}.norm2.bias",
+    "layers.{l}.mlp.dense_h_to_4h.weight": "blocks.{l}.mlp.fc_in.weight",
+    "layers.{l}.mlp.dense_h_to_4h.bias": "blocks.{l}.mlp.fc_in.bias",
+    "layers.{l}.mlp.dense_4h_to_h.weight": "blocks.{l}.mlp.fc_out.weight",
+    "layers.{l}.mlp.dense_4h_to_h.bias": "blocks.{l}.mlp.fc_out.bias",
+    "final_layer_norm.weight": "final_norm.weight",
+    "final_layer_norm.bias": "final_norm.bias",
+    "lm_head.weight": "lm_head.weight",
+}
+FAMILIES["gpt_neox"] = (NEOX_RENAMES, "gpt_neox.", ("lm_head.",), "")
 
 # every config field this module has looked at; another field at a non-default value is refused
 ENCODER_FIELDS = {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_positions", "position", "norm",
@@ -143,8 +199,9 @@ def _check_known_fields(config: Any, known: set[str]) -> None:
                                          "transformers computes it; not exported rather than approximated")
 
 
-def _check_common(config: Any, kind: str) -> None:
-    """The refusals shared by every family (see the module docstring)."""
+def _check_common(config: Any, kind: str, rope: bool = False) -> None:
+    """The refusals shared by every family (see the module docstring); `rope`: the RoPE layout
+    (RoFormer, GPT-NeoX), which takes position "rope" instead of "learned" and a model without biases."""
     pruned = {int(l): list(h) for l, h in (config.pruned_heads or {}).items() if h}
     if pruned:
         counts = {config.n_heads - len(h) for h in pruned.values()}
@@ -153,25 +210,36 @@ def _check_common(config: Any, kind: str) -> None:
         why = ("different head counts per layer" if len(counts) > 1 else "fewer heads than d_model / head_dim")
         raise _refuse("pruned_heads", pruned, f"pruned heads give {why}; transformers 5 has no pruned_heads and its "
                                               "BERT / GPT-2 need n_heads x head_dim = hidden size")
-    if config.position == "rope":
-        raise _refuse("position", "rope", "RoPE export (GPT-NeoX / RoFormer layout) is not built yet")
-    if config.position != "learned":
+    if config.position == "rope" and not rope:
+        raise _refuse("position", "rope", "RoPE export is built for post-LN encoders (RoFormer) and pre-LN decoders "
+                                          "(GPT-NeoX) only")
+    if config.position != ("rope" if rope else "learned"):
         raise _refuse("position", config.position, "BERT, RoBERTa, DistilBERT and GPT-2 only have learned absolute "
-                                                   "positions")
+                                                   "positions, RoFormer and GPT-NeoX only RoPE")
     if config.mlp != "plain":
-        raise _refuse("mlp", config.mlp, "a gated MLP has no place in BERT / GPT-2 (plain MLP only)")
-    if not config.bias:
+        raise _refuse("mlp", config.mlp, "a gated MLP has no place in BERT / RoFormer / GPT-2 / GPT-NeoX (plain MLP only)")
+    if not config.bias and not rope:
         raise _refuse("bias", config.bias, "BERT / GPT-2 always have biases in linear layers and LayerNorms")
     if config.activation not in BERT_ACTIVATIONS:
         raise _refuse("activation", config.activation, f"no Hugging Face name known; known: {sorted(BERT_ACTIVATIONS)}")
     want = "post" if kind == "encoder" else "pre"
     if config.norm != want:
-        what = "BERT-family encoders are post-LN" if kind == "encoder" else "GPT-2 is pre-LN"
+        what = "BERT-family encoders (RoFormer too) are post-LN" if kind == "encoder" else "GPT-2 and GPT-NeoX are pre-LN"
         raise _refuse("norm", config.norm, f"{what}; a {config.norm}-LN {kind} has no Hugging Face layout here")
 
 
 def _encoder_family(config: Any) -> str:
-    """"bert" | "roberta" | "distilbert" for an exportable EncoderConfig, else a ValueError naming the field."""
+    """"bert" | "roberta" | "distilbert" | "roformer" for an exportable EncoderConfig, else a ValueError
+    naming the field."""
+    if config.position == "rope":  # RoFormer: its own embeddings_project takes a factorised embedding
+        _check_known_fields(config, ENCODER_FIELDS | {"embedding_size"})
+        _check_common(config, "encoder", rope=True)
+        if config.use_nsp:
+            raise _refuse("use_nsp", True, "RoFormer has no next-sentence head (only BERT's BertForPreTraining)")
+        if config.d_model % config.n_heads or (config.d_model // config.n_heads) % 2:
+            raise _refuse("n_heads", config.n_heads, "RoFormer rotates pairs of channels: the head size "
+                                                     "d_model / n_heads must be an even integer")
+        return "roformer"
     _check_known_fields(config, ENCODER_FIELDS)
     _check_common(config, "encoder")
     if config.position_ids == "roberta":
@@ -196,12 +264,17 @@ def _encoder_family(config: Any) -> str:
 
 
 def _decoder_family(config: Any) -> str:
+    """"gpt2" (learned positions) | "gpt_neox" (RoPE) for an exportable DecoderConfig."""
     _check_known_fields(config, DECODER_FIELDS)
     if config.output != "softmax":
-        raise _refuse("output", config.output, "GPT-2's LM head is a full softmax; the adaptive softmax has no "
-                                               "Hugging Face layout")
-    _check_common(config, "decoder")
-    return "gpt2"
+        raise _refuse("output", config.output, "GPT-2's / GPT-NeoX's LM head is a full softmax; the adaptive softmax "
+                                               "has no Hugging Face layout")
+    rope = config.position == "rope"
+    _check_common(config, "decoder", rope=rope)
+    if rope and (config.d_model % config.n_heads or (config.d_model // config.n_heads) % 2):
+        raise _refuse("n_heads", config.n_heads, "RoPE rotates pairs of channels: the head size d_model / n_heads "
+                                                 "must be an even integer")
+    return "gpt_neox" if rope else "gpt2"
 
 
 def _token_id(tokenizer: Any, role: str) -> int | None:
@@ -214,6 +287,22 @@ def hf_layout(kind: str, config: Any, tokenizer: Any = None) -> tuple[str, dict]
     c = config
     if kind == "decoder":
         family = _decoder_family(c)
+        if family == "gpt_neox":
+            return family, {
+                "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox",
+                "vocab_size": c.vocab_size, "hidden_size": c.d_model, "num_hidden_layers": c.n_layers,
+                "num_attention_heads": c.n_heads, "intermediate_size": c.d_ff,
+                "hidden_act": BERT_ACTIVATIONS[c.activation], "max_position_embeddings": c.max_positions,
+                "layer_norm_eps": c.layer_norm_eps, "hidden_dropout": c.dropout, "attention_dropout": c.dropout,
+                "initializer_range": 0.02, "tie_word_embeddings": c.tie_embeddings,
+                "use_parallel_residual": False, "attention_bias": True,  # bias=False: zeros are written
+                # every channel rotated, base 10000 (transformers 5 reads rope_parameters, earlier ones rotary_*)
+                "rotary_pct": 1.0, "rotary_emb_base": ROPE_BASE,
+                "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_BASE, "partial_rotary_factor": 1.0},
+                "use_cache": True,
+                "bos_token_id": _token_id(tokenizer, "bos"), "eos_token_id": _token_id(tokenizer, "eos"),
+                "pad_token_id": None,  # batches pad under the attention mask
+            }
         return family, {
             "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
             "vocab_size": c.vocab_size, "n_embd": c.d_model, "n_layer": c.n_layers, "n_head": c.n_heads,
@@ -228,6 +317,19 @@ def hf_layout(kind: str, config: Any, tokenizer: Any = None) -> tuple[str, dict]
     if kind != "encoder":
         raise ValueError(f"unknown model kind {kind!r}; known: {sorted(MODEL_KINDS)}")
     family = _encoder_family(c)
+    if family == "roformer":
+        return family, {
+            "architectures": ["RoFormerForMaskedLM"], "model_type": "roformer",
+            "vocab_size": c.vocab_size, "embedding_size": c.embedding_width, "hidden_size": c.d_model,
+            "num_hidden_layers": c.n_layers, "num_attention_heads": c.n_heads, "intermediate_size": c.d_ff,
+            "hidden_act": BERT_ACTIVATIONS[c.activation], "hidden_dropout_prob": c.dropout,
+            "attention_probs_dropout_prob": c.dropout, "max_position_embeddings": c.max_positions,
+            # no segment embedding: one all-zero row, which RoFormer adds at its default token_type_ids 0
+            "type_vocab_size": max(c.type_vocab_size, 1), "layer_norm_eps": c.layer_norm_eps,
+            "initializer_range": 0.02, "rotary_value": False, "pad_token_id": c.pad_token_id,
+            "tie_word_embeddings": c.tie_embeddings, "is_decoder": False, "add_cross_attention": False,
+            "use_cache": False,
+        }
     if family == "distilbert":
         return family, {
             "architectures": ["DistilBertForMaskedLM"], "model_type": "distilbert",
@@ -264,10 +366,63 @@ def _inverse(renames: dict[str, str]) -> tuple[dict[str, str], list[tuple[re.Pat
     return exact, templated
 
 
-def hf_state(family: str, state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
+def rope_pair_permutation(head_dim: int) -> torch.Tensor:
+    """perm (Dh,) with new channel j <- our channel perm[j]: 2i <- i, 2i+1 <- i + Dh/2. Our RoPE rotates
+    the pairs (i, i + Dh/2) ("rotate half"), RoFormer's the pairs (2i, 2i+1) ("interleaved"), each pair by
+    the same angle pos * 10000^(-2i/Dh); the same permutation of q's and k's channels leaves every
+    score q . k unchanged, so permuting the rows of the q and k projections per head is exact."""
+    half = torch.arange(head_dim // 2)
+    return torch.stack((half, half + head_dim // 2), dim=1).flatten()
+
+
+def roformer_positions(max_positions: int, head_dim: int) -> torch.Tensor:
+    """RoFormer's `encoder.embed_positions.weight` (max_positions, Dh) = [sin | cos] of the angles
+    pos * theta_i, i < Dh/2, computed by our rope_cos_sin (fp32), so both rotate by the same numbers
+    (transformers' own table, computed in float64 and rounded, differs by a few ulps)."""
+    cos, sin = rope_cos_sin(max_positions, head_dim)
+    return torch.cat((sin[:, : head_dim // 2], cos[:, : head_dim // 2]), dim=1).contiguous()
+
+
+def _with_zero_biases(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A bias=False state dict with the biases a layout always has, as zeros (adding 0 is exact): every
+    Linear / LayerNorm weight's, and the MLM bias (the vocabulary size: the word table's rows)."""
+    out = dict(state)
+    for name, tensor in state.items():
+        if name.endswith(".weight") and not NO_BIAS_SLOT.match(name):
+            out.setdefault(name[: -len("weight")] + "bias", tensor.new_zeros(tensor.shape[0]))
+    if "embeddings.word.weight" in state:
+        out.setdefault("mlm.bias", state["embeddings.word.weight"].new_zeros(state["embeddings.word.weight"].shape[0]))
+    return out
+
+
+def hf_state(family: str, state: dict[str, torch.Tensor], config: Any = None) -> tuple[dict[str, torch.Tensor], list[str]]:
     """Our state dict -> (HF state dict of `family`, our tensors the layout drops). Every other
-    tensor must find its HF name (else a ValueError naming it: a tensor is never dropped silently)."""
+    tensor must find its HF name (else a ValueError naming it: a tensor is never dropped silently).
+    RoFormer and GPT-NeoX need our `config` (heads, positions)."""
     renames, prefix, heads, qkv = FAMILIES[family]
+    if family in ZERO_BIASES:
+        state = _with_zero_biases(state)
+    if family == "roformer":
+        if config is None:
+            raise ValueError("hf_state('roformer', ...) needs the model's config (heads, positions)")
+        Dh = config.d_model // config.n_heads
+        perm = rope_pair_permutation(Dh)
+        state = dict(state)
+        for name in [n for n in state if re.match(r"^blocks\.\d+\.attn\.qkv\.(weight|bias)$", n)]:
+            q, k, v = state[name].chunk(3, dim=0)  # rows [q; k; v], each H heads x Dh channels
+            q, k = (t.reshape(config.n_heads, Dh, *t.shape[1:])[:, perm].reshape(t.shape) for t in (q, k))
+            state[name] = torch.cat((q, k, v), dim=0)
+        if "embeddings.segment.weight" not in state:  # type_vocab_size 0: one zero row (token type 0)
+            word = state["embeddings.word.weight"]
+            state["embeddings.segment.weight"] = word.new_zeros(1, word.shape[1])
+    if family == "gpt_neox":  # rows [q; k; v] (each H heads x Dh) -> per head [q_h; k_h; v_h]
+        if config is None:
+            raise ValueError("hf_state('gpt_neox', ...) needs the model's config (heads)")
+        H = config.n_heads
+        state = dict(state)
+        for name in [n for n in state if re.match(r"^blocks\.\d+\.attn\.qkv\.(weight|bias)$", n)]:
+            t = state[name]
+            state[name] = t.reshape(3, H, t.shape[0] // (3 * H), *t.shape[1:]).transpose(0, 1).reshape(t.shape)
     exact, templated = _inverse(renames)
     out: dict[str, torch.Tensor] = {}
     dropped, unplaced = [], []
@@ -283,7 +438,7 @@ def hf_state(family: str, state: dict[str, torch.Tensor]) -> tuple[dict[str, tor
         if family == "gpt2" and ours == "lm_head.weight":
             put("lm_head.weight", tensor)
             continue
-        m = re.match(r"^blocks\.(\d+)\.attn\.qkv\.(weight|bias)$", ours) if family != "gpt2" else None
+        m = re.match(r"^blocks\.(\d+)\.attn\.qkv\.(weight|bias)$", ours) if family in QKV_PARTS else None
         if m:
             for part, piece in zip(QKV_PARTS[family], tensor.chunk(3, dim=0)):  # rows [q; k; v]
                 put(qkv.format(l=m[1], part=part, kind=m[2]), piece.clone())
@@ -302,6 +457,8 @@ def hf_state(family: str, state: dict[str, torch.Tensor]) -> tuple[dict[str, tor
         put(name, tensor)
     if unplaced:
         raise ValueError(f"cannot export to the Hugging Face {family} layout: no place for our tensors {unplaced}")
+    if family == "roformer":
+        out["roformer.encoder.embed_positions.weight"] = roformer_positions(config.max_positions, Dh)
     # transformers 5 ties the vocabulary projection's bias to the head's bias only when it ties the
     # weights: an untied head would get a fresh decoder.bias, so the copy is written (the importers
     # read the head's bias and check or ignore the copy)
@@ -374,8 +531,19 @@ def export_hf(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
         raise ValueError(f"{src}: {e}") from None
     model, tokenizer = load(src)
     family, hf_cfg = hf_layout(kind, model.config, tokenizer)
-    state, dropped = hf_state(family, model.state_dict())
+    state, dropped = hf_state(family, model.state_dict(), model.config)
     notes = []
+    if family == "roformer":
+        notes.append("RoPE: the rows of each head's query and key projections are permuted (channel 2i <- our i, "
+                     "2i+1 <- our i + head_dim/2: RoFormer rotates interleaved pairs, ours the two halves); every "
+                     "attention score is unchanged. encoder.embed_positions holds our sin / cos table")
+        if model.config.type_vocab_size == 0:
+            notes.append("type_vocab_size=0: one all-zero token-type row is written (RoFormer's default token_type_ids 0)")
+    if family == "gpt_neox":
+        notes.append("the fused query_key_value holds per head [q_h; k_h; v_h] (ours: [q; k; v] over all heads); "
+                     "RoPE on every channel, rotate-half pairs (i, i + head_dim/2) as ours, base 10000")
+    if family in ZERO_BIASES and not model.config.bias:
+        notes.append(f"bias=False: the biases {hf_cfg['architectures'][0]} always has are written as zeros")
     if dropped:
         notes.append(f"{hf_cfg['architectures'][0]} has no place for our {', '.join(dropped)}: dropped "
                      f"(the masked-LM function is unchanged)")

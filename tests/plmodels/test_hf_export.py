@@ -10,6 +10,11 @@ so it is compared with our final_norm(hidden_states[L])). The export reads back 
 importers into the same state dict, AutoTokenizer gives our ids, and what transformers cannot compute
 exactly is refused naming the config field.
 
+RoPE models export as RoFormerForMaskedLM (post-LN encoders) and GPTNeoXForCausalLM (pre-LN
+decoders), with biases and with bias=False (zeros written), and so do models built from the shipped
+RoPE recipes (encoder-mini-cram, decoder-mini-cram) over a tiny vocabulary; there is no importer for
+these layouts, so no round trip.
+
 transformers is used here only as the reference; plmodels never imports it."""
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ import torch
 import transformers
 
 from plmodels import Decoder, DecoderConfig, Encoder, EncoderConfig, save
-from plmodels.hf_export import export_hf, hf_layout
+from plmodels.components.positions import apply_rope, rope_cos_sin
+from plmodels.hf_export import export_hf, hf_layout, rope_pair_permutation, roformer_positions
 from plmodels.hf_gpt2 import import_hf_gpt2
 from plmodels.hf_import import import_hf_bert
 from plmodels.tokenizer import Tokenizer
@@ -192,8 +198,119 @@ def test_roberta_and_distilbert_exports(tokenizers, tmp_path):
     assert json.loads((tmp_path / "roberta-hf" / "tokenizer_config.json").read_text())["tokenizer_class"] == "RobertaTokenizerFast"
 
 
+def test_rope_pair_permutation_turns_our_rotation_into_roformers():
+    """RoFormer rotates (2i, 2i+1), ours (i, i + Dh/2), by the same angles: permuting q and k by perm
+    gives RoFormer's rotation of the permuted vectors, and the scores q . k are unchanged."""
+    from transformers.models.roformer.modeling_roformer import RoFormerSelfAttention
+
+    Dh, T = 8, 6
+    perm = rope_pair_permutation(Dh)
+    assert perm.tolist() == [0, 4, 1, 5, 2, 6, 3, 7]
+    q, k = torch.randn(2, 1, 2, T, Dh, generator=torch.Generator().manual_seed(0))
+    cos, sin = rope_cos_sin(T, Dh)
+    ours_q, ours_k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    theirs_q, theirs_k = RoFormerSelfAttention.apply_rotary_position_embeddings(
+        roformer_positions(T, Dh)[None, None], q[..., perm], k[..., perm])
+    assert torch.allclose(theirs_q, ours_q[..., perm], atol=1e-6) and torch.allclose(theirs_k, ours_k[..., perm], atol=1e-6)
+    assert torch.allclose(theirs_q @ theirs_k.transpose(-1, -2), ours_q @ ours_k.transpose(-1, -2), atol=1e-5)
+
+
+def _roformer_check(ours, out: Path, vocab: int, types: torch.Tensor | None = None) -> float:
+    ref = quiet(transformers.AutoModelForMaskedLM.from_pretrained, str(out), attn_implementation="eager").eval()
+    assert type(ref).__name__ == "RoFormerForMaskedLM"
+    cfg = ours.config
+    # our sin / cos table is what it reads (not its own float64 one)
+    assert torch.equal(ref.roformer.encoder.embed_positions.weight,
+                       roformer_positions(cfg.max_positions, cfg.d_model // cfg.n_heads))
+    ids, mask = padded_batch(vocab, pad=cfg.pad_token_id)
+    keep = mask.bool()
+    with torch.no_grad():
+        r = ref(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True)
+        o = ours(ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True)
+        diff = max_diff(ours.mlm_logits(o.last_hidden_state), r.logits, keep)
+        assert diff <= ATOL
+        hidden = o.hidden_states if cfg.embedding_size is None else o.hidden_states[1:]  # theirs: after the projection
+        assert max(max_diff(a, b, keep) for a, b in zip(hidden, r.hidden_states[-len(hidden):])) <= ATOL
+    return diff
+
+
+@pytest.mark.parametrize("variant", ["biases", "no-bias"])
+def test_roformer_export_computes_what_ours_computes(tokenizers, tmp_path, variant):
+    # biases: perturbed, tied, three token types in the batch; no-bias: bias=False (zeros written), no
+    # token types (one zero row written), untied, factorised embeddings (embeddings_project), relu, eps 1e-5
+    extra = ({"type_vocab_size": 3, "activation": "gelu_tanh", "layer_norm_eps": 1e-6} if variant == "biases" else
+             {"bias": False, "type_vocab_size": 0, "tie_embeddings": False, "embedding_size": 24, "activation": "relu",
+              "layer_norm_eps": 1e-5})
+    config = EncoderConfig(vocab_size=120, **SIZES, position="rope", **extra)
+    ours, ckpt = checkpoint(tmp_path, "ours", config, tokenizers["wordpiece"])
+    with pytest.warns(UserWarning, match="pooler"):  # RoFormer has no pooler
+        out = export_hf(ckpt, tmp_path / "hf")
+    hf_cfg = json.loads((out / "config.json").read_text())
+    assert (hf_cfg["architectures"], hf_cfg["rotary_value"], hf_cfg["tie_word_embeddings"]) == (
+        ["RoFormerForMaskedLM"], False, variant == "biases")
+    assert hf_cfg["type_vocab_size"] == (3 if variant == "biases" else 1)
+    readme = (out / "README.md").read_text()
+    assert "permuted" in readme and "pooler" in readme and (("zeros" in readme) == (variant == "no-bias"))
+    types = None
+    if variant == "biases":
+        types = torch.zeros(3, 9, dtype=torch.long)
+        types[0, 4:] = 2
+    _roformer_check(ours, out, 120, types)
+    check_tokenizer(out, tokenizers["wordpiece"])
+
+
+@pytest.mark.parametrize("variant", ["biases", "no-bias"])
+def test_gpt_neox_export_computes_what_ours_computes(tokenizers, tmp_path, variant):
+    extra = ({"layer_norm_eps": 3e-5} if variant == "biases" else
+             {"bias": False, "tie_embeddings": False, "activation": "gelu"})
+    config = DecoderConfig(vocab_size=300, **SIZES, position="rope", **extra)
+    ours, ckpt = checkpoint(tmp_path, "ours", config, tokenizers["bpe"])
+    out = export_hf(ckpt, tmp_path / "hf")
+    hf_cfg = json.loads((out / "config.json").read_text())
+    assert (hf_cfg["architectures"], hf_cfg["use_parallel_residual"], hf_cfg["rotary_pct"]) == (
+        ["GPTNeoXForCausalLM"], False, 1.0)
+    assert ("zeros" in (out / "README.md").read_text()) == (variant == "no-bias")
+    ref = quiet(transformers.AutoModelForCausalLM.from_pretrained, str(out), attn_implementation="eager").eval()
+    assert type(ref).__name__ == "GPTNeoXForCausalLM"
+    assert (ref.lm_head.weight is ref.gpt_neox.embed_in.weight) == (variant == "biases")
+    ids, mask = padded_batch(300)
+    keep = mask.bool()
+    with torch.no_grad():
+        r = ref(ids, attention_mask=mask, output_hidden_states=True)
+        o = ours(ids, attention_mask=mask, output_hidden_states=True)
+        assert max_diff(o.logits, r.logits, keep) <= ATOL
+        # hidden_states[L]: GPT-NeoX's is after final_layer_norm, ours before final_norm (as GPT-2)
+        assert max(max_diff(a, b, keep) for a, b in zip(o.hidden_states[:-1], r.hidden_states[:-1])) <= ATOL
+        assert max_diff(ours.final_norm(o.hidden_states[-1]), r.hidden_states[-1], keep) <= ATOL
+    check_tokenizer(out, tokenizers["bpe"])
+
+
+@pytest.mark.parametrize("recipe", ["encoder-mini-cram", "decoder-mini-cram"])
+def test_the_shipped_rope_recipes_export(tokenizers, tmp_path, recipe):
+    """The recipe's model section over its preset (the trainer's build_model_config), a tiny vocabulary."""
+    from plmodels.training.config import load_config
+    from plmodels.training.loop import build_model_config
+
+    cfg = load_config(recipe)
+    tok = tokenizers["wordpiece" if cfg.kind == "encoder" else "bpe"]
+    fields = build_model_config(cfg, tok)
+    assert (fields["position"], fields["bias"]) == ("rope", False)
+    config = (EncoderConfig if cfg.kind == "encoder" else DecoderConfig)(**fields)
+    ours, ckpt = checkpoint(tmp_path, "ours", config, tok)
+    out = quiet(export_hf, ckpt, tmp_path / "hf")
+    if cfg.kind == "encoder":
+        assert json.loads((out / "config.json").read_text())["num_attention_heads"] == 8
+        _roformer_check(ours, out, tok.vocab_size)
+    else:
+        ref = quiet(transformers.AutoModelForCausalLM.from_pretrained, str(out), attn_implementation="eager").eval()
+        ids, mask = padded_batch(tok.vocab_size)
+        with torch.no_grad():
+            assert max_diff(ours(ids, attention_mask=mask).logits, ref(ids, attention_mask=mask).logits, mask.bool()) <= ATOL
+    check_tokenizer(out, tok)
+
+
 @pytest.mark.parametrize("config, field, why", [
-    (DecoderConfig(vocab_size=61, **SIZES, position="rope"), "position", "not built yet"),
+    (EncoderConfig(vocab_size=61, **SIZES, position="rope", norm="pre"), "norm", "post-LN"),
     (EncoderConfig(vocab_size=61, **SIZES, mlp="gated"), "mlp", "gated"),
     (DecoderConfig(vocab_size=61, **SIZES, output="adaptive", tie_embeddings=False, adaptive_cutoffs=(20, 40)),
      "output", "adaptive softmax"),
@@ -217,6 +334,13 @@ def test_what_transformers_cannot_compute_is_refused_naming_the_field(tmp_path, 
     ("encoder", {"position_ids": "roberta", "pad_token_id": 1, "type_vocab_size": 0}, "type_vocab_size"),
     ("encoder", {"type_vocab_size": 0, "layer_norm_eps": 1e-5}, "layer_norm_eps"),
     ("encoder", {"type_vocab_size": 0, "use_nsp": True}, "use_nsp"),
+    ("encoder", {"position": "rope", "use_nsp": True}, "use_nsp"),
+    ("encoder", {"position": "rope", "mlp": "gated"}, "mlp"),
+    ("encoder", {"position": "rope", "pruned_heads": {0: [1]}}, "pruned_heads"),
+    ("encoder", {"position": "rope", "use_rtd": True}, "use_rtd"),
+    ("encoder", {"embedding_size": 16}, "embedding_size"),  # only RoFormer has a place for the projection
+    ("decoder", {"position": "rope", "norm": "post"}, "norm"),
+    ("decoder", {"position": "rope", "output": "adaptive", "tie_embeddings": False, "adaptive_cutoffs": (20, 40)}, "output"),
 ])
 def test_more_refusals_name_their_field(kind, fields, field):
     cls = EncoderConfig if kind == "encoder" else DecoderConfig

@@ -190,8 +190,8 @@ def test_import_hf_refuses_a_pickle_with_code_in_one_line(tmp_path):
 
 
 def test_export_hf_writes_the_folder_and_refuses_in_one_line(tmp_path, capsys, no_debug_env):
-    """In-process (the real export, tiny models): a GPT-2-computable decoder is written; a RoPE one
-    is refused in one line naming the field, and nothing is written."""
+    """In-process (the real export, tiny models): a GPT-2-computable decoder is written; an ALiBi one
+    (no transformers class computes it) is refused in one line naming the field, and nothing is written."""
     from plmodels import Decoder, DecoderConfig, save
 
     sizes = dict(vocab_size=61, d_model=16, n_layers=1, n_heads=2, d_ff=24, max_positions=8)
@@ -199,9 +199,9 @@ def test_export_hf_writes_the_folder_and_refuses_in_one_line(tmp_path, capsys, n
     assert cli.main(["export-hf", str(tmp_path / "gpt"), str(tmp_path / "hf")]) == 0
     assert capsys.readouterr().out.startswith("exported ")
     assert json.loads((tmp_path / "hf" / "config.json").read_text())["model_type"] == "gpt2"
-    save(Decoder(DecoderConfig(**sizes, position="rope")), None, tmp_path / "rope")
-    assert cli.main(["export-hf", str(tmp_path / "rope"), str(tmp_path / "hf-rope")]) == 1
+    save(Decoder(DecoderConfig(**sizes, position="alibi")), None, tmp_path / "alibi")
+    assert cli.main(["export-hf", str(tmp_path / "alibi"), str(tmp_path / "hf-alibi")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("workbench export-hf: error: ") and err.count("\n") == 1
-    assert "position='rope'" in err and "not built yet" in err
-    assert not (tmp_path / "hf-rope").exists()
+    assert "position='alibi'" in err
+    assert not (tmp_path / "hf-alibi").exists()

@@ -17,7 +17,10 @@ and the probes read every layer l = 0..L (0 = embeddings, the lexical baseline) 
 The best single layer ("best" rows) is chosen on held-out test items (`probes.layers.cross_fit_best`).
 The `arcs` task (which word is each word's head?) is probed by `probes.arcs` instead: a bilinear
 probe per layer ("single", "best"), Hewitt & Liang's arc control task ("control", selectivity),
-punctuation left out of the score; mix, cumulative and mdl do not apply to it.
+punctuation left out of the score; mix, cumulative and mdl do not apply to it. The structural
+tasks `structural_distance` and `structural_depth` (Hewitt & Manning 2019, `probes.structural`)
+read the same EWT records, whole trees per sentence; their metrics are UUAS / DSpr and root
+accuracy / NSpr (mode "single" only; not in the default task list).
 
 Seeds give per-seed rows (bootstrap CIs over test items) and a seed = -1 row with the mean over
 seeds and its t interval. Tables follow docs/design.md: `probing`, `probing_summary`, `mix_weights`.
@@ -57,6 +60,7 @@ from probes.layers import (
     scalar_mix_probe,
 )
 from probes.mdl import online_codelength
+from probes.structural import STRUCTURAL_TASKS, StructuralData, structural_layer_scores
 from workbench.core.results import write_analysis_outputs, write_tables
 from workbench.data.tasks import load_task
 from workbench.store import POOLINGS, TaskArrays, extract, task_arrays
@@ -231,6 +235,8 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
     out: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": []}
     if task in ARC_TASKS:
         return probe_arcs(train, test, cfg, layers, model_name, task, bar)
+    if task in STRUCTURAL_TASKS:
+        return probe_structural(train, test, cfg, layers, model_name, task, bar)
     tr, te = train.probe_data(), test.probe_data()
 
     def done(mode: str) -> None:
@@ -303,6 +309,45 @@ def probe_arcs(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
     return {"probing": [probing], "probing_summary": [res.summary], "mix_weights": []}
 
 
+RECORDS_OF = {task: "arcs" for task in STRUCTURAL_TASKS}   # tasks that read another task's records
+
+
+def structural_data(split: TaskSplit) -> tuple[StructuralData, int]:
+    """The split's whole sentences as probes.structural reads them, and how many sentences were left
+    out because the model's length cut them (a tree needs every word)."""
+    arr, st = split.arrays, split.arrays.store
+    kept = st.n_kept()
+    bounds, heads, punct, cut = [], [], [], 0
+    for s in np.unique(arr.sent_index):
+        rows = np.flatnonzero(arr.sent_index == s)
+        start = int(st.sent_offsets[s])
+        n = int(kept[s])
+        if len(rows) != n or n == 0:       # a word or its head fell past the cut: no whole tree
+            cut += 1
+            continue
+        dep, head = arr.span1[rows, 0] - start, arr.span2[rows, 0] - start
+        order = np.argsort(dep)
+        h = np.where(head[order] == dep[order], -1, head[order])   # the root attaches to itself in arcs
+        bounds.append((start, start + n))
+        heads.append(h.astype(np.int64))
+        punct.append(arr.labels[rows][order] == "punct")
+    layers = [st.layer(l) for l in range(st.n_layers)]
+    return StructuralData(layers, np.asarray(bounds, dtype=np.int64).reshape(-1, 2), heads, punct), cut
+
+
+def probe_structural(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: list[int], model_name: str,
+                     task: str, bar: Bar | None = None) -> dict[str, list[pd.DataFrame]]:
+    """A structural probe (distance or depth) per layer and seed; counts as len(probes) x len(modes)
+    units of `bar`, as the other tasks do. Sentences cut by the model's length are left out (logged)."""
+    (tr, cut_tr), (te, cut_te) = structural_data(train), structural_data(test)
+    if cut_tr or cut_te:
+        log.info(f"probe {task}: {cut_tr} train / {cut_te} test sentences left out (cut by the model's length)")
+    res = structural_layer_scores(tr, te, layers=layers, seeds=cfg.seeds, model=model_name, task=task)
+    if bar is not None:
+        bar.update(len(cfg.probes) * len(cfg.modes))
+    return {"probing": [res.probing], "probing_summary": [], "mix_weights": []}
+
+
 def _word_level(split) -> bool:
     """True when every target is one word and there is no second span (POS-like tasks)."""
     span1 = np.asarray(split.span1)
@@ -372,12 +417,14 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
             t0 = time.perf_counter()
             bar.set_postfix_str(task, refresh=False)
             log.info(f"probe {model_name}: task {task}: extracting")
-            train = load_split(model, tokenizer, task, cfg.train_split, cfg, store_root, model_id,
+            records = RECORDS_OF.get(task, task)
+            train = load_split(model, tokenizer, records, cfg.train_split, cfg, store_root, model_id,
                                cfg.max_train_targets, tasks_dir, progress)
-            test = load_split(model, tokenizer, task, cfg.eval_split, cfg, store_root, model_id,
+            test = load_split(model, tokenizer, records, cfg.eval_split, cfg, store_root, model_id,
                               cfg.max_eval_targets, tasks_dir, progress)
             # arcs: the label (deprel) only marks punctuation; any head can be scored
-            dropped = _drop_unseen(train, test) if cfg.unseen_labels == "drop" and task not in ARC_TASKS else 0
+            dropped = (_drop_unseen(train, test) if cfg.unseen_labels == "drop" and records not in ARC_TASKS
+                       else 0)
             if dropped:
                 warnings.warn(f"probe {task}: {dropped} {cfg.eval_split} targets have labels not seen in the "
                               f"capped train split and were left out (unseen_labels='drop')", stacklevel=2)

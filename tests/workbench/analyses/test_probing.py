@@ -144,6 +144,26 @@ def test_arcs_task_equals_a_direct_arc_probe_on_the_store(run, ckpt, tmp_path):
     assert s.to_dict("records")[0]["metric"] == "selectivity" and len(s) == 1
 
 
+def test_structural_tasks_read_whole_ewt_trees_from_the_arcs_records(run, ckpt, tmp_path):
+    cfg = {**CFG, "modes": ["single"], "seeds": [0], "n_boot": 0}
+    t = probe_model(ckpt, tasks=["structural_distance", "structural_depth"], out_dir=tmp_path, config=cfg,
+                    store_root=run[0] / "store", progress=False)["probing"]
+    per_task = t[t["seed"] == 0].groupby("task")["metric"].agg(set).to_dict()
+    assert per_task == {"structural_distance": {"uuas", "dspr"}, "structural_depth": {"root_acc", "nspr"}}
+    assert set(t["layer"]) == {0, 1, 2} and t["value"].between(-1, 1).all()
+    # the trees handed to the probe are EWT's own: heads of the first kept sentence, root -1
+    from workbench.analyses.probing import ProbeRunConfig as PRC, load_split, structural_data
+    split = load_split(*plmodels.load(ckpt), "arcs", "test", PRC.from_dict(cfg), run[0] / "store",
+                       plmodels.checkpoint_hash(ckpt), 100, None, False)
+    data, cut = structural_data(split)
+    rec = select_records(load_task("arcs", "test"), 100, 0)
+    first = int(np.unique(split.arrays.sent_index)[0])
+    gold = {tuple(r["words"]): r for r in rec}[tuple(split.words[data.bounds[0][0]:data.bounds[0][1]])]
+    expect = [-1 if t["span2"][0] == t["span1"][0] else t["span2"][0] for t in gold["targets"]]
+    assert data.heads[0].tolist() == expect and first >= 0 and cut >= 0
+    assert data.punct_mask[0].tolist() == [t["label"] == "punct" for t in gold["targets"]]
+
+
 def test_unseen_eval_labels_error_names_the_task(ckpt, tmp_path):
     cfg = {**CFG, "max_train_targets": 10, "modes": ["single"], "seeds": [0], "layers": [0],
            "unseen_labels": "error"}

@@ -14,11 +14,18 @@ from plmodels.tokenizer import Tokenizer
 from probes.arcs import ArcProbe
 from probes.edge import EdgeProbe
 from probes.layers import MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, center_of_gravity
-from workbench.store import Store, task_arrays
-from workbench.analyses.probing import ProbeRunConfig, probe_model, random_baseline_checkpoint, select_records
+from workbench.analyses.probing import (
+    ProbeRunConfig,
+    load_split,
+    probe_model,
+    random_baseline_checkpoint,
+    select_records,
+    structural_data,
+)
 from workbench.core.results import load_table
-from workbench.presentation.analysis_figures import write_analysis_figures
 from workbench.data.tasks import load_task, ud_sentences
+from workbench.presentation.analysis_figures import write_analysis_figures
+from workbench.store import Store, task_arrays
 
 CFG = dict(tasks=["pos", "deps"], modes=["single", "mix", "cumulative", "control"], seeds=[0, 1],
            max_train_targets=200, max_eval_targets=100, max_epochs=2, n_boot=50, hidden=16, proj_dim=16)
@@ -152,8 +159,7 @@ def test_structural_tasks_read_whole_ewt_trees_from_the_arcs_records(run, ckpt, 
     assert per_task == {"structural_distance": {"uuas", "dspr"}, "structural_depth": {"root_acc", "nspr"}}
     assert set(t["layer"]) == {0, 1, 2} and t["value"].between(-1, 1).all()
     # the trees handed to the probe are EWT's own: heads of the first kept sentence, root -1
-    from workbench.analyses.probing import ProbeRunConfig as PRC, load_split, structural_data
-    split = load_split(*plmodels.load(ckpt), "arcs", "test", PRC.from_dict(cfg), run[0] / "store",
+    split = load_split(*plmodels.load(ckpt), "arcs", "test", ProbeRunConfig.from_dict(cfg), run[0] / "store",
                        plmodels.checkpoint_hash(ckpt), 100, None, False)
     data, cut = structural_data(split)
     rec = select_records(load_task("arcs", "test"), 100, 0)

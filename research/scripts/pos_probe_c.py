@@ -15,7 +15,8 @@ EWT dev sentences. This script fits the same probe twice per layer on the same v
     python -m research.scripts.pos_probe_c runs/X/encoder/final --test all --also-first 500
 
 Every gain comes with a 95% paired bootstrap interval over the test sentences
-(`research.ablate.gain_interval`: whole sentences resampled, best layer re-picked each time): the
+(`research.ablate.gain_interval`: the best layer chosen on the other half of the test sentences;
+whole sentences resampled, the layer re-picked each time): the
 test words are a sample too, and every run read on them shares their draw. `--test all` scores on
 all 2,001 EWT dev sentences; `--also-first N` also reports the first N of them from the same fits
 (N = 500: the target check's test words). `--sample spread` takes the train and test sentences
@@ -25,8 +26,8 @@ train sentences are all weblog, the first 500 dev sentences weblog and email).
 The word vectors are cached in <run>/store, the folder `measure_variant` uses, so a measured run is
 not read again. Prints one line per run, probe and test set (accuracy per layer, gain of the best
 layer over layer 0 with its interval) and, when `--out` is given, writes a tidy table (run, sample, probe,
-test, layer, C, accuracy) and beside it `<out>-gains.parquet` (run, sample, probe, test, gain, lo,
-hi, best_layer, n_sentences, n_words).
+test, layer, C, accuracy) and beside it `<out>-gains.parquet` (run, sample, probe, test, gain,
+gain_in_sample, lo, hi, best_layer, n_sentences, n_words).
 """
 from __future__ import annotations
 

@@ -43,6 +43,7 @@ from torch import nn
 
 from probes.controls import _type_key, _unit_hash, selectivity
 from probes.edge import as_layers, check_spans
+from probes.estimator import OneLayerEstimator
 from probes.layers import (
     PROBING_COLUMNS,
     SUMMARY_COLUMNS,
@@ -167,7 +168,7 @@ class _Bilinear(nn.Module):
 
 
 # ----------------------------------------------------------------------------- estimator
-class ArcProbe:
+class ArcProbe(OneLayerEstimator):
     """Bilinear head-attachment probe, scikit-learn shaped.
 
     fit(X, dep, head, bounds) -> self; X: one layer (N_words, D) (memmap welcome) or a 1-element list.
@@ -188,24 +189,6 @@ class ArcProbe:
         self.rank, self.lr, self.batch_size, self.max_epochs = rank, lr, batch_size, max_epochs
         self.patience, self.val_fraction, self.weight_decay = patience, val_fraction, weight_decay
         self.seed, self.device = seed, device
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self._PARAMS}
-
-    def set_params(self, **params: Any) -> "ArcProbe":
-        for k, v in params.items():
-            if k not in self._PARAMS:
-                raise ValueError(f"ArcProbe: unknown parameter {k!r}")
-            setattr(self, k, v)
-        return self
-
-    def _layer(self, X: Any) -> np.ndarray:
-        layers = as_layers(X)
-        if len(layers) != 1:
-            raise ValueError(f"X: ArcProbe takes one layer (N_words, D), got {len(layers)} layers")
-        if hasattr(self, "d_in_") and layers[0].shape[1] != self.d_in_:
-            raise ValueError(f"X: width {layers[0].shape[1]}, but the probe was fitted on width {self.d_in_}")
-        return layers[0]
 
     # ---- training
     def fit(self, X: Any, dep: Any, head: Any, bounds: Any) -> "ArcProbe":

@@ -51,6 +51,7 @@ from scipy.stats import rankdata
 from torch import nn
 
 from probes.edge import as_layers, check_spans
+from probes.estimator import OneLayerEstimator
 from probes.layers import PROBING_COLUMNS, LayerResult, _frame, _seed_aggregates
 
 _PRED_SENTENCES = 256  # sentences per batch at inference
@@ -142,7 +143,7 @@ def _check_masks(punct_mask: Any, lengths: Sequence[int], name: str = "punct_mas
 
 
 # ----------------------------------------------------------------------------- estimators
-class _StructuralProbe:
+class _StructuralProbe(OneLayerEstimator):
     """Shared fit / predict of the distance and depth probes (subclasses set _kind)."""
 
     _kind = ""
@@ -154,24 +155,6 @@ class _StructuralProbe:
         self.rank, self.lr, self.max_epochs, self.patience = rank, lr, max_epochs, patience
         self.batch_size, self.val_fraction, self.lr_decay = batch_size, val_fraction, lr_decay
         self.seed, self.device = seed, device
-
-    def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in self._PARAMS}
-
-    def set_params(self, **params: Any) -> "_StructuralProbe":
-        for k, v in params.items():
-            if k not in self._PARAMS:
-                raise ValueError(f"{type(self).__name__}: unknown parameter {k!r}")
-            setattr(self, k, v)
-        return self
-
-    def _layer(self, X: Any) -> np.ndarray:
-        layers = as_layers(X)
-        if len(layers) != 1:
-            raise ValueError(f"X: {type(self).__name__} takes one layer (N_words, D), got {len(layers)} layers")
-        if hasattr(self, "d_in_") and layers[0].shape[1] != self.d_in_:
-            raise ValueError(f"X: width {layers[0].shape[1]}, but the probe was fitted on width {self.d_in_}")
-        return layers[0]
 
     # ---- batching
     def _batch(self, layer: np.ndarray, bounds: np.ndarray, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

@@ -46,7 +46,7 @@ import torch
 from .checkpoint import check_state, save
 from .components.positions import sinusoidal_table
 from .encoder import Encoder, EncoderConfig
-from .hf_import import HF_ACTIVATIONS, OPTIONAL_PREFIXES, read_hf_weights, read_tokenizer
+from .hf_import import HF_ACTIVATIONS, OPTIONAL_PREFIXES, config_from_hf, read_hf_weights, read_tokenizer
 from .hf_import import RENAMES as BERT_RENAMES
 
 DECODER_WEIGHT = "mlm.decoder.weight"  # our name of an untied MLM vocabulary projection
@@ -160,14 +160,20 @@ def _model_type(hf: dict, family: str, where: str) -> None:
                          f"(import_hf_bert, import_hf_roberta and import_hf_distilbert read one family each)")
 
 
-def roberta_config(hf: dict, where: str = "config.json", lm_head: bool = True) -> EncoderConfig:
-    """EncoderConfig from a HF RobertaConfig dict; `lm_head`: the checkpoint has an LM head."""
-    _model_type(hf, "roberta", where)
+def _check_bidirectional(hf: dict, where: str) -> None:
+    """What a BERT-like config may ask that our Encoder does not compute: relative positions, a
+    causal decoder, cross-attention."""
     if hf.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"{where}: position_embedding_type={hf['position_embedding_type']!r} is not supported (only 'absolute')")
     for flag in ("is_decoder", "add_cross_attention"):
         if hf.get(flag, False):
             raise ValueError(f"{where}: {flag}=true is not supported (the Encoder is bidirectional, without cross-attention)")
+
+
+def roberta_config(hf: dict, where: str = "config.json", lm_head: bool = True) -> EncoderConfig:
+    """EncoderConfig from a HF RobertaConfig dict; `lm_head`: the checkpoint has an LM head."""
+    _model_type(hf, "roberta", where)
+    _check_bidirectional(hf, where)
     activation = _activation(hf, "hidden_act", where)
     if lm_head and hf.get("hidden_act", "gelu") != "gelu":
         raise ValueError(f"{where}: hidden_act={hf['hidden_act']!r}: RoBERTa's LM head applies gelu whatever hidden_act "
@@ -208,37 +214,15 @@ def electra_config(hf: dict, where: str = "config.json", generator: bool = False
     `embedding_size` projected to `hidden_size` when they differ; `generator` / `discriminator`:
     the checkpoint has that head (MLM head of width E; replaced-token detection)."""
     _model_type(hf, "electra", where)
-    if hf.get("position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"{where}: position_embedding_type={hf['position_embedding_type']!r} is not supported (only 'absolute')")
-    for flag in ("is_decoder", "add_cross_attention"):
-        if hf.get(flag, False):
-            raise ValueError(f"{where}: {flag}=true is not supported (the Encoder is bidirectional, without cross-attention)")
-    activation = _activation(hf, "hidden_act", where)
+    _check_bidirectional(hf, where)
     if generator and hf.get("hidden_act", "gelu") != "gelu":
         raise ValueError(f"{where}: hidden_act={hf['hidden_act']!r}: ELECTRA's generator head applies gelu whatever "
                          "hidden_act says, and our MLM head uses the encoder's activation; only 'gelu' imports with it")
-    E, D = hf.get("embedding_size", hf["hidden_size"]), hf["hidden_size"]
-    return EncoderConfig(
-        vocab_size=hf["vocab_size"],
-        d_model=D,
-        n_layers=hf["num_hidden_layers"],
-        n_heads=hf["num_attention_heads"],
-        d_ff=hf["intermediate_size"],
-        max_positions=hf["max_position_embeddings"],
-        position="learned",
-        norm="post",
-        activation=activation,
-        mlp="plain",
-        bias=True,
-        dropout=float(hf.get("hidden_dropout_prob", 0.1)),
-        layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
-        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
-        type_vocab_size=hf.get("type_vocab_size", 2),
-        use_nsp=False,
-        pad_token_id=hf.get("pad_token_id", 0) or 0,
-        embedding_size=None if E == D else E,
-        use_rtd=discriminator,
-    )
+    # ELECTRA's fields are BERT's, plus embedding_size
+    bert = config_from_hf({**hf, "model_type": "bert"}, where)
+    E = hf.get("embedding_size", hf["hidden_size"])
+    return EncoderConfig.from_dict({**bert.to_dict(), "embedding_size": None if E == bert.d_model else E,
+                                    "use_rtd": discriminator}, where)
 
 
 def distilbert_config(hf: dict, where: str = "config.json") -> EncoderConfig:

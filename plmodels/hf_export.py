@@ -84,6 +84,7 @@ import torch
 from .checkpoint import CONFIG_FILE, MODEL_KINDS, TOKENIZER_DIR, load
 from .components.positions import rope_cos_sin
 from .files import replace_folder, save_safetensors, temp_folder
+from .hf_encoders import DISTILBERT, ROBERTA
 from .hf_gpt2 import GPT2_CONV1D, GPT2_RENAMES
 from .hf_import import RENAMES as BERT_RENAMES
 
@@ -97,37 +98,9 @@ DISTILBERT_EPS = 1e-12  # hard-coded in transformers' DistilBERT
 ROPE_BASE = 10000.0  # rope_cos_sin's base (not a config field)
 
 # HF name (after the family prefix) -> ours, {l} a layer index; q/k/v are handled apart (QKV_SPLIT)
-ROBERTA_RENAMES = {
-    **{k: v for k, v in BERT_RENAMES.items() if k.startswith(("embeddings.", "encoder.", "pooler."))},
-    "lm_head.dense.weight": "mlm.dense.weight",
-    "lm_head.dense.bias": "mlm.dense.bias",
-    "lm_head.layer_norm.weight": "mlm.norm.weight",
-    "lm_head.layer_norm.bias": "mlm.norm.bias",
-    "lm_head.bias": "mlm.bias",
-    "lm_head.decoder.weight": "mlm.decoder.weight",
-}
-DISTILBERT_RENAMES = {
-    "embeddings.word_embeddings.weight": "embeddings.word.weight",
-    "embeddings.position_embeddings.weight": "embeddings.position.weight",
-    "embeddings.LayerNorm.weight": "embeddings.norm.weight",
-    "embeddings.LayerNorm.bias": "embeddings.norm.bias",
-    "transformer.layer.{l}.attention.out_lin.weight": "blocks.{l}.attn.out.weight",
-    "transformer.layer.{l}.attention.out_lin.bias": "blocks.{l}.attn.out.bias",
-    "transformer.layer.{l}.sa_layer_norm.weight": "blocks.{l}.norm1.weight",
-    "transformer.layer.{l}.sa_layer_norm.bias": "blocks.{l}.norm1.bias",
-    "transformer.layer.{l}.ffn.lin1.weight": "blocks.{l}.mlp.fc_in.weight",
-    "transformer.layer.{l}.ffn.lin1.bias": "blocks.{l}.mlp.fc_in.bias",
-    "transformer.layer.{l}.ffn.lin2.weight": "blocks.{l}.mlp.fc_out.weight",
-    "transformer.layer.{l}.ffn.lin2.bias": "blocks.{l}.mlp.fc_out.bias",
-    "transformer.layer.{l}.output_layer_norm.weight": "blocks.{l}.norm2.weight",
-    "transformer.layer.{l}.output_layer_norm.bias": "blocks.{l}.norm2.bias",
-    "vocab_transform.weight": "mlm.dense.weight",
-    "vocab_transform.bias": "mlm.dense.bias",
-    "vocab_layer_norm.weight": "mlm.norm.weight",
-    "vocab_layer_norm.bias": "mlm.norm.bias",
-    "vocab_projector.bias": "mlm.bias",
-    "vocab_projector.weight": "mlm.decoder.weight",
-}
+# the importers' tables (hf_encoders' families), plus the untied vocabulary projection they treat apart
+ROBERTA_RENAMES = {**ROBERTA.renames, "lm_head.bias": "mlm.bias", "lm_head.decoder.weight": "mlm.decoder.weight"}
+DISTILBERT_RENAMES = {**DISTILBERT.renames, "vocab_projector.weight": "mlm.decoder.weight"}
 BERT_EXPORT_RENAMES = {**BERT_RENAMES, "cls.predictions.decoder.weight": "mlm.decoder.weight"}
 # RoFormer: BERT's names without the position table, pooler and NSP head, plus the E -> D projection
 ROFORMER_RENAMES = {

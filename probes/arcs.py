@@ -42,8 +42,8 @@ import torch
 from torch import nn
 
 from probes.controls import _type_key, _unit_hash, selectivity
-from probes.edge import as_layers, check_spans
-from probes.estimator import OneLayerEstimator
+from probes.edge import check_spans
+from probes.estimator import LayeredData, OneLayerEstimator
 from probes.layers import (
     PROBING_COLUMNS,
     SUMMARY_COLUMNS,
@@ -289,7 +289,7 @@ def _moments(layer: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 # ----------------------------------------------------------------------------- layer-wise analysis
 @dataclass(frozen=True)
-class ArcData:
+class ArcData(LayeredData):
     """One split: X per layer ((L+1, N_words, D) array or list of (N_words, D) memmaps), dep / head (N,)
     global word rows, bounds (N, 2) sentence rows [start, end), score_mask (N,) bool or None (= all)."""
 
@@ -298,16 +298,6 @@ class ArcData:
     head: Any
     bounds: Any
     score_mask: Any = None
-
-    @property
-    def n_layers(self) -> int:
-        return len(as_layers(self.X))
-
-    def layer(self, l: int) -> np.ndarray:
-        layers = as_layers(self.X)
-        if not 0 <= l < len(layers):
-            raise ValueError(f"layers: layer {l} out of range, the data has {len(layers)} layers")
-        return layers[l]
 
 
 def arc_layer_scores(train: ArcData, test: ArcData, *, layers: Sequence[int] | None = None, rank: int | None = None,

@@ -1,6 +1,6 @@
 """What the per-sentence probes (`probes.arcs`, `probes.structural`) share as scikit-learn shaped
 estimators: parameters listed in `_PARAMS` (get_params / set_params, an unknown name refused), and
-the one-layer input check of `fit` / `predict`."""
+the one-layer input check of `fit` / `predict`, and the per-layer access of their data classes."""
 from __future__ import annotations
 
 from typing import Any
@@ -33,3 +33,19 @@ class OneLayerEstimator:
         if hasattr(self, "d_in_") and layers[0].shape[1] != self.d_in_:
             raise ValueError(f"X: width {layers[0].shape[1]}, but the probe was fitted on width {self.d_in_}")
         return layers[0]
+
+
+class LayeredData:
+    """Mixin for a split's data class with X per layer ((L+1, N_words, D) array or list of memmaps)."""
+
+    X: Any
+
+    @property
+    def n_layers(self) -> int:
+        return len(as_layers(self.X))
+
+    def layer(self, l: int) -> np.ndarray:
+        layers = as_layers(self.X)
+        if not 0 <= l < len(layers):
+            raise ValueError(f"layers: layer {l} out of range, the data has {len(layers)} layers")
+        return layers[l]

@@ -50,8 +50,8 @@ from scipy.sparse.csgraph import shortest_path
 from scipy.stats import rankdata
 from torch import nn
 
-from probes.edge import as_layers, check_spans
-from probes.estimator import OneLayerEstimator
+from probes.edge import check_spans
+from probes.estimator import LayeredData, OneLayerEstimator
 from probes.layers import PROBING_COLUMNS, LayerResult, _frame, _seed_aggregates
 
 _PRED_SENTENCES = 256  # sentences per batch at inference
@@ -419,7 +419,7 @@ def nspr(pred_depths: Sequence[Any], heads: Sequence[Any], punct_mask: Any = Non
 
 # ----------------------------------------------------------------------------- layer-wise analysis
 @dataclass(frozen=True)
-class StructuralData:
+class StructuralData(LayeredData):
     """One split: X per layer ((L+1, N_words, D) array or list of (N_words, D) memmaps), bounds (S, 2)
     sentence rows [start, end), heads: S int arrays (0-based within the sentence, -1 root), punct_mask:
     S bool arrays (True = punctuation, excluded from UUAS / root accuracy) or None."""
@@ -428,16 +428,6 @@ class StructuralData:
     bounds: Any
     heads: Sequence[Any]
     punct_mask: Any = None
-
-    @property
-    def n_layers(self) -> int:
-        return len(as_layers(self.X))
-
-    def layer(self, l: int) -> np.ndarray:
-        layers = as_layers(self.X)
-        if not 0 <= l < len(layers):
-            raise ValueError(f"layers: layer {l} out of range, the data has {len(layers)} layers")
-        return layers[l]
 
 
 STRUCTURAL_TASKS = {"structural_distance": (DistanceProbe, "distance"), "structural_depth": (DepthProbe, "depth")}

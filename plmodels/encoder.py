@@ -10,7 +10,11 @@ embeddings. Options: pre-LN blocks x = x + Dropout(Sublayer(LN(x))) with a final
 (Xiong et al. 2020), RoPE (Su et al. 2021) or symmetric ALiBi (Press et al. 2022) positions,
 gated MLP act(x W_g) * (x W_u) (Shazeer 2020, "GLU Variants Improve Transformer"), no biases,
 and RoBERTa's padding-dependent position ids (`position_ids="roberta"`, Liu et al. 2019, as fairseq's
-`make_positions`), which the RoBERTa importer (hf_encoders.py) needs.
+`make_positions`), which the RoBERTa importer (hf_encoders.py) needs. ALBERT (Lan et al. 2020, "ALBERT:
+A Lite BERT"): factorised embeddings (`embedding_size`) and cross-layer parameter sharing
+(`share_layers`, Table 4's all-shared / shared-attention / shared-FFN): blocks 1..L-1 hold block 0's
+nn.Parameter objects but keep their own modules, so hook sites, hidden states, attentions and head
+masks stay per layer; the state dict holds each shared tensor once (under block 0's name).
 Init: N(0, 0.02) for every weight matrix and embedding, zero biases, unit LayerNorm gains.
 """
 
@@ -33,7 +37,12 @@ from .components.layers import ACTIVATIONS, init_weights, layer_norm
 from .components.model_config import check_shared_fields, config_from_dict
 from .components.outputs import EncoderOutput
 from .components.positions import alibi_distance, padding_position_ids, rope_cos_sin
-from .components.pruning import PrunableMixin
+from .components.pruning import PrunableMixin, tie_parameters
+
+# the sub-modules of a block whose parameters each `share_layers` mode ties across depth (ALBERT, Table 4)
+SHARED_PARTS: dict[str, tuple[str, ...]] = {
+    "none": (), "all": ("attn", "mlp", "norm1", "norm2"), "attention": ("attn",), "ffn": ("mlp",),
+}
 
 
 @dataclass(frozen=True)
@@ -64,10 +73,13 @@ class EncoderConfig(Config):
     # ELECTRA / ALBERT factorised embeddings: tables of width E, then a projection E -> D (None: E = D)
     embedding_size: int | None = None
     use_rtd: bool = False  # ELECTRA's replaced-token-detection head (per token: replaced or original)
+    share_layers: Literal["none", "all", "attention", "ffn"] = "none"  # ALBERT: SHARED_PARTS of block 0 serve all
 
     # fields added after checkpoints existed: to_dict leaves them out at their default, so a config
     # that does not use them writes the same config.json (and checkpoint_hash) as before
-    LATER_FIELDS: ClassVar[dict[str, Any]] = {"position_ids": "index", "embedding_size": None, "use_rtd": False}
+    LATER_FIELDS: ClassVar[dict[str, Any]] = {
+        "position_ids": "index", "embedding_size": None, "use_rtd": False, "share_layers": "none",
+    }
 
     def __post_init__(self) -> None:
         check_shared_fields(self)
@@ -81,6 +93,16 @@ class EncoderConfig(Config):
             raise ValueError(f"EncoderConfig.position_ids='roberta' needs position='learned', got {self.position!r}")
         if self.embedding_size is not None and (not isinstance(self.embedding_size, int) or self.embedding_size < 1):
             raise ValueError(f"EncoderConfig.embedding_size must be a positive int or null, got {self.embedding_size!r}")
+        if self.share_layers not in SHARED_PARTS:
+            raise ValueError(
+                f"EncoderConfig.share_layers must be one of {tuple(SHARED_PARTS)}, got {self.share_layers!r}"
+            )
+        pruned = {tuple(sorted(self.pruned_heads.get(l, []))) for l in range(self.n_layers)}
+        if "attn" in SHARED_PARTS[self.share_layers] and len(pruned) > 1:
+            raise ValueError(
+                f"EncoderConfig.pruned_heads={self.pruned_heads!r}: with share_layers={self.share_layers!r} "
+                "every layer uses block 0's attention weights, so every layer must have the same heads pruned"
+            )
 
     @property
     def embedding_width(self) -> int:
@@ -249,8 +271,12 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
         self.nsp = nn.Linear(cfg.d_model, 2, bias=cfg.bias) if cfg.use_nsp else None
         self.rtd = RTDHead(cfg) if cfg.use_rtd else None
         self.apply(init_weights)
-        self._apply_config_pruning(cfg)
+        self._tie_layers(cfg.share_layers)
+        self._apply_config_pruning(cfg)  # after tying: pruning keeps shared attention weights tied
         self.name_hook_points()
+        self.register_state_dict_post_hook(_drop_aliases)
+        self.register_load_state_dict_pre_hook(_fill_aliases)
+        self.register_load_state_dict_post_hook(_retie)
 
     def forward(
         self,
@@ -353,8 +379,50 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
             raise ValueError("this encoder has no replaced-token-detection head (EncoderConfig.use_rtd=False)")
         return self.rtd.out(self.rtd.act(self.rtd.dense(hidden))).squeeze(-1)
 
+    def _tie_layers(self, share_layers: str) -> None:
+        """ALBERT's sharing: point the parameters of the `SHARED_PARTS` of blocks 1..L-1 at block 0's
+        (again after a `load_state_dict(..., assign=True)`, which gives every key a new Parameter)."""
+        for part in SHARED_PARTS[share_layers]:
+            for block in self.blocks[1:]:
+                tie_parameters(self.blocks[0].get_submodule(part), block.get_submodule(part))
+
+    def parameter_aliases(self) -> dict[str, str]:
+        """{name: first name} of every parameter also reached under an earlier name (`share_layers`:
+        "blocks.2.attn.qkv.weight" -> "blocks.0.attn.qkv.weight"); empty for an unshared model."""
+        first: dict[int, str] = {}
+        aliases = {}
+        for name, p in self.named_parameters(remove_duplicate=False):
+            if id(p) in first:
+                aliases[name] = first[id(p)]
+            else:
+                first[id(p)] = name
+        return aliases
+
     def nsp_logits(self, pooled: torch.Tensor) -> torch.Tensor:
         """(B, D) pooled [CLS] -> (B, 2) next-sentence logits (index 0 = "is next", as BERT)."""
         if self.nsp is None:
             raise ValueError("this encoder has no NSP head (EncoderConfig.use_nsp=False)")
         return self.nsp(pooled)
+
+
+# A shared tensor is saved once, under its first name (safetensors refuses two names for one storage),
+# and filled in under its other names before loading, so state_dict / load_state_dict / checkpoints
+# need no special case; loading copies into the shared Parameter in place, which keeps the ties.
+def _drop_aliases(module: Encoder, state_dict: dict, prefix: str, local_metadata: dict) -> None:
+    for name in module.parameter_aliases():
+        state_dict.pop(prefix + name, None)
+
+
+def _fill_aliases(module: Encoder, state_dict: dict, prefix: str, *_: Any) -> None:
+    for name, first in module.parameter_aliases().items():
+        key, source = prefix + name, prefix + first
+        if source not in state_dict:
+            continue  # reported as missing by load_state_dict
+        if key in state_dict and not torch.equal(state_dict[key], state_dict[source]):
+            raise ValueError(f"{key} differs from {source}, but this model shares one tensor between them "
+                             f"(share_layers={module.config.share_layers!r})")
+        state_dict[key] = state_dict[source]
+
+
+def _retie(module: Encoder, incompatible_keys: Any) -> None:
+    module._tie_layers(module.config.share_layers)

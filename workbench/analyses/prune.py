@@ -38,6 +38,7 @@ import torch
 import torch.nn.functional as F
 
 import plmodels
+from plmodels.components.pruning import shared_attention_groups
 from plmodels.config import Config
 from plmodels.progress import progress as progress_bar
 from plmodels.progress import write
@@ -399,11 +400,28 @@ def score_and_curves(model, obj: Objective, cfg: PruneRunConfig, methods: Sequen
     return {"importance": importance, "pruning": pruning, "prunable": prunable}
 
 
-def michel_order_mask(scores: np.ndarray, fraction: float) -> torch.Tensor:
-    """(L, H) mask with 0 at the round(fraction * L * H) lowest-scored heads (ties by flat index)."""
+def michel_order_mask(scores: np.ndarray, fraction: float, groups: Sequence[Sequence[int]] = ()) -> torch.Tensor:
+    """(L, H) mask with 0 at the round(fraction * L * H) lowest-scored heads (ties by flat index).
+
+    `groups`: layers that share their attention weights (ALBERT's `share_layers`; `shared_attention_groups`).
+    A head of such a group can only be removed from every layer of the group at once, so it is ranked
+    as one unit by its mean score over the group's layers, and units are taken in increasing order
+    while the heads removed stay within round(fraction * L * H)."""
     L, H = scores.shape
+    budget = int(round(fraction * L * H))
     mask = torch.ones(L * H)
-    mask[np.argsort(scores.ravel(), kind="stable")[: int(round(fraction * L * H))]] = 0.0
+    if not groups:
+        mask[np.argsort(scores.ravel(), kind="stable")[:budget]] = 0.0
+        return mask.view(L, H)
+    grouped = {l for g in groups for l in g}
+    units = [(float(scores[list(g), h].mean()), [(l, h) for l in g]) for g in groups for h in range(H)]
+    units += [(float(scores[l, h]), [(l, h)]) for l in range(L) if l not in grouped for h in range(H)]
+    removed = 0
+    for _, cells in sorted(units, key=lambda u: u[0]):  # a stable sort: ties keep the order above
+        if removed + len(cells) <= budget:
+            for l, h in cells:
+                mask[l * H + h] = 0.0
+            removed += len(cells)
     return mask.view(L, H)
 
 
@@ -412,7 +430,8 @@ def real_prune(model, tok, obj: Objective, scores: np.ndarray, cfg: PruneRunConf
     """Cut out `prune_fraction` of the heads (lowest scores first), check outputs equal masking, save
     the pruned checkpoint to `out` (and a finetuned head beside it), and measure size and speed."""
 
-    mask = michel_order_mask(scores, cfg.prune_fraction).to(next(model.parameters()))
+    groups = shared_attention_groups(model.blocks) if hasattr(model, "blocks") else []
+    mask = michel_order_mask(scores, cfg.prune_fraction, groups).to(next(model.parameters()))
     pruned = prune_model(model, mask).eval()
     batch = obj.curve_batches[0]
     with torch.no_grad():

@@ -156,3 +156,31 @@ def test_heads_are_scored_and_curves_measured_on_disjoint_sequences(encoder_dir)
     same = build_objective(encoder_dir, PruneRunConfig.from_dict({**CFG, "heldout": False}))[2]
     assert same.curve_batches is same.batches and "the same" in same.description
 
+
+
+def test_shared_heads_are_ranked_and_removed_as_one_unit():
+    # layers 0 and 1 share attention weights (ALBERT), layer 2 does not; 3 x 2 heads, half to prune
+    scores = np.array([[0.1, 0.9], [0.5, 0.8], [0.2, 0.3]])
+    mask = michel_order_mask(scores, 0.5, groups=[[0, 1]])
+    # units by mean score: layer 2 head 0 (0.2), shared head 0 (0.3), layer 2 head 1 (0.3), shared head 1 (0.85)
+    assert mask.tolist() == [[0.0, 1.0], [0.0, 1.0], [0.0, 1.0]]
+    assert michel_order_mask(scores, 0.5).tolist() == [[0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]  # unshared: per head
+
+
+def test_albert_sharing_prunes_for_real(tmp_path):
+    # an all-shared encoder: the real pruning step removes whole shared heads and matches masking
+    texts = [" ".join(s.words) for s in ud_sentences("ewt", "train")[:300]]
+    tok = Tokenizer.train_wordpiece(texts, 300)
+    torch.manual_seed(0)
+    fields = {**preset("encoder", "tiny"), "n_heads": H, "n_layers": 3, "d_model": 32, "d_ff": 64, "embedding_size": 16,
+              "share_layers": "all", "vocab_size": tok.vocab_size, "dropout": 0.0, "pad_token_id": tok.pad_id}
+    plmodels.save(build_model("encoder", fields), tok, tmp_path / "albert")
+    cfg = {**CFG, "methods": ["michel", "random"]}
+    prune_model_cli(tmp_path / "albert", methods=cfg["methods"], out_dir=tmp_path / "out", config=cfg,
+                    model_name="albert", progress=False)
+    info = json.loads((tmp_path / "out" / "prune_run.json").read_text())["real_pruning"]
+    assert info["max_abs_diff_vs_masking"] < 1e-5
+    heads = {int(k): v for k, v in info["pruned_heads"].items()}
+    assert len({tuple(v) for v in heads.values()}) == 1 and len(heads[0]) == 2  # the same 2 of 4 heads everywhere
+    pruned, _ = plmodels.load(tmp_path / "out" / "pruned")
+    assert pruned.n_heads_per_layer == [2, 2, 2] and pruned.blocks[2].attn.qkv.weight is pruned.blocks[0].attn.qkv.weight

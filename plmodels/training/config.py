@@ -18,11 +18,21 @@ from typing import Literal
 
 from plmodels import recipes
 from plmodels.config import Config, merge, read_json_object
+from plmodels.electra import ElectraConfig
 from plmodels.paths import data_root
 from plmodels.presets import preset as preset_fields
 
+from .distil import DistilConfig
 from .masking import MaskingConfig
 from .schedule import SCHEDULES
+from .spans import SpanConfig
+
+# objective -> (the model kind it trains, the class of its objective_args or None); objectives.py
+# holds what each one computes
+OBJECTIVE_FIELDS: dict[str, tuple[str, type | None]] = {
+    "mlm": ("encoder", None), "clm": ("decoder", None), "span": ("encoder", SpanConfig),
+    "electra": ("encoder", ElectraConfig), "distil": ("encoder", DistilConfig),
+}
 
 # Keys that may change when a run resumes: they change neither the data, the model nor the updates.
 RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"}
@@ -34,6 +44,11 @@ class PretrainConfig(Config):
 
     kind: Literal["encoder", "decoder"]          # masked LM (BERT) or causal LM (GPT-2)
     train_source: str                             # corpus folder or file (corpus.py), relative to data_dir
+    objective: Literal["auto", "mlm", "clm", "span", "electra", "distil"] = "auto"
+                                                  # what a step trains (objectives.py): auto = mlm for an
+                                                  # encoder, clm for a decoder; span = SpanBERT, electra =
+                                                  # ELECTRA, distil = DistilBERT
+    objective_args: dict = field(default_factory=dict)  # the objective's own fields (objectives.py)
     train_split: str | None = "train"             # its split (None: the format's first)
     eval_source: str | None = None                # held-out corpus for the eval loss (None: no eval)
     eval_split: str | None = "valid"
@@ -126,9 +141,19 @@ class PretrainConfig(Config):
         preset_fields(self.kind, self.preset)  # checks the preset name
         MaskingConfig.from_dict(self.masking, "masking")  # checks the masking keys and types
         em = MaskingConfig.from_dict(self.eval_masking, "eval_masking")
-        if em.nsp or em.rate_final is not None:
-            raise ValueError("eval_masking.nsp must be false and eval_masking.rate_final null (the held-out "
-                             "mask is fixed and has no NSP pairs)")
+        if em.nsp or em.sop or em.rate_final is not None:
+            raise ValueError("eval_masking.nsp and .sop must be false and eval_masking.rate_final null (the "
+                             "held-out mask is fixed and has no sentence pairs)")
+        name = self.objective if self.objective != "auto" else ("mlm" if self.kind == "encoder" else "clm")
+        kind, args = OBJECTIVE_FIELDS[name]
+        if self.kind != kind:
+            raise ValueError(f"objective {name!r} trains an {kind}, not a {self.kind}")
+        if args is None and self.objective_args:
+            raise ValueError(f"objective {name!r} takes no objective_args, got {sorted(self.objective_args)}")
+        if args is not None:
+            args.from_dict(self.objective_args, f"objective_args ({name})")
+        if self.compile and name not in ("mlm", "clm"):
+            raise ValueError(f"compile: true covers the MLM and causal-LM steps only, not objective {name!r}")
 
     @property
     def heldout_len(self) -> int:
@@ -142,7 +167,7 @@ class PretrainConfig(Config):
 
 def merge_overrides(d: dict, overrides: dict | None) -> dict:
     """`d` updated by `overrides`; the nested dicts ("model", "masking", "eval_masking",
-    "extra_eval") are merged key by key (`plmodels.config.merge`)."""
+    "extra_eval", "objective_args") are merged key by key (`plmodels.config.merge`)."""
     return merge(d, overrides)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import shutil
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -23,29 +23,41 @@ from . import corpus
 from .config import PretrainConfig, resolve_path
 from .corpus import sample_texts_for_tokenizer
 from .distributed import Dist, barrier
-from .masking import MaskingConfig, continuation_ids, mask_tokens, nsp_pairs, step_generator, word_starts
+from .masking import (
+    MaskingConfig,
+    continuation_ids,
+    mask_tokens,
+    nsp_pairs,
+    sop_pairs,
+    step_generator,
+    word_starts,
+)
 from .runtime import log
 
 
 @dataclass
 class Batch:
-    """One micro-batch: input ids (B, T), labels (B, T) with -100 where ignored, optional NSP."""
+    """One micro-batch: input ids (B, T), labels (B, T) with -100 where ignored, optional sentence-pair
+    labels (NSP or SOP), and what an objective needs besides (objectives.py: SpanBERT's span
+    boundaries, ELECTRA's original ids and sampling generator)."""
 
     input_ids: torch.Tensor
     labels: torch.Tensor
     token_type_ids: torch.Tensor | None = None
-    nsp_labels: torch.Tensor | None = None
+    nsp_labels: torch.Tensor | None = None  # (B,) NSP (1 = NotNext) or SOP (1 = swapped) labels
+    extras: dict = field(default_factory=dict)
 
 
-def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist):
-    """out_dir/tokenizer if present (resume), else cfg.tokenizer_path, else trained by rank 0 on a
-    bounded sample of the training split (WordPiece for encoders, byte-level BPE for decoders).
+def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist, fixed: str | None = None):
+    """out_dir/tokenizer if present (resume), else `fixed` (a tokenizer the objective fixes: the
+    DistilBERT teacher's), else cfg.tokenizer_path, else trained by rank 0 on a bounded sample of
+    the training split (WordPiece for encoders, byte-level BPE for decoders).
     The folder is built aside and renamed in whole (a killed run leaves it complete or absent; a
     folder lacking one of its two files, left by an older version killed between them, is redone)."""
     tok_dir = out_dir / "tokenizer"
     if d.main and not all((tok_dir / name).is_file() for name in (TOKENIZER_FILE, META_FILE)):
-        if cfg.tokenizer_path:
-            tok = Tokenizer.load(Path(cfg.tokenizer_path).expanduser())
+        if fixed or cfg.tokenizer_path:
+            tok = Tokenizer.load(Path(fixed or cfg.tokenizer_path).expanduser())
         else:
             t0 = time.monotonic()
             texts = sample_texts_for_tokenizer(resolve_path(cfg.train_source, cfg.data_dir),
@@ -113,13 +125,14 @@ class Batches:
     rows, batch_size * seq_len / short_seq_len of them: the same tokens per step) at the same step
     index; later steps read `ds`."""
 
-    def __init__(self, ds, cfg: PretrainConfig, d: Dist, tok, short_ds=None):
-        self.cfg, self.d, self.tok = cfg, d, tok
+    def __init__(self, ds, cfg: PretrainConfig, d: Dist, tok, short_ds=None, objective=None):
+        self.cfg, self.d, self.tok, self.objective = cfg, d, tok, objective
         self.long = _Rows(ds, cfg.batch_size, cfg, d)
         self.short = None if short_ds is None else _Rows(short_ds, cfg.batch_size * cfg.seq_len // cfg.short_seq_len,
                                                           cfg, d)
         self.masking = cfg.masking_config
-        self.cont_ids = continuation_ids(tok.hf.get_vocab()) if self.masking.whole_word else None
+        needs_words = self.masking.whole_word or getattr(objective, "name", "") == "span"
+        self.cont_ids = continuation_ids(tok.hf.get_vocab()) if needs_words else None
 
     def position(self, step: int) -> tuple[int, int]:
         """(epoch, row position in the epoch) where step `step` starts in the seq_len packing."""
@@ -138,16 +151,20 @@ class Batches:
         masking = self.masking
         if masking.rate_final is not None:
             masking = replace(masking, rate=masking.rate_at(progress), rate_final=None)
+        if self.objective is not None:
+            return self.objective.batch(rows, self.tok, masking, gen, self.cont_ids, device)
         return make_batch(rows, self.tok, masking, gen, self.cont_ids, device)
 
 
 def make_batch(rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Generator, cont_ids, device) -> Batch:
-    """Training targets for packed rows: MLM (+NSP) for WordPiece rows (B, L), shift for BPE (B, L+1)."""
+    """Training targets for packed rows: MLM (+ NSP or SOP pairs) for WordPiece rows (B, L), the shift
+    for BPE rows (B, L+1)."""
     if tok.kind != "wordpiece":
         return Batch(rows[:, :-1].contiguous().to(device), rows[:, 1:].contiguous().to(device))
     types = nsp = None
-    if masking.nsp:
-        rows, types, nsp = nsp_pairs(rows[:, 1:-2], cls_id=tok.cls_id, sep_id=tok.sep_id, generator=gen)
+    if masking.nsp or masking.sop:
+        pairs = nsp_pairs if masking.nsp else sop_pairs
+        rows, types, nsp = pairs(rows[:, 1:-2], cls_id=tok.cls_id, sep_id=tok.sep_id, generator=gen)
     starts = word_starts(rows, cont_ids) if masking.whole_word else None
     ids, labels = mask_tokens(rows, mask_id=tok.mask_id, vocab_size=tok.vocab_size, special_ids=tok.special_ids,
                               generator=gen, cfg=masking, starts=starts)

@@ -60,7 +60,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file
 
-from plmodels.checkpoint import build_model, save
+from plmodels.checkpoint import save
 from plmodels.files import atomic_open, pid_alive, replace_folder, temp_folder, write_json_atomic
 from plmodels.presets import preset as preset_fields
 from plmodels.progress import progress
@@ -78,8 +78,8 @@ from .distributed import (
     rank0_value,
 )
 from .evaluation import Evaluator
-from .loss import lm_loss
 from .masking import step_generator
+from .objectives import objective_for
 from .runtime import (
     append_metrics,
     fmt_time,
@@ -115,7 +115,7 @@ def build_model_config(cfg: PretrainConfig, tok) -> dict:
     fields_ = {**preset_fields(cfg.kind, cfg.preset), **cfg.model, "vocab_size": tok.vocab_size}
     if cfg.kind == "encoder":
         fields_["pad_token_id"] = tok.pad_id
-        if cfg.masking_config.nsp:
+        if cfg.masking_config.nsp or cfg.masking_config.sop:  # SOP uses the same 2-way head on [CLS]
             fields_["use_nsp"] = True
     else:
         for k in ("type_vocab_size", "use_nsp", "pad_token_id"):
@@ -235,8 +235,9 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
     if d.main:
         out_dir.mkdir(parents=True, exist_ok=True)
     barrier(d)
-    tok = prepare_tokenizer(cfg, out_dir, d)
-    model_cfg = build_model_config(cfg, tok)
+    objective = objective_for(cfg)
+    tok = prepare_tokenizer(cfg, out_dir, d, objective.tokenizer_path())
+    model_cfg = objective.model_config(build_model_config(cfg, tok))
     resolved = {"pretrain": cfg.to_dict(), "model": model_cfg, "tokenizer": tok.fingerprint(), "world_size": d.world}
     resuming = check_resume(out_dir, resolved, resume)
     leftovers = 0
@@ -250,7 +251,7 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
 
     train_ids = token_cache(cfg.train_source, cfg.train_split, cfg, tok, out_dir, d, cfg.max_train_texts)
     short = None if cfg.short_seq_len is None else PackedDataset.for_tokenizer(train_ids, cfg.short_seq_len, cfg.seed, tok)
-    batches = Batches(PackedDataset.for_tokenizer(train_ids, cfg.seq_len, cfg.seed, tok), cfg, d, tok, short)
+    batches = Batches(PackedDataset.for_tokenizer(train_ids, cfg.seq_len, cfg.seed, tok), cfg, d, tok, short, objective)
     counts = torch.from_numpy(np.bincount(train_ids, minlength=tok.vocab_size)).double()
     log_unigram = ((counts + 1) / (counts.sum() + tok.vocab_size)).log()
     evals = []
@@ -262,14 +263,16 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
                 evals.append(Evaluator(name, ds, cfg, tok, log_unigram, device))
 
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.kind, model_cfg).to(device)
-    if getattr(model.config, "output", "softmax") == "adaptive":
-        model.set_vocab_order(counts)  # the shortlist = the most frequent training tokens
+    model = objective.build(cfg.kind, model_cfg).to(device)  # the trained module (objectives.py)
+    analysed = objective.analysed(model)
+    if getattr(analysed.config, "output", "softmax") == "adaptive":
+        analysed.set_vocab_order(counts)  # the shortlist = the most frequent training tokens
     optimizer = make_optimizer(model, cfg)
     step, tokens, elapsed = 0, 0, 0.0
     ckpt = latest_checkpoint(out_dir) if resuming else None
     if ckpt is not None:
-        model.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(device)))
+        analysed.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(device)))
+        objective.load_extras(model, ckpt, device)
         info = load_train_state(ckpt, optimizer)
         step, tokens, elapsed = info["step"], info["tokens"], info["elapsed"]
         if d.main:
@@ -287,7 +290,8 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
     if d.main:
         why = "as set" if cfg.bf16 != "auto" else ("native" if autocast else "no native") + " bf16 on this device"
         log(f"precision: {'bf16 autocast' if autocast else 'fp32'} (bf16: {cfg.bf16!r}, {why})")
-    loop = _Loop(cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids, resumes)
+    loop = _Loop(cfg, d, device, objective, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids,
+                 resumes)
     return loop.run(step, tokens, elapsed, stop_at_step)
 
 
@@ -296,7 +300,7 @@ def loss_curve(metrics_path: Path, last_step: int) -> dict:
     and every held-out loss, as [step, value] pairs."""
     out: dict[str, list] = {"train_loss": []}
     for r in read_jsonl(metrics_path).rows:
-        if r["split"] == "train" and (log_spaced(r["step"]) or r["step"] == last_step):
+        if r["split"] == "train" and r["metric"] == "loss" and (log_spaced(r["step"]) or r["step"] == last_step):
             out["train_loss"].append([r["step"], round(r["value"], 4)])
         elif r["split"] != "train" and r["metric"] == "loss":
             out.setdefault(f"{r['split']}_loss", []).append([r["step"], round(r["value"], 4)])
@@ -327,9 +331,10 @@ class CompiledStep:
 class _Loop:
     """The optimisation loop and what it writes (state kept here so each method stays short)."""
 
-    def __init__(self, cfg, d, device, model, optimizer, batches, evals, tok, out_dir, autocast, train_ids,
-                 resumes=()):
+    def __init__(self, cfg, d, device, objective, model, optimizer, batches, evals, tok, out_dir, autocast,
+                 train_ids, resumes=()):
         self.cfg, self.d, self.device, self.model, self.opt = cfg, d, device, model, optimizer
+        self.objective, self.analysed = objective, objective.analysed(model)  # trained module, saved model
         self.resumes = list(resumes)  # the run's resumption records (resumes.json), for the cards
         self.batches, self.evals, self.tok, self.out_dir, self.autocast = batches, evals, tok, out_dir, autocast
         self.n_train_tokens = int(len(train_ids))
@@ -338,7 +343,9 @@ class _Loop:
         # the compiled view shares the parameters; eval, hooks and saving use the plain model
         self.step_model = CompiledStep(model) if cfg.compile else model
 
-    def train_step(self, step: int, elapsed: float) -> float:
+    def train_step(self, step: int, elapsed: float) -> tuple[float, dict]:
+        """One optimizer step; returns the mean loss over its micro-batches and the mean of the
+        objective's parts (e.g. ELECTRA's mlm_loss, rtd_loss)."""
         cfg = self.cfg
         _seed_step(cfg.seed, step, self.d.rank)
         budget = cfg.max_minutes * 60 if cfg.schedule_clock == "time" else None
@@ -349,22 +356,25 @@ class _Loop:
                    schedule=cfg.schedule, min_ratio=cfg.min_lr_ratio, decay_frac=cfg.decay_frac)
         for g in self.opt.param_groups:
             g["lr"] = lr
-        total = 0.0
+        total, parts = 0.0, {}
         progress = at / cfg.max_steps
         for micro in range(cfg.grad_accum):
-            loss, _ = lm_loss(self.step_model, self.batches.get(step, micro, self.device, progress), self.autocast)
+            batch = self.batches.get(step, micro, self.device, progress)
+            loss, _, got = self.objective.loss(self.step_model, batch, self.autocast)
             (loss / cfg.grad_accum).backward()
             total += loss.item() / cfg.grad_accum
+            for k, v in got.items():
+                parts[k] = parts.get(k, 0.0) + v / cfg.grad_accum
         average_gradients(self.model, self.d)
         if cfg.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
-        return total
+        return total, parts
 
     def evaluate(self, step: int, tokens: int, t: float) -> None:
         for ev in self.evals:
-            m = ev(self.model, self.autocast)
+            m = ev(self.objective.mlm_model(self.model), self.autocast)
             append_metrics(self.out_dir / "metrics.jsonl", step, tokens, ev.name, m, t)
             self.last_eval.update({f"{ev.name}_{k}": v for k, v in m.items()})
             log(f"  eval {ev.name} @ {step}: loss {m['loss']:.4f} ppl {m['ppl']:.1f} acc {m['acc']:.3f} "
@@ -379,7 +389,7 @@ class _Loop:
                      "tokenizer": {"kind": self.tok.kind, "vocab_size": self.tok.vocab_size}},
             "steps": step, "tokens": tokens, "metrics": dict(self.last_eval),
             "loss_curve": loss_curve(self.out_dir / "metrics.jsonl", step),
-            "objective": "masked LM (BERT 80/10/10, dynamic)" if cfg.kind == "encoder" else "causal LM",
+            "objective": self.objective.describe(), "objective_name": self.objective.name,
             "preset": cfg.preset, "stopped_by": stopped_by, "bf16": self.autocast,
         }
 
@@ -388,7 +398,9 @@ class _Loop:
         training state), fsynced and renamed to `path` (plmodels.files.replace_folder)."""
         tmp = temp_folder(path)
         try:
-            save(self.model, self.tok, tmp, card={"name": path.name, **self.card(step, tokens, stopped_by)})
+            card = {"name": path.name, **self.card(step, tokens, stopped_by)}
+            save(self.analysed, self.tok, tmp, card=card)
+            self.objective.save_extras(self.model, tmp, self.tok, card)
             epoch, pos = self.batches.position(step)
             save_train_state(tmp, self.opt, {"step": step, "tokens": tokens, "elapsed": elapsed, "epoch": epoch,
                                              "position": pos, "seed": self.cfg.seed, "world_size": self.d.world})
@@ -412,12 +424,12 @@ class _Loop:
         bar = progress(cfg.max_steps, "pretrain", "step", initial=step, log_interval=math.inf, disable=not d.main)
         try:
             while step < cfg.max_steps:
-                loss = self.train_step(step, elapsed + time.monotonic() - t0)
+                loss, parts = self.train_step(step, elapsed + time.monotonic() - t0)
                 step, tokens = step + 1, tokens + self.tokens_per_step
                 now = elapsed + time.monotonic() - t0
                 loss_sum, n_loss, logged = loss_sum + loss, n_loss + 1, False
                 if d.main:
-                    append_metrics(self.out_dir / "metrics.jsonl", step, tokens, "train", {"loss": loss}, now)
+                    append_metrics(self.out_dir / "metrics.jsonl", step, tokens, "train", {"loss": loss, **parts}, now)
                     kill_point("step")  # tests: die between a step's row and its checkpoint
                     bar.update(1)
                     if budget is not None:
@@ -439,7 +451,7 @@ class _Loop:
                     self.save(self.out_dir / "checkpoints" / f"step_{step:07d}", step, tokens, now, "checkpoint")
                 if stop_at_step is not None and step >= stop_at_step:
                     barrier(d)
-                    return TrainResult(self.model, None, step, "killed")
+                    return TrainResult(self.analysed, None, step, "killed")
                 if out_of_time:
                     stopped_by = "time budget"
                     break
@@ -453,7 +465,7 @@ class _Loop:
             self.save(final, step, tokens, now, stopped_by)
             log(f"done: {step} steps, {tokens:,} tokens, {fmt_time(now)}; stopped by {stopped_by}; -> {final}")
         barrier(d)
-        return TrainResult(self.model, final, step, stopped_by)
+        return TrainResult(self.analysed, final, step, stopped_by)
 
 
 def pretrain(config: PretrainConfig | str | Path, out_dir: str | Path, resume: bool = True,

@@ -22,6 +22,9 @@ gets the denser signal of a high rate early and ends on the rate it is evaluated
 Next-sentence prediction (BERT Sec. 3.1, off by default as in RoBERTa) builds
 `[CLS] A [SEP] B [SEP]` where B is the true continuation of A half the time (label 0, "IsNext") and
 a segment from another sequence otherwise (label 1, "NotNext"); token_type_ids are 0 on A and 1 on B.
+Sentence-order prediction (ALBERT, Lan et al. 2020, Sec. 4.1) keeps both segments from the same text
+and swaps their order half the time: `[CLS] B [SEP] A [SEP]` is label 1, the text's order label 0,
+so topic cues cannot solve it. Both tasks use the same 2-way head on the pooled [CLS].
 
 The causal-LM target (Radford et al., 2019) is the input shifted by one: labels[t] = input[t+1].
 """
@@ -46,6 +49,7 @@ class MaskingConfig(Config):
     random_frac: float = 0.1    # of the selected: replaced by a random non-special token
     whole_word: bool = False    # select whole words (needs WordPiece "##" continuation ids)
     nsp: bool = False           # next-sentence prediction pairs (BERT); off as in RoBERTa
+    sop: bool = False           # sentence-order prediction pairs (ALBERT; excludes nsp)
     rate_final: float | None = None  # masking-ratio decay: `rate` falls linearly to this over the run
                                 # (Yang et al. 2023, "Learning Better Masking for Better Language
                                 # Model Pre-training"); None = `rate` throughout
@@ -66,6 +70,8 @@ class MaskingConfig(Config):
             raise ValueError("MaskingConfig.rate must be > 0 (nothing would be predicted)")
         if self.rate_final is not None and not 0.0 < self.rate_final <= 1.0:
             raise ValueError(f"MaskingConfig.rate_final must be in (0, 1] or null, got {self.rate_final}")
+        if self.nsp and self.sop:
+            raise ValueError("MaskingConfig.nsp and sop exclude each other (one sentence-pair task per run)")
         if self.mask_frac + self.random_frac > 1.0 + 1e-9:
             raise ValueError(
                 f"MaskingConfig.mask_frac + random_frac must be <= 1, got {self.mask_frac} + {self.random_frac}"
@@ -189,3 +195,36 @@ def causal_lm_labels(input_ids: torch.Tensor, attention_mask: torch.Tensor | Non
     if attention_mask is not None:
         labels[:, :-1][attention_mask[:, 1:] == 0] = IGNORE_INDEX
     return labels
+
+
+def sop_pairs(
+    content: torch.Tensor,
+    *,
+    cls_id: int,
+    sep_id: int,
+    generator: torch.Generator,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sentence-order-prediction inputs from rows of running text (ALBERT, Lan et al. 2020, Sec. 4.2).
+
+    content: (B, T-3) token ids without specials, each row a contiguous stretch of text, B >= 1.
+    Each row is cut at a random point c in [1, T-4] into two consecutive segments A = row[:c],
+    B = row[c:], as in `nsp_pairs`. Positives keep the order, [CLS] A [SEP] B [SEP] (label 0);
+    with probability 1/2 the same segments are swapped, [CLS] B [SEP] A [SEP] (label 1). Unlike NSP
+    both classes share topic and text, so only coherence tells them apart.
+    Returns input_ids (B, T), token_type_ids (B, T): 0 on [CLS], the first segment and its [SEP],
+    1 after it; sop_labels (B,).
+    """
+    Bn, L = content.shape
+    if Bn < 1 or L < 2:
+        raise ValueError(f"sop_pairs needs at least 1 row of at least 2 tokens, got {tuple(content.shape)}")
+    cuts = torch.randint(1, L, (Bn,), generator=generator)
+    swapped = torch.rand(Bn, generator=generator) < 0.5
+    ids = torch.empty((Bn, L + 3), dtype=content.dtype)
+    types = torch.zeros((Bn, L + 3), dtype=torch.long)
+    cls, sep = torch.tensor([cls_id], dtype=content.dtype), torch.tensor([sep_id], dtype=content.dtype)
+    for i in range(Bn):
+        c = int(cuts[i])
+        first, second = (content[i, c:], content[i, :c]) if swapped[i] else (content[i, :c], content[i, c:])
+        ids[i] = torch.cat([cls, first, sep, second, sep])
+        types[i, len(first) + 2:] = 1
+    return ids, types, swapped.long()

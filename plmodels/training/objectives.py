@@ -1,0 +1,293 @@
+"""Pretraining objectives: what a training step computes from packed rows, one registry entry per
+system (`OBJECTIVES`), so the loop (loop.py) stays the same for all of them.
+
+| objective | systems                         | batch (from packed rows)          | loss                          | saved beside the checkpoint      |
+|-----------|---------------------------------|-----------------------------------|-------------------------------|----------------------------------|
+| mlm       | BERT, RoBERTa, ALBERT           | MLM 80/10/10 (+ NSP or SOP pairs) | MLM (+ pair loss)             | -                                |
+| clm       | GPT-2                           | the ids shifted by one            | next-token CE                 | -                                |
+| span      | SpanBERT (Joshi et al. 2020)    | span masking of whole words       | MLM + span-boundary objective | the SBO head (objective.safetensors) |
+| electra   | ELECTRA (Clark et al. 2020)     | MLM 85/15 for the generator       | MLM(gen) + 50 RTD(disc)       | the generator (generator/ folder)    |
+| distil    | DistilBERT (Sanh et al. 2019)   | MLM 80/10/10                      | 5 KD + 2 MLM + 1 cosine       | - (the teacher is named in the config) |
+
+An `Objective` builds the *trained module* (the model, or the model with what only training needs:
+the SBO head, the generator), names the *analysed model* inside it (what `final/` holds and every
+analysis reads: the encoder, ELECTRA's discriminator, the DistilBERT student), turns packed rows
+into a `Batch` and computes the loss. `objective: "auto"` is "mlm" for encoders and "clm" for
+decoders, what the trainer did before objectives existed. Fields specific to one objective are
+`PretrainConfig.objective_args`, checked by the objective's own config class.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import torch
+from safetensors.torch import load_file
+from torch import nn
+
+from plmodels.checkpoint import build_model, save
+from plmodels.config import Config
+from plmodels.electra import ElectraConfig, ElectraPair, electra_loss, generator_state
+from plmodels.files import save_safetensors
+
+from .data import Batch, make_batch
+from .distil import DistilConfig, check_teacher, distil_loss, load_teacher, student_from_teacher
+from .loss import linear_cross_entropy, lm_loss
+from .masking import IGNORE_INDEX, MaskingConfig, word_starts
+from .spans import SpanBoundaryHead, SpanConfig, sbo_targets, span_mask
+
+OBJECTIVE_FILE = "objective.safetensors"  # a checkpoint's training-only tensors (SBO head, generator)
+
+
+@dataclass(frozen=True)
+class NoArgs(Config):
+    """Objectives without fields of their own take an empty `objective_args`."""
+
+
+class Objective:
+    """The default: BERT's masked LM (+ NSP / SOP) for encoders, GPT-2's causal LM for decoders."""
+
+    name: ClassVar[str] = "mlm"
+    args_class: ClassVar[type] = NoArgs
+    kinds: ClassVar[tuple[str, ...]] = ("encoder",)
+
+    def __init__(self, cfg, args: dict | None = None) -> None:
+        self.cfg = cfg
+        self.args = self.args_class.from_dict(dict(args or {}), f"objective_args ({self.name})")
+
+    # --- what is trained, what is analysed ---------------------------------------------------
+    def tokenizer_path(self) -> str | None:
+        """A tokenizer the objective fixes (DistilBERT: the teacher's); None = the config's."""
+        return None
+
+    def model_config(self, fields_: dict) -> dict:
+        """The analysed model's config fields from the preset-and-overrides ones."""
+        return fields_
+
+    def build(self, kind: str, model_cfg: dict) -> nn.Module:
+        """The trained module, freshly initialised (the global RNG seeded by the caller)."""
+        return build_model(kind, model_cfg)
+
+    def analysed(self, module: nn.Module) -> nn.Module:
+        """The model inside `module` that checkpoints hold and analyses read."""
+        return module
+
+    def mlm_model(self, module: nn.Module) -> nn.Module:
+        """The model whose held-out MLM / LM loss the evaluator reports."""
+        return self.analysed(module)
+
+    def describe(self) -> str:
+        """The card's `objective` line."""
+        m = self.cfg.masking_config
+        if self.cfg.kind == "decoder":
+            return "causal LM"
+        pair = " + NSP" if m.nsp else " + SOP" if m.sop else ""
+        return f"masked LM (BERT {m.mask_frac:.0%}/{m.random_frac:.0%}/rest kept, dynamic){pair}"
+
+    # --- extra tensors saved with a checkpoint -------------------------------------------------
+    def extra_state(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        """Tensors of the trained module outside the analysed model (saved to objective.safetensors)."""
+        return {}
+
+    def load_extra_state(self, module: nn.Module, state: dict[str, torch.Tensor]) -> None:
+        if state:
+            raise ValueError(f"objective {self.name!r} has no extra tensors, found {sorted(state)[:4]}")
+
+    def save_extras(self, module: nn.Module, folder: Path, tok, card: dict) -> None:
+        """Write what the checkpoint folder holds beside the analysed model."""
+        state = self.extra_state(module)
+        if state:
+            save_safetensors({k: v.detach().cpu().contiguous() for k, v in state.items()}, folder / OBJECTIVE_FILE)
+
+    def load_extras(self, module: nn.Module, folder: Path, device) -> None:
+        path = folder / OBJECTIVE_FILE
+        self.load_extra_state(module, load_file(str(path), device=str(device)) if path.is_file() else {})
+
+    # --- a step -----------------------------------------------------------------------------
+    def batch(self, rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Generator, cont_ids,
+              device) -> Batch:
+        return make_batch(rows, tok, masking, gen, cont_ids, device)
+
+    def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
+        """(loss to differentiate, number of predicted tokens, parts for metrics.jsonl)."""
+        loss, n = lm_loss(module, batch, autocast)
+        return loss, n, {}
+
+
+class CausalLM(Objective):
+    name = "clm"
+    kinds = ("decoder",)
+
+
+class SpanBERT(Objective):
+    """Span masking of whole words and the span-boundary objective (spans.py); single segments."""
+
+    name = "span"
+
+    args_class = SpanConfig
+
+    def build(self, kind: str, model_cfg: dict) -> nn.Module:
+        if model_cfg.get("use_nsp"):
+            raise ValueError("SpanBERT trains on single segments: masking.nsp and masking.sop must be false")
+        enc = build_model(kind, model_cfg)
+        module = nn.Module()
+        module.model = enc
+        c = enc.config
+        module.sbo = SpanBoundaryHead(c.d_model, c.embedding_width, self.args.max_pair_targets,
+                                      activation=c.activation, layer_norm_eps=c.layer_norm_eps)
+        module.sbo_bias = nn.Parameter(torch.zeros(c.vocab_size))  # SBO scores: tied decoder + its own bias
+        return module
+
+    def analysed(self, module):
+        return module.model
+
+    def describe(self) -> str:
+        a = self.args
+        return (f"span masking (whole words, geometric p={a.p} clipped at {a.max_span}) + span-boundary "
+                f"objective (SpanBERT)")
+
+    def extra_state(self, module):
+        return {**{f"sbo.{k}": v for k, v in module.sbo.state_dict().items()}, "sbo_bias": module.sbo_bias}
+
+    def load_extra_state(self, module, state):
+        state = dict(state)
+        with torch.no_grad():
+            module.sbo_bias.copy_(state.pop("sbo_bias"))
+        module.sbo.load_state_dict({k.removeprefix("sbo."): v for k, v in state.items()}, strict=True)
+
+    def batch(self, rows, tok, masking, gen, cont_ids, device):
+        a = self.args
+        m = span_mask(rows, starts=word_starts(rows, cont_ids), mask_id=tok.mask_id, vocab_size=tok.vocab_size,
+                      special_ids=tok.special_ids, generator=gen, rate=masking.rate, p=a.p, max_span=a.max_span,
+                      mask_frac=masking.mask_frac, random_frac=masking.random_frac,
+                      max_pair_targets=a.max_pair_targets)
+        b_idx, left, right, rel, targets = sbo_targets(m)
+        extras = {"sbo": tuple(t.to(device) for t in (b_idx, left, right, rel, targets))}
+        return Batch(m.input_ids.to(device), m.labels.to(device), extras=extras)
+
+    def loss(self, module, batch, autocast):
+        enc = module.model
+        with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+            hidden = enc(batch.input_ids, attn_impl="sdpa").last_hidden_state  # (B, T, D)
+            sel = batch.labels != IGNORE_INDEX
+            targets = batch.labels[sel]
+            n = int(targets.numel())
+            weight, bias = enc.mlm_projection()
+            mlm = linear_cross_entropy(enc.mlm_transform(hidden[sel]), weight, bias, targets) / max(1, n)
+            b_idx, left, right, rel, sbo_targets_ = batch.extras["sbo"]
+            z = module.sbo(hidden, left, right, rel, b_idx)  # (M', E)
+            sbo = linear_cross_entropy(z, weight, module.sbo_bias, sbo_targets_) / max(1, int(sbo_targets_.numel()))
+        return mlm + self.args.sbo_weight * sbo, n, {"mlm_loss": mlm.item(), "sbo_loss": sbo.item()}
+
+
+class Electra(Objective):
+    """Generator + discriminator (plmodels/electra.py); the discriminator is the analysed model."""
+
+    name = "electra"
+    args_class = ElectraConfig
+
+    def build(self, kind: str, model_cfg: dict) -> nn.Module:
+        disc = build_model(kind, {**model_cfg, "use_rtd": True})  # checks the fields as any encoder
+        return ElectraPair(disc.config, self.args)
+
+    def model_config(self, fields_: dict) -> dict:
+        return {**fields_, "use_rtd": True}
+
+    def analysed(self, module):
+        return module.discriminator
+
+    def mlm_model(self, module):
+        return module.generator
+
+    def describe(self) -> str:
+        a = self.args
+        return (f"replaced-token detection (ELECTRA: generator at {a.generator_frac:g} width, "
+                f"loss = MLM + {a.rtd_weight:g} RTD)")
+
+    def extra_state(self, module):
+        return {f"generator.{k}": v for k, v in generator_state(module).items()}
+
+    def load_extra_state(self, module, state):
+        own = {k.removeprefix("generator."): v for k, v in state.items()}
+        missing, unexpected = module.generator.load_state_dict(own, strict=False)
+        shared = [k for k in missing if not k.startswith("embeddings.") or k.startswith("embeddings.project")]
+        if shared or unexpected:
+            raise ValueError(f"{OBJECTIVE_FILE}: generator tensors missing {shared[:4]} or unexpected {unexpected[:4]}")
+
+    def save_extras(self, module, folder, tok, card):
+        """The generator as its own checkpoint folder `generator/` (readable by every analysis),
+        and its tensors in objective.safetensors for resumption."""
+        super().save_extras(module, folder, tok, card)
+        save(module.generator, tok, folder / "generator",
+             card={**card, "name": f"{card.get('name', '')} generator", "role": "ELECTRA generator"})
+
+    def batch(self, rows, tok, masking, gen, cont_ids, device):
+        b = make_batch(rows, tok, masking, gen, cont_ids, device)
+        b.extras = {"original": rows.to(device), "generator": gen}
+        return b
+
+    def loss(self, module, batch, autocast):
+        with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+            out = electra_loss(module, batch.extras["original"], batch.input_ids, batch.labels,
+                               batch.extras["generator"], token_type_ids=batch.token_type_ids)
+        acc = ((out.rtd_logits.detach() > 0).float() == out.labels).float().mean().item()
+        return out.loss, out.n_masked, {"mlm_loss": out.mlm.item(), "rtd_loss": out.rtd.item(), "rtd_acc": acc,
+                                        "replaced_frac": float(out.labels.mean())}
+
+
+class Distil(Objective):
+    """DistilBERT (training/distil.py): a student from every other teacher layer, taught by the
+    teacher's MLM distribution and last hidden states; the teacher's tokenizer."""
+
+    name = "distil"
+    args_class = DistilConfig
+
+    def __init__(self, cfg, args=None) -> None:
+        super().__init__(cfg, args)
+        self._teacher = None
+
+    def teacher(self):
+        if self._teacher is None:
+            check_teacher(self.args.teacher, self.args)
+            self._teacher, _ = load_teacher(self.args.teacher)
+        return self._teacher
+
+    def tokenizer_path(self) -> str:
+        return str(Path(self.args.teacher).expanduser() / "tokenizer")
+
+    def model_config(self, fields_: dict) -> dict:
+        """The student's fields: the teacher's, with every `every`-th layer (the preset is not used)."""
+        return student_from_teacher(self.teacher(), self.args.every).config.to_dict()
+
+    def build(self, kind: str, model_cfg: dict) -> nn.Module:
+        student = student_from_teacher(self.teacher(), self.args.every)
+        if student.config.to_dict() != model_cfg:
+            raise ValueError("distil: the student's config differs from the resolved one (teacher changed?)")
+        return student
+
+    def describe(self) -> str:
+        a = self.args
+        return (f"distillation from {a.teacher} (DistilBERT: {a.alpha_ce:g} KD at T={a.temperature:g} + "
+                f"{a.alpha_mlm:g} MLM + {a.alpha_cos:g} cosine)")
+
+    def loss(self, module, batch, autocast):
+        teacher = self.teacher().to(batch.input_ids.device)
+        with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss, parts = distil_loss(module, teacher, batch.input_ids, batch.labels, None, self.args)
+        n = int((batch.labels != IGNORE_INDEX).sum())
+        return loss, n, {k: float(v) for k, v in parts.items() if k != "loss"}
+
+
+OBJECTIVES: dict[str, type[Objective]] = {c.name: c for c in (Objective, CausalLM, SpanBERT, Electra, Distil)}
+
+
+def objective_for(cfg) -> Objective:
+    """The objective of a PretrainConfig (`objective`, with "auto" = mlm / clm by kind)."""
+    name = cfg.objective if cfg.objective != "auto" else ("mlm" if cfg.kind == "encoder" else "clm")
+    if name not in OBJECTIVES:
+        raise ValueError(f"unknown objective {name!r}; known: {sorted(OBJECTIVES)}")
+    cls = OBJECTIVES[name]
+    if cfg.kind not in cls.kinds:
+        raise ValueError(f"objective {name!r} trains an {'/'.join(cls.kinds)}, not a {cfg.kind}")
+    return cls(cfg, cfg.objective_args)

@@ -1,8 +1,20 @@
-"""Import Hugging Face RoBERTa, DistilBERT and ELECTRA folders into a workbench Encoder (+ Tokenizer).
+"""Import Hugging Face RoBERTa, DistilBERT, ELECTRA and ALBERT folders into a workbench Encoder (+ Tokenizer).
 
 ELECTRA (Clark et al. 2020): BERT's encoder over embedding tables of width `embedding_size`,
 projected to `hidden_size` (`EncoderConfig.embedding_size`); the discriminator's replaced-token
 head becomes `rtd` (`Encoder.rtd_logits`), the generator's MLM head of width E our `mlm` head.
+
+ALBERT (Lan et al. 2020): BERT's post-LN block (attention.dense + attention.LayerNorm, then ffn ->
+act -> ffn_output + full_layer_layer_norm) over factorised embeddings of width E, projected to D by
+`encoder.embedding_hidden_mapping_in` (our `embeddings.project`), with one layer shared by all
+depths: num_hidden_groups = inner_group_num = 1 is our `share_layers="all"` (the only group's only
+layer is our block 0, which blocks 1..L-1 share); other values are refused naming the field. The MLM
+head (`predictions`: dense D -> E, hidden_act, LayerNorm(E), decoder E -> V tied to the word table,
+bias) is our `mlm`; AlbertForPreTraining's sentence-order head (`sop_classifier.classifier`, on the
+pooled [CLS]) is our `nsp` head with use_nsp, index 0 = original order, 1 = swapped, as our
+`sop_pairs` labels. hidden_act defaults to gelu_new (= our gelu_tanh). An ALBERT with
+embedding_size = hidden_size still has its projection: imported only when it is the identity (zero
+bias), which is then dropped (listed as ignored); otherwise refused naming embedding_size.
 
 The same contract as `hf_import.import_hf_bert`, whose helpers this module reuses (hf_import never
 imports it): `config.json` is mapped to an EncoderConfig, refusing (ValueError naming the field) what
@@ -48,6 +60,7 @@ from .components.positions import sinusoidal_table
 from .encoder import Encoder, EncoderConfig
 from .hf_import import HF_ACTIVATIONS, OPTIONAL_PREFIXES, config_from_hf, read_hf_weights, read_tokenizer
 from .hf_import import RENAMES as BERT_RENAMES
+from .tokenizer import Tokenizer
 
 DECODER_WEIGHT = "mlm.decoder.weight"  # our name of an untied MLM vocabulary projection
 
@@ -146,6 +159,45 @@ ELECTRA = Family(
 )
 
 
+ALBERT_LAYER = "encoder.albert_layer_groups.0.albert_layers.0."  # the one shared layer (one group, one layer)
+ALBERT = Family(
+    name="albert",
+    prefix="albert.",
+    renames={
+        **{k: v for k, v in BERT_RENAMES.items() if k.startswith("embeddings.")},
+        "encoder.embedding_hidden_mapping_in.weight": "embeddings.project.weight",
+        "encoder.embedding_hidden_mapping_in.bias": "embeddings.project.bias",
+        ALBERT_LAYER + "attention.dense.weight": "blocks.0.attn.out.weight",
+        ALBERT_LAYER + "attention.dense.bias": "blocks.0.attn.out.bias",
+        ALBERT_LAYER + "attention.LayerNorm.weight": "blocks.0.norm1.weight",
+        ALBERT_LAYER + "attention.LayerNorm.bias": "blocks.0.norm1.bias",
+        ALBERT_LAYER + "ffn.weight": "blocks.0.mlp.fc_in.weight",
+        ALBERT_LAYER + "ffn.bias": "blocks.0.mlp.fc_in.bias",
+        ALBERT_LAYER + "ffn_output.weight": "blocks.0.mlp.fc_out.weight",
+        ALBERT_LAYER + "ffn_output.bias": "blocks.0.mlp.fc_out.bias",
+        ALBERT_LAYER + "full_layer_layer_norm.weight": "blocks.0.norm2.weight",
+        ALBERT_LAYER + "full_layer_layer_norm.bias": "blocks.0.norm2.bias",
+        "pooler.weight": "pooler.weight",
+        "pooler.bias": "pooler.bias",
+        # AlbertMLMHead: dense D -> E, act, LayerNorm(E), decoder E -> V (+ bias)
+        "predictions.dense.weight": "mlm.dense.weight",
+        "predictions.dense.bias": "mlm.dense.bias",
+        "predictions.LayerNorm.weight": "mlm.norm.weight",
+        "predictions.LayerNorm.bias": "mlm.norm.bias",
+        # AlbertForPreTraining's sentence-order head on the pooled [CLS]: 0 = original order, 1 = swapped
+        "sop_classifier.classifier.weight": "nsp.weight",
+        "sop_classifier.classifier.bias": "nsp.bias",
+    },
+    qkv=r"encoder\.albert_layer_groups\.0\.albert_layers\.(\d+)\.attention\.(query|key|value)\.(weight|bias)",
+    qkv_parts=("query", "key", "value"),
+    ignored=("embeddings.position_ids", "embeddings.token_type_ids"),
+    decoder_weight="predictions.decoder.weight",
+    decoder_biases=("predictions.bias", "predictions.decoder.bias"),
+    heads=("predictions.", "sop_classifier."),
+)
+ALBERT_PROJECTION = ("encoder.embedding_hidden_mapping_in.weight", "encoder.embedding_hidden_mapping_in.bias")
+
+
 # ------------------------------------------------------------------------------------ configs
 def _activation(hf: dict, field: str, where: str) -> str:
     act = hf.get(field, "gelu")
@@ -223,6 +275,41 @@ def electra_config(hf: dict, where: str = "config.json", generator: bool = False
     E = hf.get("embedding_size", hf["hidden_size"])
     return EncoderConfig.from_dict({**bert.to_dict(), "embedding_size": None if E == bert.d_model else E,
                                     "use_rtd": discriminator}, where)
+
+
+def albert_config(hf: dict, where: str = "config.json", sop: bool = False) -> EncoderConfig:
+    """EncoderConfig from a HF AlbertConfig dict (defaults as AlbertConfig's): one layer shared by all
+    depths (share_layers="all"), embeddings of width embedding_size projected to hidden_size; `sop`:
+    the checkpoint has AlbertForPreTraining's sentence-order head (our nsp head)."""
+    _model_type(hf, "albert", where)
+    _check_bidirectional(hf, where)
+    for name in ("num_hidden_groups", "inner_group_num"):
+        if hf.get(name, 1) != 1:
+            raise ValueError(f"{where}: {name}={hf[name]!r} is not supported: our Encoder shares one layer across all "
+                             "depths (share_layers='all'), which is ALBERT's num_hidden_groups=1 and inner_group_num=1")
+    activation = _activation({**hf, "hidden_act": hf.get("hidden_act", "gelu_new")}, "hidden_act", where)
+    D, E = hf["hidden_size"], hf.get("embedding_size", 128)
+    return EncoderConfig(
+        vocab_size=hf["vocab_size"],
+        d_model=D,
+        n_layers=hf["num_hidden_layers"],
+        n_heads=hf["num_attention_heads"],
+        d_ff=hf["intermediate_size"],
+        max_positions=hf.get("max_position_embeddings", 512),
+        position="learned",
+        norm="post",
+        activation=activation,
+        mlp="plain",
+        bias=True,
+        dropout=float(hf.get("hidden_dropout_prob", 0.0)),
+        layer_norm_eps=float(hf.get("layer_norm_eps", 1e-12)),
+        tie_embeddings=bool(hf.get("tie_word_embeddings", True)),
+        type_vocab_size=hf.get("type_vocab_size", 2),
+        use_nsp=sop,
+        pad_token_id=hf.get("pad_token_id", 0) or 0,
+        embedding_size=None if E == D else E,
+        share_layers="all",
+    )
 
 
 def distilbert_config(hf: dict, where: str = "config.json") -> EncoderConfig:
@@ -378,10 +465,13 @@ def _import(family: Family, src_dir, out_dir, card, make_config) -> tuple[Encode
         raise FileNotFoundError(f"{src} has no config.json (not a Hugging Face model folder)")
     hf_cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
     hf_state = read_hf_weights(src)
-    config = make_config(hf_cfg, str(src / "config.json"), hf_state)
-    mapped = map_family_state(hf_state, family)
+    made = make_config(hf_cfg, str(src / "config.json"), hf_state)
+    # make_config may return (config, {HF tensor: why it carries nothing}): left out, listed as ignored
+    config, consumed = made if isinstance(made, tuple) else (made, {})
+    mapped = map_family_state({k: v for k, v in hf_state.items() if k not in consumed}, family)
     report: dict[str, Any] = {"source": str(src), "family": family.name, "unknown_tensors": list(mapped.unknown),
-                              "ignored_tensors": list(mapped.ignored), "fresh_init": [], "notes": []}
+                              "ignored_tensors": list(mapped.ignored) + list(consumed),
+                              "fresh_init": [], "notes": list(dict.fromkeys(consumed.values()))}
     model = Encoder(config)
     expected = model.state_dict()
     _vocab_projection(family, mapped, {k: v[0][1] for k, v in mapped.parts.items() if len(v) == 1}, config, report)
@@ -415,11 +505,22 @@ def _import(family: Family, src_dir, out_dir, card, make_config) -> tuple[Encode
     return model, tokenizer
 
 
+def _unigram_folder(src: Path) -> bool:
+    """The folder's tokenizer.json is a Unigram (SentencePiece: ALBERT) tokenizer, and it has no vocab.txt."""
+    path = src / "tokenizer.json"
+    if (src / "vocab.txt").is_file() or not path.is_file():
+        return False
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("model", {}).get("type") == "Unigram"
+    except (json.JSONDecodeError, AttributeError):
+        return False
+
+
 def _tokenizer(src: Path, config: EncoderConfig, report: dict):
     """read_tokenizer's tokenizer, or None with a note when it cannot read this folder's (RoBERTa's
     byte-level BPE with <s>/</s> specials is not read yet: the weights import without it)."""
     try:
-        tokenizer = read_tokenizer(src)
+        tokenizer = Tokenizer.from_hf_folder(src) if _unigram_folder(src) else read_tokenizer(src)
     except ValueError as e:
         report["notes"].append(f"tokenizer not loaded: {e}")
         return None
@@ -457,3 +558,39 @@ def import_hf_distilbert(src_dir: str | Path, out_dir: str | Path | None = None,
     """Read a HF DistilBERT folder (DistilBertModel, DistilBertForMaskedLM, ...) -> (Encoder in eval
     mode, Tokenizer or None); save a checkpoint if out_dir. Report in the card under "import"."""
     return _import(DISTILBERT, src_dir, out_dir, card, lambda hf, where, _: distilbert_config(hf, where))
+
+
+def _albert_identity_projection(hf_state: dict[str, torch.Tensor], where: str) -> dict[str, str]:
+    """An ALBERT with embedding_size = hidden_size still projects E -> D; our Encoder has no projection
+    then, so it imports only when the projection is the identity with a zero bias (else a ValueError
+    naming embedding_size). Returns {HF tensor name: note} of the projection's tensors."""
+    found = {}
+    for name, tensor in hf_state.items():
+        key = name.removeprefix(ALBERT.prefix)
+        if key in ALBERT_PROJECTION:
+            found[key] = (name, tensor)
+    weight, bias = (found.get(k, (None, None))[1] for k in ALBERT_PROJECTION)
+    identity = (weight is not None and weight.ndim == 2 and weight.shape[0] == weight.shape[1]
+                and torch.equal(weight, torch.eye(weight.shape[0], dtype=weight.dtype))
+                and (bias is None or not bool(bias.any())))
+    if not identity:
+        raise ValueError(f"{where}: embedding_size = hidden_size, but ALBERT still applies "
+                         "encoder.embedding_hidden_mapping_in, which is not the identity here, and our Encoder has no "
+                         "projection when embedding_size equals the hidden size; not imported rather than approximated")
+    note = "embedding_size = hidden_size: encoder.embedding_hidden_mapping_in is the identity (zero bias) and is dropped"
+    return {name: note for name, _ in found.values()}
+
+
+def import_hf_albert(src_dir: str | Path, out_dir: str | Path | None = None, card: dict | None = None):
+    """Read a HF ALBERT folder (AlbertModel, AlbertForMaskedLM, AlbertForPreTraining) -> (Encoder in
+    eval mode with share_layers="all", Tokenizer or None); save a checkpoint if out_dir. The
+    sentence-order head, when present, is our nsp head (use_nsp). Report in the card under "import"."""
+
+    def make_config(hf, where, hf_state):
+        sop = any(k.startswith(("sop_classifier.", "albert.sop_classifier.")) for k in hf_state)
+        config = albert_config(hf, where, sop=sop)
+        if config.embedding_size is None:
+            return config, _albert_identity_projection(hf_state, where)
+        return config
+
+    return _import(ALBERT, src_dir, out_dir, card, make_config)

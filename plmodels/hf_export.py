@@ -15,14 +15,25 @@ that names the config field and why (nothing is approximated). Which layout:
 | Encoder, position_ids "roberta" | `RobertaForMaskedLM` | as BERT, and activation gelu (RoBERTa's LM head always applies gelu), type_vocab_size >= 1, no NSP head |
 | Encoder, type_vocab_size 0 | `DistilBertForMaskedLM` | as BERT, and layer_norm_eps 1e-12 (fixed in DistilBERT's code), no NSP head |
 | Encoder, position "rope" | `RoFormerForMaskedLM` | post-LN, plain MLP, even head size, no NSP head; biases or not; embedding_size allowed |
+| Encoder, share_layers "all" | `AlbertForMaskedLM` (`AlbertForPreTraining` with an NSP head: ALBERT's sentence-order head) | as BERT; embedding_size allowed (E = D: an identity projection is written); no RTD head |
+| Encoder, use_rtd | `ElectraForPreTraining` (the discriminator) | as BERT, share_layers "none", no NSP head; embedding_size allowed |
 | Decoder | `GPT2LMHeadModel` | learned positions, pre-LN, plain MLP, biases, softmax output |
 | Decoder, position "rope" | `GPTNeoXForCausalLM` | pre-LN, plain MLP, even head size, softmax output; biases or not |
+
+ALBERT: one group of one layer (num_hidden_groups = inner_group_num = 1) holds block 0's tensors,
+which our blocks 1..L-1 share; share_layers "attention" / "ffn" share part of a block, which no
+transformers class computes: refused. ALBERT always projects E -> D (`embedding_hidden_mapping_in`):
+an unfactorised model gets the identity with a zero bias (exact), which the importer drops again.
+Its MLM head applies hidden_act (our activation), its sentence-order head sits on the pooled [CLS]
+with index 0 = original order, as our NSP head under `sop_pairs`. ELECTRA: ElectraForPreTraining's
+discriminator head (dense D -> D, hidden_act, dense_prediction D -> 1) is our `rtd`; it has no MLM
+head and no pooler, so ours are dropped (warned, noted).
 
 Refused everywhere: pruned heads (transformers 5 has no `pruned_heads`, and BERT / GPT-2 need
 n_heads x head_dim = hidden size), ALiBi, gated MLPs, no biases (but for the RoPE layouts), pre-LN
 encoders, post-LN decoders, the adaptive softmax, and any config field this module does not know at
 a non-default value (a field added later is never dropped silently; `embedding_size` is known to the
-RoFormer layout only).
+RoFormer, ALBERT and ELECTRA layouts only).
 
 RoPE (ours: `components.positions`, rotate-half pairs (i, i + Dh/2), angle pos * 10000^(-2i/Dh),
 every channel):
@@ -80,13 +91,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models
 
 from .checkpoint import CONFIG_FILE, MODEL_KINDS, TOKENIZER_DIR, load
 from .components.positions import rope_cos_sin
 from .files import replace_folder, save_safetensors, temp_folder
-from .hf_encoders import DISTILBERT, ROBERTA
+from .hf_encoders import ALBERT, DISTILBERT, ELECTRA, ROBERTA
 from .hf_gpt2 import GPT2_CONV1D, GPT2_RENAMES
 from .hf_import import RENAMES as BERT_RENAMES
+from .tokenizer import _precompiled_charsmap, albert_pipeline
 
 __all__ = ["export_hf", "hf_layout", "hf_state", "rope_pair_permutation", "roformer_positions", "tokenizer_files"]
 
@@ -109,6 +123,8 @@ ROFORMER_RENAMES = {
     "embeddings_project.weight": "embeddings.project.weight",
     "embeddings_project.bias": "embeddings.project.bias",
 }
+ALBERT_RENAMES = {**ALBERT.renames, "predictions.bias": "mlm.bias", "predictions.decoder.weight": "mlm.decoder.weight"}
+ELECTRA_RENAMES = dict(ELECTRA.renames)  # the generator's names too: unused, the discriminator drops our MLM head
 # family -> (renames, prefix of the base model's names, heads outside the prefix, q/k/v names)
 FAMILIES: dict[str, tuple[dict[str, str], str, tuple[str, ...], str]] = {
     "bert": (BERT_EXPORT_RENAMES, "bert.", ("cls.",), "encoder.layer.{l}.attention.self.{part}.{kind}"),
@@ -116,11 +132,16 @@ FAMILIES: dict[str, tuple[dict[str, str], str, tuple[str, ...], str]] = {
     "distilbert": (DISTILBERT_RENAMES, "distilbert.", ("vocab_",), "transformer.layer.{l}.attention.{part}.{kind}"),
     "gpt2": (GPT2_RENAMES, "transformer.", (), ""),
     "roformer": (ROFORMER_RENAMES, "roformer.", ("cls.",), "encoder.layer.{l}.attention.self.{part}.{kind}"),
+    # block 0 only: a share_layers="all" state dict holds each shared tensor once, under block 0's name
+    "albert": (ALBERT_RENAMES, "albert.", ALBERT.heads,
+               "encoder.albert_layer_groups.0.albert_layers.{l}.attention.{part}.{kind}"),
+    "electra": (ELECTRA_RENAMES, "electra.", ELECTRA.heads, "encoder.layer.{l}.attention.self.{part}.{kind}"),
 }
 QKV_PARTS = {"bert": ("query", "key", "value"), "roberta": ("query", "key", "value"),
-             "distilbert": ("q_lin", "k_lin", "v_lin"), "roformer": ("query", "key", "value")}
+             "distilbert": ("q_lin", "k_lin", "v_lin"), "roformer": ("query", "key", "value"),
+             "albert": ("query", "key", "value"), "electra": ("query", "key", "value")}
 # our tensors a layout has no place for (noted, with a warning)
-DROPPED = {"distilbert": ("pooler.",), "roformer": ("pooler.",)}
+DROPPED = {"distilbert": ("pooler.",), "roformer": ("pooler.",), "electra": ("pooler.", "mlm.")}
 ZERO_BIASES = ("roformer", "gpt_neox")  # layouts that take a model without biases (bias=False): zeros are written
 # our weights that are not those of a Linear / LayerNorm with a bias slot in these layouts
 NO_BIAS_SLOT = re.compile(r"^(embeddings\.(word|segment|position)\.weight|mlm\.decoder\.weight|pooler\..*|nsp\..*"
@@ -201,9 +222,30 @@ def _check_common(config: Any, kind: str, rope: bool = False) -> None:
         raise _refuse("norm", config.norm, f"{what}; a {config.norm}-LN {kind} has no Hugging Face layout here")
 
 
+def _shared_or_rtd_family(config: Any) -> str:
+    """"albert" (share_layers "all") | "electra" (use_rtd) for an exportable EncoderConfig, else a
+    ValueError naming the field."""
+    if config.share_layers not in ("none", "all"):
+        raise _refuse("share_layers", config.share_layers, "ALBERT shares whole layers (share_layers 'all'); no "
+                                                           "transformers class shares only the attention or the FFN")
+    albert = config.share_layers == "all"
+    if albert and config.use_rtd:
+        raise _refuse("use_rtd", True, "ALBERT has no replaced-token-detection head, and ELECTRA no shared layers")
+    _check_known_fields(config, ENCODER_FIELDS | {"embedding_size", "share_layers", "use_rtd"})
+    _check_common(config, "encoder")
+    name = "ALBERT" if albert else "ELECTRA"
+    if config.position_ids != "index":
+        raise _refuse("position_ids", config.position_ids, f"{name} counts positions from 0 ('index')")
+    if config.type_vocab_size < 1:
+        raise _refuse("type_vocab_size", 0, f"{name} has a token-type embedding (type_vocab_size >= 1)")
+    if config.use_nsp and not albert:
+        raise _refuse("use_nsp", True, "ElectraForPreTraining has no next-sentence head")
+    return "albert" if albert else "electra"
+
+
 def _encoder_family(config: Any) -> str:
-    """"bert" | "roberta" | "distilbert" | "roformer" for an exportable EncoderConfig, else a ValueError
-    naming the field."""
+    """"bert" | "roberta" | "distilbert" | "roformer" | "albert" | "electra" for an exportable
+    EncoderConfig, else a ValueError naming the field."""
     if config.position == "rope":  # RoFormer: its own embeddings_project takes a factorised embedding
         _check_known_fields(config, ENCODER_FIELDS | {"embedding_size"})
         _check_common(config, "encoder", rope=True)
@@ -213,6 +255,8 @@ def _encoder_family(config: Any) -> str:
             raise _refuse("n_heads", config.n_heads, "RoFormer rotates pairs of channels: the head size "
                                                      "d_model / n_heads must be an even integer")
         return "roformer"
+    if config.share_layers != "none" or config.use_rtd:
+        return _shared_or_rtd_family(config)
     _check_known_fields(config, ENCODER_FIELDS)
     _check_common(config, "encoder")
     if config.position_ids == "roberta":
@@ -290,6 +334,22 @@ def hf_layout(kind: str, config: Any, tokenizer: Any = None) -> tuple[str, dict]
     if kind != "encoder":
         raise ValueError(f"unknown model kind {kind!r}; known: {sorted(MODEL_KINDS)}")
     family = _encoder_family(c)
+    if family in ("albert", "electra"):
+        hf = {
+            "model_type": family, "vocab_size": c.vocab_size, "embedding_size": c.embedding_width,
+            "hidden_size": c.d_model, "num_hidden_layers": c.n_layers, "num_attention_heads": c.n_heads,
+            "intermediate_size": c.d_ff, "hidden_act": BERT_ACTIVATIONS[c.activation], "hidden_dropout_prob": c.dropout,
+            "attention_probs_dropout_prob": c.dropout, "max_position_embeddings": c.max_positions,
+            "type_vocab_size": c.type_vocab_size, "layer_norm_eps": c.layer_norm_eps, "initializer_range": 0.02,
+            "position_embedding_type": "absolute", "pad_token_id": c.pad_token_id,
+            "tie_word_embeddings": c.tie_embeddings,
+        }
+        if family == "albert":
+            hf.update(architectures=["AlbertForPreTraining" if c.use_nsp else "AlbertForMaskedLM"],
+                      num_hidden_groups=1, inner_group_num=1, classifier_dropout_prob=c.dropout)
+        else:
+            hf.update(architectures=["ElectraForPreTraining"], is_decoder=False, add_cross_attention=False)
+        return family, hf
     if family == "roformer":
         return family, {
             "architectures": ["RoFormerForMaskedLM"], "model_type": "roformer",
@@ -396,6 +456,11 @@ def hf_state(family: str, state: dict[str, torch.Tensor], config: Any = None) ->
         for name in [n for n in state if re.match(r"^blocks\.\d+\.attn\.qkv\.(weight|bias)$", n)]:
             t = state[name]
             state[name] = t.reshape(3, H, t.shape[0] // (3 * H), *t.shape[1:]).transpose(0, 1).reshape(t.shape)
+    if family == "albert" and "embeddings.project.weight" not in state:  # E = D: ALBERT still projects
+        word = state["embeddings.word.weight"]
+        D = word.shape[1]
+        state = {**state, "embeddings.project.weight": torch.eye(D, dtype=word.dtype),
+                 "embeddings.project.bias": word.new_zeros(D)}
     exact, templated = _inverse(renames)
     out: dict[str, torch.Tensor] = {}
     dropped, unplaced = [], []
@@ -435,13 +500,33 @@ def hf_state(family: str, state: dict[str, torch.Tensor], config: Any = None) ->
     # transformers 5 ties the vocabulary projection's bias to the head's bias only when it ties the
     # weights: an untied head would get a fresh decoder.bias, so the copy is written (the importers
     # read the head's bias and check or ignore the copy)
-    for bias, copy in (("cls.predictions.bias", "cls.predictions.decoder.bias"), ("lm_head.bias", "lm_head.decoder.bias")):
+    for bias, copy in (("cls.predictions.bias", "cls.predictions.decoder.bias"), ("lm_head.bias", "lm_head.decoder.bias"),
+                       ("predictions.bias", "predictions.decoder.bias")):
         if bias in out:
             out[copy] = out[bias].clone()
     return out, dropped
 
 
 # ------------------------------------------------------------------------------------ tokenizer
+def _albert_tokenizer_flags(hf: Any) -> dict[str, bool]:
+    """tokenizer_config.json flags (do_lower_case, keep_accents, add_prefix_space) from which transformers'
+    AlbertTokenizer rebuilds exactly our Unigram tokenizer's normalizer and pre-tokenizer (it ignores
+    tokenizer.json's own, and puts <unk> at id 1); a ValueError when no flags do."""
+    spec = json.loads(hf.to_str())
+    if spec.get("model", {}).get("unk_id") != 1:
+        raise ValueError(f"cannot export the Unigram tokenizer: its unk_id is {spec.get('model', {}).get('unk_id')!r}, "
+                         "and transformers' AlbertTokenizer puts <unk> at id 1")
+    charsmap = _precompiled_charsmap(spec)
+    for lower, keep, prefix in ((a, b, c) for a in (True, False) for b in (False, True) for c in (True, False)):
+        probe = HFTokenizer(models.Unigram([("<unk>", 0.0)], unk_id=0))
+        probe.normalizer, probe.pre_tokenizer, _ = albert_pipeline(lower, keep, prefix, charsmap)
+        built = json.loads(probe.to_str())
+        if (built["normalizer"], built["pre_tokenizer"]) == (spec.get("normalizer"), spec.get("pre_tokenizer")):
+            return {"do_lower_case": lower, "keep_accents": keep, "add_prefix_space": prefix}
+    raise ValueError("cannot export the Unigram tokenizer: transformers' AlbertTokenizer rebuilds its normalizer and "
+                     "pre-tokenizer from do_lower_case / keep_accents / add_prefix_space, and no setting gives ours")
+
+
 def tokenizer_files(tokenizer: Any, max_length: int) -> dict[str, str]:
     """File name -> text of the HF tokenizer files of our Tokenizer (see the module docstring)."""
     from tokenizers import Tokenizer as HFTokenizer  # the same library our Tokenizer wraps
@@ -463,6 +548,8 @@ def tokenizer_files(tokenizer: Any, max_length: int) -> dict[str, str]:
         files["vocab.txt"] = "".join(t + "\n" for t, _ in by_id)
         tok_cfg.update(tokenizer_class="BertTokenizerFast", do_lower_case=tokenizer.lowercase,
                        strip_accents=None, tokenize_chinese_chars=True)
+    elif tokenizer.kind == "unigram":
+        tok_cfg.update(tokenizer_class="AlbertTokenizer", **_albert_tokenizer_flags(hf))
     else:
         spec = json.loads(hf.to_str())
         prefix_space = bool((spec.get("pre_tokenizer") or {}).get("add_prefix_space", False))
@@ -521,6 +608,15 @@ def export_hf(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
         notes.append(f"{hf_cfg['architectures'][0]} has no place for our {', '.join(dropped)}: dropped "
                      f"(the masked-LM function is unchanged)")
         warnings.warn(f"export_hf({src}): {notes[-1]}", stacklevel=2)
+    if family == "albert":
+        notes.append("one ALBERT layer (num_hidden_groups = inner_group_num = 1) holds block 0's tensors, which every "
+                     "depth shares (share_layers='all')")
+        if model.config.embedding_size is None:
+            notes.append("embedding_size = hidden_size: encoder.embedding_hidden_mapping_in is written as the identity "
+                         "with a zero bias (ALBERT always projects)")
+        notes.append("the NSP head is written as ALBERT's sentence-order head sop_classifier.classifier.* (index 0 = "
+                     "original order)" if model.config.use_nsp else
+                     "the pooler is written as albert.pooler.*: AlbertForMaskedLM does not use it; AlbertModel reads it")
     if hf_cfg["architectures"][0] == "BertForPreTraining":
         notes.append("the NSP head is written as cls.seq_relationship.* (BertForPreTraining); AutoModelForMaskedLM "
                      "loads the same folder without it and the pooler")

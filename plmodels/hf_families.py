@@ -9,9 +9,10 @@ own files, never from a hub, and never needs transformers.
 | roberta | Encoder (`position_ids="roberta"`, one token type) | `plmodels.hf_encoders.import_hf_roberta` |
 | distilbert | Encoder (no token types) | `plmodels.hf_encoders.import_hf_distilbert` |
 | electra | Encoder (`embedding_size` E projected to D; discriminator: `use_rtd`) | `plmodels.hf_encoders.import_hf_electra` |
+| albert | Encoder (`share_layers="all"`, `embedding_size`; sentence-order head: `use_nsp`) | `plmodels.hf_encoders.import_hf_albert` |
 | gpt2 | Decoder | `plmodels.hf_gpt2.import_hf_gpt2` |
 
-ALBERT, T5, BART and XLNet are refused by name until the workbench has their architectures
+T5, BART and XLNet are refused by name until the workbench has their architectures
 (docs/interop.md).
 """
 from __future__ import annotations
@@ -20,15 +21,15 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from .hf_encoders import import_hf_distilbert, import_hf_electra, import_hf_roberta
+from .hf_encoders import import_hf_albert, import_hf_distilbert, import_hf_electra, import_hf_roberta
 from .hf_gpt2 import import_hf_gpt2
 from .hf_import import import_hf_bert
 
 IMPORTERS: dict[str, Callable] = {
     "bert": import_hf_bert, "roberta": import_hf_roberta, "distilbert": import_hf_distilbert,
-    "electra": import_hf_electra, "gpt2": import_hf_gpt2,
+    "electra": import_hf_electra, "albert": import_hf_albert, "gpt2": import_hf_gpt2,
 }
-PLANNED = ("albert", "t5", "bart", "xlnet")   # families whose architecture is not here yet
+PLANNED = ("t5", "bart", "xlnet")   # families whose architecture is not here yet
 
 
 def model_type(src: str | Path) -> str:

@@ -1,11 +1,11 @@
-"""Subword tokenizers for the encoders (WordPiece) and decoders (byte-level BPE).
+"""Subword tokenizers for the encoders (WordPiece, SentencePiece Unigram) and decoders (byte-level BPE).
 
 `Tokenizer` wraps a `tokenizers.Tokenizer` (the Rust HF tokenizers library) and adds what the
 workbench needs on top: word-aligned encoding with exact word spans (edge probing reads word
 vectors by pooling subwords, Tenney et al. 2019), stable special-token ids, a JSON-only save
 format and a fingerprint.
 
-Two kinds (docs/design.md "Tokenizer"):
+Three kinds (docs/design.md "Tokenizer"):
 - "wordpiece" (BERT, Devlin et al. 2019; WordPiece of Wu et al. 2016): BERT normalizer and
   pre-tokenizer, "##" continuing prefix, specials [PAD] [UNK] [CLS] [SEP] [MASK]. A trained
   tokenizer has them at ids 0..4 in that order; one built from a BERT vocab.txt keeps the file's ids.
@@ -14,6 +14,9 @@ Two kinds (docs/design.md "Tokenizer"):
   BOS, EOS, PAD and (since byte-level BPE has no unknown token) as the filler for an empty word.
   `add_special=True` *prepends* <|endoftext|> as BOS, so the first word has a left context token;
   nothing is appended.
+- "unigram" (SentencePiece's Unigram LM, Kudo 2018; ALBERT): imported only (`from_hf_folder`), a
+  Metaspace ("▁") pre-tokenizer, specials [CLS] [SEP] <pad> <unk> [MASK]; `add_special=True` wraps
+  as [CLS] ... [SEP].
 
 What `add_special=True` adds follows the special-token roles, not the kind: a tokenizer with both
 a `cls` and a `sep` role wraps as cls ... sep (BERT's [CLS] ... [SEP], RoBERTa's <s> ... </s>);
@@ -27,6 +30,12 @@ built from the same files: GPT-2 (GPT2TokenizerFast: <|endoftext|> is bos, eos a
 `add_special=False` gives its ids, `add_special=True` its ids with add_bos_token=True) and RoBERTa
 (RobertaTokenizerFast: `add_special=True` gives its <s> X </s>).
 
+Imported Unigram tokenizers (`from_hf_folder`: ALBERT) come from tokenizer.json. transformers 5's
+AlbertTokenizer does not use that file's normalizer and pre-tokenizer: it rebuilds them from
+tokenizer_config.json (do_lower_case, keep_accents, add_prefix_space; the Precompiled charsmap is
+taken from the file) over the file's vocabulary, with <unk> at id 1. An ALBERT folder is read the
+same way, so the ids equal AlbertTokenizer's; another Unigram folder is read as its tokenizer.json says.
+
 Specials are added here in Python, not by the wrapped tokenizer's post-processor, so the same rule
 holds for trained and imported tokenizers. (Trained tokenizers still carry a matching
 post-processor so their tokenizer.json behaves the same way when used on its own.)
@@ -37,6 +46,7 @@ slightly different vocabulary: train once, `save`, and reuse (the fingerprint te
 """
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -50,7 +60,8 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from plmodels.files import make_shared
 
-Kind = Literal["wordpiece", "bpe"]
+Kind = Literal["wordpiece", "bpe", "unigram"]
+KINDS = ("wordpiece", "bpe", "unigram")
 
 WORDPIECE_SPECIALS = {"pad": "[PAD]", "unk": "[UNK]", "cls": "[CLS]", "sep": "[SEP]", "mask": "[MASK]"}
 ENDOFTEXT = "<|endoftext|>"
@@ -60,8 +71,13 @@ BPE_SPECIALS = {"bos": ENDOFTEXT, "eos": ENDOFTEXT, "pad": ENDOFTEXT, "unk": END
 GPT2_SPECIALS = {"bos": ENDOFTEXT, "eos": ENDOFTEXT, "unk": ENDOFTEXT}
 ROBERTA_SPECIALS = {"bos": "<s>", "eos": "</s>", "unk": "<unk>", "sep": "</s>", "pad": "<pad>", "cls": "<s>",
                     "mask": "<mask>"}
-HF_FAMILIES = {"GPT2Tokenizer": GPT2_SPECIALS, "RobertaTokenizer": ROBERTA_SPECIALS}  # tokenizer_class, "Fast" dropped
-HF_MODEL_TYPES = {"gpt2": GPT2_SPECIALS, "roberta": ROBERTA_SPECIALS}  # config.json model_type
+# transformers' AlbertTokenizer defaults ([CLS] / [SEP] also serve as bos / eos)
+ALBERT_SPECIALS = {"bos": "[CLS]", "eos": "[SEP]", "unk": "<unk>", "sep": "[SEP]", "pad": "<pad>", "cls": "[CLS]",
+                   "mask": "[MASK]"}
+METASPACE = "\u2581"  # SentencePiece's word-start mark "▁"
+HF_FAMILIES = {"GPT2Tokenizer": GPT2_SPECIALS, "RobertaTokenizer": ROBERTA_SPECIALS,
+               "AlbertTokenizer": ALBERT_SPECIALS}  # tokenizer_class, "Fast" dropped
+HF_MODEL_TYPES = {"gpt2": GPT2_SPECIALS, "roberta": ROBERTA_SPECIALS, "albert": ALBERT_SPECIALS}  # config.json model_type
 HF_ROLE_ORDER = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")  # the order transformers adds them in
 # Every role a tokenizer may have; absent roles give None.
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
@@ -132,6 +148,14 @@ def _added_token(value, where: str) -> AddedToken:
     return AddedToken(content, **{"special": True, "normalized": False, **flags})
 
 
+def _lowercases(spec: dict) -> bool:
+    """Whether a tokenizer.json's normalizer lowercases (BertNormalizer's flag, or a Lowercase step)."""
+    norm = spec.get("normalizer") or {}
+    steps = norm.get("normalizers", []) if norm.get("type") == "Sequence" else [norm]
+    return any(isinstance(n, dict) and (n.get("type") == "Lowercase" or n.get("type") == "BertNormalizer"
+                                        and n.get("lowercase", False)) for n in steps)
+
+
 def _bert_normalizer(lowercase: bool) -> normalizers.Normalizer:
     # strip_accents=None follows `lowercase`, exactly as BERT's do_lower_case does.
     return normalizers.BertNormalizer(
@@ -174,6 +198,66 @@ def _byte_level_bpe_from_files(folder: Path, tok_cfg: dict) -> HFTokenizer:
     return hf
 
 
+def albert_pipeline(do_lower_case: bool = True, keep_accents: bool = False, add_prefix_space: bool = True,
+                    precompiled_charsmap: str | None = None):
+    """(normalizer, pre-tokenizer, decoder) as transformers 5's AlbertTokenizer builds them from its
+    flags (`precompiled_charsmap`: base64, as tokenizer.json stores SentencePiece's)."""
+    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"')]
+    if not keep_accents:
+        steps += [normalizers.NFKD(), normalizers.StripAccents()]
+    if do_lower_case:
+        steps.append(normalizers.Lowercase())
+    if precompiled_charsmap is not None:
+        steps.append(normalizers.Precompiled(base64.b64decode(precompiled_charsmap)))
+    scheme = "always" if add_prefix_space else "never"
+    pre = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                   pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme=scheme)])
+    return normalizers.Sequence(steps), pre, decoders.Metaspace(replacement=METASPACE, prepend_scheme=scheme)
+
+
+def _precompiled_charsmap(spec: dict) -> str | None:
+    """The Precompiled normalizer's charsmap (base64) in a tokenizer.json spec, else None."""
+    norm = spec.get("normalizer") or {}
+    steps = norm.get("normalizers", []) if norm.get("type") == "Sequence" else [norm]
+    for step in steps:
+        if isinstance(step, dict) and step.get("type") == "Precompiled" and step.get("precompiled_charsmap"):
+            return step["precompiled_charsmap"]
+    return None
+
+
+def _albert_unigram(path: Path, hf: HFTokenizer, spec: dict, tok_cfg: dict) -> HFTokenizer:
+    """The tokenizer transformers 5's AlbertTokenizer builds from a folder: the tokenizer.json's
+    vocabulary as Unigram(unk_id=1, no byte fallback), its post-processor and added tokens, and the
+    normalizer / pre-tokenizer / decoder of tokenizer_config.json's flags (`albert_pipeline`)."""
+    model = spec.get("model", {})
+    vocab = [(str(t), float(score)) for t, score in model.get("vocab") or []]
+    if len(vocab) < 2:
+        raise ValueError(f"{path}: a Unigram vocabulary needs at least <pad> and <unk>, got {len(vocab)} entries")
+    if model.get("unk_id", 1) != 1:
+        raise ValueError(f"{path}: model.unk_id={model.get('unk_id')!r}, but transformers' AlbertTokenizer puts "
+                         "<unk> at id 1 whatever the file says; not read rather than giving other ids")
+    if model.get("byte_fallback", False):
+        raise ValueError(f"{path}: model.byte_fallback=true, which transformers' AlbertTokenizer switches off")
+    out = HFTokenizer(models.Unigram(vocab, unk_id=1, byte_fallback=False))
+    out.normalizer, out.pre_tokenizer, out.decoder = albert_pipeline(
+        do_lower_case=bool(tok_cfg.get("do_lower_case", True)), keep_accents=bool(tok_cfg.get("keep_accents", False)),
+        add_prefix_space=bool(tok_cfg.get("add_prefix_space", True)), precompiled_charsmap=_precompiled_charsmap(spec))
+    out.post_processor = hf.post_processor
+    for token in sorted(hf.get_added_tokens_decoder().items()):
+        (out.add_special_tokens if token[1].special else out.add_tokens)([token[1]])
+        if out.token_to_id(token[1].content) != token[0]:
+            raise ValueError(f"{path}: added token {token[1].content!r} has id {token[0]} in the file but "
+                             f"{out.token_to_id(token[1].content)} over its vocabulary")
+    return out
+
+
+def _is_albert_folder(folder: Path, tok_cfg: dict) -> bool:
+    family = str(tok_cfg.get("tokenizer_class") or "").removesuffix("Fast")
+    if family:
+        return family == "AlbertTokenizer"
+    return _read_json_object(folder / "config.json").get("model_type") == "albert"
+
+
 def _hf_roles(folder: Path, tok_cfg: dict, vocab: dict[str, int]) -> dict[str, str]:
     """role -> token of a transformers tokenizer folder (see Tokenizer.from_hf_folder)."""
     family = str(tok_cfg.get("tokenizer_class") or "").removesuffix("Fast")
@@ -198,19 +282,19 @@ def _hf_roles(folder: Path, tok_cfg: dict, vocab: dict[str, int]) -> dict[str, s
                 else:
                     roles[role] = token
     if not roles:
-        raise ValueError(f"{folder}: cannot tell the special tokens: no GPT2Tokenizer / RobertaTokenizer "
-                         f"tokenizer_class, no gpt2 / roberta model_type, neither {ENDOFTEXT} nor RoBERTa's "
+        raise ValueError(f"{folder}: cannot tell the special tokens: no GPT2Tokenizer / RobertaTokenizer / "
+                         f"AlbertTokenizer tokenizer_class, no gpt2 / roberta / albert model_type, neither {ENDOFTEXT} nor RoBERTa's "
                          f"specials in the vocabulary, and no <role>_token in tokenizer_config.json or "
                          f"special_tokens_map.json")
     return roles
 
 
 class Tokenizer:
-    """A WordPiece or byte-level BPE tokenizer with word-aligned encoding (see module docstring)."""
+    """A WordPiece, byte-level BPE or Unigram tokenizer with word-aligned encoding (see module docstring)."""
 
     def __init__(self, hf: HFTokenizer, kind: Kind, specials: dict[str, str], lowercase: bool = False):
-        if kind not in ("wordpiece", "bpe"):
-            raise ValueError(f"kind must be 'wordpiece' or 'bpe', got {kind!r}")
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         unknown = set(specials) - set(ROLES)
         if unknown:
             raise ValueError(f"unknown special-token roles {sorted(unknown)}; valid: {list(ROLES)}")
@@ -332,11 +416,22 @@ class Tokenizer:
                 return cls(hf, "bpe", ROBERTA_SPECIALS)
             raise ValueError(f"{path}: a byte-level BPE without {ENDOFTEXT} nor RoBERTa's specials "
                              f"{sorted(set(ROBERTA_SPECIALS.values()))}; read its folder with Tokenizer.from_hf_folder")
-        raise ValueError(f"{path}: model type {model_type!r} is not supported (WordPiece or BPE)")
+        if model_type == "Unigram":
+            vocab = hf.get_vocab(with_added_tokens=True)
+            if all(t in vocab for t in ALBERT_SPECIALS.values()):
+                return cls(hf, "unigram", ALBERT_SPECIALS, lowercase=_lowercases(spec))
+            raise ValueError(f"{path}: a Unigram tokenizer without ALBERT's specials "
+                             f"{sorted(set(ALBERT_SPECIALS.values()))}; read its folder with Tokenizer.from_hf_folder")
+        raise ValueError(f"{path}: model type {model_type!r} is not supported (WordPiece, BPE or Unigram)")
 
     @classmethod
     def from_hf_folder(cls, path: str | Path) -> Tokenizer:
-        """A byte-level BPE tokenizer (GPT-2, RoBERTa) from a Hugging Face checkpoint folder's own files.
+        """A byte-level BPE (GPT-2, RoBERTa) or Unigram (ALBERT) tokenizer from a Hugging Face checkpoint
+        folder's own files.
+
+        Unigram: tokenizer.json only; an ALBERT folder (tokenizer_class AlbertTokenizer, else
+        model_type albert) is rebuilt as transformers' AlbertTokenizer rebuilds it (`_albert_unigram`,
+        module docstring), another is taken as the file says. Roles as below (ALBERT_SPECIALS).
 
         Files: tokenizer.json when present (its padding/truncation switched off), else vocab.json +
         merges.txt, built as transformers' GPT2Tokenizer / RobertaTokenizer build them (no unk, no
@@ -362,9 +457,12 @@ class Tokenizer:
             hf.no_truncation()
             spec = json.loads(hf.to_str())
             model_type = spec.get("model", {}).get("type")
+            if model_type == "Unigram":
+                return cls._unigram_folder(folder, hf, spec, tok_cfg)
             if model_type != "BPE" or "ByteLevel" not in json.dumps(spec.get("pre_tokenizer")):
                 raise ValueError(f"{folder / TOKENIZER_FILE}: model {model_type!r} is not a byte-level BPE (GPT-2 / "
-                                 f"RoBERTa); a BERT folder is read by plmodels.hf_import.read_tokenizer")
+                                 f"RoBERTa) nor a Unigram (ALBERT); a BERT folder is read by "
+                                 f"plmodels.hf_import.read_tokenizer")
         elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
             hf = _byte_level_bpe_from_files(folder, tok_cfg)
             built = True
@@ -385,6 +483,26 @@ class Tokenizer:
             else:
                 hf.post_processor = processors.ByteLevel(trim_offsets=False)
         return cls(hf, "bpe", specials)
+
+    @classmethod
+    def _unigram_folder(cls, folder: Path, hf: HFTokenizer, spec: dict, tok_cfg: dict) -> Tokenizer:
+        """from_hf_folder for a Unigram tokenizer.json (see there)."""
+        if _is_albert_folder(folder, tok_cfg):
+            hf = _albert_unigram(folder / TOKENIZER_FILE, hf, spec, tok_cfg)
+            lowercase = bool(tok_cfg.get("do_lower_case", True))
+        else:
+            lowercase = _lowercases(spec)
+        vocab = hf.get_vocab(with_added_tokens=True)
+        specials = _hf_roles(folder, tok_cfg, vocab)
+        absent = sorted({t for t in specials.values() if t not in vocab})
+        if absent and not _is_albert_folder(folder, tok_cfg):
+            raise ValueError(f"{folder / TOKENIZER_FILE}: a Unigram tokenizer whose special tokens {absent} are not in "
+                             "its vocabulary, in a folder that is not ALBERT's; not read rather than adding them")
+        present = {t.content for t in hf.get_added_tokens_decoder().values()}
+        missing = [specials[r] for r in HF_ROLE_ORDER if r in specials and specials[r] not in present]
+        if missing:  # kept whole in running text, as transformers registers its special tokens
+            hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in dict.fromkeys(missing)])
+        return cls(hf, "unigram", specials, lowercase=lowercase)
 
     # ------------------------------------------------------------------------------- ids
     def _role(self, role: str) -> int | None:
@@ -421,7 +539,7 @@ class Tokenizer:
     @property
     def doc_sep_id(self) -> int:
         """The id that separates documents in a packed corpus: [SEP] or <|endoftext|>."""
-        return self.sep_id if self.kind == "wordpiece" else self.eos_id  # type: ignore[return-value]
+        return self.eos_id if self.kind == "bpe" else self.sep_id  # type: ignore[return-value]
 
     @property
     def special_affixes(self) -> tuple[list[int], list[int]]:

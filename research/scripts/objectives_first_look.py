@@ -1,0 +1,168 @@
+"""A first look at the BERT family's objectives at equal wall-clock on this CPU (docs/objectives.md,
+"The first comparison"): train each system from its `-mini` recipe for the same minutes, one after
+the other, on the same corpus and tokenizer, then read every checkpoint with the same analyses.
+
+Training: each system's recipe plus one shared backbone (`BACKBONE`: encoder-mini-cram's model
+fields, RoPE, 8 heads, no dropout or biases, lr 1e-3, clip 0.5, the lr schedule on the clock with a
+10% warmup), because faithful post-LN BERT with learned positions stays on the unigram plateau for
+longer than such a budget here (docs/training.md). BERT trains first and its tokenizer serves every
+other run (its token cache is hard-linked, not redone); DistilBERT distils BERT's final checkpoint
+(so it is taught by a model that had the same minutes). Each run resumes if the script is killed.
+
+Analyses of each final checkpoint (the analysed model: ELECTRA's discriminator, DistilBERT's
+student): the held-out masked-token loss and accuracy of its card (ELECTRA: the generator's; the
+other models' on the same fixed rows and mask), POS / dependency-label / NER edge probes per layer
+with Hewitt & Liang controls and the cumulative mix (E_delta), head roles, and linear CKA between
+consecutive layers (ALBERT's claim of smoother transitions). Tables go to OUT/tables/first_look_*.parquet;
+a markdown summary to OUT/summary.md.
+
+    python -m research.scripts.objectives_first_look OUT [--minutes 15] [--skip-train] [--dry-run]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+import plmodels
+from plmodels.training import pretrain
+from probes.cka import cka_matrix
+from workbench.analyses.heads import analyse_heads
+from workbench.analyses.probing import probe_model
+from workbench.core.results import write_table
+from workbench.presentation.report import markdown_table
+from workbench.store import extract, load_sentences
+
+SYSTEMS = ("bert", "roberta", "spanbert", "electra", "albert", "distilbert")
+BACKBONE = {"model": {"n_heads": 8, "dropout": 0.0, "bias": False, "position": "rope", "layer_norm_eps": 1e-5},
+            "lr": 1e-3, "clip": 0.5, "schedule_clock": "time", "max_steps": 20000, "warmup_steps": 2000,
+            "eval_every": 500, "ckpt_every": 0, "ckpt_log_spaced": False, "max_train_texts": 300, "seed": 0}
+PROBE = dict(tasks=["pos", "deps", "ner"], modes=["single", "control", "cumulative"], seeds=[0],
+             max_train_targets=4000, max_eval_targets=2000, n_boot=200)
+HEADS = {"max_sentences": 500, "n_boot": 100}
+
+
+def log(*a) -> None:
+    print(time.strftime("%H:%M:%S"), *a, flush=True)
+
+
+def train(out: Path, minutes: float, dry: bool) -> dict[str, Path]:
+    finals: dict[str, Path] = {}
+    tok = None
+    for name in SYSTEMS:
+        run = out / "train" / name
+        over = {**BACKBONE, "max_minutes": minutes, "name": f"{name}-first-look"}
+        if dry:
+            over.update(max_steps=3, warmup_steps=1, max_train_texts=5, eval_sequences=16, eval_every=0,
+                        schedule_clock="steps")
+        if name == "roberta":
+            over["warmup_steps"] = over["warmup_steps"] // 4 or 1  # a quarter of the steps (4 micro-batches each)
+        if tok is not None:
+            over["tokenizer_path"] = str(tok)
+            (run / "cache").mkdir(parents=True, exist_ok=True)
+            for f in (out / "train" / "bert" / "cache").iterdir():
+                if not (run / "cache" / f.name).exists():
+                    os.link(f, run / "cache" / f.name)
+        if name == "distilbert":
+            over["objective_args"] = {"teacher": str(finals["bert"])}
+            over.pop("model")  # the student's shape is the teacher's
+        t0 = time.monotonic()
+        log(f"training {name} ({minutes} min)")
+        finals[name] = pretrain(f"{name}-mini", run, overrides=over)
+        log(f"{name} done in {time.monotonic() - t0:.0f} s")
+        if name == "bert":
+            tok = run / "tokenizer"
+    return finals
+
+
+def consecutive_cka(path: Path, store_root: Path, n_sentences: int) -> pd.DataFrame:
+    """Linear CKA between layer l and l+1 of one checkpoint, on EWT dev words (first-subword vectors)."""
+    model, tok = plmodels.load(path)
+    sents = load_sentences("ewt:dev", n_sentences)
+    store = extract(model, tok, sents, store_root, model_id=plmodels.checkpoint_hash(path),
+                    key_extra=f"ewt:dev;{n_sentences}", progress=False)
+    layers = [np.asarray(store.layer(l), dtype=np.float32) for l in range(store.n_layers)]
+    m = cka_matrix(layers)
+    return pd.DataFrame([{"layer": l, "value": float(m[l, l + 1])} for l in range(len(layers) - 1)])
+
+
+def analyse(out: Path, finals: dict[str, Path], dry: bool) -> None:
+    probe_cfg = {**PROBE, **({"max_train_targets": 200, "max_eval_targets": 100, "n_boot": 0} if dry else {})}
+    heads_cfg = {**HEADS, **({"max_sentences": 30, "n_boot": 0} if dry else {})}
+    probing, summaries, classes, ckas, cards = [], [], [], [], []
+    for name, final in finals.items():
+        log(f"analysing {name}")
+        t = probe_model(final, out_dir=out, config=probe_cfg, model_name=name, progress=False)
+        probing.append(t["probing"])
+        summaries.append(t["probing_summary"])
+        classes.append(analyse_heads(final, out_dir=out, config=heads_cfg, model_name=name,
+                                     progress=False)["heads_classes"])
+        ckas.append(consecutive_cka(final, out / "store", 100 if dry else 1000).assign(model=name))
+        card = json.loads((final / "card.json").read_text())
+        cards.append({"model": name, "steps": card["steps"], "tokens": card["tokens"],
+                      **{k: v for k, v in card["metrics"].items() if k.startswith("eval_")},
+                      "params": sum(p.numel() for p in plmodels.load(final)[0].parameters()),
+                      "objective": card["objective"]})
+    tables = {"probing": pd.concat(probing, ignore_index=True), "probing_summary": pd.concat(summaries, ignore_index=True),
+              "heads_classes": pd.concat(classes, ignore_index=True), "cka_consecutive": pd.concat(ckas, ignore_index=True),
+              "training_summary": pd.DataFrame(cards)}
+    for k, df in tables.items():
+        write_table(out, f"first_look_{k}", df)
+    (out / "summary.md").write_text(summary(tables))
+    log(f"wrote {out / 'summary.md'}")
+
+
+def md(df: pd.DataFrame) -> str:
+    """A Markdown table, floats to 3 decimals."""
+    return markdown_table(df.apply(lambda c: c.map(lambda v: f"{v:.3f}" if isinstance(v, float) else v)))
+
+
+def summary(t: dict[str, pd.DataFrame]) -> str:
+    p = t["probing"]
+    out = ["## Training", "", md(t["training_summary"].drop(columns=["objective"])), ""]
+    single = p[(p["mode"] == "single") & p["metric"].isin(["accuracy", "micro_f1"])]
+    by_layer = single.groupby(["model", "task", "layer"])["value"].mean().reset_index()
+    best = by_layer.loc[by_layer.groupby(["model", "task"])["value"].idxmax()]
+    out += ["## Best layer per task (single-layer probe, in-sample maximum)", "",
+            md(best.rename(columns={"layer": "best_layer", "value": "score"})), ""]
+    out += ["## Single-layer score by layer", "",
+            md(by_layer.pivot_table(index=["model", "task"], columns="layer", values="value").reset_index()), ""]
+    sel = p[p["mode"] == "selectivity"]
+    if len(sel):
+        out += ["## Selectivity (task - control) by layer", "",
+                md(sel.pivot_table(index=["model", "task"], columns="layer", values="value").reset_index()), ""]
+    s = t["probing_summary"]
+    out += ["## Probing summary (E_delta and the other per-task figures)", "",
+            md(s.pivot_table(index=["model", "task"], columns="metric", values="value").reset_index()), ""]
+    c = t["heads_classes"]
+    role = "primary" if "primary" in c.columns else c.columns[-1]
+    out += [f"## Head roles (heads per `{role}`)", "",
+            md(c.drop_duplicates(["model", "layer", "head"]).groupby(["model", role]).size().unstack(fill_value=0)
+               .reset_index()), ""]
+    k = t["cka_consecutive"]
+    out += ["## Linear CKA between layer l and l + 1", "",
+            md(k.pivot_table(index="model", columns="layer", values="value").reset_index()), ""]
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--minutes", type=float, default=15.0)
+    ap.add_argument("--skip-train", action="store_true", help="analyse the finals already in OUT/train")
+    ap.add_argument("--dry-run", action="store_true", help="3 steps each and tiny analyses: the plumbing only")
+    a = ap.parse_args()
+    if a.skip_train:
+        finals = {n: a.out / "train" / n / "final" for n in SYSTEMS if (a.out / "train" / n / "final").is_dir()}
+    else:
+        finals = train(a.out, a.minutes, a.dry_run)
+    analyse(a.out, finals, a.dry_run)
+
+
+if __name__ == "__main__":
+    main()

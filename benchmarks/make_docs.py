@@ -194,6 +194,13 @@ def objectives(d: Result) -> tuple[str, str]:
     return text, met(e["time_vs_mlm"] <= e["target_max"])
 
 
+def leace(d: Result) -> tuple[str, str]:
+    text = (f"fit + transform of {d['shape']['n']:,} x {d['shape']['d']} ({d['shape']['classes']} classes): "
+            f"**{d['ours_s']:.2f} s**; concept-erasure's LeaceFitter {d['reference_s']:.2f} s "
+            f"(reference / ours {d['reference_over_ours']:.2f}x, paired); outputs agree to {d['max_abs_diff']:.1e}")
+    return text, met(d["ours_s"] < d["target_s"])
+
+
 def rope(d: Result) -> str:
     base = d["rows"][0]
     rest = ", ".join(f"{r['variant']} **{r['x_learned']:.3f}x**" for r in d["rows"][1:])
@@ -269,6 +276,9 @@ TARGETS = (
     Row("each BERT-family objective's training step against the MLM step at the mini shape; ELECTRA with its "
         "quarter-width generator within 1.5x (#63)", "objectives.json",
         "python benchmarks/bench_objectives.py --iters 7 --threads 2", objectives),
+    Row("LEACE per layer in seconds (< 5 s): one MiniLM-sized layer, 20,000 words x 384, against "
+        "EleutherAI's concept-erasure (#65)", "leace.json", "python benchmarks/bench_leace.py --rounds 5 --threads 2",
+        leace),
 )
 
 REPORTS = (

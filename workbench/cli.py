@@ -106,6 +106,14 @@ def _probe(a: argparse.Namespace) -> None:
     print(f"probing tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
 
 
+def _amnesic(a: argparse.Namespace) -> None:
+    from workbench.analyses.amnesic import amnesic_model, resolve_config
+
+    config = resolve_config(a.config, {**_overrides(a), **({"tasks": a.tasks.split(",")} if a.tasks else {})})
+    tables = amnesic_model(a.model, out_dir=a.out, config=config)
+    print(f"amnesic tables: {sorted(tables)} in {a.out / 'tables'}")
+
+
 def _heads(a: argparse.Namespace) -> None:
     from workbench.analyses.heads import analyse_heads, resolve_config
     from workbench.presentation.analysis_figures import write_analysis_figures
@@ -227,14 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     s.set_defaults(fn=_finetune)
 
-    s = _command(sub, "import-hf", "import a Hugging Face checkpoint (bert, roberta, distilbert, gpt2)")
+    s = _command(sub, "import-hf", "import a Hugging Face checkpoint (bert, roberta, distilbert, electra, "
+                                   "albert, gpt2)")
     s.add_argument("src", help="folder with config.json and weights (model.safetensors, or pytorch_model.bin "
                                "holding tensors only), or 'minilm' for the installed all-MiniLM-L6-v2")
     s.add_argument("out", type=Path, help="checkpoint folder to write")
     s.set_defaults(fn=_import_hf)
 
-    s = _command(sub, "export-hf", "export a checkpoint in the Hugging Face layout (BERT, RoBERTa, DistilBERT "
-                                   "or GPT-2; a model transformers would not compute exactly is refused)")
+    s = _command(sub, "export-hf", "export a checkpoint in the Hugging Face layout (BERT, RoBERTa, DistilBERT, "
+                                   "ALBERT, ELECTRA or GPT-2; a model transformers would not compute exactly is "
+                                   "refused)")
     s.add_argument("checkpoint", type=Path, help="checkpoint folder to export (config.json + model.safetensors, "
                                                  "with its tokenizer/ when it has one)")
     s.add_argument("out", type=Path, help="folder to write the Hugging Face files into (config.json, "
@@ -265,6 +275,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, default=Path("runs/probe"), help=OUT_HELP)
     _config_args(s, "probing")
     s.set_defaults(fn=_probe)
+
+    s = _command(sub, "amnesic", "amnesic probing: erase a property per layer (LEACE, INLP) and measure "
+                                 "what the model loses, against a random erasure of the same rank")
+    s.add_argument("model", type=Path, help=MODEL_HELP)
+    s.add_argument("--tasks", help="comma-separated word-level properties (default: the config's: pos,deps,ner)")
+    s.add_argument("--out", type=Path, default=Path("runs/amnesic"), help=OUT_HELP)
+    _config_args(s, "amnesic-probing")
+    s.set_defaults(fn=_amnesic)
 
     s = _command(sub, "heads", "attention-head roles (positional, syntactic, rare-token, ...)")
     s.add_argument("model", type=Path, help=MODEL_HELP)

@@ -16,7 +16,7 @@ with Hewitt & Liang controls and the cumulative mix (E_delta), head roles, and l
 consecutive layers (ALBERT's claim of smoother transitions). Tables go to OUT/tables/first_look_*.parquet;
 a markdown summary to OUT/summary.md.
 
-    python -m research.scripts.objectives_first_look OUT [--minutes 15] [--skip-train] [--dry-run]
+    python -m research.scripts.objectives_first_look OUT [--minutes 15] [--skip-train] [--dry-run] [--summary-only]
 """
 from __future__ import annotations
 
@@ -140,10 +140,9 @@ def summary(t: dict[str, pd.DataFrame]) -> str:
     out += ["## Probing summary (E_delta and the other per-task figures)", "",
             md(s.pivot_table(index=["model", "task"], columns="metric", values="value").reset_index()), ""]
     c = t["heads_classes"]
-    role = "primary" if "primary" in c.columns else c.columns[-1]
-    out += [f"## Head roles (heads per `{role}`)", "",
-            md(c.drop_duplicates(["model", "layer", "head"]).groupby(["model", role]).size().unstack(fill_value=0)
-               .reset_index()), ""]
+    c = c[c["primary"]] if "primary" in c.columns else c.drop_duplicates(["model", "layer", "head"])
+    out += ["## Head roles (heads per primary role)", "",
+            md(c.groupby(["model", "role"]).size().unstack(fill_value=0).reset_index()), ""]
     k = t["cka_consecutive"]
     out += ["## Linear CKA between layer l and l + 1", "",
             md(k.pivot_table(index="model", columns="layer", values="value").reset_index()), ""]
@@ -156,7 +155,13 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=15.0)
     ap.add_argument("--skip-train", action="store_true", help="analyse the finals already in OUT/train")
     ap.add_argument("--dry-run", action="store_true", help="3 steps each and tiny analyses: the plumbing only")
+    ap.add_argument("--summary-only", action="store_true", help="rewrite OUT/summary.md from OUT/tables/first_look_*")
     a = ap.parse_args()
+    if a.summary_only:
+        names = ("probing", "probing_summary", "heads_classes", "cka_consecutive", "training_summary")
+        tables = {k: pd.read_parquet(a.out / "tables" / f"first_look_{k}.parquet") for k in names}
+        (a.out / "summary.md").write_text(summary(tables))
+        return
     if a.skip_train:
         finals = {n: a.out / "train" / n / "final" for n in SYSTEMS if (a.out / "train" / n / "final").is_dir()}
     else:

@@ -1,5 +1,5 @@
-"""Imported GPT-2 and RoBERTa checkpoints (random, built with transformers, with their own BPE
-tokenizer files) run through the analyses unchanged: `import_hf` picks the family from config.json,
+"""Imported GPT-2, RoBERTa and ALBERT checkpoints (random, built with transformers, with their own
+BPE / Unigram tokenizer files; ALBERT's one layer shared by both depths) run through the analyses unchanged: `import_hf` picks the family from config.json,
 and probing (pos, arcs) and the head analysis write their tables on real EWT sentences."""
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from plmodels.hf_families import import_hf
+from plmodels.tokenizer import albert_pipeline
+from tests.plmodels.test_hf_albert import unigram_folder
 from tests.plmodels.test_hf_tokenizers import write_gpt2_files, write_roberta_files
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.probing import probe_model
@@ -37,8 +39,18 @@ def _roberta(folder):
     transformers.RobertaForMaskedLM(cfg).save_pretrained(folder)
 
 
+def _albert(folder):
+    unigram_folder(folder, *albert_pipeline()[:2])
+    n = len(transformers.AutoTokenizer.from_pretrained(str(folder)))
+    cfg = transformers.AlbertConfig(vocab_size=n, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                                    num_attention_heads=2, intermediate_size=48, max_position_embeddings=128)
+    torch.manual_seed(0)
+    transformers.AlbertForMaskedLM(cfg).save_pretrained(folder)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("family,build,kind", [("gpt2", _gpt2, "decoder"), ("roberta", _roberta, "encoder")])
+@pytest.mark.parametrize("family,build,kind", [("gpt2", _gpt2, "decoder"), ("roberta", _roberta, "encoder"),
+                                               ("albert", _albert, "encoder")])
 def test_an_imported_family_runs_through_probing_and_heads(tmp_path, one_thread, family, build, kind):
     src = tmp_path / "hf"
     build(src)

@@ -1,0 +1,100 @@
+"""Erasers for amnesic probing (probes/amnesic.py): a property written into a few directions is
+removed by LEACE exactly (a probe falls to chance, the cross-covariance is 0) and by INLP, while a
+random projection of the same rank leaves it."""
+import numpy as np
+import pytest
+
+from probes.amnesic import INLPEraser, LeaceEraser, RandomEraser
+from probes.logreg import LogisticRegressionLBFGS
+
+
+def planted(n=3000, d=24, k=3, seed=0, scale=2.0):
+    """Vectors with correlated noise, where class c adds scale * v_c for k random directions v_c."""
+    fixed = np.random.default_rng(100)  # the same directions and noise shape for every sample
+    mix = fixed.standard_normal((d, d)) / np.sqrt(d)
+    dirs = fixed.standard_normal((k, d))
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    X = rng.standard_normal((n, d)) @ mix + scale * dirs[y]
+    return X.astype(np.float32), y
+
+
+def probe_accuracy(Xtr, ytr, Xte, yte):
+    return float((LogisticRegressionLBFGS(C=10.0).fit(Xtr, ytr).predict(Xte) == yte).mean())
+
+
+def test_leace_removes_a_planted_property_exactly_and_a_random_eraser_does_not():
+    X, y = planted()
+    Xte, yte = planted(seed=1)
+    chance = float(np.max(np.bincount(yte)) / len(yte))
+    assert probe_accuracy(X, y, Xte, yte) > 0.95
+    leace = LeaceEraser().fit(X, y)
+    assert leace.rank_ == 2  # K - 1 directions for K = 3 classes
+    Xe = leace.transform(X)
+    z = np.eye(3)[y]
+    cross = (Xe - Xe.mean(0)).T.astype(np.float64) @ (z - z.mean(0)) / len(X)
+    assert np.abs(cross).max() < 1e-5  # no linear signal left (float32 output)
+    assert probe_accuracy(Xe, y, leace.transform(Xte), yte) < chance + 0.04
+    rand = RandomEraser(rank=leace.rank_, seed=0).fit(X)
+    assert probe_accuracy(rand.transform(X), y, rand.transform(Xte), yte) > 0.9
+
+
+def test_leace_moves_vectors_least_in_the_whitened_norm_and_is_affine():
+    # Belrose et al.'s optimality: among affine erasers that zero Cov(r(X), Z), LEACE moves X the
+    # least in the norm whitened by Cov(X). The Euclidean projection off the column space of C also
+    # zeroes it, so its whitened change can only be larger.
+    X, y = planted(k=3)
+    leace = LeaceEraser().fit(X, y)
+    x = X.astype(np.float64)
+    xc = x - x.mean(0)
+    z = np.eye(3)[y]
+    cross = xc.T @ (z - z.mean(0)) / len(x)
+    q, _ = np.linalg.qr(cross)
+    euclid = x - xc @ q @ q.T
+    evals, evecs = np.linalg.eigh(xc.T @ xc / len(x))
+    w = (evecs / np.sqrt(evals)) @ evecs.T
+    move = lambda r: float((((r - x) @ w) ** 2).sum(1).mean())
+    assert move(leace.transform(X).astype(np.float64)) < move(euclid) - 1e-3
+    A = leace.linear_map  # transform(x) = A x + (I - A) mean
+    assert np.allclose(leace.transform(X[:5]), x[:5] @ A.T + (np.eye(X.shape[1]) - A) @ leace.mean_, atol=1e-4)
+    assert np.linalg.matrix_rank(np.eye(X.shape[1]) - A, tol=1e-8) == leace.rank_
+
+
+def test_inlp_removes_the_planted_directions_iteratively():
+    X, y = planted(k=2, scale=3.0)
+    Xte, yte = planted(k=2, seed=1, scale=3.0)
+    inlp = INLPEraser(n_iter=10).fit(X, y, Xte, yte)
+    assert inlp.accuracies_[0] > 0.95 and inlp.accuracies_[-1] < 0.6
+    assert 1 <= inlp.rank_ <= 2 * inlp.n_iter_
+    basis = inlp.right_
+    assert np.allclose(basis @ basis.T, np.eye(inlp.rank_), atol=1e-8)  # orthonormal removed directions
+    Xe = inlp.transform(Xte)
+    assert np.abs(Xe.astype(np.float64) @ basis.T).max() < 1e-4  # nothing left along them
+    assert probe_accuracy(inlp.transform(X), y, Xe, yte) < 0.62
+
+
+def test_bad_input_is_refused():
+    X, y = planted(n=50)
+    with pytest.raises(ValueError, match="one label per row"):
+        LeaceEraser().fit(X, y[:10])
+    with pytest.raises(ValueError, match="two classes"):
+        LeaceEraser().fit(X, np.zeros(50))
+    with pytest.raises(ValueError, match="width"):
+        LeaceEraser().fit(X, y).transform(X[:, :5])
+    with pytest.raises(ValueError, match="rank"):
+        RandomEraser(rank=100).fit(X)
+
+
+def test_leace_equals_the_reference_implementation():
+    # EleutherAI/concept-erasure's LeaceFitter without its two extras (covariance shrinkage and the
+    # cap on the erased covariance's trace) computes the same eraser
+    ce = pytest.importorskip("concept_erasure")
+    torch = pytest.importorskip("torch")
+    X, y = planted(n=2000, d=16, k=4)
+    ours = LeaceEraser().fit(X, y)
+    z = torch.nn.functional.one_hot(torch.as_tensor(y), 4).double()
+    ref = ce.LeaceFitter(16, 4, shrinkage=False, constrain_cov_trace=False, svd_tol=1e-8, dtype=torch.float64)
+    ref.update(torch.as_tensor(X, dtype=torch.float64), z)
+    want = ref.eraser(torch.as_tensor(X, dtype=torch.float64)).numpy()
+    assert np.abs(ours.transform(X) - want).max() < 1e-4
+    assert ours.rank_ == int(np.linalg.matrix_rank(ref.eraser.proj_left.numpy(), tol=1e-6))

@@ -1,0 +1,259 @@
+"""Amnesic probing of one checkpoint (Elazar, Ravfogel, Jacovi & Goldberg 2021, "Amnesic Probing:
+Behavioral Explanation with Amnesic Counterfactuals"): does the model *use* what a probe finds? For
+each word-level property (POS; the dependency label of the word; its NER type, "O" outside
+entities) and layer l:
+
+1. fit an eraser on layer l's word vectors of the train split (`probes.amnesic`: LEACE, closed
+   form; INLP, iterative) and a random eraser of the same rank (the control);
+2. check the removal: a probe for the property trained and tested on erased vectors (`probe_acc`,
+   chance when the removal worked);
+3. apply the eraser inside the model through a hook on layer l's output (`embed` for l = 0,
+   `blocks.{l-1}.resid_post` after), at every token, and measure what the model loses: its masked-LM
+   loss (encoders; a fixed 15% mask) or next-token loss (decoders) on held-out sentences
+   (`lm_loss`, and `lm_loss_delta` against the intact model), and a downstream probe: the property
+   probe trained on the intact model's last layer, read on the last layer of the erased run
+   (`last_layer_acc`).
+
+The finding is the gap between an eraser and its random control: a property the model uses costs
+more loss when erased than as many random directions do (Elazar et al.'s amnesic vs. random
+comparison). Where this differs from the paper: the paper erases with INLP only and reports LM
+accuracy and the KL divergence of the LM distribution; here LEACE is the default (exact and in closed
+form) and the loss is the cross-entropy.
+
+`amnesic_model(path, out_dir, config)` -> {"amnesic": (model, task, layer, eraser, metric, value)};
+eraser in none | leace | leace_random | inlp | inlp_random; metric in rank | probe_acc | lm_loss |
+lm_loss_delta | last_layer_acc (docs/design.md).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torch.nn.functional as F
+
+import plmodels
+from plmodels.config import Config
+from plmodels.progress import progress as progress_bar
+from plmodels.training.masking import IGNORE_INDEX, MaskingConfig, causal_lm_labels, mask_tokens, step_generator
+from probes.amnesic import INLPEraser, LeaceEraser, RandomEraser
+from probes.logreg import LogisticRegressionLBFGS
+from workbench.analyses.probing import ProbeRunConfig, TaskSplit, default_model_name, load_split
+from workbench.core.io import atomic_write_json
+from workbench.core.results import write_tables
+
+COLUMNS = ["model", "task", "layer", "eraser", "metric", "value"]
+FILL = {"ner": "O"}  # words outside every target span get this label (None: left out)
+ERASERS = ("leace", "inlp")
+
+
+@dataclass(frozen=True)
+class AmnesicRunConfig(Config):
+    """An amnesic-probing run (defaults: the values configs/amnesic.json would hold)."""
+
+    tasks: tuple[str, ...] = ("pos", "deps", "ner")  # word-level properties (deps: each word's relation)
+    layers: tuple[int, ...] | None = None  # layers 0..L to erase at (None: all)
+    erasers: tuple[str, ...] = ERASERS  # leace | inlp; each with its random control
+    inlp_iter: int = 20  # INLP's iterations at most
+    max_train_targets: int = 20000  # words to fit the erasers and probes on
+    max_eval_targets: int = 4000  # words to test the probes on
+    lm_sentences: int = 300  # held-out sentences (the eval split's) for the LM loss
+    batch_size: int = 32  # sentences per forward
+    C: float = 1.0  # inverse L2 strength of the property probes
+    seed: int = 0  # the MLM mask and the random erasers
+
+    def __post_init__(self) -> None:
+        bad = [e for e in self.erasers if e not in ERASERS]
+        if bad or not self.erasers:
+            raise ValueError(f"AmnesicRunConfig.erasers: {bad or '[]'}; choose from {ERASERS}")
+        for name in ("inlp_iter", "max_train_targets", "max_eval_targets", "lm_sentences", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"AmnesicRunConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+def resolve_config(config=None, overrides: dict | None = None) -> AmnesicRunConfig:
+    """None -> the defaults; a dict (over the defaults); a JSON path; or an AmnesicRunConfig itself;
+    `overrides` (e.g. `--set` values) apply last."""
+    return AmnesicRunConfig.resolve(config, overrides)
+
+
+def word_labels(split: TaskSplit, fill: str | None) -> tuple[np.ndarray, np.ndarray]:
+    """(global word rows, labels) with one label per word: each target labels the words of its first
+    span (the first target wins); with `fill`, every other kept word gets `fill`."""
+    a = split.arrays
+    n = a.store.n_words
+    labels = np.full(n, None, dtype=object) if fill is None else np.full(n, fill, dtype=object)
+    done = np.zeros(n, dtype=bool)
+    for (s, e), y in zip(a.span1, a.labels):
+        for w in range(int(s), int(e)):
+            if not done[w]:
+                labels[w], done[w] = y, True
+    rows = np.arange(n) if fill is not None else np.flatnonzero(done)
+    return rows, labels[rows].astype(str)
+
+
+def hook_site(layer: int) -> str:
+    """The hook whose output is hidden_states[layer]."""
+    return "embed" if layer == 0 else f"blocks.{layer - 1}.resid_post"
+
+
+def eraser_hook(eraser):
+    """fn(h, name) applying `eraser`'s affine map to every position of h (B, T, D)."""
+    mu, left, right = (torch.as_tensor(np.asarray(a), dtype=torch.float32) for a in
+                       (eraser.mean_, eraser.left_, eraser.right_))
+
+    def fn(h: torch.Tensor, name: str) -> torch.Tensor:
+        return h - ((h - mu.to(h)) @ right.T.to(h)) @ left.T.to(h)
+
+    return fn
+
+
+@dataclass
+class HeldOut:
+    """Held-out sentences as padded batches: inputs, LM labels, and each word's first subword."""
+
+    batches: list[dict]
+
+
+def held_out(model, tok, sentences: list[list[str]], cfg: AmnesicRunConfig) -> HeldOut:
+    encs = tok.encode_words_batch(sentences)
+    pad = tok.pad_id if tok.pad_id is not None else 0
+    gen = step_generator(cfg.seed, 0, stream=7)
+    out = []
+    for i in range(0, len(encs), cfg.batch_size):
+        chunk = encs[i: i + cfg.batch_size]
+        T = max(len(e.ids) for e in chunk)
+        ids = torch.full((len(chunk), T), pad, dtype=torch.long)
+        mask = torch.zeros((len(chunk), T), dtype=torch.long)
+        for b, e in enumerate(chunk):
+            ids[b, : len(e.ids)], mask[b, : len(e.ids)] = torch.tensor(e.ids), 1
+        if model.kind == "encoder":
+            masked, labels = mask_tokens(ids, mask_id=tok.mask_id, vocab_size=tok.vocab_size,
+                                         special_ids=set(tok.special_ids) | {pad}, generator=gen, cfg=MaskingConfig())
+            labels[mask == 0] = IGNORE_INDEX
+        else:
+            masked, labels = ids, causal_lm_labels(ids, mask)
+        firsts = [(b, w0) for b, e in enumerate(chunk) for (w0, _) in e.word_spans]
+        out.append({"ids": ids, "masked": masked, "labels": labels, "mask": mask,
+                    "firsts": torch.tensor(firsts, dtype=torch.long).reshape(-1, 2)})
+    return HeldOut(out)
+
+
+@torch.no_grad()
+def run_erased(model, data: HeldOut, hooks) -> tuple[float, np.ndarray]:
+    """(mean LM loss over labelled positions, (N_words, D) last-layer first-subword vectors) with `hooks`."""
+    total, count, vecs = 0.0, 0, []
+    with model.hooks(hooks):
+        for b in data.batches:
+            if model.kind == "encoder":
+                h = model(b["masked"], attention_mask=b["mask"]).last_hidden_state
+                sel = b["labels"] != IGNORE_INDEX
+                logits = model.mlm_logits(h[sel])
+                total += float(F.cross_entropy(logits.float(), b["labels"][sel], reduction="sum"))
+                count += int(sel.sum())
+                last = model(b["ids"], attention_mask=b["mask"]).last_hidden_state
+            else:
+                out = model(b["ids"], attention_mask=b["mask"])
+                sel = b["labels"] != IGNORE_INDEX
+                total += float(F.cross_entropy(out.logits[sel].float(), b["labels"][sel], reduction="sum"))
+                count += int(sel.sum())
+                last = out.last_hidden_state
+            vecs.append(last[b["firsts"][:, 0], b["firsts"][:, 1]].float().numpy())
+    return total / max(1, count), np.concatenate(vecs)
+
+
+def _probe_acc(Xtr, ytr, Xte, yte, C: float) -> float:
+    clf = LogisticRegressionLBFGS(C=C).fit(np.asarray(Xtr, dtype=np.float32), ytr)
+    return float((clf.predict(np.asarray(Xte, dtype=np.float32)) == yte).mean())
+
+
+def amnesic_task(model, tok, train: TaskSplit, test: TaskSplit, task: str, cfg: AmnesicRunConfig,
+                 model_name: str, layers: list[int], bar=None) -> pd.DataFrame:
+    """The rows of one property at every layer of `layers`."""
+    fill = FILL.get(task)
+    tr_rows, ytr = word_labels(train, fill)
+    te_rows, yte = word_labels(test, fill)
+    tr_rows, ytr = tr_rows[: cfg.max_train_targets], ytr[: cfg.max_train_targets]
+    seen = np.isin(yte, np.unique(ytr))
+    te_rows, yte = te_rows[seen][: cfg.max_eval_targets], yte[seen][: cfg.max_eval_targets]
+    n_sent = min(cfg.lm_sentences, test.arrays.store.n_sentences)
+    sentences = [[str(w) for w in test.words[test.arrays.store.sentence_rows(s)]] for s in range(n_sent)]
+    data = held_out(model, tok, sentences, cfg)
+    # the downstream probe: trained on the intact last layer (train split), read on erased runs
+    st_tr, st_te = train.arrays.store, test.arrays.store
+    L = st_tr.n_layers - 1
+    last_clf = LogisticRegressionLBFGS(C=cfg.C).fit(np.asarray(st_tr.layer(L)[tr_rows], dtype=np.float32), ytr)
+    every = np.arange(st_te.n_words)
+    last_rows = np.concatenate([every[st_te.sentence_rows(s)] for s in range(n_sent)])  # the held-out words, in order
+    y_last = word_labels(test, fill)
+    lab = np.full(st_te.n_words, None, dtype=object)
+    lab[y_last[0]] = y_last[1]
+    known = set(ytr.tolist())
+    keep = np.array([v is not None and v in known for v in lab[last_rows]], dtype=bool)
+    base_loss, base_last = run_erased(model, data, [])
+    rows = [(model_name, task, -1, "none", "lm_loss", base_loss),
+            (model_name, task, -1, "none", "last_layer_acc",
+             float((last_clf.predict(base_last[keep]) == lab[last_rows][keep].astype(str)).mean()))]
+    for layer in layers:
+        Xtr, Xte = np.asarray(st_tr.layer(layer)[tr_rows]), np.asarray(st_te.layer(layer)[te_rows])
+        rows.append((model_name, task, layer, "none", "probe_acc", _probe_acc(Xtr, ytr, Xte, yte, cfg.C)))
+        for name in cfg.erasers:
+            eraser = (LeaceEraser().fit(Xtr, ytr) if name == "leace" else
+                      INLPEraser(n_iter=cfg.inlp_iter, C=cfg.C, seed=cfg.seed).fit(Xtr, ytr))
+            control = RandomEraser(rank=eraser.rank_, seed=cfg.seed + layer).fit(Xtr)
+            for label, e in ((name, eraser), (f"{name}_random", control)):
+                acc = _probe_acc(e.transform(Xtr), ytr, e.transform(Xte), yte, cfg.C)
+                loss, last = run_erased(model, data, [(hook_site(layer), eraser_hook(e))])
+                last_acc = float((last_clf.predict(last[keep]) == lab[last_rows][keep].astype(str)).mean())
+                rows += [(model_name, task, layer, label, "rank", float(e.rank_)),
+                         (model_name, task, layer, label, "probe_acc", acc),
+                         (model_name, task, layer, label, "lm_loss", loss),
+                         (model_name, task, layer, label, "lm_loss_delta", loss - base_loss),
+                         (model_name, task, layer, label, "last_layer_acc", last_acc)]
+            if bar is not None:
+                bar.update(1)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def amnesic_model(model_path: str | Path, out_dir: str | Path | None = None,
+                  config: AmnesicRunConfig | Mapping | None = None, model_name: str | None = None,
+                  store_root: str | Path | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Amnesic probing of a checkpoint -> {"amnesic": table}; with out_dir, the table is upserted into
+    out_dir/tables and the config and timings go to out_dir/amnesic_run.json."""
+    cfg = resolve_config(config)
+    model, tok = plmodels.load(model_path)
+    if tok is None:
+        raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; amnesic probing needs one")
+    model_name = model_name or default_model_name(model_path)
+    n_blocks = int(model.config.n_layers)
+    layers = list(range(n_blocks + 1)) if cfg.layers is None else sorted(set(cfg.layers))
+    if any(not 0 <= l <= n_blocks for l in layers):
+        raise ValueError(f"amnesic config layers {layers}: the model has layers 0..{n_blocks}")
+    if store_root is None:
+        if out_dir is None:
+            raise ValueError("amnesic_model: give out_dir or store_root (where the activation stores go)")
+        store_root = Path(out_dir) / "store"
+    pcfg = ProbeRunConfig()
+    model_id = plmodels.checkpoint_hash(model_path)
+    frames, seconds = [], {}
+    with progress_bar(len(cfg.tasks) * len(layers) * len(cfg.erasers), f"amnesic {model_name}", "eraser",
+                      disable=not progress) as bar:
+        for task in cfg.tasks:
+            t0 = time.perf_counter()
+            train = load_split(model, tok, task, pcfg.train_split, pcfg, Path(store_root), model_id,
+                               cfg.max_train_targets, progress=progress)
+            test = load_split(model, tok, task, pcfg.eval_split, pcfg, Path(store_root), model_id,
+                              cfg.max_eval_targets, progress=progress)
+            frames.append(amnesic_task(model, tok, train, test, task, cfg, model_name, layers, bar))
+            seconds[task] = round(time.perf_counter() - t0, 1)
+    table = pd.concat(frames, ignore_index=True)
+    if out_dir is not None:
+        write_tables(out_dir, {"amnesic": table})
+        atomic_write_json(Path(out_dir) / "amnesic_run.json", {
+            "model": model_name, "model_path": str(model_path), "checkpoint_hash": model_id,
+            "config": cfg.to_dict(), "layers": layers, "seconds": seconds})
+    return {"amnesic": table}

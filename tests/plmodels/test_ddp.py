@@ -64,3 +64,31 @@ def test_two_process_replicas_stay_identical_and_match_one_process(tmp_path):
         torch.testing.assert_close(w1[k], w2[k], rtol=1e-4, atol=1e-5)
     for k in w2:  # what rank 0 wrote is its replica
         assert torch.equal(w2[k], r0[k]), k
+
+
+@pytest.mark.slow
+def test_electra_under_two_processes_matches_one_process(tmp_path):
+    # the objectives (objectives.py) run under torchrun too: ELECTRA's generator samples are drawn
+    # from the (step, micro-batch x rank) stream, so rank r draws what micro-batch r of one process draws
+    from tests.plmodels.test_train import _fixed_wordpiece
+
+    data = (_corpus(tmp_path / "train.txt", 3000, 0), _corpus(tmp_path / "valid.txt", 200, 1))
+    tok = _fixed_wordpiece(data[0], tmp_path / "tok")
+    common = dict(max_steps=4, tokenizer_path=str(tok), objective="electra", ckpt_log_spaced=False,
+                  model={"dropout": 0.0, "embedding_size": 16}, masking={"mask_frac": 0.85, "random_frac": 0.0})
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
+           "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cfg = json.dumps(_cfg(data, **common).to_dict())
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, cfg, str(tmp_path / "ddp"), str(tmp_path / f"rank{r}.st")],
+                              env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    errs = [p.communicate(timeout=240)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errs
+    r0, r1 = (load_file(str(tmp_path / f"rank{r}.st")) for r in range(2))
+    assert all(torch.equal(r0[k], r1[k]) for k in r0)
+    single = pretrain(_cfg(data, grad_accum=2, **common), tmp_path / "single")
+    for name in ("model.safetensors", "objective.safetensors"):  # the discriminator, and the generator
+        w1, w2 = load_file(str(single / name)), load_file(str(tmp_path / "ddp" / "final" / name))
+        assert w1.keys() == w2.keys()
+        for k in w1:
+            torch.testing.assert_close(w1[k], w2[k], rtol=1e-4, atol=1e-5)

@@ -144,4 +144,4 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
     a, b = _tables(run_a), _tables(run_b)
     assert set(a) == set(b)
     for name in set(a) - TIMED:
-        pd.testing.assert_frame_equal(a[name], b[name], check_exact=False, rtol=1e-5, obj=name)
+        pd.testing.assert_frame_equal(a[name], b[name], check_exact=False, rtol=1e-5, atol=1e-6, obj=name)

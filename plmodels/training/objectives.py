@@ -50,7 +50,6 @@ class Objective:
 
     name: ClassVar[str] = "mlm"
     args_class: ClassVar[type] = NoArgs
-    kinds: ClassVar[tuple[str, ...]] = ("encoder",)
 
     def __init__(self, cfg, args: dict | None = None) -> None:
         self.cfg = cfg
@@ -117,7 +116,6 @@ class Objective:
 
 class CausalLM(Objective):
     name = "clm"
-    kinds = ("decoder",)
 
 
 class SpanBERT(Objective):
@@ -283,11 +281,7 @@ OBJECTIVES: dict[str, type[Objective]] = {c.name: c for c in (Objective, CausalL
 
 
 def objective_for(cfg) -> Objective:
-    """The objective of a PretrainConfig (`objective`, with "auto" = mlm / clm by kind)."""
+    """The objective of a PretrainConfig (`objective`, with "auto" = mlm / clm by kind); the config
+    has already checked the name, the kind and objective_args (config.OBJECTIVE_FIELDS)."""
     name = cfg.objective if cfg.objective != "auto" else ("mlm" if cfg.kind == "encoder" else "clm")
-    if name not in OBJECTIVES:
-        raise ValueError(f"unknown objective {name!r}; known: {sorted(OBJECTIVES)}")
-    cls = OBJECTIVES[name]
-    if cfg.kind not in cls.kinds:
-        raise ValueError(f"objective {name!r} trains an {'/'.join(cls.kinds)}, not a {cfg.kind}")
-    return cls(cfg, cfg.objective_args)
+    return OBJECTIVES[name](cfg, cfg.objective_args)

@@ -176,28 +176,30 @@ def amnesic_task(model, tok, train: TaskSplit, test: TaskSplit, task: str, cfg: 
     """The rows of one property at every layer of `layers`."""
     fill = FILL.get(task)
     tr_rows, ytr = word_labels(train, fill)
-    te_rows, yte = word_labels(test, fill)
+    te_all, y_all = word_labels(test, fill)
     tr_rows, ytr = tr_rows[: cfg.max_train_targets], ytr[: cfg.max_train_targets]
-    seen = np.isin(yte, np.unique(ytr))
-    te_rows, yte = te_rows[seen][: cfg.max_eval_targets], yte[seen][: cfg.max_eval_targets]
+    seen = np.isin(y_all, np.unique(ytr))
+    te_rows, yte = te_all[seen][: cfg.max_eval_targets], y_all[seen][: cfg.max_eval_targets]
     n_sent = min(cfg.lm_sentences, test.arrays.store.n_sentences)
     sentences = [[str(w) for w in test.words[test.arrays.store.sentence_rows(s)]] for s in range(n_sent)]
     data = held_out(model, tok, sentences, cfg)
     # the downstream probe: trained on the intact last layer (train split), read on erased runs
     st_tr, st_te = train.arrays.store, test.arrays.store
-    L = st_tr.n_layers - 1
-    last_clf = LogisticRegressionLBFGS(C=cfg.C).fit(np.asarray(st_tr.layer(L)[tr_rows], dtype=np.float32), ytr)
+    last_clf = LogisticRegressionLBFGS(C=cfg.C).fit(
+        np.asarray(st_tr.layer(st_tr.n_layers - 1)[tr_rows], dtype=np.float32), ytr)
     every = np.arange(st_te.n_words)
     last_rows = np.concatenate([every[st_te.sentence_rows(s)] for s in range(n_sent)])  # the held-out words, in order
-    y_last = word_labels(test, fill)
     lab = np.full(st_te.n_words, None, dtype=object)
-    lab[y_last[0]] = y_last[1]
-    known = set(ytr.tolist())
-    keep = np.array([v is not None and v in known for v in lab[last_rows]], dtype=bool)
+    lab[te_all[seen]] = y_all[seen]
+    keep = lab[last_rows] != None  # noqa: E711 (elementwise on an object array)
+    y_last = lab[last_rows][keep].astype(str)
+
+    def last_layer_acc(last: np.ndarray) -> float:
+        return float((last_clf.predict(last[keep]) == y_last).mean())
+
     base_loss, base_last = run_erased(model, data, [])
     rows = [(model_name, task, -1, "none", "lm_loss", base_loss),
-            (model_name, task, -1, "none", "last_layer_acc",
-             float((last_clf.predict(base_last[keep]) == lab[last_rows][keep].astype(str)).mean()))]
+            (model_name, task, -1, "none", "last_layer_acc", last_layer_acc(base_last))]
     for layer in layers:
         Xtr, Xte = np.asarray(st_tr.layer(layer)[tr_rows]), np.asarray(st_te.layer(layer)[te_rows])
         rows.append((model_name, task, layer, "none", "probe_acc", _probe_acc(Xtr, ytr, Xte, yte, cfg.C)))
@@ -208,12 +210,11 @@ def amnesic_task(model, tok, train: TaskSplit, test: TaskSplit, task: str, cfg: 
             for label, e in ((name, eraser), (f"{name}_random", control)):
                 acc = _probe_acc(e.transform(Xtr), ytr, e.transform(Xte), yte, cfg.C)
                 loss, last = run_erased(model, data, [(hook_site(layer), eraser_hook(e))])
-                last_acc = float((last_clf.predict(last[keep]) == lab[last_rows][keep].astype(str)).mean())
                 rows += [(model_name, task, layer, label, "rank", float(e.rank_)),
                          (model_name, task, layer, label, "probe_acc", acc),
                          (model_name, task, layer, label, "lm_loss", loss),
                          (model_name, task, layer, label, "lm_loss_delta", loss - base_loss),
-                         (model_name, task, layer, label, "last_layer_acc", last_acc)]
+                         (model_name, task, layer, label, "last_layer_acc", last_layer_acc(last))]
             if bar is not None:
                 bar.update(1)
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -7,6 +7,8 @@ shared parts that are written once.
 
     encoder.py      the BERT-style encoder (EncoderConfig, Encoder)
     decoder.py      the GPT-2-style decoder (DecoderConfig, Decoder)
+    elmo.py         ELMo's biLSTM language model (ElmoConfig, ElmoBiLM), its loss, and its
+                    transformer control (TransformerBiLMConfig, TransformerBiLM)
     components/     what every family shares: attention kernel, positions, dropout, hook sites,
                     outputs, config checks, init, head pruning, input checks (see its docstring)
     checkpoint.py   save / load / hash a checkpoint folder; MODEL_KINDS, the family registry
@@ -26,6 +28,8 @@ shared parts that are written once.
 
 from .checkpoint import checkpoint_hash, load, save
 from .decoder import Decoder, DecoderConfig
+from .elmo import ElmoBiLM, ElmoConfig, TransformerBiLM, TransformerBiLMConfig
 from .encoder import Encoder, EncoderConfig
 
-__all__ = ["Encoder", "EncoderConfig", "Decoder", "DecoderConfig", "save", "load", "checkpoint_hash"]
+__all__ = ["Encoder", "EncoderConfig", "Decoder", "DecoderConfig", "ElmoBiLM", "ElmoConfig", "TransformerBiLM",
+           "TransformerBiLMConfig", "save", "load", "checkpoint_hash"]

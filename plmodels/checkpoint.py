@@ -1,7 +1,7 @@
 """Checkpoint folders: save, load and hash a model with its tokenizer (docs/design.md, "Checkpoints").
 
 Layout of a checkpoint folder:
-    config.json        {"kind": "encoder" | "decoder", "config": {...}} (pruned heads included)
+    config.json        {"kind": "encoder" | "decoder" | "bilm" | "tbilm", "config": {...}} (pruned heads included)
     model.safetensors  the state dict (safetensors only; nothing is ever unpickled)
     tokenizer/         Tokenizer.save output (absent when saved without a tokenizer)
     card.json          model card: data, steps, tokens, metrics, created, ... (free-form extras)
@@ -26,6 +26,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from .decoder import Decoder, DecoderConfig
+from .elmo import ElmoBiLM, ElmoConfig, TransformerBiLM, TransformerBiLMConfig
 from .encoder import Encoder, EncoderConfig
 from .files import save_safetensors
 from .tokenizer import Tokenizer
@@ -33,6 +34,8 @@ from .tokenizer import Tokenizer
 MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {
     "encoder": (Encoder, EncoderConfig),
     "decoder": (Decoder, DecoderConfig),
+    "bilm": (ElmoBiLM, ElmoConfig),  # ELMo's biLSTM LM (elmo.py)
+    "tbilm": (TransformerBiLM, TransformerBiLMConfig),  # its transformer control (elmo.py)
 }
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_DIR, CARD_FILE, README_FILE = (
     "config.json", "model.safetensors", "tokenizer", "card.json", "README.md",
@@ -40,7 +43,7 @@ CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_DIR, CARD_FILE, README_FILE = (
 
 
 def build_model(kind: str, config: dict) -> nn.Module:
-    """A freshly initialised model of `kind` ("encoder" | "decoder") in the config's (pruned) shape."""
+    """A freshly initialised model of `kind` (a key of MODEL_KINDS) in the config's (pruned) shape."""
     if kind not in MODEL_KINDS:
         raise ValueError(f"unknown model kind {kind!r}; known: {sorted(MODEL_KINDS)}")
     model_cls, config_cls = MODEL_KINDS[kind]

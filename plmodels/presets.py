@@ -12,6 +12,10 @@ BERT (Devlin et al., 2019): post-LN, learned absolute positions, GELU, dropout 0
 | mini   | 4      | 256   | 4     | 1024 | CPU default |
 | small  | 6      | 512   | 8     | 2048 | big CPU / small GPU |
 | base   | 12     | 768   | 12    | 3072 | BERT-base / GPT-2 small shape, GPUs |
+
+The "bilm" kind (ELMo, plmodels/elmo.py) has its own shapes, `BILM_SHAPES`: 2 biLSTM layers whose
+[forward; backward] width matches the table's width. Its transformer control, "tbilm", is the
+table's shape split in two causal decoders of GPT-2's style (half the width, heads and FFN each).
 """
 from __future__ import annotations
 
@@ -35,11 +39,29 @@ DECODER_STYLE: dict = {  # GPT-2
 
 STYLES = {"encoder": ENCODER_STYLE, "decoder": DECODER_STYLE}
 
+# ELMo's biLM (plmodels/elmo.py, `ElmoConfig` fields): the paper's 2 layers of LSTMs with projections,
+# scaled down so that a layer's [forward; backward] width 2 d_proj is the transformer preset's d_model;
+# d_hidden is 4 d_proj (ELMo: 4096 cells, 512 projection, 8x) to keep the CPU step affordable.
+BILM_SHAPES: dict[str, dict] = {
+    "tiny": {"n_layers": 2, "d_embed": 32, "d_hidden": 128, "d_proj": 32, "dropout": 0.1},
+    "mini": {"n_layers": 2, "d_embed": 128, "d_hidden": 512, "d_proj": 128, "dropout": 0.1},
+    "small": {"n_layers": 2, "d_embed": 256, "d_hidden": 1024, "d_proj": 256, "dropout": 0.1},
+    "base": {"n_layers": 2, "d_embed": 384, "d_hidden": 3072, "d_proj": 384, "dropout": 0.1},
+}
+
+
+KINDS = (*STYLES, "bilm", "tbilm")
+
 
 def preset(kind: str, name: str) -> dict:
-    """The model-config fields (no vocab_size) of preset `name` for `kind` ("encoder" | "decoder")."""
-    if kind not in STYLES:
-        raise ValueError(f"unknown model kind {kind!r}; known: {sorted(STYLES)}")
+    """The model-config fields (no vocab_size) of preset `name` for `kind` (one of KINDS)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown model kind {kind!r}; known: {sorted(KINDS)}")
     if name not in SHAPES:
         raise ValueError(f"unknown preset {name!r}; known: {sorted(SHAPES)}")
+    if kind == "bilm":
+        return dict(BILM_SHAPES[name])
+    if kind == "tbilm":  # d_model and n_heads count both directions; each direction's FFN is 4x its width
+        style = {k: v for k, v in DECODER_STYLE.items() if k != "tie_embeddings"}
+        return {**style, **SHAPES[name], "d_ff": SHAPES[name]["d_ff"] // 2}
     return {**STYLES[kind], **SHAPES[name]}

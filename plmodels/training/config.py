@@ -31,8 +31,10 @@ from .spans import SpanConfig
 # holds what each one computes
 OBJECTIVE_FIELDS: dict[str, tuple[str, type | None]] = {
     "mlm": ("encoder", None), "clm": ("decoder", None), "span": ("encoder", SpanConfig),
-    "electra": ("encoder", ElectraConfig), "distil": ("encoder", DistilConfig),
+    "electra": ("encoder", ElectraConfig), "distil": ("encoder", DistilConfig), "bilm": ("bilm", None),
+    "tbilm": ("tbilm", None),
 }
+AUTO_OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "bilm": "bilm", "tbilm": "tbilm"}  # objective "auto" per kind
 
 # Keys that may change when a run resumes: they change neither the data, the model nor the updates.
 RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"}
@@ -42,12 +44,14 @@ RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"
 class PretrainConfig(Config):
     """Everything a pretraining run depends on; no hidden defaults are read from elsewhere."""
 
-    kind: Literal["encoder", "decoder"]          # masked LM (BERT) or causal LM (GPT-2)
+    kind: Literal["encoder", "decoder", "bilm", "tbilm"]  # masked LM (BERT), causal LM (GPT-2), ELMo's
+                                                  # biLSTM LM, or its transformer control
     train_source: str                             # corpus folder or file (corpus.py), relative to data_dir
-    objective: Literal["auto", "mlm", "clm", "span", "electra", "distil"] = "auto"
+    objective: Literal["auto", "mlm", "clm", "span", "electra", "distil", "bilm", "tbilm"] = "auto"
                                                   # what a step trains (objectives.py): auto = mlm for an
-                                                  # encoder, clm for a decoder; span = SpanBERT, electra =
-                                                  # ELECTRA, distil = DistilBERT
+                                                  # encoder, clm for a decoder, bilm / tbilm for those
+                                                  # kinds; span = SpanBERT, electra = ELECTRA, distil =
+                                                  # DistilBERT
     objective_args: dict = field(default_factory=dict)  # the objective's own fields (objectives.py)
     train_split: str | None = "train"             # its split (None: the format's first)
     eval_source: str | None = None                # held-out corpus for the eval loss (None: no eval)
@@ -101,8 +105,8 @@ class PretrainConfig(Config):
                                                   # empty = BERT's 15% 80/10/10, whatever `masking` is
 
     def __post_init__(self) -> None:
-        if self.kind not in ("encoder", "decoder"):
-            raise ValueError(f"kind must be 'encoder' or 'decoder', got {self.kind!r}")
+        if self.kind not in AUTO_OBJECTIVE:
+            raise ValueError(f"kind must be one of {sorted(AUTO_OBJECTIVE)}, got {self.kind!r}")
         if not self.train_source:
             raise ValueError("train_source must name a corpus folder or file")
         for name in ("seq_len", "batch_size", "grad_accum", "max_steps", "log_every", "vocab_size", "tokenizer_sample_chars"):
@@ -144,7 +148,7 @@ class PretrainConfig(Config):
         if em.nsp or em.sop or em.rate_final is not None:
             raise ValueError("eval_masking.nsp and .sop must be false and eval_masking.rate_final null (the "
                              "held-out mask is fixed and has no sentence pairs)")
-        name = self.objective if self.objective != "auto" else ("mlm" if self.kind == "encoder" else "clm")
+        name = self.objective if self.objective != "auto" else AUTO_OBJECTIVE[self.kind]
         kind, args = OBJECTIVE_FIELDS[name]
         if self.kind != kind:
             raise ValueError(f"objective {name!r} trains an {kind}, not a {self.kind}")

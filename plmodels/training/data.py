@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from plmodels.elmo import BILM_KINDS
 from plmodels.files import replace_folder, temp_folder
 from plmodels.tokenizer import META_FILE, TOKENIZER_FILE, Tokenizer
 
@@ -51,7 +52,7 @@ class Batch:
 def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist, fixed: str | None = None):
     """out_dir/tokenizer if present (resume), else `fixed` (a tokenizer the objective fixes: the
     DistilBERT teacher's), else cfg.tokenizer_path, else trained by rank 0 on a bounded sample of
-    the training split (WordPiece for encoders, byte-level BPE for decoders).
+    the training split (WordPiece for encoders and the biLMs, byte-level BPE for decoders).
     The folder is built aside and renamed in whole (a killed run leaves it complete or absent; a
     folder lacking one of its two files, left by an older version killed between them, is redone)."""
     tok_dir = out_dir / "tokenizer"
@@ -62,7 +63,7 @@ def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist, fixed: str | 
             t0 = time.monotonic()
             texts = sample_texts_for_tokenizer(resolve_path(cfg.train_source, cfg.data_dir),
                                                cfg.tokenizer_sample_chars, cfg.train_split, seed=cfg.seed)
-            if cfg.kind == "encoder":
+            if cfg.kind in ("encoder", *BILM_KINDS):  # the biLMs read BERT's WordPiece: their layers align with BERT's
                 tok = Tokenizer.train_wordpiece(texts, cfg.vocab_size, lowercase=cfg.lowercase)
             else:
                 tok = Tokenizer.train_bpe(texts, cfg.vocab_size)

@@ -1,5 +1,11 @@
 """Held-out evaluation during pretraining: loss, perplexity and accuracy on fixed rows with a fixed
 mask, next to the unigram baseline on the same targets.
+
+ELMo's biLM (kinds "bilm" and "tbilm") is scored on every token in both directions (no mask): loss = the mean of
+the forward and backward mean NLLs (the training loss), ppl = the mean of the two directions'
+perplexities (what Peters et al. 2018 report), acc = the mean of their top-1 accuracies, and the
+per-direction values as fwd_* / bwd_*; the unigram baseline is averaged over the two directions'
+targets the same way.
 """
 from __future__ import annotations
 
@@ -9,10 +15,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from plmodels.elmo import BILM_KINDS, bilm_targets
+
 from .config import PretrainConfig
 from .data import Batch, make_batch
 from .masking import IGNORE_INDEX, MaskingConfig, continuation_ids, step_generator
-
 
 EVAL_BATCH = 64  # rows per held-out forward (does not change the targets or the mask)
 
@@ -34,6 +41,13 @@ class Evaluator:
             raise ValueError(f"eval corpus {name!r} packs into no row of {ds.seq_len} tokens")
         idx = torch.linspace(0, len(ds) - 1, n).long().tolist()  # spread over the whole split
         rows = torch.from_numpy(np.stack([ds[i] for i in idx]))
+        if cfg.kind in BILM_KINDS:  # every token, both directions: the rows as they are
+            rows = rows.to(device)
+            self.batches = [Batch(rows[i: i + EVAL_BATCH], rows[i: i + EVAL_BATCH]) for i in range(0, n, EVAL_BATCH)]
+            nll = -log_unigram[rows.cpu()]  # (n, T)
+            self.unigram_parts = (float(nll[:, 1:].mean()), float(nll[:, :-1].mean()))  # forward, backward targets
+            self.unigram_loss = sum(self.unigram_parts) / 2
+            return
         # the held-out mask is BERT's standard one unless eval_masking says otherwise, drawn once over
         # all rows: runs with other training masks or batch sizes are scored on the same targets
         masking = MaskingConfig.from_dict(cfg.eval_masking)
@@ -47,6 +61,8 @@ class Evaluator:
 
     @torch.no_grad()
     def __call__(self, model, autocast: bool) -> dict[str, float]:
+        if model.kind in BILM_KINDS:
+            return self.bilm(model, autocast)
         was_training = model.training
         model.eval()
         total, count, correct = 0.0, 0, 0
@@ -66,3 +82,26 @@ class Evaluator:
         out = {"loss": loss, "ppl": math.exp(min(loss, 50.0)), "acc": correct / max(1, count),
                "unigram_loss": self.unigram_loss, "unigram_ppl": math.exp(min(self.unigram_loss, 50.0))}
         return out
+
+    @torch.no_grad()
+    def bilm(self, model, autocast: bool) -> dict[str, float]:
+        """Both directions of an ELMo biLM on the held-out rows (module docstring)."""
+        was_training = model.training
+        model.eval()
+        total, correct, count = [0.0, 0.0], [0, 0], 0
+        for b in self.batches:
+            with torch.autocast(b.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+                hidden = model(b.input_ids).last_hidden_state  # (B, T, 2 P)
+                h_fwd, y_fwd, h_bwd, y_bwd = bilm_targets(hidden, b.input_ids, None, model.config.d_proj)
+                for k, (h, y) in enumerate(((h_fwd, y_fwd), (h_bwd, y_bwd))):
+                    logits = model.lm_logits(h).float()  # (N, V)
+                    total[k] += float(F.cross_entropy(logits, y, reduction="sum"))
+                    correct[k] += int((logits.argmax(-1) == y).sum())
+            count += int(y_fwd.numel())
+        model.train(was_training)
+        fwd, bwd = (t / max(1, count) for t in total)
+        ppl = lambda x: math.exp(min(x, 50.0))  # noqa: E731
+        uf, ub = self.unigram_parts
+        return {"loss": (fwd + bwd) / 2, "ppl": (ppl(fwd) + ppl(bwd)) / 2, "acc": sum(correct) / max(1, 2 * count),
+                "fwd_loss": fwd, "bwd_loss": bwd, "fwd_ppl": ppl(fwd), "bwd_ppl": ppl(bwd),
+                "unigram_loss": self.unigram_loss, "unigram_ppl": (ppl(uf) + ppl(ub)) / 2}

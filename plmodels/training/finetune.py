@@ -11,6 +11,8 @@ Library entry points (the CLI `workbench finetune` calls the first):
 Features:
 - sentence tasks: encoder -> BERT's pooled [CLS] (`pooler_output`, tanh(W h_[CLS] + b));
   decoder -> the hidden state of the last non-pad token (GPT-style classification);
+  ELMo's biLM -> [forward LM at the last token; backward LM at the first token], each direction's
+  state after reading the whole sentence (2 d_proj = D wide);
 - token tasks: the hidden state of the first subword of each word (Devlin et al. 2019, Sec. 5.3).
 The head is dropout + Linear(D, n_labels). Frozen mode computes the features once with the base in
 eval mode under no_grad and trains only the head on them (fast; the base weights stay bit-exact).
@@ -40,6 +42,7 @@ from torch import nn
 import plmodels
 from plmodels import recipes
 from plmodels.config import Config, merge
+from plmodels.elmo import BILM_KINDS
 from plmodels.files import save_safetensors, write_json_atomic
 
 from .masking import IGNORE_INDEX
@@ -169,7 +172,11 @@ class Classifier(nn.Module):
         if self.base.kind == "encoder":
             return out.pooler_output
         last = mask.sum(1) - 1  # right padding: index of the last real token
-        return out.last_hidden_state[torch.arange(len(ids)), last]
+        h = out.last_hidden_state
+        if self.base.kind in BILM_KINDS:  # [forward after the last token; backward after the first]
+            P = self.base.config.d_proj
+            return torch.cat([h[torch.arange(len(ids)), last, :P], h[:, 0, P:]], dim=-1)
+        return h[torch.arange(len(ids)), last]
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.head(self.drop(self.features(ids, mask)))

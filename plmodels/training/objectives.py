@@ -8,12 +8,15 @@ system (`OBJECTIVES`), so the loop (loop.py) stays the same for all of them.
 | span      | SpanBERT (Joshi et al. 2020)    | span masking of whole words       | MLM + span-boundary objective | the SBO head (objective.safetensors) |
 | electra   | ELECTRA (Clark et al. 2020)     | MLM 85/15 for the generator       | MLM(gen) + 50 RTD(disc)       | the generator (generator/ folder)    |
 | distil    | DistilBERT (Sanh et al. 2019)   | MLM 80/10/10                      | 5 KD + 2 MLM + 1 cosine       | - (the teacher is named in the config) |
+| bilm      | ELMo (Peters et al. 2018)       | the rows as they are (no masking) | (forward + backward LM NLL) / 2 | -                              |
+| tbilm     | ELMo's transformer control      | the rows as they are (no masking) | (forward + backward LM NLL) / 2 | -                              |
 
 An `Objective` builds the *trained module* (the model, or the model with what only training needs:
 the SBO head, the generator), names the *analysed model* inside it (what `final/` holds and every
 analysis reads: the encoder, ELECTRA's discriminator, the DistilBERT student), turns packed rows
 into a `Batch` and computes the loss. `objective: "auto"` is "mlm" for encoders and "clm" for
-decoders, what the trainer did before objectives existed. Fields specific to one objective are
+decoders, what the trainer did before objectives existed, and "bilm" / "tbilm" for ELMo's biLM and
+its transformer control (the kinds of the same names). Fields specific to one objective are
 `PretrainConfig.objective_args`, checked by the objective's own config class.
 """
 from __future__ import annotations
@@ -29,8 +32,10 @@ from torch import nn
 from plmodels.checkpoint import build_model, save
 from plmodels.config import Config
 from plmodels.electra import ElectraConfig, ElectraPair, electra_loss, generator_state
+from plmodels.elmo import bilm_loss
 from plmodels.files import save_safetensors
 
+from .config import AUTO_OBJECTIVE
 from .data import Batch, make_batch
 from .distil import DistilConfig, check_teacher, distil_loss, load_teacher, student_from_teacher
 from .loss import linear_cross_entropy, lm_loss
@@ -277,11 +282,41 @@ class Distil(Objective):
         return loss, n, {k: float(v) for k, v in parts.items() if k != "loss"}
 
 
-OBJECTIVES: dict[str, type[Objective]] = {c.name: c for c in (Objective, CausalLM, SpanBERT, Electra, Distil)}
+class BiLM(Objective):
+    """ELMo's biLM (plmodels/elmo.py): a forward and a backward LM over the same rows, one shared
+    softmax; the loss is the mean of the two directions' NLLs (`bilm_loss`), through the fused
+    cross-entropy. The rows are read whole: WordPiece rows' [CLS] ... [SEP] play the paper's <S> ... </S>."""
+
+    name = "bilm"
+
+    def describe(self) -> str:
+        return "bidirectional LM (ELMo: forward + backward LSTM LMs, shared embeddings and softmax)"
+
+    def batch(self, rows, tok, masking, gen, cont_ids, device):
+        rows = rows.to(device)
+        return Batch(rows, rows)  # packed rows have no padding: no attention mask
+
+    def loss(self, module, batch, autocast):
+        with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+            out = bilm_loss(module, batch.input_ids, None, cross_entropy=linear_cross_entropy)
+        return out.loss, out.n, {"fwd_loss": out.forward.item(), "bwd_loss": out.backward.item()}
+
+
+class TBiLM(BiLM):
+    """ELMo's biLM with a causal transformer per direction (plmodels/elmo.py, TransformerBiLM)."""
+
+    name = "tbilm"
+
+    def describe(self) -> str:
+        return "bidirectional LM, transformer control (two causal transformers, shared embeddings and softmax)"
+
+
+OBJECTIVES: dict[str, type[Objective]] = {c.name: c for c in (Objective, CausalLM, SpanBERT, Electra, Distil, BiLM,
+                                                               TBiLM)}
 
 
 def objective_for(cfg) -> Objective:
     """The objective of a PretrainConfig (`objective`, with "auto" = mlm / clm by kind); the config
     has already checked the name, the kind and objective_args (config.OBJECTIVE_FIELDS)."""
-    name = cfg.objective if cfg.objective != "auto" else ("mlm" if cfg.kind == "encoder" else "clm")
+    name = cfg.objective if cfg.objective != "auto" else AUTO_OBJECTIVE[cfg.kind]
     return OBJECTIVES[name](cfg, cfg.objective_args)

@@ -73,14 +73,16 @@ def model(path: str):
 
 
 @st.cache_data(show_spinner="Running the model...", max_entries=64)
-def attention_for_text(path: str, text: str):
+def attention_for_text(path: str, text: str, weighting: str = "raw"):
+    """Word-level attention of a typed sentence; weighting "raw" or "norm" (Kobayashi et al. 2020)."""
     m, tok = model(path)
-    return views.attention_for_text(path, text, model=m, tokenizer=tok)
+    return views.attention_for_text(path, text, model=m, tokenizer=tok, weighting=weighting)
 
 
 @st.cache_data(show_spinner=False, max_entries=64)
-def stored_attention(run_dir: str, name: str, s: int):
-    return views.stored_attention(run_dir, name, s)
+def stored_attention(run_dir: str, name: str, s: int, weighting: str = "raw"):
+    """Sentence s of the run's attention store; "norm" runs the run's checkpoint of that name."""
+    return views.stored_attention(run_dir, name, s, weighting)
 
 
 def choose(label: str, options: dict, key: str):

@@ -448,6 +448,38 @@ class HeadStats:
             warnings.warn(f"HeadStats: relations absent from the corpus (count 0): {missing}", stacklevel=3)
 
 
+# ---------------------------------------------------------------- attention weightings
+# The head tables of `workbench heads` carry a column `weighting`: "raw" (attention probabilities) or
+# "norm" (Kobayashi et al. 2020's alpha_ij ||f_h(x_j)||, renormalised per row; workbench.store.extraction).
+# Tables written before the column, and rows upserted beside newer ones, are raw.
+WEIGHTING_COLUMN, DEFAULT_WEIGHTING = "weighting", "raw"
+
+
+def with_weighting(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` with a `weighting` column: tables written before norm-weighted attention have none, and
+    rows upserted beside newer ones have None there; both are "raw"."""
+    if WEIGHTING_COLUMN not in df.columns:
+        return df.assign(**{WEIGHTING_COLUMN: DEFAULT_WEIGHTING})
+    if df[WEIGHTING_COLUMN].isna().any():
+        return df.assign(**{WEIGHTING_COLUMN: df[WEIGHTING_COLUMN].fillna(DEFAULT_WEIGHTING)})
+    return df
+
+
+def weighting_rows(df: pd.DataFrame, weighting: str = DEFAULT_WEIGHTING) -> pd.DataFrame:
+    """The rows of one attention weighting of a head table (heads, heads_classes, relations,
+    head_similarity); a table without the column is all "raw"."""
+    df = with_weighting(df)
+    return df[df[WEIGHTING_COLUMN] == weighting]
+
+
+def table_weightings(df: pd.DataFrame | None) -> list[str]:
+    """The weightings present in a head table, "raw" first; ["raw"] for a table without the column."""
+    if df is None or not len(df):
+        return []
+    present = set(with_weighting(df)[WEIGHTING_COLUMN])
+    return [w for w in (DEFAULT_WEIGHTING,) if w in present] + sorted(present - {DEFAULT_WEIGHTING})
+
+
 @dataclass(frozen=True)
 class HeadReport:
     heads: pd.DataFrame        # model, layer, head, score, value

@@ -1,5 +1,7 @@
 """Heads: the layer x head grid coloured by role or by any score, the best head per relation, the
-head similarity map, and the attention of any head on a corpus or typed sentence."""
+head similarity map, and the attention of any head on a corpus or typed sentence. When the run's
+head tables hold norm-weighted attention too (`workbench heads MODEL --set weightings='["raw","norm"]'`,
+Kobayashi et al. 2020), the grid and the sentence's map are drawn both ways, side by side."""
 
 import streamlit as st
 
@@ -8,37 +10,47 @@ from apps.attention_view import show_attention
 from workbench import figures as F
 
 DEFAULT_TEXT = "The keys to the cabinet are on the table near the door."
+LABELS = {"raw": "raw attention", "norm": "norm-weighted (Kobayashi et al. 2020)"}
 
 
-def grid_section(run: str) -> None:
+def grid_section(run: str) -> bool:
+    """The head grids, relations and map; True when the run has norm-weighted tables for the model."""
     models = common.view("head_models", run)
     if not models:
         common.no_results("heads", "head-analysis")
-        return
+        return False
     c1, c2 = st.columns(2)
     model = c1.selectbox("Model", models, key="heads_model")
     color = c2.selectbox("Colour by", ["role"] + common.view("head_scores", run, model), key="heads_color")
-    grid = common.view("head_grid", run, model, color)
-    if grid is None:
-        common.no_results("heads_classes" if color == "role" else "heads", "head-role")
-    else:
-        st.plotly_chart(F.head_grid_figure(grid), width="stretch")
+    weightings = common.view("head_weightings", run, model)
+    both = len(weightings) > 1
+    grids = [(w, common.view("head_grid", run, model, color, w)) for w in weightings]
+    for col, (w, grid) in zip(st.columns(len(grids)) if both else [st.container()], grids):
+        with col:
+            if grid is None:
+                common.no_results("heads_classes" if color == "role" else "heads", "head-role")
+            else:
+                title = f"{grid.model}: {grid.score} ({LABELS[w]})" if both else None
+                st.plotly_chart(F.head_grid_figure(grid, title=title), width="stretch", key=f"heads_grid_{w}")
+    weighting = (st.radio("Relations and map from", weightings, horizontal=True, key="heads_weighting",
+                          format_func=LABELS.get) if both else "raw")
     left, right = st.columns(2)
-    rel = common.view("best_heads", run, model)
+    rel = common.view("best_heads", run, model, weighting)
     with left:
         if rel is None:
             common.no_results("relations", "per-relation")
         else:
             st.plotly_chart(F.relations_figure(rel), width="stretch")
-    hmap = common.view("head_map", run, model)
+    hmap = common.view("head_map", run, model, weighting)
     with right:
         if hmap is None:
             common.no_results("heads", "head-similarity map")
         else:
             st.plotly_chart(F.head_map_figure(hmap), width="stretch")
+    return both
 
 
-def sentence_section(run: str) -> None:
+def sentence_section(run: str, norm_default: bool) -> None:
     st.subheader("Attention on a sentence")
     stored = common.view("attention_models", run)
     checkpoints = common.view("model_paths", run)
@@ -47,20 +59,29 @@ def sentence_section(run: str) -> None:
         common.no_results("attention", "attention")
         return
     source = st.radio("Sentence", sources, horizontal=True, key="heads_source")
+    norm = st.checkbox("Norm-weighted attention beside raw (Kobayashi et al. 2020: alpha ||f(x)||)",
+                       value=norm_default, key="heads_norm")
     try:
         if source == "corpus sentence":
             name = st.selectbox("Model", stored, key="heads_att_model")
             sents = common.view("attention_sentences", run, name)
             s = common.choose("Sentence", {f"{i}: {' '.join(w)[:120]}": i for i, w in enumerate(sents)}, "heads_sent")
-            sa = common.stored_attention(run, name, s)
+            maps = lambda w: common.stored_attention(run, name, s, w)  # noqa: E731
         else:
             name = st.selectbox("Model", list(checkpoints), key="heads_ckpt")
             text = st.text_input("Sentence", DEFAULT_TEXT, key="heads_text")
-            sa = common.attention_for_text(checkpoints[name], text)
+            maps = lambda w: common.attention_for_text(checkpoints[name], text, w)  # noqa: E731
+        sa = maps("raw")
     except (ValueError, FileNotFoundError, IndexError) as e:
         st.error(str(e))
         return
-    show_attention(sa, "heads_att")
+    beside = None
+    if norm:
+        try:
+            beside = maps("norm")
+        except FileNotFoundError as e:  # a stored sentence of a model whose checkpoint is not in the run
+            st.info(str(e))
+    show_attention(sa, "heads_att", beside, (LABELS["raw"], LABELS["norm"]))
 
 
 def main() -> None:
@@ -68,8 +89,8 @@ def main() -> None:
     run = common.current_run()
     if run is None:
         return
-    grid_section(run)
-    sentence_section(run)
+    both = grid_section(run)
+    sentence_section(run, norm_default=both)
 
 
 main()

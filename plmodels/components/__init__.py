@@ -13,6 +13,7 @@ embeddings -> heads -> model, read top to bottom.
 | layers.py         | activations by name, the LayerNorm factory, the BERT / GPT-2 init          |
 | pruning.py        | `PrunableMixin`: `prune_heads`, `n_heads_per_layer`, the head-mask check   |
 | inputs.py         | the length check and `packing_for` (unpad=True)                            |
+| norms.py          | per-head value-vector norms ||f_h(x_j)|| (Kobayashi et al. 2020), `record_value_norms` |
 
 Checkpoint I/O is shared too, one level up (checkpoint.py: a family registers its class in
 `MODEL_KINDS`). The name follows TransformerLens' `components/`; a subpackage, not more files at

@@ -32,6 +32,7 @@ from plmodels.config import Config
 from plmodels.progress import write
 from probes.cka import MinibatchCKA, cka_frame, cka_matrix
 from probes.head_similarity import head_change_frame, js_divergence_per_head
+from probes.heads import weighting_rows
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.probing import ProbeRunConfig, default_model_name, probe_model
 from workbench.core.io import atomic_write_json
@@ -252,6 +253,7 @@ def compare_models(path_a: str | Path, path_b: str | Path, out_dir: str | Path |
                             (plmodels.checkpoint_hash(pa), plmodels.checkpoint_hash(pb)), progress)
     extra = [importance_delta(_table_rows(run_dir, "importance"), *names)]
     classes = _table_rows(run_dir, "heads_classes")
+    classes = None if classes is None else weighting_rows(classes)  # roles of raw attention (old tables: all raw)
     if (classes is None or not set(names) <= set(classes["model"])) and cfg.head_roles:
         hcfg = {"max_sentences": cfg.head_roles_max_sentences, "n_boot": 0}
         classes = pd.concat([analyse_heads(p, out_dir=(out / "heads" / n) if out else None, config=hcfg,

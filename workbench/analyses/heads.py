@@ -22,6 +22,17 @@ Multi-Head Self-Attention"; Olsson et al. 2022, "In-context Learning and Inducti
    the word level on the same sentences. It is below 1 wherever the tokenizer splits words, so a
    word-level share compares with the 90% threshold only beside it.
 
+Norm-weighted attention (Kobayashi et al. 2020, "Attention is Not Only a Weight"): with
+`weightings=("raw", "norm")` every table is computed twice, once on the attention probabilities
+alpha_ij and once on alpha_ij ||f_h(x_j)|| (the value vector times head h's slice of the output
+projection), converted to words and renormalised per word row by the store
+(`workbench.store.extraction.extract`, `attention_weighting`), and the tables carry a column
+`weighting` ("raw" | "norm"). Token-level scores are weighted the same way (the argmax of
+alpha_ij ||f_h(x_j)|| for the token positional shares; renormalised token rows for the synthetic
+induction sequences); the positional ceiling is a property of the tokenizer and is computed once.
+Tables written before the option have no `weighting` column: `probes.heads.weighting_rows` (imported
+here too) reads them as "raw", and so do all readers of these tables.
+
 Word frequencies for rare-token heads (Voita et al. 2019 use the training-corpus frequency):
 `freq_source="auto"` counts lower-cased word tokens (regex \\w+|[^\\w\\s]) of the model's pretraining
 corpus when its card names one that exists under the shared data folder (first `freq_max_chars`
@@ -36,6 +47,7 @@ import re
 import tempfile
 import time
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator, Mapping, Sequence
@@ -45,19 +57,22 @@ import pandas as pd
 import torch
 
 import plmodels
+from plmodels.components.norms import record_value_norms
 from plmodels.config import Config, merge, read_json_object
 from plmodels.progress import progress as progress_bar
 from plmodels.progress import write
 from plmodels.training.corpus import iter_texts
 from probes.head_similarity import HeadSimilarity, mds_embedding
-from probes.heads import HeadConfig, HeadStats, Sentence, best_heads_per_relation
+from probes.heads import WEIGHTING_COLUMN, HeadConfig, HeadStats, Sentence, best_heads_per_relation, weighting_rows
 from workbench.analyses.probing import default_model_name
 from workbench.core.paths import data_root
 from workbench.core.results import write_analysis_outputs
 from workbench.data.tasks import UD_TREEBANKS, ud_sentences
 from workbench.store import Store, extract, forward_layers, special_token_columns, word_attention_maps
+from workbench.store.extraction import ATTENTION_WEIGHTINGS
 
 SIMILARITY_COLUMNS = ["model", "layer", "head", "x", "y"]
+HEAD_TABLES = ("heads", "heads_classes", "relations", "head_similarity")
 _WORD_RE = re.compile(r"\w+|[^\w\s]")
 
 
@@ -80,6 +95,7 @@ class HeadRunConfig(Config):
     induction_sequences: int = 8              # decoders: repeated random sequences
     induction_length: int = 50                # tokens per half (capped by the model's positions)
     batch_tokens: int = 4096
+    weightings: tuple[str, ...] = ("raw",)    # attention read as: raw (probabilities) | norm (Kobayashi 2020)
 
     def __post_init__(self) -> None:
         for split_name in ("dev", "test"):
@@ -95,6 +111,10 @@ class HeadRunConfig(Config):
                 raise ValueError(f"HeadRunConfig.{name} must be a positive int, got {getattr(self, name)!r}")
         if self.n_boot < 0:
             raise ValueError(f"HeadRunConfig.n_boot must be >= 0, got {self.n_boot}")
+        bad = [w for w in self.weightings if w not in ATTENTION_WEIGHTINGS]
+        if not self.weightings or bad or len(set(self.weightings)) != len(self.weightings):
+            raise ValueError(f"HeadRunConfig.weightings={list(self.weightings)!r}: a non-empty list of distinct "
+                             f"values from {list(ATTENTION_WEIGHTINGS)}")
 
     @classmethod
     def load(cls, path: str | Path, overrides: dict | None = None) -> "HeadRunConfig":
@@ -211,13 +231,14 @@ def positional_ceiling(tokenizer, sentences: Sequence[Sequence[str]], config: He
 
 @torch.inference_mode()
 def token_positional_shares(model, tokenizer, sentences: Sequence[Sequence[str]], offsets: Sequence[int] = (-1, 1),
-                            batch_size: int = 32) -> dict[int, np.ndarray]:
+                            batch_size: int = 32, weighting: str = "raw") -> dict[int, np.ndarray]:
     """Voita et al. 2019's positional share on tokens: {d: (L, H) array}, per head the share of
     tokens t whose largest attention weight is on token t + d, over the tokens whose t + d is in the
     sentence. As in the word-level measure (`probes.heads`), special tokens ([CLS], [SEP], BOS) are
     neither rows nor candidates of the argmax (ties go to the lower index), so an ideal token-level
     head scores 1.0 here while its word-level share is capped by `positional_ceiling`. Heads that a
-    pruned layer no longer has are NaN.
+    pruned layer no longer has are NaN. weighting="norm" takes the argmax of Kobayashi et al.'s
+    alpha_ij ||f_h(x_j)|| instead of alpha_ij.
     """
 
     L = int(model.config.n_layers)
@@ -238,7 +259,10 @@ def token_positional_shares(model, tokenizer, sentences: Sequence[Sequence[str]]
             mask[b, :len(e.ids)] = 1
             for a, z in e.word_spans:
                 real[b, a:z] = True
-        atts = forward_layers(model, ids, mask, attentions=True).attentions
+        with record_value_norms(model) if weighting == "norm" else nullcontext(None) as norms:
+            atts = forward_layers(model, ids, mask, attentions=True).attentions
+        if norms is not None:  # alpha_ij ||f_h(x_j)||: (B, H_l, T, T) * (B, H_l, 1, T)
+            atts = [a if n is None else a.float() * n[:, :, None, :] for a, n in zip(atts, norms)]
         argmaxes = [a.float().masked_fill(~real[:, None, None, :], -1.0).argmax(-1) for a in atts]  # (B, H_l, T)
         t = torch.arange(T)
         for d in offsets:
@@ -261,8 +285,9 @@ def _special_names(store: Store) -> tuple[str, ...]:
 
 
 def ud_store(model, tokenizer, data: str, store_root: Path, model_id: str | None, max_sentences: int | None,
-             batch_tokens: int, progress: bool) -> tuple[Store, list, int]:
-    """(store with attentions, the DepSentences in it, number skipped as too long) for 'tb:split'."""
+             batch_tokens: int, progress: bool, weighting: str = "raw") -> tuple[Store, list, int]:
+    """(store with attentions, the DepSentences in it, number skipped as too long) for 'tb:split';
+    `weighting` is the store's attention_weighting ("raw" or "norm")."""
 
     tb, _, split = data.partition(":")
     sents = ud_sentences(tb, split)
@@ -274,7 +299,7 @@ def ud_store(model, tokenizer, data: str, store_root: Path, model_id: str | None
         raise ValueError(f"{data}: no sentence fits the model's {limit} positions")
     store = extract(model, tokenizer, [list(s.words) for s in kept], store_root, model_id=model_id,
                     key_extra=f"heads:{data}:{max_sentences}", attentions=True, batch_tokens=batch_tokens,
-                    progress=progress)
+                    attention_weighting=weighting, progress=progress)
     store.check_tokenizer(tokenizer)
     return store, kept, len(sents) - len(kept)
 
@@ -292,12 +317,25 @@ def sentences_from_store(store: Store, sents: Sequence, freq: Mapping | None) ->
 
 
 # ------------------------------------------------------------------------------ synthetic (decoders)
+def _norm_weighted_rows(probs: torch.Tensor, norms: torch.Tensor | None) -> torch.Tensor:
+    """Token rows of alpha_ij ||f_h(x_j)|| divided by their sums, as the store does on words
+    (`word_attention.renormalised_word_maps`): probs (B, H, T, T), norms (B, H, T) or None (a layer
+    without heads); a row with no mass keeps its raw probabilities."""
+    if norms is None or probs.shape[1] == 0:
+        return probs
+    w = probs.float() * norms[:, :, None, :]
+    mass = w.sum(-1, keepdim=True)
+    return torch.where(mass > 0, w / torch.where(mass > 0, mass, torch.ones_like(mass)), probs.float())
+
+
 @torch.no_grad()
-def repeated_random_sentences(model, tokenizer, n_sequences: int, length: int, seed: int) -> list[Sentence]:
+def repeated_random_sentences(model, tokenizer, n_sequences: int, length: int, seed: int,
+                              weighting: str = "raw") -> list[Sentence]:
     """Token-level `Sentence`s for Olsson et al. 2022's induction test: BOS + r + r, r random tokens.
 
     attn = the (L, H, 2T, 2T) token attention without the BOS column, special = attention to BOS
     (L, H, 2T, 1); `words` are the token ids, so HeadStats finds the earlier copies itself.
+    weighting="norm": rows of alpha_ij ||f_h(x_j)||, renormalised (`_norm_weighted_rows`).
     """
     bos = tokenizer.bos_id if tokenizer.bos_id is not None else tokenizer.cls_id
     T = min(length, (int(model.config.max_positions) - 1) // 2)
@@ -309,9 +347,11 @@ def repeated_random_sentences(model, tokenizer, n_sequences: int, length: int, s
     for k in range(n_sequences):
         r = rng.choice(pool, size=T, replace=False if len(pool) >= T else True)
         ids = torch.tensor([[bos, *r.tolist(), *r.tolist()]])
-        o = model(ids, output_attentions=True, attn_impl="eager", **({"return_logits": False}
-                                                                   if model.kind == "decoder" else {}))
-        A = torch.stack([a[0].float() for a in o.attentions]).numpy()  # (L, H, 2T+1, 2T+1)
+        with record_value_norms(model) if weighting == "norm" else nullcontext(None) as norms:
+            o = model(ids, output_attentions=True, attn_impl="eager", **({"return_logits": False}
+                                                                       if model.kind == "decoder" else {}))
+        atts = o.attentions if norms is None else [_norm_weighted_rows(a, n) for a, n in zip(o.attentions, norms)]
+        A = torch.stack([a[0].float() for a in atts]).numpy()  # (L, H, 2T+1, 2T+1)
         out.append(Sentence(attn=A[:, :, 1:, 1:], special=A[:, :, 1:, :1], words=[*r.tolist(), *r.tolist()],
                             sid=f"repeated_random_{k}"))
     return out
@@ -354,32 +394,36 @@ def _family(role: str) -> str:
 
 
 # ------------------------------------------------------------------------------ the analysis
-def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=None, model_name: str = "model",
-                   run_dir: str | Path | None = None, store_root: str | Path | None = None,
-                   model_id: str | None = None, model_path: str | Path | None = None,
-                   progress: bool = True) -> dict[str, pd.DataFrame]:
-    """`analyse_heads` on a model already in memory (hooks registered on it stay active)."""
-    cfg = resolve_config(config)
+@dataclass
+class _WeightingResult:
+    """One weighting's tables and what heads_run.json records of it."""
+
+    tables: dict[str, pd.DataFrame]
+    skipped: dict[str, int]
+    sentences: dict[str, int]
+    stores: dict[str, str]
+    similarity_words: int
+    dev_words: list
+    names: tuple[str, ...]
+
+
+def _analyse_weighting(model, tokenizer, cfg: HeadRunConfig, weighting: str, store_root: Path,
+                       model_id: str | None, model_name: str, freq, progress: bool) -> _WeightingResult:
+    """Every head table of one attention weighting ("raw" | "norm"), each with a `weighting` column."""
     thresholds = cfg.thresholds()
-    t0 = time.perf_counter()
-    if store_root is None:
-        if out_dir is None and run_dir is None:
-            raise ValueError("analyse_heads: give out_dir, run_dir or store_root (where the attention stores go)")
-        store_root = Path(run_dir) / "attention" / model_name if run_dir is not None else Path(out_dir) / "store"
-    store_root = Path(store_root)
-    freq, freq_desc = word_frequencies(cfg.freq_source, Path(model_path) if model_path else None, cfg.freq_max_chars)
     skipped: dict[str, int] = {}
     stores = {}
     for role, data in (("dev", cfg.dev), ("test", cfg.test)):
         store, sents, n_long = ud_store(model, tokenizer, data, store_root, model_id, cfg.max_sentences,
-                                        cfg.batch_tokens, progress)
+                                        cfg.batch_tokens, progress, weighting)
         stores[role] = (store, sents)
         skipped[f"too_long:{data}"] = n_long
     names = _special_names(stores["dev"][0])
     dev_stats = HeadStats(thresholds, special_names=names, freq=None)
     similarity = HeadSimilarity(max_words=cfg.similarity_max_words, tol=thresholds.row_tolerance)
     n_synthetic = cfg.induction_sequences if model.kind == "decoder" else 0
-    bar = progress_bar(len(stores["dev"][1]) + len(stores["test"][1]) + n_synthetic, f"heads {model_name}", "sent",
+    label = model_name if weighting == "raw" else f"{model_name} ({weighting})"
+    bar = progress_bar(len(stores["dev"][1]) + len(stores["test"][1]) + n_synthetic, f"heads {label}", "sent",
                        disable=not progress)  # sentences scored (the stores have their own bars)
     with bar:
         for s in sentences_from_store(stores["dev"][0], stores["dev"][1], freq):
@@ -395,14 +439,15 @@ def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=N
         skipped.update({f"{k}:{cfg.dev}": v for k, v in report.skipped.items()})
         if n_synthetic:
             synth = HeadStats(thresholds, special_names=("bos",))
-            for s in repeated_random_sentences(model, tokenizer, n_synthetic, cfg.induction_length, cfg.seed):
+            for s in repeated_random_sentences(model, tokenizer, n_synthetic, cfg.induction_length, cfg.seed,
+                                               weighting):
                 synth.update(s)
                 bar.update(1)
             heads, classes = _add_synthetic(heads, classes, synth, thresholds, model_name)
     dev_words = [s.words for s in stores["dev"][1]]
-    ceiling = positional_ceiling(tokenizer, dev_words, thresholds)
-    heads = pd.concat([heads, *(_score_rows(share, f"positional_share:{d:+d}:tokens", model_name) for d, share
-                                in token_positional_shares(model, tokenizer, dev_words).items())], ignore_index=True)
+    shares = token_positional_shares(model, tokenizer, dev_words, weighting=weighting)
+    heads = pd.concat([heads, *(_score_rows(share, f"positional_share:{d:+d}:tokens", model_name)
+                                for d, share in shares.items())], ignore_index=True)
     relations = best_heads_per_relation(dev_stats, test_stats, model=model_name, config=thresholds,
                                         special_names=names, n_boot=cfg.n_boot, seed=cfg.seed)
     dist = similarity.finalize()
@@ -411,17 +456,44 @@ def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=N
     layer, head = np.divmod(np.arange(L * H), H)
     sim = pd.DataFrame({"model": model_name, "layer": layer, "head": head, "x": xy[:, 0], "y": xy[:, 1]})
     tables = {"heads": heads, "heads_classes": classes, "relations": relations, "head_similarity": sim}
+    return _WeightingResult(
+        {k: df.assign(**{WEIGHTING_COLUMN: weighting}) for k, df in tables.items()}, skipped,
+        {"dev": len(stores["dev"][1]), "test": len(stores["test"][1])},
+        {k: str(v[0].path) for k, v in stores.items()}, dist.n_words, dev_words, names)
+
+
+def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=None, model_name: str = "model",
+                   run_dir: str | Path | None = None, store_root: str | Path | None = None,
+                   model_id: str | None = None, model_path: str | Path | None = None,
+                   progress: bool = True) -> dict[str, pd.DataFrame]:
+    """`analyse_heads` on a model already in memory (hooks registered on it stay active)."""
+    cfg = resolve_config(config)
+    thresholds = cfg.thresholds()
+    t0 = time.perf_counter()
+    if store_root is None:
+        if out_dir is None and run_dir is None:
+            raise ValueError("analyse_heads: give out_dir, run_dir or store_root (where the attention stores go)")
+        store_root = Path(run_dir) / "attention" / model_name if run_dir is not None else Path(out_dir) / "store"
+    store_root = Path(store_root)
+    freq, freq_desc = word_frequencies(cfg.freq_source, Path(model_path) if model_path else None, cfg.freq_max_chars)
+    runs = {w: _analyse_weighting(model, tokenizer, cfg, w, store_root, model_id, model_name, freq, progress)
+            for w in cfg.weightings}
+    first = runs[cfg.weightings[0]]  # skips, sentences and words do not depend on the weighting
+    tables = {name: pd.concat([r.tables[name] for r in runs.values()], ignore_index=True) for name in HEAD_TABLES}
+    ceiling = positional_ceiling(tokenizer, first.dev_words, thresholds)
+    L, H = tables["head_similarity"]["layer"].max() + 1, tables["head_similarity"]["head"].max() + 1
     record = {"model": model_name, "model_path": str(model_path) if model_path else None, "model_id": model_id,
               "kind": model.kind, "config": cfg.to_dict(), "thresholds": thresholds.to_dict(),
-              "frequency_source": freq_desc, "skipped": skipped, "special_tokens": list(names),
-              "sentences": {"dev": len(stores["dev"][1]), "test": len(stores["test"][1])},
-              "positional_ceiling": ceiling,
-              "similarity_words": dist.n_words, "stores": {k: str(v[0].path) for k, v in stores.items()},
+              "frequency_source": freq_desc, "skipped": first.skipped, "special_tokens": list(first.names),
+              "sentences": first.sentences, "positional_ceiling": ceiling,
+              "similarity_words": first.similarity_words, "stores": first.stores,
+              "weightings": {w: {"stores": r.stores} for w, r in runs.items()},
               "seconds": round(time.perf_counter() - t0, 1)}
     _write_outputs(tables, out_dir, run_dir, record)
     if progress:
         write(f"heads {model_name}: {L}x{H} heads, dev {record['sentences']['dev']} / test "
-              f"{record['sentences']['test']} sentences, skipped {skipped}, {record['seconds']} s")
+              f"{record['sentences']['test']} sentences, weightings {list(cfg.weightings)}, skipped "
+              f"{first.skipped}, {record['seconds']} s")
     return tables
 
 
@@ -454,13 +526,15 @@ def _load_cached(path: str, stamp: float):
     return plmodels.load(path)
 
 
-def sentence_attention(model_path: str | Path, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+def sentence_attention(model_path: str | Path, words: Sequence[str],
+                       weighting: str = "raw") -> tuple[np.ndarray, np.ndarray]:
     """Word-level attention of one sentence for the app: (attn (L, H, n, n), special (L, H, n, K)).
 
     Runs the sentence through the activation store's extraction (a temporary store), so the
     subword -> word conversion is exactly the store's (Clark et al. 2019). Special columns follow
-    the store's `special_tokens` ([CLS], [SEP] or BOS). ValueError if the sentence is empty or too
-    long for the model.
+    the store's `special_tokens` ([CLS], [SEP] or BOS). weighting="norm" gives Kobayashi et al.'s
+    norm-weighted maps, renormalised per row as the store keeps them. ValueError if the sentence is
+    empty or too long for the model, or on an unknown weighting.
     """
     words = [str(w) for w in words]
     if not words:
@@ -471,7 +545,8 @@ def sentence_attention(model_path: str | Path, words: Sequence[str]) -> tuple[np
         raise ValueError(f"sentence_attention: {len(words)} words are more than the model's "
                          f"{model.config.max_positions} positions hold")
     with tempfile.TemporaryDirectory() as tmp:
-        store = extract(model, tokenizer, [words], tmp, model_id="sentence", attentions=True, progress=False)
+        store = extract(model, tokenizer, [words], tmp, model_id="sentence", attentions=True,
+                        attention_weighting=weighting, progress=False)
         return np.asarray(store.sentence_attention(0), dtype=np.float32), \
             np.asarray(store.sentence_special(0), dtype=np.float32)
 
@@ -481,7 +556,8 @@ def summarise_heads(heads: pd.DataFrame, relations: pd.DataFrame) -> dict[str, f
     head's test accuracy minus the best fixed-offset baseline, the larger over both directions; Clark
     et al. 2019, sec. 4.2), and the largest share of one head's argmax at offset -1 or +1, on words
     ("positional_max") and on tokens ("positional_max_tokens"; Voita et al. 2019 call >= 0.9 a
-    positional head), from the `heads` and `relations` tables."""
+    positional head), from the `heads` and `relations` tables (their raw-attention rows)."""
+    heads, relations = weighting_rows(heads), weighting_rows(relations)
     out = {}
     for rel in ("det", "case"):
         r = relations[relations["relation"] == rel]

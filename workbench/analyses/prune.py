@@ -45,6 +45,7 @@ from plmodels.progress import write
 from plmodels.training.corpus import iter_texts
 from plmodels.training.finetune import HEAD_FILE, INFO_FILE, collate, encode, load_classifier
 from plmodels.training.masking import mask_tokens, step_generator
+from probes.heads import weighting_rows
 from probes.importance import (
     ablation_importance,
     confidence_importance,
@@ -463,7 +464,7 @@ def find_heads_classes(out_dir: Path | None, model_name: str) -> pd.DataFrame | 
     for run in (out_dir, out_dir.parent, out_dir.parent.parent):
         p = run / "tables" / "heads_classes.parquet"
         if p.exists():
-            df = pd.read_parquet(p)
+            df = weighting_rows(pd.read_parquet(p))  # raw-attention roles (tables without the column: all raw)
             df = df[df["model"] == model_name]
             if len(df):
                 return df
@@ -499,7 +500,7 @@ def prune_model_cli(model_path: str | Path, methods: Sequence[str] | None = None
     imp = tables["importance"]
     tables["kendall"] = (kendall_table(imp) if imp["method"].nunique() > 1 else
                          pd.DataFrame(columns=["model", "method_a", "method_b", "tau", "p_value", "n_heads"]))
-    roles = heads_classes if heads_classes is not None else find_heads_classes(out, name)
+    roles = weighting_rows(heads_classes) if heads_classes is not None else find_heads_classes(out, name)
     if roles is not None and len(imp):
         tables["roles_importance"] = roles_vs_importance(imp, roles)
     order = "michel" if "michel" in set(imp["method"]) else None

@@ -14,6 +14,7 @@ from typing import Callable, Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
+from probes.heads import table_weightings, weighting_rows
 from workbench import figures as F
 from workbench.core.io import atomic_write_text
 from workbench.core.results import write_figures
@@ -53,23 +54,28 @@ def probing_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
 
 def heads_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
     """Per model of a heads run: the primary role of every head, the best head per relation against
-    the offset baseline, the 2-D map of heads, and the share of each head's argmax on the previous word."""
+    the offset baseline, the 2-D map of heads, and the share of each head's argmax on the previous word.
+    Drawn from the raw-attention rows; a run with norm-weighted attention (Kobayashi et al. 2020,
+    `weightings`) gets the same figures of those rows too, named with the suffix `_norm`."""
     heads, classes = tables["heads"], tables.get("heads_classes")
     relations, similarity = tables.get("relations"), tables.get("head_similarity")
     out: dict[str, go.Figure] = {}
     for m in _models(heads):
-        roles = None if classes is None else views.role_grid(classes, m)
-        if roles is not None:
-            out[f"heads_roles_{m}"] = F.head_grid_figure(roles, title=f"{m}: primary role of each head")
-        rel = None if relations is None else relations[relations["model"] == m].dropna(subset=["test_acc"])
-        if rel is not None and len(rel):
-            out[f"heads_relations_{m}"] = F.relations_figure(rel)
-        hmap = None if similarity is None else views.head_map_frame(similarity, classes, m)
-        if hmap is not None:
-            out[f"heads_map_{m}"] = F.head_map_figure(hmap)
-        prev = views.score_grid(heads, m, "positional_share:-1")
-        if prev is not None:
-            out[f"heads_positional_prev_{m}"] = F.head_grid_figure(prev)
+        for w in table_weightings(heads[heads["model"] == m]):
+            suffix, what = ("", "") if w == "raw" else (f"_{w}", f" ({w}-weighted attention)")
+            roles = None if classes is None else views.role_grid(classes, m, w)
+            if roles is not None:
+                out[f"heads_roles_{m}{suffix}"] = F.head_grid_figure(roles, title=f"{m}: primary role of each head{what}")
+            rel = None if relations is None else weighting_rows(relations, w)
+            rel = None if rel is None else rel[rel["model"] == m].dropna(subset=["test_acc"])
+            if rel is not None and len(rel):
+                out[f"heads_relations_{m}{suffix}"] = F.relations_figure(rel)
+            hmap = None if similarity is None else views.head_map_frame(similarity, classes, m, w)
+            if hmap is not None:
+                out[f"heads_map_{m}{suffix}"] = F.head_map_figure(hmap)
+            prev = views.score_grid(heads, m, "positional_share:-1", w)
+            if prev is not None:
+                out[f"heads_positional_prev_{m}{suffix}"] = F.head_grid_figure(prev)
     return out
 
 

@@ -6,6 +6,10 @@ table does not exist yet (`missing_command` names the CLI command that writes it
 tensor math: the few calls that run a model (word-level attention of a typed sentence, masked-token
 predictions, continuations) live here too.
 
+Head tables carry a `weighting` column ("raw" attention or Kobayashi et al. 2020's "norm"-weighted
+attention, `workbench.analyses.heads`); every head view takes `weighting="raw"` and reads tables
+written before the column as raw (`probes.heads.weighting_rows`).
+
 Seeds: the probing step writes a row with seed = -1 holding the mean over seeds (probes/layers.py);
 `_over_seeds` uses it when present and averages the per-seed rows otherwise.
 """
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import json
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,8 +29,11 @@ import torch
 from spacy.tokens import Doc
 
 import plmodels
+from plmodels.components.norms import record_value_norms
+from probes.heads import DEFAULT_WEIGHTING, table_weightings, weighting_rows
 from workbench.core import results
 from workbench.store import INDEX_FILE, Store, special_token_columns, word_attention_maps
+from workbench.store.word_attention import renormalised_word_maps, word_maps
 
 # Which command writes which table (the "no results yet" message of every page).
 COMMANDS: dict[str, str] = {
@@ -216,15 +224,25 @@ def head_models(run_dir: str | Path) -> list[str]:
     return [] if df is None else sorted(df["model"].unique())
 
 
+def head_weightings(run_dir: str | Path, model: str | None = None) -> list[str]:
+    """The attention weightings in the run's `heads` table (of `model` if given), "raw" first:
+    ["raw"] for a table written before norm-weighted attention, [] without a table."""
+    df = _load(run_dir, "heads")
+    if df is None:
+        return []
+    return table_weightings(df if model is None else df[df["model"] == model])
+
+
 def head_scores(run_dir: str | Path, model: str) -> list[str]:
     """Score names of `model` in the `heads` table."""
     df = _load(run_dir, "heads")
     return [] if df is None else sorted(df[df["model"] == model]["score"].unique())
 
 
-def role_grid(classes: pd.DataFrame, model: str) -> HeadGrid | None:
+def role_grid(classes: pd.DataFrame, model: str, weighting: str = DEFAULT_WEIGHTING) -> HeadGrid | None:
     """The (L, H) grid of each head's primary role ("none" for heads with no role) from a
-    `heads_classes` table."""
+    `heads_classes` table, under one attention weighting."""
+    classes = weighting_rows(classes, weighting)
     df = classes[classes["model"] == model]
     if "primary" in df.columns:
         df = df[df["primary"].astype(bool) | (df["role"] == "none")]
@@ -239,46 +257,51 @@ def role_grid(classes: pd.DataFrame, model: str) -> HeadGrid | None:
     return HeadGrid(model, "role", values, labels, cats)
 
 
-def score_grid(heads: pd.DataFrame, model: str, score: str) -> HeadGrid | None:
-    """The (L, H) grid of one score of a `heads` table."""
+def score_grid(heads: pd.DataFrame, model: str, score: str, weighting: str = DEFAULT_WEIGHTING) -> HeadGrid | None:
+    """The (L, H) grid of one score of a `heads` table, under one attention weighting."""
+    heads = weighting_rows(heads, weighting)
     df = heads[(heads["model"] == model) & (heads["score"] == score)]
     return HeadGrid(model, score, _grid(df, "value")) if len(df) else None
 
 
-def head_grid(run_dir: str | Path, model: str, score: str) -> HeadGrid | None:
+def head_grid(run_dir: str | Path, model: str, score: str, weighting: str = DEFAULT_WEIGHTING) -> HeadGrid | None:
     """The (L, H) grid of one head score, or of the primary role when score == "role"."""
     if score == "role":
         df = _load(run_dir, "heads_classes")
-        return None if df is None else role_grid(df, model)
+        return None if df is None else role_grid(df, model, weighting)
     df = _load(run_dir, "heads")
-    return None if df is None else score_grid(df, model, score)
+    return None if df is None else score_grid(df, model, score, weighting)
 
 
-def best_heads(run_dir: str | Path, model: str) -> pd.DataFrame | None:
-    """The `relations` rows of `model` (best head per dependency relation and its baseline)."""
+def best_heads(run_dir: str | Path, model: str, weighting: str = DEFAULT_WEIGHTING) -> pd.DataFrame | None:
+    """The `relations` rows of `model` (best head per dependency relation and its baseline) under
+    one attention weighting."""
     df = _load(run_dir, "relations")
     if df is None:
         return None
+    df = weighting_rows(df, weighting)
     df = df[df["model"] == model]
     return df.sort_values("test_acc", ascending=False, ignore_index=True) if len(df) else None
 
 
-def head_map_frame(similarity: pd.DataFrame, classes: pd.DataFrame | None, model: str) -> pd.DataFrame | None:
+def head_map_frame(similarity: pd.DataFrame, classes: pd.DataFrame | None, model: str,
+                   weighting: str = DEFAULT_WEIGHTING) -> pd.DataFrame | None:
     """2-D map of the heads (Clark et al. 2019, Fig. 6: metric MDS of mean Jensen-Shannon distances
     between heads) from a `head_similarity` table (model, layer, head, x, y), with each head's
-    primary role from `heads_classes`: layer, head, x, y, role."""
+    primary role from `heads_classes`, under one attention weighting: layer, head, x, y, role."""
+    similarity = weighting_rows(similarity, weighting)
     df = similarity[similarity["model"] == model][["layer", "head", "x", "y"]].reset_index(drop=True)
     if not len(df):
         return None
-    grid = role_grid(classes, model) if classes is not None else None
+    grid = role_grid(classes, model, weighting) if classes is not None else None
     df["role"] = [grid.labels[l, h] if grid is not None else "" for l, h in zip(df["layer"], df["head"])]
     return df
 
 
-def head_map(run_dir: str | Path, model: str) -> pd.DataFrame | None:
+def head_map(run_dir: str | Path, model: str, weighting: str = DEFAULT_WEIGHTING) -> pd.DataFrame | None:
     """`head_map_frame` of the run's `head_similarity` and `heads_classes` tables."""
     df = _load(run_dir, "head_similarity")
-    return None if df is None else head_map_frame(df, _load(run_dir, "heads_classes"), model)
+    return None if df is None else head_map_frame(df, _load(run_dir, "heads_classes"), model, weighting)
 
 
 # ---------------------------------------------------------------------------- pruning
@@ -423,22 +446,35 @@ def attention_models(run_dir: str | Path) -> list[str]:
 
 
 def _attention_store(run_dir: str | Path, model: str):
+    """The raw-attention store of runs/<run>/attention/<model> (a norm-weighted store beside it, written
+    by `workbench heads --set weightings=...` into the same folder, is skipped)."""
     d = Path(run_dir) / "attention" / model
     if (d / INDEX_FILE).is_file():
         return Store.open(d)
     for sub in sorted(d.iterdir()):
-        if (sub / INDEX_FILE).is_file() and json.loads((sub / INDEX_FILE).read_text()).get("attentions"):
+        index = json.loads((sub / INDEX_FILE).read_text()) if (sub / INDEX_FILE).is_file() else {}
+        if index.get("attentions") and index.get("attention_weighting", DEFAULT_WEIGHTING) == DEFAULT_WEIGHTING:
             return Store.open(sub)
     raise FileNotFoundError(f"{d}: no activation store with attentions ({missing_command('attention')})")
 
 
-def stored_attention(run_dir: str | Path, model: str, s: int) -> SentenceAttention:
-    """Sentence s of the run's attention store for `model`, with spaCy arcs over its words."""
+def stored_attention(run_dir: str | Path, model: str, s: int, weighting: str = DEFAULT_WEIGHTING) -> SentenceAttention:
+    """Sentence s of the run's attention store for `model`, with spaCy arcs over its words.
+
+    The store holds raw attention; weighting="norm" runs the run's checkpoint of the same name on the
+    sentence's words (`attention_for_words`, the store's conversion), FileNotFoundError without one."""
     words = attention_sentences(run_dir, model)
     if words is None:
         raise FileNotFoundError(f"{Path(run_dir) / 'attention' / model}: no sentences.json")
     if not 0 <= s < len(words):
         raise IndexError(f"sentence {s} out of range 0..{len(words) - 1}")
+    if weighting != DEFAULT_WEIGHTING:
+        path = model_paths(run_dir).get(model)
+        if path is None:
+            raise FileNotFoundError(f"{Path(run_dir) / 'models' / model}: no checkpoint to compute {weighting}-weighted "
+                                    "attention with (the stored maps are raw)")
+        net, tok = load_model(path)
+        return attention_for_words(words[s], parse_words(words[s]), net, tok, weighting)
     attn = np.asarray(_attention_store(run_dir, model).sentence_attention(s), dtype=np.float32)
     ws = words[s][: attn.shape[-1]]   # words cut by truncation have no row
     return SentenceAttention(ws, attn, [a for a in parse_words(words[s]) if max(a[:2]) < len(ws)])
@@ -462,34 +498,52 @@ def _fit_words(tok, words: list[str], max_positions: int):
     return words, enc
 
 
-def attention_for_text(model_path: str | Path, text: str, model=None, tokenizer=None) -> SentenceAttention:
+def attention_for_text(model_path: str | Path, text: str, model=None, tokenizer=None,
+                       weighting: str = DEFAULT_WEIGHTING) -> SentenceAttention:
     """Word-level attention (L, H, n, n) of a typed sentence (Clark et al. 2019 word conversion, via
     workbench.store.word_attention_maps) with its spaCy arcs. Pass `model`/`tokenizer` to
-    reuse a loaded checkpoint. Sentences longer than the model's positions are cut (words dropped)."""
+    reuse a loaded checkpoint. Sentences longer than the model's positions are cut (words dropped).
+    weighting="norm": Kobayashi et al. 2020's alpha_ij ||f_h(x_j)||, renormalised per word row as
+    the activation store keeps it (`workbench.store.extraction.extract`)."""
 
 
     if model is None or tokenizer is None:
         model, tokenizer = load_model(str(model_path))
     words, arcs = parse_text(text)
-    words = words[:MAX_TEXT_WORDS]
+    return attention_for_words(words, arcs, model, tokenizer, weighting)
+
+
+def attention_for_words(words: list[str], arcs: list[tuple[int, int, str]], model, tokenizer,
+                        weighting: str = DEFAULT_WEIGHTING) -> SentenceAttention:
+    """`attention_for_text` on words already split (and their arcs): the model runs once, eager."""
+    if weighting not in ("raw", "norm"):
+        raise ValueError(f"unknown attention weighting {weighting!r}; known: ['raw', 'norm']")
+    words = list(words)[:MAX_TEXT_WORDS]
     if not words:
         raise ValueError("type a sentence: no words found")
     words, enc = _fit_words(tokenizer, words, int(model.config.max_positions))
     ids = torch.tensor([enc.ids])
     kw = {"return_logits": False} if model.kind == "decoder" else {}
-    with torch.inference_mode():
+    with torch.inference_mode(), (record_value_norms(model) if weighting == "norm" else nullcontext(None)) as norms:
         out = model(ids, output_attentions=True, attn_impl="eager", **kw)
     L, T, n = len(out.attentions), ids.shape[1], len(words)
     H = max(a.shape[1] for a in out.attentions)
     att = torch.full((L, 1, H, T, T), float("nan"))
+    weighted = att.clone()
     for l, a in enumerate(out.attentions):           # pruned layers have fewer heads: NaN rows
         att[l, :, : a.shape[1]] = a.float()
+        if norms is not None and norms[l] is not None:  # Kobayashi et al. 2020: alpha_ij ||f_h(x_j)||
+            weighted[l, :, : a.shape[1]] = a.float() * norms[l][:, :, None, :]
     tok_word = torch.full((1, T), -1, dtype=torch.long)
     for w, (a, b) in enumerate(enc.word_spans):
         tok_word[0, a:b] = w
     names, slots = special_token_columns(tokenizer)
     slot = torch.tensor([[slots.get(int(i), -1) if tok_word[0, t] < 0 else -1 for t, i in enumerate(enc.ids)]])
-    word, _ = word_attention_maps(att, tok_word, slot, n, len(names))   # (L, 1, H, n, n)
+    if norms is None:
+        word, _ = word_attention_maps(att, tok_word, slot, n, len(names))   # (L, 1, H, n, n)
+    else:
+        R, P = word_maps(tok_word, slot, n, len(names))
+        word, _ = renormalised_word_maps(weighted, att, R, P, n)
     arcs = [a for a in arcs if max(a[:2]) < n]
     return SentenceAttention(list(words), word[:, 0].numpy().astype(np.float32), arcs)
 

@@ -9,12 +9,19 @@ size. It estimates the bytes first and refuses an extraction over budget (`budge
 into a temporary sibling folder and renames it when complete: a killed extraction leaves no store,
 only a temp folder that the next run deletes (restart, not resume). The folder's name is its key
 (`keys`), its layout that of `store`.
+
+`attention_weighting="norm"` stores Kobayashi et al. 2020's norm-weighted attention instead of the
+probabilities ("Attention is Not Only a Weight: Analyzing Transformers with Vector Norms"): the
+token map alpha_ij ||f_h(x_j)||, with ||f_h(x_j)|| read from the value vectors during the same
+forward pass (`plmodels.components.norms.record_value_norms`), converted to words like raw
+attention and renormalised per word row (`extract` says why and how).
 """
 from __future__ import annotations
 
 import os
 import shutil
 import time
+from contextlib import nullcontext
 from functools import partial
 from pathlib import Path
 from typing import Sequence
@@ -23,6 +30,7 @@ import numpy as np
 import torch
 
 import plmodels
+from plmodels.components.norms import record_value_norms
 from plmodels.progress import progress as progress_bar
 from workbench.core.io import atomic_dir, atomic_write_json, clean_stale_tmp
 from workbench.data import tasks
@@ -32,9 +40,10 @@ from workbench.store.budget import DEFAULT_MAX_RAM, BudgetError, estimate_bytes
 from workbench.store.keys import data_hash, model_fingerprint, store_dir, store_key
 from workbench.store.pooling import POOLINGS
 from workbench.store.store import ATTN_BYTES, ATTN_FILE, INDEX_FILE, SPECIAL_FILE, STORE_VERSION, Store
-from workbench.store.word_attention import apply_word_maps, special_token_columns, word_maps
+from workbench.store.word_attention import apply_word_maps, renormalised_word_maps, special_token_columns, word_maps
 
 PRECISIONS = ("fp32", "bf16")
+ATTENTION_WEIGHTINGS = ("raw", "norm")  # probabilities alpha_ij | Kobayashi et al.'s alpha_ij ||f_h(x_j)||
 
 
 def forward_layers(model, ids, mask, attentions: bool, precision: str = "fp32"):
@@ -59,8 +68,11 @@ def _write_batch(batch: Batch, out: np.ndarray, fds: list[int], bytes_per_row: i
 
 
 def _write_attention(batch: Batch, atts, tokenizer_slots: dict[int, int], n_special: int, n_heads: int,
-                     attn_fd: int, special_fd: int, attn_offsets: np.ndarray, sent_offsets: np.ndarray) -> None:
-    """Convert a batch's token attentions (L tensors (B, H_l, T, T)) to word level and write them."""
+                     attn_fd: int, special_fd: int, attn_offsets: np.ndarray, sent_offsets: np.ndarray,
+                     norms=None) -> None:
+    """Convert a batch's token attentions (L tensors (B, H_l, T, T)) to word level and write them.
+    With `norms` (L entries (B, H_l, T) of ||f_h(x_j)||, None for a layer without heads), the maps
+    are the norm-weighted alpha_ij ||f_h(x_j)||, renormalised per word row."""
     L = len(atts)
     B, T = batch.ids.shape
     tok_word = np.full((B, T), -1, dtype=np.int64)  # numpy: tiny per-row ops, no OpenMP round trips
@@ -77,7 +89,10 @@ def _write_attention(batch: Batch, atts, tokenizer_slots: dict[int, int], n_spec
     special = alloc((L, B, n_heads, n_max, n_special), dtype=np.float32)
     R, P = word_maps(tok_word, slot, n_max, n_special)  # once per batch, shared by every layer
     for l, a in enumerate(atts):  # layer by layer (no stacked copy); pruned layers' missing heads stay NaN
-        w, sp = apply_word_maps(a.float(), R, P, n_max)  # (B, H_l, n, n), (B, H_l, n, K)
+        if norms is None or a.shape[1] == 0:
+            w, sp = apply_word_maps(a.float(), R, P, n_max)  # (B, H_l, n, n), (B, H_l, n, K)
+        else:  # Kobayashi et al. 2020: alpha_ij ||f_h(x_j)||, norms broadcast over the attending rows i
+            w, sp = renormalised_word_maps(a.float() * norms[l][:, :, None, :], a.float(), R, P, n_max)
         word[l, :, : a.shape[1]] = w.numpy()
         special[l, :, : a.shape[1]] = sp.numpy()
     for b, p in enumerate(batch.pieces):
@@ -92,7 +107,7 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
             key_extra: str = "", model_id: str | None = None, pooling: str = "first",
             attentions: bool = False, policy: str = "truncate", batch_tokens: int = 8192,
             max_bytes_disk: int | None = None, max_bytes_ram: int | None = DEFAULT_MAX_RAM,
-            precision: str = "fp32", progress: bool = True) -> Store:
+            precision: str = "fp32", attention_weighting: str = "raw", progress: bool = True) -> Store:
     """Extract every layer's pooled word vectors (and, on request, word-level attention) to a store.
 
     sentences: S lists of words. model_id: the checkpoint hash when known (else the weights are
@@ -104,6 +119,19 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
     precision: "fp32" (default, exact) or "bf16": the forward under bf16 autocast, about 2x faster
     on CPUs with AVX512-BF16/AMX and on GPUs. Its vectors and attention maps differ from fp32 by
     bf16 rounding (docs/benchmarks.md measures how much); it is part of the store key.
+
+    attention_weighting (with attentions=True): "raw" (default) stores the attention probabilities;
+    "norm" stores Kobayashi et al. 2020's norm-weighted attention. The token map is
+    alpha_ij ||f_h(x_j)||, f_h(x_j) = (x_j W_V^h + b_V^h) W_O^h (the value vector times head h's
+    slice of the output projection; the output bias is in no head's f), with alpha the
+    probabilities the model returns (after the head mask). It goes through the same subword -> word
+    maps (sum over attended subwords, mean over attending ones, special columns), and then, unlike
+    the paper, which reads the unnormalised norms, each word row (words plus special columns) is
+    divided by its sum: the head statistics (`probes.heads`) need distributions, and their shares
+    then read "the part of the head's output norm mass at word i that comes from word j". A row with
+    no mass (every attended vector zero) keeps the raw attention row instead of dividing 0 by 0
+    (`word_attention.renormalised_word_maps`). The weighting is part of the store key (a "norm"
+    store never serves a "raw" request) and recorded in index.json as `attention_weighting`.
     """
     if pooling not in POOLINGS:
         raise ValueError(f"unknown pooling {pooling!r}; known: {sorted(POOLINGS)}")
@@ -111,12 +139,18 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
         raise ValueError(f"unknown precision {precision!r}; known: {list(PRECISIONS)}")
     if attentions and policy != "truncate":
         raise ValueError("attentions need policy='truncate' (word attention needs one sequence per sentence)")
+    if attention_weighting not in ATTENTION_WEIGHTINGS:
+        raise ValueError(f"unknown attention_weighting {attention_weighting!r}; known: {list(ATTENTION_WEIGHTINGS)}")
+    if attention_weighting != "raw" and not attentions:
+        raise ValueError(f"attention_weighting={attention_weighting!r} needs attentions=True")
     root = Path(store_root)
     tok_fp = tokenizer.fingerprint()
     mid = model_id or model_fingerprint(model)
     dhash = data_hash(sentences)
-    key = store_key(mid, dhash, pooling, tok_fp, policy,
-                    key_extra if precision == "fp32" else f"{key_extra};precision={precision}")
+    extra = key_extra if precision == "fp32" else f"{key_extra};precision={precision}"
+    if attention_weighting != "raw":  # raw keys stay as they were: existing stores keep serving
+        extra = f"{extra};attention_weighting={attention_weighting}"
+    key = store_key(mid, dhash, pooling, tok_fp, policy, extra)
     for with_attn in ([True] if attentions else [True, False]):
         d = store_dir(root, key, pooling, with_attn)
         if (d / INDEX_FILE).is_file():
@@ -172,7 +206,10 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                 with progress_bar(total, "extract", "tok", scale=True, disable=not progress) as bar:
                     for idx in batches:
                         batch = build_batch([align.pieces[i] for i in idx], sent_offsets, pad_id)
-                        out = forward_layers(model, batch.ids.to(device), batch.mask.to(device), attentions, precision)
+                        recorder = record_value_norms(model) if attention_weighting == "norm" else nullcontext(None)
+                        with recorder as norms:
+                            out = forward_layers(model, batch.ids.to(device), batch.mask.to(device), attentions,
+                                                 precision)
                         B, T = batch.ids.shape
                         pooled = np.empty((L + 1, len(batch.dest_rows), D), dtype=np.float16)
                         for l, h in enumerate(out.hidden_states):
@@ -180,8 +217,10 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                         _write_batch(batch, pooled, fds, D * 2)
                         if attentions:
                             _write_attention(batch, [a.cpu() for a in out.attentions], slots, K, H,
-                                             attn_fd, special_fd, attn_offsets, sent_offsets)
-                        del out, pooled
+                                             attn_fd, special_fd, attn_offsets, sent_offsets,
+                                             None if norms is None else [None if n is None else n.cpu()
+                                                                         for n in norms])
+                        del out, pooled, norms
                         bar.update(int(batch.mask.sum()))
             finally:
                 for fd in fds + ([attn_fd, special_fd] if attentions else []):
@@ -200,7 +239,8 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
             }
             if attentions:
                 np.save(tmp / "attn_offsets.npy", attn_offsets)
-                index.update(n_attn_layers=L, n_heads=H, heads_per_layer=heads, special_tokens=list(names))
+                index.update(n_attn_layers=L, n_heads=H, heads_per_layer=heads, special_tokens=list(names),
+                             attention_weighting=attention_weighting)
             atomic_write_json(tmp / INDEX_FILE, index)
     finally:
         model.train(was_training)

@@ -3,7 +3,9 @@
 Layout (docs/design.md "Activation store"): one folder per key (`keys`), holding
 - `index.json`: model_id, model_kind, n_layers (= L + 1: embeddings then each block), d_model,
   n_words, n_sentences, pooling, tokenizer_fingerprint, dtype ("float16"), attn_dtype ("float32"),
-  created, data_hash, key, alignment counts, and for attention n_attn_layers, n_heads, special_tokens;
+  created, data_hash, key, alignment counts, and for attention n_attn_layers, n_heads, special_tokens
+  and attention_weighting ("raw": probabilities; "norm": Kobayashi et al. 2020's alpha ||f(x)||,
+  renormalised per row; stores written before the option have no entry and are "raw");
 - `layer_{l}.f16`: raw float16 (n_words, d_model), row `sent_offsets[s] + i` = word i of sentence s;
 - `sent_offsets.npy`: (S + 1,) int64;
 - with attentions: `attn.f32` flat, sentence s at element `attn_offsets[s]` shaped (L, H, n_s, n_s);
@@ -59,6 +61,12 @@ class Store:
     n_sentences = property(lambda self: int(self.index["n_sentences"]))
     pooling = property(lambda self: self.index["pooling"])
     has_attentions = property(lambda self: bool(self.index.get("attentions", False)))
+
+    @property
+    def attention_weighting(self) -> str | None:
+        """"raw" or "norm" (extraction's `attention_weighting`) for a store with attentions, else None;
+        stores written before the option are "raw"."""
+        return self.index.get("attention_weighting", "raw") if self.has_attentions else None
 
     def sentence_rows(self, s: int) -> slice:
         """Global rows of sentence s's (kept) words."""

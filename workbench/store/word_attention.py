@@ -8,6 +8,10 @@ Computed per batch as W = R @ A @ P with R (n, T) the averaging matrix and P (T,
 token -> column map (vectorised; no per-word Python loop). The K special columns are the tokens a
 sentence is wrapped in (`special_token_columns`): "[CLS]", "[SEP]" for BERT and RoBERTa (<s>, </s>),
 "BOS" for GPT-2-style decoders.
+
+Norm-weighted maps (Kobayashi et al. 2020, "Attention is Not Only a Weight"): `renormalised_word_maps`
+converts a token map alpha_ij ||f_h(x_j)|| with the same R and P and rescales each word row (word
+plus special columns) to sum 1; a row with no mass at all falls back to the raw attention's row.
 """
 from __future__ import annotations
 
@@ -66,3 +70,26 @@ def apply_word_maps(att: torch.Tensor, R: torch.Tensor, P: torch.Tensor, n_words
     AP = att.reshape(*att.shape[:-3], H * T, T) @ P                # (..., B, H T, C): one bmm over B
     out = R.unsqueeze(-3) @ AP.view(*att.shape[:-1], C)            # (..., B, H, n, C)
     return out[..., :n_words], out[..., n_words:]
+
+
+def renormalised_word_maps(weighted: torch.Tensor, raw: torch.Tensor, R: torch.Tensor, P: torch.Tensor,
+                           n_words: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Word maps of a non-negative weighted token map (..., B, H, T, T), e.g. Kobayashi et al.'s
+    alpha_ij ||f_h(x_j)||, as distributions: R W P (the same subword -> word conversion as raw
+    attention), then each word row, word plus special columns, divided by its sum, so that every
+    consumer of raw maps (rows sum to 1) reads them unchanged.
+
+    A row whose weighted mass is 0 (every token its subwords attend to has a zero vector, or the row
+    is a padding word) takes the row of `raw` (the probabilities the weights came from) instead:
+    without any norm to weigh by, the weights are all that is left, and the row stays a distribution
+    with no 0/0. NaN rows (heads a pruned layer lacks) stay NaN. Returns (word (..., B, H, n, n),
+    special (..., B, H, n, K))."""
+    word, special = apply_word_maps(weighted, R, P, n_words)
+    mass = word.sum(-1, keepdim=True) + special.sum(-1, keepdim=True)  # (..., B, H, n, 1)
+    empty = mass == 0
+    scale = torch.where(empty, torch.ones_like(mass), mass)
+    word, special = word / scale, special / scale
+    if bool(empty.any()):
+        raw_word, raw_special = apply_word_maps(raw, R, P, n_words)
+        word, special = torch.where(empty, raw_word, word), torch.where(empty, raw_special, special)
+    return word, special

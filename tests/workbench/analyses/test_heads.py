@@ -13,10 +13,16 @@ from plmodels.decoder import Decoder, DecoderConfig
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 from probes.heads import RELATION_COLUMNS, HeadConfig, HeadStats, Sentence
-from workbench.store import Store
-from workbench.analyses.heads import (HeadRunConfig, analyse_loaded, fits, positional_ceiling, sentence_attention,
-                                    token_positional_shares)
+from workbench.analyses.heads import (
+    HeadRunConfig,
+    analyse_loaded,
+    fits,
+    positional_ceiling,
+    sentence_attention,
+    token_positional_shares,
+)
 from workbench.data.tasks import ud_sentences as _ud_sentences
+from workbench.store import Store
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,11 +120,13 @@ def test_positional_ceiling_by_hand(tmp_path):
 
 def test_tables_schemas(forced):
     _, _, t = forced
-    assert list(t["heads"].columns) == ["model", "layer", "head", "score", "value"]
+    assert list(t["heads"].columns) == ["model", "layer", "head", "score", "value", "weighting"]
     assert list(t["heads_classes"].columns[:4]) == ["model", "layer", "head", "role"]
-    assert list(t["relations"].columns) == RELATION_COLUMNS
-    assert list(t["head_similarity"].columns) == ["model", "layer", "head", "x", "y"]
+    assert t["heads_classes"].columns[-1] == "weighting"
+    assert list(t["relations"].columns) == RELATION_COLUMNS + ["weighting"]
+    assert list(t["head_similarity"].columns) == ["model", "layer", "head", "x", "y", "weighting"]
     assert len(t["head_similarity"]) == 4 and set(t["heads"]["model"]) == {"forced"}
+    assert all(set(df["weighting"]) == {"raw"} for df in t.values())  # the default: raw attention only
 
 
 def _stats_from_store(path, split, tok):

@@ -114,6 +114,14 @@ def _amnesic(a: argparse.Namespace) -> None:
     print(f"amnesic tables: {sorted(tables)} in {a.out / 'tables'}")
 
 
+def _gate(a: argparse.Namespace) -> None:
+    from workbench.analyses.gating import gate_model, resolve_config
+
+    config = resolve_config(a.config, {**_overrides(a), **({"tasks": a.tasks.split(",")} if a.tasks else {})})
+    tables = gate_model(a.model, out_dir=a.out, config=config)
+    print(f"gating tables: {sorted(tables)} in {a.out / 'tables'}")
+
+
 def _heads(a: argparse.Namespace) -> None:
     from workbench.analyses.heads import analyse_heads, resolve_config
     from workbench.presentation.analysis_figures import write_analysis_figures
@@ -283,6 +291,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, default=Path("runs/amnesic"), help=OUT_HELP)
     _config_args(s, "amnesic-probing")
     s.set_defaults(fn=_amnesic)
+
+    s = _command(sub, "gate", "head-gated probing: gate each head, role and role family off and measure the "
+                              "LM loss and the probes' accuracy, against random heads; the per-head passport")
+    s.add_argument("model", type=Path, help=MODEL_HELP)
+    s.add_argument("--tasks", help="comma-separated word-level properties (default: the config's: pos,deps,ner)")
+    s.add_argument("--out", type=Path, default=Path("runs/gate"),
+                   help=OUT_HELP + "; role units read heads_classes from the run's tables/ (run `workbench heads` "
+                                   "into the same run) or from --set heads_classes=<parquet>")
+    _config_args(s, "head-gating")
+    s.set_defaults(fn=_gate)
 
     s = _command(sub, "heads", "attention-head roles (positional, syntactic, rare-token, ...)")
     s.add_argument("model", type=Path, help=MODEL_HELP)

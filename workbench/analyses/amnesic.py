@@ -38,6 +38,7 @@ import torch.nn.functional as F
 
 import plmodels
 from plmodels.config import Config
+from plmodels.elmo import BILM_KINDS, bilm_loss
 from plmodels.progress import progress as progress_bar
 from plmodels.training.masking import IGNORE_INDEX, MaskingConfig, causal_lm_labels, mask_tokens, step_generator
 from probes.amnesic import INLPEraser, LeaceEraser, RandomEraser
@@ -144,26 +145,42 @@ def held_out(model, tok, sentences: list[list[str]], cfg: AmnesicRunConfig) -> H
 
 
 @torch.no_grad()
-def run_erased(model, data: HeldOut, hooks) -> tuple[float, np.ndarray]:
-    """(mean LM loss over labelled positions, (N_words, D) last-layer first-subword vectors) with `hooks`."""
-    total, count, vecs = 0.0, 0, []
+def run_model(model, data: HeldOut, hooks=(), head_mask: torch.Tensor | None = None,
+              layers: list[int] | None = None) -> tuple[float, dict[int, np.ndarray]]:
+    """(mean LM loss over labelled positions, {layer: (N_words, D) first-subword vectors}) of the
+    model run on the held-out batches with `hooks` and `head_mask` (L, H) in place. Encoders: the
+    masked-LM loss on the masked input, the vectors from the unmasked input; decoders: one forward;
+    biLMs (ELMo): the mean of the two directions' next-token losses (`plmodels.elmo.bilm_loss`). layers: hidden-state indices 0..L (None: the last only)."""
+    total, count = 0.0, 0
+    want = [int(model.config.n_layers)] if layers is None else list(layers)
+    vecs: dict[int, list[np.ndarray]] = {l: [] for l in want}
+    hooks = list(hooks)
+    unpad = not hooks  # hooks must see (B, T, D), not the packed real tokens
     with model.hooks(hooks):
         for b in data.batches:
+            sel = b["labels"] != IGNORE_INDEX
             if model.kind == "encoder":
-                h = model(b["masked"], attention_mask=b["mask"]).last_hidden_state
-                sel = b["labels"] != IGNORE_INDEX
+                h = model(b["masked"], attention_mask=b["mask"], head_mask=head_mask, unpad=unpad).last_hidden_state
                 logits = model.mlm_logits(h[sel])
+            elif model.kind in BILM_KINDS:  # both directions' next-token losses, averaged (ELMo)
+                part = bilm_loss(model, b["ids"], b["mask"])
+                total, count = total + float(part.loss) * part.n, count + part.n
+            out = model(b["ids"], attention_mask=b["mask"], head_mask=head_mask, output_hidden_states=True,
+                        unpad=unpad)
+            if model.kind == "decoder":
+                logits = out.logits[sel]
+            if model.kind in ("encoder", "decoder"):
                 total += float(F.cross_entropy(logits.float(), b["labels"][sel], reduction="sum"))
                 count += int(sel.sum())
-                last = model(b["ids"], attention_mask=b["mask"]).last_hidden_state
-            else:
-                out = model(b["ids"], attention_mask=b["mask"])
-                sel = b["labels"] != IGNORE_INDEX
-                total += float(F.cross_entropy(out.logits[sel].float(), b["labels"][sel], reduction="sum"))
-                count += int(sel.sum())
-                last = out.last_hidden_state
-            vecs.append(last[b["firsts"][:, 0], b["firsts"][:, 1]].float().numpy())
-    return total / max(1, count), np.concatenate(vecs)
+            for l in want:
+                vecs[l].append(out.hidden_states[l][b["firsts"][:, 0], b["firsts"][:, 1]].float().numpy())
+    return total / max(1, count), {l: np.concatenate(v) for l, v in vecs.items()}
+
+
+def run_erased(model, data: HeldOut, hooks) -> tuple[float, np.ndarray]:
+    """(mean LM loss, (N_words, D) last-layer first-subword vectors) with `hooks` in place."""
+    loss, vecs = run_model(model, data, hooks)
+    return loss, next(iter(vecs.values()))
 
 
 def _probe_acc(Xtr, ytr, Xte, yte, C: float) -> float:

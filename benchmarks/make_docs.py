@@ -194,6 +194,15 @@ def objectives(d: Result) -> tuple[str, str]:
     return text, met(e["time_vs_mlm"] <= e["target_max"])
 
 
+def bilm_steps(d: Result) -> str:
+    """The biLMs' step against the MLM step (no target: they predict every token, both ways)."""
+    rows = {r["system"]: r for r in d["rows"]}
+    prec = "bf16 autocast" if d.get("bf16") else "fp32"
+    each = "; ".join(f"{name} {r['seconds_per_step']:.2f} s, **{r['time_vs_mlm']:.2f}x**" for name, r in rows.items()
+                     if name != "encoder")
+    return f"{prec}, {d['iters']} interleaved rounds, MLM step {rows['encoder']['seconds_per_step']:.2f} s: {each}"
+
+
 def leace(d: Result) -> tuple[str, str]:
     text = (f"fit + transform of {d['shape']['n']:,} x {d['shape']['d']} ({d['shape']['classes']} classes): "
             f"**{d['ours_s']:.2f} s**; concept-erasure's LeaceFitter {d['reference_s']:.2f} s "
@@ -282,6 +291,10 @@ TARGETS = (
 )
 
 REPORTS = (
+    Row("ELMo's biLSTM LM and its transformer biLM control, step time against the MLM step at the mini shape "
+        "(#64; every token predicted in both directions, a 16,000-way softmax)", "objectives_bilm.json",
+        "python benchmarks/bench_objectives.py --systems elmo,elmo-transformer --iters 5 --threads 2 "
+        "--out benchmarks/results/objectives_bilm.json", bilm_steps),
     Row("achieved GFLOP/s as a share of the matmul peak measured in the same run (#3)", "train.json",
         "python benchmarks/bench_train.py --iters 5", train_gflops),
     Row("what each of our training-step changes buys (`--ablate`: one change undone per row; issue 11)", "train.json",

@@ -21,6 +21,10 @@ from plmodels.training.finetune import Classifier
 from plmodels.training.loop import run_training
 from plmodels.training.loss import linear_cross_entropy
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
+from workbench.analyses.amnesic import AmnesicRunConfig, held_out, run_model
+from workbench.analyses.gating import gate_model
+from workbench.analyses.heads import analyse_heads
+from workbench.analyses.prune import prune_model_cli
 from workbench.store.extraction import extract
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: torch's thread pool only adds contention
@@ -282,3 +286,26 @@ def test_a_sentence_classifier_reads_each_direction_after_the_whole_sentence(kin
     torch.testing.assert_close(feats[1], torch.cat([h[1, 4, :8], h[1, 0, 8:]]))
     alone = clf.features(ids[1:2, :5], mask[1:2, :5])
     torch.testing.assert_close(feats[1], alone[0], atol=1e-5, rtol=1e-5)
+
+
+def test_the_analyses_read_a_bilm_or_refuse_it_by_name(trained, tmp_path):
+    """Amnesic probing's LM loss is the biLM loss (the mean of the two directions); head gating and
+    pruning refuse a model without a head mask, head analysis one without heads, naming the kind."""
+    _, result, _ = trained
+    model, tok = load(result.path)
+    model.eval()
+    sents = [["the", "cat", "sees", "the", "river", "."], ["two", "dogs", "call", "."]]
+    data = held_out(model, tok, sents, AmnesicRunConfig(batch_size=2))
+    loss, vecs = run_model(model, data, layers=[0, model.config.n_layers])
+    batch = data.batches[0]
+    with torch.no_grad():
+        ref = bilm_loss(model, batch["ids"], batch["mask"]).loss
+    assert loss == pytest.approx(float(ref), rel=1e-5)
+    assert vecs[0].shape == (10, model.config.d_model)
+    with pytest.raises(ValueError, match=f"a {model.kind} model has no head mask"):
+        gate_model(result.path, out_dir=tmp_path / "gate", progress=False)
+    with pytest.raises(ValueError, match=f"a {model.kind} model has no head mask"):
+        prune_model_cli(result.path, out_dir=tmp_path / "prune", progress=False)
+    if model.kind == "bilm":
+        with pytest.raises(ValueError, match="a bilm model has no attention heads"):
+            analyse_heads(result.path, out_dir=tmp_path / "heads", progress=False)

@@ -510,6 +510,8 @@ def analyse_heads(model_path: str | Path, out_dir: str | Path | None = None, con
 
 
     model, tokenizer = plmodels.load(model_path)
+    if not getattr(model.config, "n_heads", 0):
+        raise ValueError(f"{model_path}: a {model.kind} model has no attention heads to analyse")
     if tokenizer is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; head analysis needs one")
     return analyse_loaded(model, tokenizer, out_dir, config, model_name or default_model_name(model_path), run_dir,

@@ -309,6 +309,9 @@ def build_objective(path: Path, cfg: PruneRunConfig):
             raise ValueError(f"{path}: eval_data='classifier' needs a finetuned folder (finetune.json + head.safetensors)")
         return classifier_objective(path, cfg)
     model, tok = plmodels.load(path)
+    if model.kind not in ("encoder", "decoder"):
+        raise ValueError(f"{path}: a {model.kind} model has no head mask; head importance and pruning read "
+                         "encoders and decoders")
     if tok is None:
         raise ValueError(f"{path}: the checkpoint has no tokenizer/ folder; pruning needs one")
     card = json.loads((path / "card.json").read_text()) if (path / "card.json").exists() else {}

@@ -14,6 +14,10 @@ entities) and layer l:
    probe trained on the intact model's last layer, read on the last layer of the erased run
    (`last_layer_acc`).
 
+An encoder whose MLM head was freshly initialised at import (an imported sentence encoder such as
+all-MiniLM-L6-v2: its card says so) gets no LM-loss rows, since its MLM loss would be noise; the
+probe rows stand.
+
 The finding is the gap between an eraser and its random control: a property the model uses costs
 more loss when erased than as many random directions do (Elazar et al.'s amnesic vs. random
 comparison). Where this differs from the paper: the paper erases with INLP only and reports LM
@@ -40,6 +44,7 @@ import plmodels
 from plmodels.config import Config
 from plmodels.elmo import BILM_KINDS, bilm_loss
 from plmodels.progress import progress as progress_bar
+from plmodels.training.distil import has_trained_mlm_head
 from plmodels.training.masking import IGNORE_INDEX, MaskingConfig, causal_lm_labels, mask_tokens, step_generator
 from probes.amnesic import INLPEraser, LeaceEraser, RandomEraser
 from probes.logreg import LogisticRegressionLBFGS
@@ -115,12 +120,14 @@ def eraser_hook(eraser):
 
 @dataclass
 class HeldOut:
-    """Held-out sentences as padded batches: inputs, LM labels, and each word's first subword."""
+    """Held-out sentences as padded batches: inputs, LM labels, and each word's first subword; `lm`
+    False when the model's LM head is untrained (an imported sentence encoder): no loss is computed."""
 
     batches: list[dict]
+    lm: bool = True
 
 
-def held_out(model, tok, sentences: list[list[str]], cfg: AmnesicRunConfig) -> HeldOut:
+def held_out(model, tok, sentences: list[list[str]], cfg: AmnesicRunConfig, lm: bool = True) -> HeldOut:
     encs = tok.encode_words_batch(sentences)
     pad = tok.pad_id if tok.pad_id is not None else 0
     gen = step_generator(cfg.seed, 0, stream=7)
@@ -141,7 +148,7 @@ def held_out(model, tok, sentences: list[list[str]], cfg: AmnesicRunConfig) -> H
         firsts = [(b, w0) for b, e in enumerate(chunk) for (w0, _) in e.word_spans]
         out.append({"ids": ids, "masked": masked, "labels": labels, "mask": mask,
                     "firsts": torch.tensor(firsts, dtype=torch.long).reshape(-1, 2)})
-    return HeldOut(out)
+    return HeldOut(out, lm)
 
 
 @torch.no_grad()
@@ -159,22 +166,23 @@ def run_model(model, data: HeldOut, hooks=(), head_mask: torch.Tensor | None = N
     with model.hooks(hooks):
         for b in data.batches:
             sel = b["labels"] != IGNORE_INDEX
-            if model.kind == "encoder":
+            if model.kind == "encoder" and data.lm:
                 h = model(b["masked"], attention_mask=b["mask"], head_mask=head_mask, unpad=unpad).last_hidden_state
                 logits = model.mlm_logits(h[sel])
-            elif model.kind in BILM_KINDS:  # both directions' next-token losses, averaged (ELMo)
+            elif model.kind in BILM_KINDS and data.lm:  # both directions' next-token losses, averaged (ELMo)
                 part = bilm_loss(model, b["ids"], b["mask"])
                 total, count = total + float(part.loss) * part.n, count + part.n
             out = model(b["ids"], attention_mask=b["mask"], head_mask=head_mask, output_hidden_states=True,
                         unpad=unpad)
             if model.kind == "decoder":
                 logits = out.logits[sel]
-            if model.kind in ("encoder", "decoder"):
+            if model.kind in ("encoder", "decoder") and data.lm:
                 total += float(F.cross_entropy(logits.float(), b["labels"][sel], reduction="sum"))
                 count += int(sel.sum())
             for l in want:
                 vecs[l].append(out.hidden_states[l][b["firsts"][:, 0], b["firsts"][:, 1]].float().numpy())
-    return total / max(1, count), {l: np.concatenate(v) for l, v in vecs.items()}
+    loss = total / max(1, count) if data.lm else float("nan")
+    return loss, {l: np.concatenate(v) for l, v in vecs.items()}
 
 
 def run_erased(model, data: HeldOut, hooks) -> tuple[float, np.ndarray]:
@@ -189,8 +197,9 @@ def _probe_acc(Xtr, ytr, Xte, yte, C: float) -> float:
 
 
 def amnesic_task(model, tok, train: TaskSplit, test: TaskSplit, task: str, cfg: AmnesicRunConfig,
-                 model_name: str, layers: list[int], bar=None) -> pd.DataFrame:
-    """The rows of one property at every layer of `layers`."""
+                 model_name: str, layers: list[int], bar=None, lm: bool = True) -> pd.DataFrame:
+    """The rows of one property at every layer of `layers` (without the LM-loss rows when `lm` is
+    False: the model's LM head is untrained)."""
     fill = FILL.get(task)
     tr_rows, ytr = word_labels(train, fill)
     te_all, y_all = word_labels(test, fill)
@@ -199,7 +208,7 @@ def amnesic_task(model, tok, train: TaskSplit, test: TaskSplit, task: str, cfg: 
     te_rows, yte = te_all[seen][: cfg.max_eval_targets], y_all[seen][: cfg.max_eval_targets]
     n_sent = min(cfg.lm_sentences, test.arrays.store.n_sentences)
     sentences = [[str(w) for w in test.words[test.arrays.store.sentence_rows(s)]] for s in range(n_sent)]
-    data = held_out(model, tok, sentences, cfg)
+    data = held_out(model, tok, sentences, cfg, lm)
     # the downstream probe: trained on the intact last layer (train split), read on erased runs
     st_tr, st_te = train.arrays.store, test.arrays.store
     last_clf = LogisticRegressionLBFGS(C=cfg.C).fit(
@@ -234,7 +243,21 @@ def amnesic_task(model, tok, train: TaskSplit, test: TaskSplit, task: str, cfg: 
                          (model_name, task, layer, label, "last_layer_acc", last_layer_acc(last))]
             if bar is not None:
                 bar.update(1)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return without_lm_rows(pd.DataFrame(rows, columns=COLUMNS), lm)
+
+
+LM_METRICS = ("lm_loss", "lm_loss_delta")
+
+
+def without_lm_rows(table: pd.DataFrame, lm: bool) -> pd.DataFrame:
+    """The table, less its LM-loss rows when the LM head is untrained (`lm` False)."""
+    return table if lm else table[~table["metric"].isin(LM_METRICS)].reset_index(drop=True)
+
+
+def lm_head_trained(model, model_path) -> bool:
+    """False for an encoder whose MLM head was freshly initialised at import (its card says so: an
+    imported sentence encoder such as all-MiniLM-L6-v2), whose MLM loss would be noise."""
+    return model.kind != "encoder" or has_trained_mlm_head(model_path)
 
 
 def amnesic_model(model_path: str | Path, out_dir: str | Path | None = None,
@@ -257,6 +280,7 @@ def amnesic_model(model_path: str | Path, out_dir: str | Path | None = None,
         store_root = Path(out_dir) / "store"
     pcfg = ProbeRunConfig()
     model_id = plmodels.checkpoint_hash(model_path)
+    lm = lm_head_trained(model, model_path)
     frames, seconds = [], {}
     with progress_bar(len(cfg.tasks) * len(layers) * len(cfg.erasers), f"amnesic {model_name}", "eraser",
                       disable=not progress) as bar:
@@ -266,12 +290,13 @@ def amnesic_model(model_path: str | Path, out_dir: str | Path | None = None,
                                cfg.max_train_targets, progress=progress)
             test = load_split(model, tok, task, pcfg.eval_split, pcfg, Path(store_root), model_id,
                               cfg.max_eval_targets, progress=progress)
-            frames.append(amnesic_task(model, tok, train, test, task, cfg, model_name, layers, bar))
+            frames.append(amnesic_task(model, tok, train, test, task, cfg, model_name, layers, bar, lm))
             seconds[task] = round(time.perf_counter() - t0, 1)
     table = pd.concat(frames, ignore_index=True)
     if out_dir is not None:
         write_tables(out_dir, {"amnesic": table})
         atomic_write_json(Path(out_dir) / "amnesic_run.json", {
             "model": model_name, "model_path": str(model_path), "checkpoint_hash": model_id,
-            "config": cfg.to_dict(), "layers": layers, "seconds": seconds})
+            "config": cfg.to_dict(), "layers": layers, "seconds": seconds,
+            "lm_loss": "measured" if lm else "left out: the card says the MLM head was freshly initialised at import"})
     return {"amnesic": table}

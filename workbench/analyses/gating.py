@@ -16,6 +16,9 @@ measured against the intact model:
   probe uses passed through the gated heads. Layers at or below the unit's lowest head cannot change
   and get no rows.
 
+An encoder whose MLM head was freshly initialised at import (an imported sentence encoder such as
+all-MiniLM-L6-v2: its card says so) gets no LM-loss rows; its probe rows stand.
+
 The finding for a role is the gap between its effect and the random sets' effect (mean and spread
 over `random_draws` draws of as many heads). The properties are the word-level ones of amnesic
 probing: POS, each word's dependency relation, NER type ("O" outside entities).
@@ -38,8 +41,9 @@ import torch
 import plmodels
 from plmodels.config import Config
 from plmodels.progress import progress as progress_bar
+from probes.heads import weighting_rows
 from probes.logreg import LogisticRegressionLBFGS
-from workbench.analyses.amnesic import FILL, HeldOut, held_out, run_model, word_labels
+from workbench.analyses.amnesic import FILL, HeldOut, held_out, lm_head_trained, run_model, without_lm_rows, word_labels
 from workbench.analyses.heads import _family
 from workbench.analyses.probing import ProbeRunConfig, TaskSplit, default_model_name, load_split
 from workbench.core.io import atomic_write_json
@@ -64,6 +68,7 @@ class GateRunConfig(Config):
     C: float = 1.0  # inverse L2 strength of the probes
     seed: int = 0  # the MLM mask and the random head sets
     heads_classes: str | None = None  # a heads_classes parquet (None: the run's tables/, if any)
+    role_weighting: str = "raw"  # roles read from raw or norm-weighted attention (HeadRunConfig.weightings)
 
     def __post_init__(self) -> None:
         bad = [u for u in self.units if u not in UNITS]
@@ -293,6 +298,10 @@ def gate_model(model_path: str | Path, out_dir: str | Path | None = None,
             heads_classes = heads_classes[heads_classes["model"] == model_name]
             if not len(heads_classes):
                 raise ValueError(f"{cfg.heads_classes}: no heads_classes rows of model {model_name!r}")
+    if heads_classes is not None:
+        heads_classes = weighting_rows(heads_classes, cfg.role_weighting)
+        if not len(heads_classes):
+            raise ValueError(f"gate: no heads_classes rows with weighting {cfg.role_weighting!r} for {model_name!r}")
     importance = importance if importance is not None else find_run_table(out, "importance", model_name)
     if store_root is None:
         if out is None:
@@ -312,11 +321,12 @@ def gate_model(model_path: str | Path, out_dir: str | Path | None = None,
                        key=len)  # length-sorted batches waste less padding
     readout = fit_readout(splits, layers, sentences, cfg)
     n_sent = len(sentences)
-    data = held_out(model, tok, [list(w) for w in sentences], cfg)
+    lm = lm_head_trained(model, model_path)
+    data = held_out(model, tok, [list(w) for w in sentences], cfg, lm)
     n_heads = int(max(getattr(model, "n_heads_per_layer", [model.config.n_heads])))
     units = gating_units(L, n_heads, heads_classes, cfg.units, cfg.random_draws, cfg.seed)
     with progress_bar(len(units), f"gate {model_name}", "unit", disable=not progress) as bar:
-        gating = gate_effects(model, data, readout, units, model_name, bar)
+        gating = without_lm_rows(gate_effects(model, data, readout, units, model_name, bar), lm)
     tables = {"gating": gating, "head_passport": head_passport(gating, heads_classes, importance)}
     if out is not None:
         write_tables(out, tables)
@@ -324,5 +334,6 @@ def gate_model(model_path: str | Path, out_dir: str | Path | None = None,
             "model": model_name, "model_path": str(model_path), "checkpoint_hash": model_id,
             "config": cfg.to_dict(), "probe_layers": layers, "units": len(units), "sentences": n_sent,
             "roles_from": "given" if heads_classes is not None else None,
+            "lm_loss": "measured" if lm else "left out: the card says the MLM head was freshly initialised at import",
             "seconds": round(time.perf_counter() - t0, 1)})
     return tables

@@ -12,7 +12,7 @@ from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.presets import preset
 from plmodels.tokenizer import Tokenizer
 from probes.logreg import LogisticRegressionLBFGS
-from workbench.analyses.amnesic import HeldOut, run_model
+from workbench.analyses.amnesic import HeldOut, run_model, without_lm_rows
 from workbench.analyses.gating import (
     GateRunConfig,
     ReadOut,
@@ -101,6 +101,10 @@ def test_gating_a_planted_head_removes_only_what_it_carries():
     assert loss["intact"] < 0.5 * np.log(V) and loss["L0.H0"] == pytest.approx(np.log(V), abs=0.05)  # -> uniform
     assert lm["L0.H0"] == pytest.approx(loss["L0.H0"] - loss["intact"]) and abs(lm["L0.H1"]) < 1e-6
     assert set(t[t.unit == "head"]["gate_layer"]) == {0} and set(t[t.unit == "head"]["gate_head"]) == {0, 1}
+    # an untrained LM head (an imported sentence encoder): no loss, the same vectors, no LM rows
+    loss, same = run_model(model, HeldOut(held.batches, lm=False), layers=[1])
+    assert np.isnan(loss) and np.array_equal(same[1], run_model(model, held, layers=[1])[1][1])
+    assert not without_lm_rows(t, lm=False)["metric"].str.startswith("lm_").any()
 
 
 def test_units_share_random_sets_by_size():

@@ -285,3 +285,61 @@ def _sliced_linear(layer: nn.Linear, index: torch.Tensor, dim: int) -> nn.Linear
         new.bias.copy_(layer.bias if dim == 1 else layer.bias.index_select(0, index))
     new.weight.requires_grad_(w.requires_grad)
     return new
+
+
+class CrossAttention(nn.Module):
+    """Attention of queries from x over keys and values from a `memory` (Vaswani et al. 2017's
+    encoder-decoder attention): projections q_proj D -> H Dh and kv_proj D -> 2 H Dh (rows [k; v]),
+    output projection H Dh -> D. Self-attention is the case memory = x; the encoder-decoder models
+    (seq2seq.py) use it there too, because T5 adds a relative position bias to the scores, for which
+    `MultiHeadAttention` has no input. An additive `bias` broadcastable to (B, H, Tq, Tk) is added to
+    the scores together with the mask. `scale=False` leaves q k^T unscaled (T5 folds 1/sqrt(Dh) into
+    its init): q is multiplied by sqrt(Dh) before the kernel divides by it (equal up to rounding).
+    Hook sites as MultiHeadAttention's: `q` (B, Tq, H, Dh), `k`, `v` (B, Tk, H, Dh), `scores`,
+    `pattern` (B, H, Tq, Tk; eager path) and `head_out` (B, Tq, H, Dh). No head pruning."""
+
+    def __init__(self, d_model: int, n_heads: int, *, bias: bool, dropout: float, scale: bool = True) -> None:
+        super().__init__()
+        self.n_heads, self.head_dim, self.dropout, self.scale = n_heads, d_model // n_heads, dropout, scale
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model, bias=bias)
+        self.out = nn.Linear(d_model, d_model, bias=bias)
+        self.q, self.k, self.v = HookPoint(), HookPoint(), HookPoint()
+        self.scores = HookPoint()
+        self.pattern = HookPoint()
+        self.head_out = HookPoint()
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        memory: torch.Tensor,
+        keep: torch.Tensor | None = None,
+        *,
+        bias: torch.Tensor | None = None,
+        is_causal: bool = False,
+        head_mask: torch.Tensor | None = None,
+        eager: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x (B, Tq, D), memory (B, Tk, D) -> (out (B, Tq, D), probs (B, H, Tq, Tk) on the eager path
+        else None). keep: bool may-attend mask broadcastable to (B, 1, Tq, Tk); head_mask: (H,)."""
+        B, Tq, _ = x.shape
+        Tk, H, Dh = memory.shape[1], self.n_heads, self.head_dim
+        q = self.q_proj(x).view(B, Tq, H, Dh).transpose(1, 2)  # (B, H, Tq, Dh)
+        kv = self.kv_proj(memory).view(B, Tk, 2, H, Dh)  # (B, Tk, 2, H, Dh)
+        k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, Tk, Dh)
+        if self.q.fns or self.k.fns or self.v.fns:  # sites in (B, T, H, Dh), TransformerLens' layout
+            q, k, v = (site(t.transpose(1, 2)).transpose(1, 2) for site, t in ((self.q, q), (self.k, k), (self.v, v)))
+        if not self.scale:
+            q = q * math.sqrt(Dh)  # the kernels divide by sqrt(Dh): net q k^T unscaled
+        mask = additive_mask(keep, bias, q.dtype)  # (B|1, H|1, Tq, Tk) or None
+        p = self.dropout if self.training else 0.0
+        if eager:
+            y, probs = attention(q, k, v, mask, head_mask, dropout_p=p,
+                                 edit_probs=self.pattern if self.pattern.fns else None,
+                                 edit_scores=self.scores if self.scores.fns else None)
+        else:
+            if head_mask is not None:
+                raise ValueError("the SDPA path cannot apply a head mask; use the eager path")
+            y, probs = sdpa_attention(q, k, v, mask, is_causal=is_causal, dropout_p=p), None
+        y = self.head_out(y.transpose(1, 2)).reshape(B, Tq, H * Dh)  # (B, Tq, H, Dh) -> (B, Tq, H Dh)
+        return self.out(y), probs

@@ -158,7 +158,8 @@ class Browser:
 
 # (url path, title, plots the page shows on the fixture)
 PAGES = [("runs", "Runs and models", 1), ("layers", "Layers", 4), ("heads", "Heads", 5),
-         ("pruning", "Pruning", 3), ("compare", "Finetuned vs frozen", 5), ("playground", "Playground", 3)]
+         ("pruning", "Pruning", 3), ("causal", "Causal probes", 0), ("compare", "Finetuned vs frozen", 5),
+         ("playground", "Playground", 3)]
 
 
 def visit_all(base_url: str, pages=PAGES, rounds: int = 1, timeout: float = 120) -> list[dict]:

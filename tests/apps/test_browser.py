@@ -26,7 +26,8 @@ def test_every_page_renders_in_chromium(results_root):
 
 # Pages on what `workbench run configs/tiny.json` writes: (url path, title, plots at least).
 TINY_PAGES = [("runs", "Runs and models", 1), ("layers", "Layers", 4), ("heads", "Heads", 5),
-              ("pruning", "Pruning", 3), ("compare", "Finetuned vs frozen", 5), ("playground", "Playground", 3)]
+              ("pruning", "Pruning", 3), ("causal", "Causal probes", 4), ("compare", "Finetuned vs frozen", 5),
+              ("playground", "Playground", 3)]
 
 
 @pytest.mark.skipif(chromium_binary() is None, reason="chromium not installed (apt-get install chromium)")

@@ -9,7 +9,9 @@ numbers (never hard-coded), so the page reads as the study's findings:
 run -> models and training curves -> per-layer probing (Tenney et al. 2019, expected layer and
 center of gravity; Hewitt and Liang 2019, selectivity) -> attention heads (Clark et al. 2019,
 best head per relation against a fixed-offset baseline) -> pruning (Michel et al. 2019) ->
-frozen vs finetuned (Peters et al. 2019), CKA (Kornblith et al. 2019) and head change.
+frozen vs finetuned (Peters et al. 2019), CKA (Kornblith et al. 2019) and head change; the causal
+probes: structural probes (Hewitt and Manning 2019), amnesic probing (Elazar et al. 2021) and
+head gating (a head role's effect against random heads of the same number).
 A table that does not exist yet is named with the CLI command that writes it (`views.missing_command`).
 
 The HTML needs no network: plotly.js is embedded once in <head> and every figure is a <div> with
@@ -33,7 +35,7 @@ from probes.pruning import METRICS, heads_to_prune_for_loss
 from workbench import figures
 from workbench.core import results
 from workbench.core.io import atomic_write_text
-from workbench.presentation import views
+from workbench.presentation import analysis_figures, views
 
 FINETUNED = ("finetune", "finetuned")     # settings of `frozen_vs_finetuned` that mean full finetuning
 TOLERANCES = (0.01, 0.05)                  # "how many heads can go for 1 % / 5 % loss"
@@ -86,7 +88,7 @@ def _sentence(clauses: list[str]) -> str:
 LAYER_COLUMNS = ("expected_layer", "center_of_gravity")   # layer positions: 2 decimals, scores: 3
 # Counts and indices print as integers (1,280, not 1280.000); seconds with one decimal.
 INT_COLUMNS = {"steps", "tokens", "params", "layers", "heads", "d_model", "layer", "head", "step", "seed",
-               "best_layer", "best_head", "baseline_offset", "bytes", "tokens_per_s", "layer_a", "layer_b"}
+               "best_layer", "best_head", "baseline_offset", "bytes", "tokens_per_s", "layer_a", "layer_b", "rank"}
 ONE_DECIMAL = {"seconds"}
 INTERVALS = (("value", "ci_low", "ci_high"), ("test_acc", "ci_low", "ci_high"), ("best", "best_low", "best_high"))
 
@@ -235,7 +237,9 @@ def models_section(run_dir: Path) -> Section:
 
 
 def _probing_metric(run_dir: Path) -> str:
-    metrics = views.probing_metrics(run_dir)
+    """The edge probes' metric (the structural probes' own metrics have their section)."""
+    structural = {m for pair in views.STRUCTURAL_METRICS.values() for m in pair}
+    metrics = [m for m in views.probing_metrics(run_dir) if m not in structural]
     for m in ("accuracy", "micro_f1"):
         if m in metrics:
             return m
@@ -251,7 +255,10 @@ def probing_section(run_dir: Path) -> Section:
     metric = _probing_metric(run_dir)
     summary = views.layer_summary(run_dir, metric)
     if summary is None or not len(summary):
-        s.missing.append("probing")
+        if views.structural_summary(run_dir) is None:
+            s.missing.append("probing")
+        else:
+            s.findings = ["the probing table holds only structural probes (their section follows)"]
         return s
     scores, mix = views.layer_scores(run_dir, metric), views.mix_weights(run_dir)
     if scores is not None:
@@ -516,9 +523,143 @@ def emergence_section(run_dir: Path) -> Section:
     return s
 
 
+# ------------------------------------------------------------------------------ causal probes
+# Hewitt and Manning 2019's best BERT-large layers on the Penn Treebank (docs/probing.md, structural probes).
+PAPER_STRUCTURAL = {"uuas": 0.8, "root_acc": 0.9}
+PASSPORT_ROWS = 12   # heads per model in the report's passport table (the app shows them all)
+
+
+def structural_section(run_dir: Path) -> Section:
+    """Structural probes (Hewitt and Manning 2019): per model, the layer where the tree is most
+    recoverable, UUAS for the distance probe and root accuracy for the depth probe (with the Spearman
+    correlations beside them), against the paper's BERT-large figures."""
+    s = Section("Structural probes", n_key=1)
+    df = views.structural_summary(run_dir)
+    if df is None and views.table(run_dir, "probing") is None:
+        s.missing.append("structural")
+        return s
+    if df is None:   # the probing section already stands for `workbench probe`: say what to add, not the command
+        s.findings, s.n_key = [f"the probing table has no structural-probe rows (add the tasks "
+                               f"{' and '.join(views.STRUCTURAL_METRICS)} to the probe run)"], 0
+        return s
+    s.figs.append(analysis_figures.structural_figure(df))
+    s.findings = [_structural_clause(model, g) for model, g in df.groupby("model")]
+    s.findings.append("Hewitt and Manning's probes on BERT-large reach about " + " and ".join(
+        f"{m} {_f(v, 1)}" for m, v in PAPER_STRUCTURAL.items()) + " at its best layers (Penn Treebank)")
+    wide = df.assign(layer=[f"L{l}" for l in df["layer"]]).pivot_table(
+        index=["model", "task", "metric"], columns="layer", values="value", sort=False)
+    wide = wide[sorted(wide.columns, key=lambda c: int(c[1:]))].rename_axis(columns=None).reset_index()
+    s.tables.append(("Structural probes per layer (mean over seeds)", wide))
+    return s
+
+
+def _structural_clause(model: str, g: pd.DataFrame) -> str:
+    """'in enc, structural_distance peaks at layer 3 (uuas 0.611, dspr 0.741), structural_depth at ...'."""
+    parts = []
+    for task, (main, rho) in views.STRUCTURAL_METRICS.items():
+        t = g[g["task"] == task]
+        head = t[t["metric"] == main]
+        if not len(head):
+            continue
+        best = head.loc[head["value"].idxmax()]
+        spread = f" [{_f(best['min'])}, {_f(best['max'])}]" if best["n_seeds"] > 1 else ""
+        other = t[(t["metric"] == rho) & (t["layer"] == best["layer"])]["value"]
+        also = f", {rho} {_f(other.iloc[0])}" if len(other) else ""
+        parts.append(f"{task}{' peaks' if not parts else ''} at layer {int(best['layer'])} "
+                     f"({main} {_f(best['value'])}{spread}{also})")
+    return f"in {model}, " + ", ".join(parts)
+
+
+def amnesic_section(run_dir: Path) -> Section:
+    """Amnesic probing (Elazar et al. 2021): per model and property, the layer where erasing the
+    property costs the LM most beyond erasing as many random directions, and what a probe still
+    finds in the erased vectors."""
+    s = Section("Amnesic probing", n_key=1)
+    df = views.amnesic_summary(run_dir)
+    if df is None:
+        s.missing.append("amnesic")
+        return s
+    s.figs.append(analysis_figures.amnesic_figure(df))
+    s.findings = [_amnesic_clause(model, task, eraser, g)
+                  for (model, task, eraser), g in df.groupby(["model", "task", "eraser"])]
+    s.tables.append(("Amnesic probing (gap = lm_loss_delta minus that of the random eraser of the same rank)", df))
+    return s
+
+
+def _amnesic_clause(model: str, task: str, eraser: str, g: pd.DataFrame) -> str:
+    top = g.loc[g["gap"].idxmax()]
+    n_pos = int((g["gap"] > 0).sum())
+    return (f"erasing {task} from {model} ({eraser}) raises the LM loss most beyond random directions at layer "
+            f"{int(top['layer'])}: by {_f(top['lm_loss_delta'])} against {_f(top['lm_loss_delta_random'])} "
+            f"(gap {_f(top['gap'])}; positive at {n_pos} of {len(g)} layers); there a probe on the erased vectors "
+            f"scores {_f(top['probe_acc'])}, against {_f(top['probe_acc_intact'])} intact and "
+            f"{_f(top['probe_acc_random'])} after the random erasure")
+
+
+def gating_section(run_dir: Path) -> Section:
+    """Head gating: per model, the role or family whose heads cost the LM most beyond as many random
+    heads, each property's largest probe-accuracy drop, and the single head that matters most."""
+    s = Section("Head gating", n_key=1)
+    summary, passport = views.gating_summary(run_dir), views.head_passport(run_dir)
+    s.missing += [n for n, t in (("gating", views.table(run_dir, "gating")), ("head_passport", passport)) if t is None]
+    models = sorted(set(summary["model"] if summary is not None else [])
+                    | set(passport["model"] if passport is not None else []))
+    clauses = []
+    for model in models:
+        parts = []
+        mine = summary[summary["model"] == model] if summary is not None else None
+        if mine is not None and len(mine):
+            s.figs.append(analysis_figures.gating_figure(summary, model))
+            parts += _gating_clauses(model, mine)
+        fig = analysis_figures.passport_figure(passport, model) if passport is not None else None
+        if fig is not None:
+            s.figs.append(fig)
+            parts.append(_passport_clause(model, passport[passport["model"] == model]))
+        clauses += parts
+    if summary is None and views.table(run_dir, "gating") is not None:
+        clauses.append("no role or family was gated (there was no heads_classes table when `workbench gate` ran)")
+    s.findings = [c for c in clauses if c]
+    if summary is not None:
+        s.tables.append(("Roles and families gated, beside random heads of the same number (max_acc_drop: the "
+                         "largest fall of a probe's accuracy over the layers above the gated heads)", summary))
+    if passport is not None:
+        top = passport.sort_values("lm_loss_delta", ascending=False).groupby("model").head(PASSPORT_ROWS)
+        s.tables.append((f"Head passport: the {PASSPORT_ROWS} heads per model whose gating costs the LM most", top))
+    return s
+
+
+def _gating_clauses(model: str, g: pd.DataFrame) -> list[str]:
+    lm = g[g["metric"] == "lm_loss_delta"]
+    out = []
+    if len(lm):
+        top = lm.loc[lm["gap"].fillna(lm["value"]).idxmax()]
+        rand = (f", against {_f(top['random_mean'])} [{_f(top['random_min'])}, {_f(top['random_max'])}] for "
+                f"{int(top['n_random'])} random sets of as many heads" if top["n_random"] > 0 else
+                " (no random sets of that size to compare with)")
+        verb = "raises" if top["value"] > 0 else "changes"
+        out.append(f"gating the {int(top['n_gated'])} heads of {top['unit']} {top['name']} {verb} {model}'s LM loss "
+                   f"by {_f(top['value'])}{rand}")
+    drops = g[g["metric"] == "max_acc_drop"]
+    for task, d in drops.groupby("task"):
+        top = d.loc[d["value"].idxmax()]
+        if top["value"] <= 0:
+            out.append(f"no role or family of {model} lowers the {task} probe's accuracy when gated")
+            continue
+        out.append(f"the {task} probe of {model} loses at most {_f(top['value'])} accuracy (layer {int(top['layer'])}) "
+                   f"when {top['unit']} {top['name']} is gated, against {_f(top['random_mean'])} for random heads")
+    return out
+
+
+def _passport_clause(model: str, p: pd.DataFrame) -> str:
+    top = p.loc[p["lm_loss_delta"].idxmax()]
+    role = f", role {top['role']}" if "role" in p and isinstance(top["role"], str) else ""
+    return (f"of {model}'s {len(p)} heads, gating layer {int(top['layer'])} head {int(top['head'])} alone costs the "
+            f"LM most ({_f(top['lm_loss_delta'])}{role})")
+
+
 SECTIONS: tuple[Callable[[Path], Section], ...] = (
-    run_section, models_section, probing_section, heads_section, pruning_section, compare_section,
-    emergence_section,
+    run_section, models_section, probing_section, structural_section, heads_section, pruning_section,
+    compare_section, emergence_section, amnesic_section, gating_section,
 )
 
 

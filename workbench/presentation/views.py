@@ -50,6 +50,10 @@ COMMANDS: dict[str, str] = {
     "models": "workbench run configs/demo.json (or workbench pretrain / import-hf)",
     "attention": "workbench run configs/demo.json",
     "emergence": "workbench emergence RUN_FOLDER (a pretraining run with log-spaced checkpoints)",
+    "amnesic": "workbench amnesic MODEL --out RUN_FOLDER",
+    "gating": "workbench gate MODEL --out RUN_FOLDER (after workbench heads, for role units)",
+    "head_passport": "workbench gate MODEL --out RUN_FOLDER (after workbench heads, for role units)",
+    "structural": "workbench probe MODEL --tasks structural_distance,structural_depth",
 }
 MAX_TEXT_WORDS = 200  # typed sentences are cut here (the heatmap shows fewer; see workbench/figures)
 
@@ -129,9 +133,21 @@ def training_curves(run_dir: str | Path) -> pd.DataFrame | None:
 
 
 # ----------------------------------------------------------------------------------- layers
+# The headline metric of each structural probe first, then its Spearman correlation (Hewitt and
+# Manning 2019): distance -> UUAS, DSpr; depth -> root accuracy, NSpr.
+STRUCTURAL_METRICS: dict[str, tuple[str, str]] = {"structural_distance": ("uuas", "dspr"),
+                                                  "structural_depth": ("root_acc", "nspr")}
+HEADLINE_METRICS = ("accuracy", "micro_f1", "uuas", "root_acc")
+
+
 def probing_metrics(run_dir: str | Path) -> list[str]:
+    """The metrics of the run's `probing` table, headline ones first (accuracy, micro_f1, then the
+    structural probes' uuas and root_acc), the others sorted: a page's default is a headline metric."""
     df = _load(run_dir, "probing")
-    return [] if df is None else sorted(df["metric"].unique())
+    if df is None:
+        return []
+    metrics = set(df["metric"].unique())
+    return [m for m in HEADLINE_METRICS if m in metrics] + sorted(metrics - set(HEADLINE_METRICS))
 
 
 def layer_scores_frame(probing: pd.DataFrame, metric: str = "accuracy", mode: str = "single") -> pd.DataFrame | None:
@@ -327,6 +343,105 @@ def importance_grid(run_dir: str | Path, model: str, method: str) -> HeadGrid | 
 def table(run_dir: str | Path, name: str) -> pd.DataFrame | None:
     """A whole table as stored (for small ones shown as they are: pruned_speed, kendall, relations)."""
     return _load(run_dir, name)
+
+
+# ------------------------------------------------------------------------------ causal probes
+def structural_summary_frame(probing: pd.DataFrame) -> pd.DataFrame | None:
+    """Structural-probe scores (Hewitt and Manning 2019) from a `probing` table: model, task, metric,
+    layer, value (mean over seeds), min, max (over seeds), n_seeds; None without structural rows.
+    The seed = -1 aggregate rows are left out: min and max need the seeds themselves."""
+    df = probing[probing["task"].isin(list(STRUCTURAL_METRICS)) & (probing["mode"] == "single")
+                 & (probing["layer"] >= 0) & (probing["seed"] != -1)]
+    if not len(df):
+        return None
+    g = df.groupby(["model", "task", "metric", "layer"])["value"]
+    out = pd.concat([g.mean(), g.min().rename("min"), g.max().rename("max"), g.size().rename("n_seeds")], axis=1)
+    return out.reset_index()
+
+
+def structural_summary(run_dir: str | Path) -> pd.DataFrame | None:
+    """`structural_summary_frame` of the run's `probing` table."""
+    df = _load(run_dir, "probing")
+    return None if df is None else structural_summary_frame(df)
+
+
+def amnesic_summary_frame(amnesic: pd.DataFrame) -> pd.DataFrame | None:
+    """Amnesic probing (Elazar et al. 2021) per model, task, layer and eraser (leace | inlp): rank,
+    probe_acc_intact (no eraser), probe_acc after the eraser and after its random control
+    (probe_acc_random), lm_loss_delta of each, gap = lm_loss_delta - lm_loss_delta_random (> 0: erasing
+    the property costs the model more than erasing as many random directions), last_layer_acc(_random)."""
+    df = amnesic[amnesic["layer"] >= 0]
+    wide = df.pivot_table(index=["model", "task", "layer", "eraser"], columns="metric", values="value")
+    wide = wide.rename_axis(columns=None).reset_index()
+    keys = ["model", "task", "layer"]
+    intact = wide[wide["eraser"] == "none"][keys + ["probe_acc"]].rename(columns={"probe_acc": "probe_acc_intact"})
+    erased = wide[~wide["eraser"].isin(["none"]) & ~wide["eraser"].str.endswith("_random")]
+    control = wide[wide["eraser"].str.endswith("_random")].assign(eraser=lambda d: d["eraser"].str[:-len("_random")])
+    if not len(erased):
+        return None
+    cols = [c for c in ("probe_acc", "lm_loss_delta", "last_layer_acc") if c in wide]
+    out = (erased.merge(intact, on=keys, how="left")
+           .merge(control[keys + ["eraser"] + cols], on=keys + ["eraser"], how="left", suffixes=("", "_random")))
+    out["gap"] = out["lm_loss_delta"] - out["lm_loss_delta_random"]
+    order = ["rank", "probe_acc_intact", "probe_acc", "probe_acc_random", "lm_loss_delta", "lm_loss_delta_random",
+             "gap", "last_layer_acc", "last_layer_acc_random"]
+    out = out[keys + ["eraser"] + [c for c in order if c in out]]
+    return out.sort_values(keys + ["eraser"], ignore_index=True)
+
+
+def amnesic_summary(run_dir: str | Path) -> pd.DataFrame | None:
+    """`amnesic_summary_frame` of the run's `amnesic` table."""
+    df = _load(run_dir, "amnesic")
+    return None if df is None else amnesic_summary_frame(df)
+
+
+def _gate_measures(gating: pd.DataFrame) -> pd.DataFrame:
+    """Per gated unit (model, unit, name, n_gated, draw) and task: "lm_loss_delta" (task "lm") and
+    "max_acc_drop" = the largest fall of a probe's accuracy over the probe layers (-min delta), with
+    that layer."""
+    unit = ["model", "unit", "name", "n_gated", "draw"]
+    lm = gating[gating["metric"] == "lm_loss_delta"][unit + ["task", "layer", "value"]].assign(metric="lm_loss_delta")
+    acc = gating[gating["metric"] == "probe_acc_delta"]
+    worst = acc.loc[acc.groupby(unit + ["task"])["value"].idxmin()] if len(acc) else acc
+    drop = worst[unit + ["task", "layer", "value"]].assign(value=lambda d: -d["value"], metric="max_acc_drop")
+    return pd.concat([lm, drop], ignore_index=True)
+
+
+def gating_summary_frame(gating: pd.DataFrame) -> pd.DataFrame | None:
+    """Head gating per model and role/family unit: model, unit, name, n_gated, task ("lm" | a property),
+    metric ("lm_loss_delta" | "max_acc_drop": the largest probe-accuracy drop over layers), value, layer
+    (of the largest drop; -1 for lm), and the random units of the same size (the control): random_mean,
+    random_min, random_max, n_random; gap = value - random_mean."""
+    m = _gate_measures(gating[gating["unit"].isin(["role", "family", "random"])])
+    groups, rand = m[m["unit"] != "random"], m[m["unit"] == "random"]
+    if not len(groups):
+        return None
+    r = rand.groupby(["model", "n_gated", "task", "metric"])["value"]
+    band = pd.concat([r.mean().rename("random_mean"), r.min().rename("random_min"), r.max().rename("random_max"),
+                      r.size().rename("n_random")], axis=1).reset_index()
+    out = groups.drop(columns="draw").merge(band, on=["model", "n_gated", "task", "metric"], how="left")
+    out["n_random"] = out["n_random"].fillna(0).astype(int)
+    out["gap"] = out["value"] - out["random_mean"]
+    cols = ["model", "unit", "name", "n_gated", "task", "metric", "value", "layer", "random_mean", "random_min",
+            "random_max", "n_random", "gap"]
+    return out[cols].sort_values(["model", "unit", "name", "metric", "task"], ignore_index=True)
+
+
+def gating_summary(run_dir: str | Path) -> pd.DataFrame | None:
+    """`gating_summary_frame` of the run's `gating` table."""
+    df = _load(run_dir, "gating")
+    return None if df is None else gating_summary_frame(df)
+
+
+def head_passport(run_dir: str | Path) -> pd.DataFrame | None:
+    """The run's `head_passport` table as written (one row per model, layer, head)."""
+    return _load(run_dir, "head_passport")
+
+
+def passport_grid(passport: pd.DataFrame, model: str, column: str = "lm_loss_delta") -> HeadGrid | None:
+    """The (L, H) grid of one column of a `head_passport` table (e.g. each head's lm_loss_delta)."""
+    df = passport[passport["model"] == model].dropna(subset=[column]) if column in passport else passport.iloc[:0]
+    return HeadGrid(model, column, _grid(df, column)) if len(df) else None
 
 
 # ------------------------------------------------------------------------ frozen vs finetuned

@@ -1,0 +1,227 @@
+"""The faces of the causal probes (workbench.presentation: views, analysis_figures, report) on the tables
+the analyses really write: a tiny encoder on EWT, head roles (`analyse_heads`), head gating
+(`gate_model`), amnesic probing (`amnesic_model`) and the structural probes (`probe_model`), built once
+per session (`causal_run`, also used by tests/apps/test_causal_page.py). Each view's numbers are
+checked against a hand computation on the raw table; the report's sections against the same numbers."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.io
+import pytest
+import torch
+
+import plmodels
+from plmodels.checkpoint import build_model
+from plmodels.presets import preset
+from plmodels.tokenizer import Tokenizer
+from tests.apps.fixtures import make_results_fixture
+from workbench.analyses.amnesic import amnesic_model
+from workbench.analyses.gating import gate_model
+from workbench.analyses.heads import analyse_heads
+from workbench.analyses.probing import probe_model
+from workbench.core import results
+from workbench.core.paths import data_root
+from workbench.data.tasks import ud_sentences
+from workbench.presentation import analysis_figures as AF
+from workbench.presentation import report, views
+from workbench.presentation.report import _f
+
+pytestmark = pytest.mark.skipif(not (data_root() / "ud_english_ewt").is_dir(), reason="data root missing")
+
+_BUILT: dict[str, Path] = {}
+
+
+def build_causal_run(run: Path) -> Path:
+    """A run folder holding what the analyses write for a tiny untrained EWT encoder (test_gating's
+    model): heads_classes, gating, head_passport, amnesic and structural probing rows (two seeds)."""
+    texts = [" ".join(s.words) for s in ud_sentences("ewt", "train")[:400]]
+    tok = Tokenizer.train_wordpiece(texts, 400)
+    torch.manual_seed(0)
+    fields = {**preset("encoder", "tiny"), "vocab_size": tok.vocab_size, "dropout": 0.0, "pad_token_id": tok.pad_id}
+    path = run / "models" / "tiny"
+    plmodels.save(build_model("encoder", fields), tok, path)
+    # small configs; C = 0.05 makes the L-BFGS probes converge in a few iterations (the budget is ~60 s)
+    analyse_heads(path, out_dir=run / "heads", run_dir=run, config=dict(max_sentences=40, n_boot=50), progress=False)
+    gate_model(path, out_dir=run, progress=False, config=dict(tasks=["pos", "ner"], random_draws=2, max_train_targets=500,
+                                                              lm_sentences=16, batch_size=12, C=0.05))
+    amnesic_model(path, out_dir=run, progress=False, config=dict(
+        tasks=["pos"], layers=[0, 2], erasers=["leace"], max_train_targets=500, max_eval_targets=300,
+        lm_sentences=16, C=0.05))
+    probe_model(path, tasks=["structural_distance", "structural_depth"], out_dir=run / "probe", run_dir=run,
+                progress=False, config=dict(seeds=[0, 1], max_train_targets=500, max_eval_targets=300, n_boot=0,
+                                            modes=["single"]))
+    return run
+
+
+def causal_run(tmp_path_factory) -> Path:
+    """The run of `build_causal_run`, built once per session (prints how long it took)."""
+    if "run" not in _BUILT:
+        t0 = time.perf_counter()
+        _BUILT["run"] = build_causal_run(tmp_path_factory.mktemp("causal") / "causal")
+        print(f"causal run built in {time.perf_counter() - t0:.1f} s")
+    return _BUILT["run"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> Path:
+    return causal_run(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def md(run) -> str:
+    return report.write_report(run)[1].read_text()
+
+
+def _raw(run: Path, name: str) -> pd.DataFrame:
+    return results.load_table(run, name)
+
+
+# ---------------------------------------------------------------------------------------- views
+def test_amnesic_summary_is_the_raw_table_regrouped(run):
+    raw = _raw(run, "amnesic").set_index(["layer", "eraser", "metric"])["value"]
+    s = views.amnesic_summary(run)
+    assert list(s.columns) == ["model", "task", "layer", "eraser", "rank", "probe_acc_intact", "probe_acc",
+                               "probe_acc_random", "lm_loss_delta", "lm_loss_delta_random", "gap", "last_layer_acc",
+                               "last_layer_acc_random"]
+    assert set(s["eraser"]) == {"leace"} and sorted(s["layer"]) == [0, 2]   # intact (-1) and controls are columns
+    r = s[s["layer"] == 2].iloc[0]
+    assert r["probe_acc_intact"] == raw[(2, "none", "probe_acc")]
+    assert r["probe_acc"] == raw[(2, "leace", "probe_acc")] and r["probe_acc_random"] == raw[(2, "leace_random", "probe_acc")]
+    assert r["lm_loss_delta_random"] == raw[(2, "leace_random", "lm_loss_delta")]
+    assert r["gap"] == pytest.approx(raw[(2, "leace", "lm_loss_delta")] - raw[(2, "leace_random", "lm_loss_delta")])
+    assert r["rank"] == raw[(2, "leace", "rank")] and r["last_layer_acc"] == raw[(2, "leace", "last_layer_acc")]
+
+
+def test_gating_summary_puts_random_heads_of_the_same_size_beside_each_role(run):
+    g = _raw(run, "gating")
+    s = views.gating_summary(run)
+    assert list(s.columns) == ["model", "unit", "name", "n_gated", "task", "metric", "value", "layer", "random_mean",
+                               "random_min", "random_max", "n_random", "gap"]
+    assert set(s["unit"]) <= {"role", "family"} and set(s["metric"]) == {"lm_loss_delta", "max_acc_drop"}
+    row = s[(s["unit"] == "family") & (s["task"] == "pos")].iloc[0]
+    unit = g[(g["unit"] == "family") & (g["name"] == row["name"]) & (g["task"] == "pos") & (g["metric"] == "probe_acc_delta")]
+    assert row["value"] == -unit["value"].min() and row["layer"] == unit.loc[unit["value"].idxmin(), "layer"]
+    rand = g[(g["unit"] == "random") & (g["n_gated"] == row["n_gated"]) & (g["task"] == "pos")
+             & (g["metric"] == "probe_acc_delta")]
+    per_draw = -rand.groupby("draw")["value"].min()
+    assert row["n_random"] == 2 and row["random_mean"] == pytest.approx(per_draw.mean())
+    assert (row["random_min"], row["random_max"]) == (per_draw.min(), per_draw.max())
+    lm = s[(s["unit"] == "role") & (s["metric"] == "lm_loss_delta")].iloc[0]
+    raw_lm = g[(g["unit"] == "role") & (g["name"] == lm["name"]) & (g["metric"] == "lm_loss_delta")]["value"]
+    assert lm["task"] == "lm" and lm["value"] == raw_lm.iloc[0] and lm["gap"] == pytest.approx(lm["value"] - lm["random_mean"])
+
+
+def test_gating_summary_band_by_hand():
+    """The tiny model's only role covers every head, so its random sets are alike; here they differ."""
+    cols = ["model", "unit", "name", "gate_layer", "gate_head", "n_gated", "draw", "task", "layer", "metric", "value"]
+    rows = [("m", "role", "syn", -1, -1, 2, -1, "lm", -1, "lm_loss_delta", 0.5),
+            ("m", "role", "one", -1, -1, 1, -1, "lm", -1, "lm_loss_delta", 0.1)]
+    rows += [("m", "random", "size 2", -1, -1, 2, d, "lm", -1, "lm_loss_delta", v) for d, v in enumerate([0.1, 0.3, 0.2])]
+    rows += [("m", "role", "syn", -1, -1, 2, -1, "pos", l, "probe_acc_delta", v) for l, v in ((1, -0.2), (2, -0.05))]
+    s = views.gating_summary_frame(pd.DataFrame(rows, columns=cols)).set_index(["name", "metric"])
+    syn = s.loc[("syn", "lm_loss_delta")]
+    assert (syn["random_min"], syn["random_max"], syn["n_random"]) == (0.1, 0.3, 3)
+    assert syn["random_mean"] == pytest.approx(0.2) and syn["gap"] == pytest.approx(0.3)
+    assert s.loc[("syn", "max_acc_drop"), "value"] == 0.2 and s.loc[("syn", "max_acc_drop"), "layer"] == 1
+    assert s.loc[("one", "lm_loss_delta"), "n_random"] == 0 and np.isnan(s.loc[("one", "lm_loss_delta"), "gap"])
+
+
+def test_head_passport_and_its_grid(run):
+    p = views.head_passport(run)
+    pd.testing.assert_frame_equal(p, _raw(run, "head_passport"))
+    assert {"role", "roles", "lm_loss_delta", "pos_acc_delta", "ner_max_drop", "pos_max_drop_layer"} <= set(p.columns)
+    grid = views.passport_grid(p, "tiny")
+    r = p.iloc[-1]
+    assert grid.values.shape == (2, 2) and grid.values[r["layer"], r["head"]] == r["lm_loss_delta"]
+
+
+def test_structural_summary_means_over_seeds_with_min_and_max(run):
+    raw = _raw(run, "probing")
+    s = views.structural_summary(run)
+    assert list(s.columns) == ["model", "task", "metric", "layer", "value", "min", "max", "n_seeds"]
+    assert set(zip(s["task"], s["metric"])) == {("structural_distance", "uuas"), ("structural_distance", "dspr"),
+                                                ("structural_depth", "root_acc"), ("structural_depth", "nspr")}
+    r = s[(s["metric"] == "uuas") & (s["layer"] == 1)].iloc[0]
+    seeds = raw[(raw["metric"] == "uuas") & (raw["layer"] == 1) & (raw["seed"] >= 0)]["value"]
+    assert r["n_seeds"] == 2 and r["value"] == pytest.approx(seeds.mean())
+    assert (r["min"], r["max"]) == (seeds.min(), seeds.max())
+    # the Layers page's default metric is a headline one, never a Spearman correlation
+    assert views.probing_metrics(run)[:2] == ["uuas", "root_acc"]
+
+
+# -------------------------------------------------------------------------------------- figures
+def test_figures_draw_the_summaries(run, tmp_path):
+    am = views.amnesic_summary(run)
+    fig = AF.amnesic_figure(am)
+    erased = next(t for t in fig.data if t.name == "tiny leace")
+    control = next(t for t in fig.data if t.name == "tiny leace random")
+    assert list(erased.y) == list(am["lm_loss_delta"]) and list(control.y) == list(am["lm_loss_delta_random"])
+    assert control.line.dash == "dash"
+    st = AF.structural_figure(views.structural_summary(run))
+    uuas = next(t for t in st.data if t.name == "tiny uuas")
+    assert len(st.data) == 4 and list(uuas.x) == [0, 1, 2]
+    grid = AF.passport_figure(views.head_passport(run), "tiny")
+    assert grid.data[0].zmid == 0 and np.asarray(grid.data[0].z).shape == (2, 2)
+    gs = views.gating_summary(run)
+    gf = AF.gating_figure(gs, "tiny")
+    bars = [t for t in gf.data if t.type == "bar"]
+    assert len(bars) == 3 and len(gf.data) == 6     # lm, pos, ner panels: the unit's bars and the random marker
+    # the figures the commands write beside the tables (`write_analysis_figures`)
+    tables = {n: _raw(run, n) for n in ("amnesic", "gating", "head_passport", "probing")}
+    names = {p.name for kind in ("amnesic", "gate", "probe") for p in AF.write_analysis_figures(kind, tables, tmp_path)}
+    assert names == {"amnesic.json", "gating_units_tiny.json", "gating_heads_tiny.json", "probing_structural_tiny.json"}
+    back = plotly.io.from_json((tmp_path / "figures" / "probing_structural_tiny.json").read_text())
+    assert {t.name for t in back.data} == {"tiny uuas", "tiny dspr", "tiny root_acc", "tiny nspr"}
+
+
+# --------------------------------------------------------------------------------------- report
+def _section(md: str, title: str) -> str:
+    return md.split(f"## {title}\n\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_report_sections_carry_the_tables_numbers(run, md):
+    s = views.structural_summary(run)
+    uuas = s[s["metric"] == "uuas"].loc[lambda d: d["value"].idxmax()]
+    text = _section(md, "Structural probes")
+    assert (f"structural_distance peaks at layer {uuas['layer']} (uuas {_f(uuas['value'])} "
+            f"[{_f(uuas['min'])}, {_f(uuas['max'])}]") in text
+    assert "## Per-layer probing\n\n- The probing table holds only structural probes" in md
+
+    am = views.amnesic_summary(run)
+    top = am.loc[am["gap"].idxmax()]
+    text = _section(md, "Amnesic probing")
+    assert (f"at layer {top['layer']}: by {_f(top['lm_loss_delta'])} against {_f(top['lm_loss_delta_random'])} "
+            f"(gap {_f(top['gap'])}") in text
+    assert f"scores {_f(top['probe_acc'])}, against {_f(top['probe_acc_intact'])} intact" in text
+
+    p = views.head_passport(run)
+    worst = p.loc[p["lm_loss_delta"].idxmax()]
+    text = _section(md, "Head gating")
+    assert f"gating layer {worst['layer']} head {worst['head']} alone costs the LM most" in text
+    g = views.gating_summary(run)
+    lm = g[g["metric"] == "lm_loss_delta"].iloc[0]
+    assert f"against {_f(lm['random_mean'])} [{_f(lm['random_min'])}, {_f(lm['random_max'])}] for 2 random sets" in text
+    # one key finding per causal section, at the top
+    keys = md.split("## Key findings\n\n", 1)[1].split("\n\n", 1)[0]
+    for title in ("Structural probes", "Amnesic probing", "Head gating"):
+        assert keys.count(f"({title})") == 1
+
+
+def test_report_names_the_commands_without_the_tables(tmp_path):
+    run = make_results_fixture(tmp_path, n_layers=4, n_heads=2, checkpoints=False)
+    md = report.write_report(run)[1].read_text()
+    assert "No amnesic table yet: run `workbench amnesic MODEL --out RUN_FOLDER`." in _section(md, "Amnesic probing")
+    assert "No gating, head_passport tables yet: run `workbench gate MODEL" in _section(md, "Head gating")
+    # the fixture has edge-probing rows only: the section says which tasks to add (not a key finding)
+    assert "has no structural-probe rows (add the tasks structural_distance and structural_depth" in md
+    head = md.split("## Run", 1)[0]
+    assert "(Amnesic probing)" not in head and "(Structural probes)" not in head
+    (run / "tables" / "probing.parquet").unlink()
+    md = report.write_report(run)[1].read_text()
+    assert ("run `workbench probe MODEL --tasks structural_distance,structural_depth`"
+            in _section(md, "Structural probes"))

@@ -108,18 +108,22 @@ def _probe(a: argparse.Namespace) -> None:
 
 def _amnesic(a: argparse.Namespace) -> None:
     from workbench.analyses.amnesic import amnesic_model, resolve_config
+    from workbench.presentation.analysis_figures import write_analysis_figures
 
     config = resolve_config(a.config, {**_overrides(a), **({"tasks": a.tasks.split(",")} if a.tasks else {})})
     tables = amnesic_model(a.model, out_dir=a.out, config=config)
-    print(f"amnesic tables: {sorted(tables)} in {a.out / 'tables'}")
+    write_analysis_figures("amnesic", tables, a.out)
+    print(f"amnesic tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
 
 
 def _gate(a: argparse.Namespace) -> None:
     from workbench.analyses.gating import gate_model, resolve_config
+    from workbench.presentation.analysis_figures import write_analysis_figures
 
     config = resolve_config(a.config, {**_overrides(a), **({"tasks": a.tasks.split(",")} if a.tasks else {})})
     tables = gate_model(a.model, out_dir=a.out, config=config)
-    print(f"gating tables: {sorted(tables)} in {a.out / 'tables'}")
+    write_analysis_figures("gate", tables, a.out)
+    print(f"gating tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
 
 
 def _heads(a: argparse.Namespace) -> None:

@@ -33,9 +33,11 @@ from plmodels.paths import source_checkout
 from plmodels.training import pretrain
 from plmodels.training.config import read_config_file
 from workbench import __version__
+from workbench.analyses.amnesic import amnesic_model
 from workbench.analyses.compare import compare_models
 from workbench.analyses.emergence import emergence_cli
 from workbench.analyses.frozen_vs_finetuned import frozen_vs_finetuned
+from workbench.analyses.gating import gate_model
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.probing import probe_model
 from workbench.analyses.prune import prune_model_cli
@@ -74,6 +76,8 @@ class RunConfig(Config):
     probe: dict | None = None                        # {"models", "tasks", "config"}
     heads: dict | None = None                        # {"models", "config"}
     prune: dict | None = None                        # {"models", "methods", "config"}
+    gate: dict | None = None                         # {"models", "config"}: head-gated probing (after heads)
+    amnesic: dict | None = None                      # {"models", "config"}: amnesic probing
     compare: dict | None = None                      # {"pairs", "config"}
     frozen_vs_finetuned: dict | None = None          # {"models", "config"}
     emergence: dict | None = None                    # {"models", "config"}
@@ -215,7 +219,8 @@ def _finetune_step(name: str, spec: dict) -> Callable[[Context], dict]:
 
 
 def _analysis_step(kind: str, model: str, spec: dict) -> Callable[[Context], dict]:
-    """probe / heads / prune for one model: the library function returns tables; we upsert them."""
+    """probe / heads / prune / gate / amnesic for one model: the library function returns tables; we
+    upsert them. gate reads the run's heads_classes and importance tables (its step runs after them)."""
     def fn(ctx: Context) -> dict:
         path = ctx.model_path(model)
         if not (path / "config.json").exists():
@@ -229,9 +234,14 @@ def _analysis_step(kind: str, model: str, spec: dict) -> Callable[[Context], dic
             tables = analyse_heads(path, out_dir=out, config=config, model_name=model,
                                    store_root=ctx.run_dir / "store")
             _attention_for_app(ctx.run_dir, model, path, spec.get("app_sentences", 40))
-        else:
+        elif kind == "prune":
             tables = prune_model_cli(path, methods=spec["methods"], out_dir=out, config=config,
                                      model_name=model)
+        elif kind == "gate":
+            tables = gate_model(path, out_dir=out, config=config, model_name=model, store_root=ctx.run_dir / "store")
+        else:
+            tables = amnesic_model(path, out_dir=out, config=config, model_name=model,
+                                   store_root=ctx.run_dir / "store")
         write_tables(ctx.run_dir, tables)
         write_analysis_figures(kind, tables, out)
         return {"tables": sorted(tables)}
@@ -312,12 +322,14 @@ def build_steps(cfg: dict) -> list[Step]:
     for name, spec in cfg.get("finetune", {}).items():
         base = spec["base"]
         steps.append(Step(f"finetune:{name}", spec, _finetune_step(name, spec), after=[_model_step(cfg, base)]))
-    for kind in ("probe", "heads", "prune"):
+    for kind in ("probe", "heads", "prune", "gate", "amnesic"):
         spec = cfg.get(kind)
         if not spec:
             continue
         for model in spec["models"]:
             after = [_model_step(cfg, model)] + (["tasks"] if kind == "probe" else [])
+            if kind == "gate":  # its role units and passport read these steps' tables
+                after += [f"{k}:{model}" for k in ("heads", "prune") if model in (cfg.get(k) or {}).get("models", [])]
             steps.append(Step(f"{kind}:{model}", spec, _analysis_step(kind, model, spec), after=after))
     spec = cfg.get("compare")
     if spec:

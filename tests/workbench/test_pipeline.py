@@ -38,7 +38,9 @@ def test_steps_follow_the_config():
     assert names[0] == "tasks" and names[-1] == "report"
     assert names.index("pretrain:encoder") < names.index("finetune:encoder-sst2") < names.index(
         "compare:encoder:encoder-sst2")
-    assert {"probe:encoder", "probe:decoder", "heads:encoder", "heads:decoder", "prune:encoder"} <= set(names)
+    assert {"probe:encoder", "probe:decoder", "heads:encoder", "heads:decoder", "prune:encoder", "gate:encoder",
+            "amnesic:encoder"} <= set(names)
+    assert names.index("heads:encoder") < names.index("gate:encoder") > names.index("prune:encoder")
 
 
 def test_keys_follow_config_files_and_upstream_steps(tmp_path):
@@ -97,7 +99,8 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
     assert list(steps) == expected
     assert all(s["status"] == "done" for s in steps.values())
     for name in ("training", "probing", "probing_summary", "mix_weights", "heads", "heads_classes", "relations",
-                 "importance", "pruning", "cka", "head_change", "frozen_vs_finetuned", "emergence"):
+                 "importance", "pruning", "cka", "head_change", "frozen_vs_finetuned", "emergence", "gating",
+                 "head_passport", "amnesic"):
         assert (run_a / "tables" / f"{name}.parquet").exists(), name
     html = (run_a / "report" / "report.html").read_text()
     md = (run_a / "report" / "summary.md").read_text()

@@ -10,7 +10,9 @@ import pytest
 from plmodels.recipes import RECIPES
 from plmodels.training import load_config
 from probes.heads import HeadConfig
+from workbench.analyses.amnesic import AmnesicRunConfig
 from workbench.analyses.compare import CompareRunConfig
+from workbench.analyses.gating import GateRunConfig
 from workbench.analyses.probing import ProbeRunConfig
 from workbench.analyses.prune import PruneRunConfig
 
@@ -19,7 +21,7 @@ PRETRAIN = sorted((RECIPES / "pretrain").glob("*.json"))
 
 
 ANALYSIS_DEFAULTS = {"probe": ProbeRunConfig, "prune": PruneRunConfig, "compare": CompareRunConfig,
-                     "heads": HeadConfig}
+                     "heads": HeadConfig, "gate": GateRunConfig, "amnesic": AmnesicRunConfig}
 
 
 @pytest.mark.parametrize("name", sorted(ANALYSIS_DEFAULTS))

@@ -26,7 +26,8 @@ form) and the loss is the cross-entropy.
 
 `amnesic_model(path, out_dir, config)` -> {"amnesic": (model, task, layer, eraser, metric, value)};
 eraser in none | leace | leace_random | inlp | inlp_random; metric in rank | probe_acc | lm_loss |
-lm_loss_delta | last_layer_acc (docs/design.md).
+lm_loss_delta | last_layer_acc | majority_acc (the test words' majority-label share: where probe_acc
+falls when the removal works) (docs/design.md).
 """
 from __future__ import annotations
 
@@ -224,7 +225,9 @@ def amnesic_task(model, tok, train: TaskSplit, test: TaskSplit, task: str, cfg: 
         return float((last_clf.predict(last[keep]) == y_last).mean())
 
     base_loss, base_last = run_erased(model, data, [])
-    rows = [(model_name, task, -1, "none", "lm_loss", base_loss),
+    majority = float(pd.Series(yte).value_counts(normalize=True).iloc[0]) if len(yte) else float("nan")
+    rows = [(model_name, task, -1, "none", "majority_acc", majority),  # what a removed property leaves
+            (model_name, task, -1, "none", "lm_loss", base_loss),
             (model_name, task, -1, "none", "last_layer_acc", last_layer_acc(base_last))]
     for layer in layers:
         Xtr, Xte = np.asarray(st_tr.layer(layer)[tr_rows]), np.asarray(st_te.layer(layer)[te_rows])

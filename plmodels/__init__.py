@@ -9,6 +9,7 @@ shared parts that are written once.
     decoder.py      the GPT-2-style decoder (DecoderConfig, Decoder)
     elmo.py         ELMo's biLSTM language model (ElmoConfig, ElmoBiLM), its loss, and its
                     transformer control (TransformerBiLMConfig, TransformerBiLM)
+    seq2seq.py      the T5 / BART encoder-decoder (Seq2SeqConfig, Seq2Seq); analyses read its encoder
     components/     what every family shares: attention kernel, positions, dropout, hook sites,
                     outputs, config checks, init, head pruning, input checks (see its docstring)
     checkpoint.py   save / load / hash a checkpoint folder; MODEL_KINDS, the family registry
@@ -30,6 +31,7 @@ from .checkpoint import checkpoint_hash, load, save
 from .decoder import Decoder, DecoderConfig
 from .elmo import ElmoBiLM, ElmoConfig, TransformerBiLM, TransformerBiLMConfig
 from .encoder import Encoder, EncoderConfig
+from .seq2seq import Seq2Seq, Seq2SeqConfig
 
 __all__ = ["Encoder", "EncoderConfig", "Decoder", "DecoderConfig", "ElmoBiLM", "ElmoConfig", "TransformerBiLM",
-           "TransformerBiLMConfig", "save", "load", "checkpoint_hash"]
+           "TransformerBiLMConfig", "Seq2Seq", "Seq2SeqConfig", "save", "load", "checkpoint_hash"]

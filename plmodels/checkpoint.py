@@ -1,7 +1,8 @@
 """Checkpoint folders: save, load and hash a model with its tokenizer (docs/design.md, "Checkpoints").
 
 Layout of a checkpoint folder:
-    config.json        {"kind": "encoder" | "decoder" | "bilm" | "tbilm", "config": {...}} (pruned heads included)
+    config.json        {"kind": "encoder" | "decoder" | "bilm" | "tbilm" | "seq2seq", "config": {...}}
+                       (pruned heads included)
     model.safetensors  the state dict (safetensors only; nothing is ever unpickled)
     tokenizer/         Tokenizer.save output (absent when saved without a tokenizer)
     card.json          model card: data, steps, tokens, metrics, created, ... (free-form extras)
@@ -29,6 +30,7 @@ from .decoder import Decoder, DecoderConfig
 from .elmo import ElmoBiLM, ElmoConfig, TransformerBiLM, TransformerBiLMConfig
 from .encoder import Encoder, EncoderConfig
 from .files import save_safetensors
+from .seq2seq import Seq2Seq, Seq2SeqConfig
 from .tokenizer import Tokenizer
 
 MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {
@@ -36,6 +38,7 @@ MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {
     "decoder": (Decoder, DecoderConfig),
     "bilm": (ElmoBiLM, ElmoConfig),  # ELMo's biLSTM LM (elmo.py)
     "tbilm": (TransformerBiLM, TransformerBiLMConfig),  # its transformer control (elmo.py)
+    "seq2seq": (Seq2Seq, Seq2SeqConfig),  # T5 / BART encoder-decoder (seq2seq.py); analyses read its encoder
 }
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_DIR, CARD_FILE, README_FILE = (
     "config.json", "model.safetensors", "tokenizer", "card.json", "README.md",

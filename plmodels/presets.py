@@ -16,6 +16,14 @@ BERT (Devlin et al., 2019): post-LN, learned absolute positions, GELU, dropout 0
 The "bilm" kind (ELMo, plmodels/elmo.py) has its own shapes, `BILM_SHAPES`: 2 biLSTM layers whose
 [forward; backward] width matches the table's width. Its transformer control, "tbilm", is the
 table's shape split in two causal decoders of GPT-2's style (half the width, heads and FFN each).
+
+The "seq2seq" kind (T5 / BART, plmodels/seq2seq.py) has `SEQ2SEQ_SHAPES`: half the table's blocks
+in the encoder and half in the decoder (at least 2 each: tiny is 2 + 2), at the table's width,
+heads and FFN. Mini, 2 + 2 blocks x 256, has about bert-mini's parameters at a 16k vocabulary: T5
+7.79M with its 100 sentinels, BART 8.05M with its two position tables, bert-mini 7.54M (a decoder
+block is a third larger than an encoder block for its cross-attention). Its style is
+`Seq2SeqConfig`'s defaults, T5's; a recipe asks for BART's options in its `model` block
+(plmodels/recipes/pretrain/bart-*.json).
 """
 from __future__ import annotations
 
@@ -50,7 +58,15 @@ BILM_SHAPES: dict[str, dict] = {
 }
 
 
-KINDS = (*STYLES, "bilm", "tbilm")
+# T5 / BART (plmodels/seq2seq.py): the table's blocks split between encoder and decoder
+SEQ2SEQ_SHAPES: dict[str, dict] = {
+    name: {"n_layers": max(2, s["n_layers"] // 2), "n_decoder_layers": max(2, s["n_layers"] // 2), "d_model": s["d_model"],
+           "n_heads": s["n_heads"], "d_ff": s["d_ff"], "max_positions": s["max_positions"], "dropout": 0.1}
+    for name, s in SHAPES.items()
+}
+
+
+KINDS = (*STYLES, "bilm", "tbilm", "seq2seq")
 
 
 def preset(kind: str, name: str) -> dict:
@@ -61,6 +77,8 @@ def preset(kind: str, name: str) -> dict:
         raise ValueError(f"unknown preset {name!r}; known: {sorted(SHAPES)}")
     if kind == "bilm":
         return dict(BILM_SHAPES[name])
+    if kind == "seq2seq":
+        return dict(SEQ2SEQ_SHAPES[name])
     if kind == "tbilm":  # d_model and n_heads count both directions; each direction's FFN is 4x its width
         style = {k: v for k, v in DECODER_STYLE.items() if k != "tie_embeddings"}
         return {**style, **SHAPES[name], "d_ff": SHAPES[name]["d_ff"] // 2}

@@ -33,6 +33,12 @@ self_attn_out, cross_attn.*, cross_attn_out, mlp.post, mlp_out, resid_post}`, wi
 q, k, v, scores, pattern, head_out (components/hooks.py). Hidden states follow the house's
 convention (hf_gpt2.py): L + 1 per stack, the embedding output then each block's raw output; the
 final norm (T5) is applied to last_hidden_state only.
+
+The workbench's analyses read the encoder: called without decoder_input_ids, the model runs its
+encoder only and returns an `EncoderOutput` (L + 1 encoder hidden states, the encoder
+self-attentions, the encoder's normed output), and `n_heads_per_layer`, `config.n_layers`,
+`d_model`, `n_heads`, `max_positions` are the encoder stack's. Training: objectives "t5" and "bart"
+(plmodels/training/objectives.py).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ from .components.hooks import HookedModel, HookPoint
 from .components.inputs import check_length
 from .components.layers import ACTIVATIONS, init_weights
 from .components.model_config import config_from_dict
+from .components.outputs import EncoderOutput
 
 
 @dataclass(frozen=True)
@@ -137,14 +144,14 @@ class Seq2SeqConfig(Config):
 class Seq2SeqOutput:
     """What `Seq2Seq.forward` returns.
 
-    logits: (B, Td, V). encoder_last_hidden_state: (B, Te, D) after the encoder's final norm (T5).
+    logits: (B, Td, V), or None when `return_logits=False`. encoder_last_hidden_state: (B, Te, D) after the encoder's final norm (T5).
     decoder_last_hidden_state: (B, Td, D) after the decoder's final norm. encoder_hidden_states /
     decoder_hidden_states: L + 1 tensors (embedding output, then each block's raw output) or None.
     encoder_attentions / decoder_attentions: L tensors (B, H, T, T); cross_attentions: L tensors
     (B, H, Td, Te); post-softmax probabilities, head mask applied; or None.
     """
 
-    logits: torch.Tensor
+    logits: torch.Tensor | None
     encoder_last_hidden_state: torch.Tensor
     decoder_last_hidden_state: torch.Tensor
     encoder_hidden_states: tuple[torch.Tensor, ...] | None = None
@@ -375,6 +382,11 @@ class Seq2Seq(HookedModel, nn.Module):
             raise ValueError(f"{what} must be (n_layers={n_layers}, n_heads={self.config.n_heads}), "
                              f"got {tuple(head_mask.shape)}")
 
+    @property
+    def n_heads_per_layer(self) -> list[int]:
+        """Heads per *encoder* layer: what the workbench's analyses read (the encoder's layers)."""
+        return [block.attn.n_heads for block in self.encoder.blocks]
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -387,14 +399,26 @@ class Seq2Seq(HookedModel, nn.Module):
         output_hidden_states: bool = False,
         output_attentions: bool = False,
         attn_impl: str = "auto",
-    ) -> Seq2SeqOutput:
+        return_logits: bool = True,
+        unpad: bool = False,
+    ) -> Seq2SeqOutput | EncoderOutput:
         """input_ids / attention_mask (B, Te): the encoder's; decoder_input_ids / decoder_attention_mask
         (B, Td): the decoder's (teacher forcing, e.g. `shift_right(targets)`). Head masks (L, H), one per
-        kind of attention sub-layer: encoder self-, decoder self- and cross-attention."""
+        kind of attention sub-layer: encoder self-, decoder self- and cross-attention.
+
+        Without decoder_input_ids only the encoder runs and the result is an `EncoderOutput` (the
+        workbench's uniform call: its hidden_states are the encoder's L + 1, attentions the encoder
+        self-attentions, last_hidden_state the encoder's output after its final norm); `unpad`
+        (accepted for that call) zeroes the outputs at the padding, as the encoder's unpadded path
+        gives, the padded tokens being computed and dropped. return_logits=False skips the (B, Td, V)
+        projection (the training loss projects the decoder output itself)."""
         cfg = self.config
-        if decoder_input_ids is None:
-            raise ValueError("decoder_input_ids is required (teacher forcing: model.shift_right(targets))")
-        Te, Td = input_ids.shape[1], decoder_input_ids.shape[1]
+        decoder_masks = (decoder_attention_mask, decoder_head_mask, cross_attn_head_mask)
+        if decoder_input_ids is None and any(m is not None for m in decoder_masks):
+            raise ValueError("decoder masks were given without decoder_input_ids (teacher forcing: "
+                             "model.shift_right(targets)); without them only the encoder runs")
+        Te = input_ids.shape[1]
+        Td = 0 if decoder_input_ids is None else decoder_input_ids.shape[1]
         check_length(max(Te, Td), cfg.max_positions)
         self._check_head_mask(head_mask, cfg.n_layers, "head_mask")
         self._check_head_mask(decoder_head_mask, cfg.n_decoder_layers, "decoder_head_mask")
@@ -414,6 +438,9 @@ class Seq2Seq(HookedModel, nn.Module):
             enc_hidden.append(x)
             enc_attns.append(probs)
         memory = self.encoder.finish(x)
+        if decoder_input_ids is None:
+            return self._encoder_output(memory, enc_hidden, enc_attns, attention_mask if unpad else None,
+                                        output_hidden_states, output_attentions)
 
         # decoder: causal self-attention, then cross-attention over the encoder's real tokens
         explicit = eager or bias is not None or decoder_attention_mask is not None
@@ -431,7 +458,7 @@ class Seq2Seq(HookedModel, nn.Module):
             cross_attns.append(cross)
         last = self.decoder.finish(y)
         return Seq2SeqOutput(
-            logits=self.lm_logits(last),
+            logits=self.lm_logits(last) if return_logits else None,
             encoder_last_hidden_state=memory,
             decoder_last_hidden_state=last,
             encoder_hidden_states=tuple(enc_hidden) if output_hidden_states else None,
@@ -441,10 +468,29 @@ class Seq2Seq(HookedModel, nn.Module):
             cross_attentions=tuple(cross_attns) if output_attentions else None,
         )
 
+    @staticmethod
+    def _encoder_output(memory, hidden, attns, zero_pad_mask, output_hidden_states, output_attentions) -> EncoderOutput:
+        """The encoder-only result; with `zero_pad_mask` (B, Te) the outputs are zero at its padding."""
+        if zero_pad_mask is not None:
+            keep = zero_pad_mask.to(memory.dtype)[..., None]  # (B, Te, 1)
+            memory, hidden = memory * keep, [h * keep for h in hidden]
+        return EncoderOutput(last_hidden_state=memory,
+                             hidden_states=tuple(hidden) if output_hidden_states else None,
+                             attentions=tuple(attns) if output_attentions else None)
+
+    def lm_projection(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(weight (V, D), bias (V,) or None) of the output layer, for the fused training loss:
+        logits = lm_transform(h) weight^T + bias = lm_logits(h)."""
+        weight = self.shared.weight if self.lm_head is None else self.lm_head.weight
+        return weight, self.final_logits_bias
+
+    def lm_transform(self, hidden: torch.Tensor) -> torch.Tensor:
+        """T5's d_model^-0.5 rescaling of the tied output (identity otherwise)."""
+        return hidden * self.config.d_model ** -0.5 if self.config.rescale_tied_output else hidden
+
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) decoder output -> (..., V): T5 rescales by d_model^-0.5 (`rescale_tied_output`, set
         when its head is tied); BART adds final_logits_bias."""
-        if self.config.rescale_tied_output:
-            hidden = hidden * self.config.d_model ** -0.5
+        hidden = self.lm_transform(hidden)
         logits = F.linear(hidden, self.shared.weight) if self.lm_head is None else self.lm_head(hidden)
         return logits if self.final_logits_bias is None else logits + self.final_logits_bias

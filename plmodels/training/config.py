@@ -27,14 +27,52 @@ from .masking import MaskingConfig
 from .schedule import SCHEDULES
 from .spans import SpanConfig
 
+
+@dataclass(frozen=True)
+class T5Args(Config):
+    """T5's span corruption (`objective_args` of objective "t5"; training/denoising.py)."""
+
+    noise_density: float = 0.15  # share of a row's tokens in noise spans
+    mean_span_length: float = 3.0  # mean noise-span length in tokens
+    n_sentinels: int = 100  # <extra_id_i> tokens appended to the run's tokenizer (T5's extra_ids)
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.noise_density < 1.0:
+            raise ValueError(f"T5Args.noise_density must be in (0, 1), got {self.noise_density}")
+        if not self.mean_span_length >= 1.0:
+            raise ValueError(f"T5Args.mean_span_length must be >= 1, got {self.mean_span_length}")
+        if self.n_sentinels < 1:
+            raise ValueError(f"T5Args.n_sentinels must be >= 1, got {self.n_sentinels}")
+
+
+@dataclass(frozen=True)
+class BartArgs(Config):
+    """BART's text infilling (`objective_args` of objective "bart"; training/denoising.py)."""
+
+    mask_ratio: float = 0.3  # share of a row's words in masked spans
+    poisson_lambda: float = 3.0  # mean span length in words (Poisson; zero-length spans insert a [MASK])
+    random_ratio: float = 0.1  # share of the spans replaced by a random token instead of [MASK]
+    permute_sentences: bool = False  # also shuffle the sentences of a row (BART's final recipe does)
+    whole_word: bool = True  # spans of whole words (fairseq's span-poisson masking); False: of tokens
+
+    def __post_init__(self) -> None:
+        for name in ("mask_ratio", "random_ratio"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"BartArgs.{name} must be in [0, 1], got {getattr(self, name)}")
+        if not self.poisson_lambda > 0:
+            raise ValueError(f"BartArgs.poisson_lambda must be > 0, got {self.poisson_lambda}")
+
+
 # objective -> (the model kind it trains, the class of its objective_args or None); objectives.py
 # holds what each one computes
 OBJECTIVE_FIELDS: dict[str, tuple[str, type | None]] = {
     "mlm": ("encoder", None), "clm": ("decoder", None), "span": ("encoder", SpanConfig),
     "electra": ("encoder", ElectraConfig), "distil": ("encoder", DistilConfig), "bilm": ("bilm", None),
-    "tbilm": ("tbilm", None),
+    "tbilm": ("tbilm", None), "t5": ("seq2seq", T5Args), "bart": ("seq2seq", BartArgs),
 }
-AUTO_OBJECTIVE = {"encoder": "mlm", "decoder": "clm", "bilm": "bilm", "tbilm": "tbilm"}  # objective "auto" per kind
+# objective "auto" per kind; None: the kind has several and the config must name one
+AUTO_OBJECTIVE: dict[str, str | None] = {"encoder": "mlm", "decoder": "clm", "bilm": "bilm", "tbilm": "tbilm",
+                                         "seq2seq": None}
 
 # Keys that may change when a run resumes: they change neither the data, the model nor the updates.
 RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"}
@@ -44,14 +82,16 @@ RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"
 class PretrainConfig(Config):
     """Everything a pretraining run depends on; no hidden defaults are read from elsewhere."""
 
-    kind: Literal["encoder", "decoder", "bilm", "tbilm"]  # masked LM (BERT), causal LM (GPT-2), ELMo's
-                                                  # biLSTM LM, or its transformer control
+    kind: Literal["encoder", "decoder", "bilm", "tbilm", "seq2seq"]  # masked LM (BERT), causal LM (GPT-2),
+                                                  # ELMo's biLSTM LM, its transformer control, or an
+                                                  # encoder-decoder (T5 / BART)
     train_source: str                             # corpus folder or file (corpus.py), relative to data_dir
-    objective: Literal["auto", "mlm", "clm", "span", "electra", "distil", "bilm", "tbilm"] = "auto"
+    objective: Literal["auto", "mlm", "clm", "span", "electra", "distil", "bilm", "tbilm", "t5", "bart"] = "auto"
                                                   # what a step trains (objectives.py): auto = mlm for an
                                                   # encoder, clm for a decoder, bilm / tbilm for those
-                                                  # kinds; span = SpanBERT, electra = ELECTRA, distil =
-                                                  # DistilBERT
+                                                  # kinds (a seq2seq must name t5 or bart); span =
+                                                  # SpanBERT, electra = ELECTRA, distil = DistilBERT,
+                                                  # t5 = span corruption, bart = text infilling
     objective_args: dict = field(default_factory=dict)  # the objective's own fields (objectives.py)
     train_split: str | None = "train"             # its split (None: the format's first)
     eval_source: str | None = None                # held-out corpus for the eval loss (None: no eval)
@@ -149,6 +189,9 @@ class PretrainConfig(Config):
             raise ValueError("eval_masking.nsp and .sop must be false and eval_masking.rate_final null (the "
                              "held-out mask is fixed and has no sentence pairs)")
         name = self.objective if self.objective != "auto" else AUTO_OBJECTIVE[self.kind]
+        if name is None:
+            raise ValueError(f"objective 'auto' has no default for kind {self.kind!r}: set objective to 't5' "
+                             "(T5's span corruption) or 'bart' (BART's text infilling)")
         kind, args = OBJECTIVE_FIELDS[name]
         if self.kind != kind:
             raise ValueError(f"objective {name!r} trains an {kind}, not a {self.kind}")

@@ -4,6 +4,13 @@
 `prepare_tokenizer` trains (or loads) the tokenizer; `token_cache` tokenizes a corpus split once
 (corpus.py); `Batches` reads packed rows in the (seed, epoch) order and `make_batch` turns them into
 training targets (masking.py): MLM (+ NSP) for WordPiece rows, the shifted ids for BPE rows.
+`t5_batch` and `bart_batch` make the encoder-decoder's (denoising.py): corrupted encoder inputs,
+decoder targets and their shift.
+
+Encoder-decoders (kind "seq2seq") read WordPiece rows [CLS] body [SEP], as the encoders do, so that
+the encoder sees in training what extraction feeds it ([CLS] words [SEP]). T5's sentinels are
+<extra_id_0> ... <extra_id_{n-1}> added to the run's tokenizer as special tokens, numbered down
+from the top of the vocabulary as T5's extra ids are (<extra_id_i> = V - 1 - i; `with_sentinels`).
 """
 from __future__ import annotations
 
@@ -15,14 +22,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tokenizers import AddedToken
+from tokenizers import Tokenizer as HFTokenizer
 
 from plmodels.elmo import BILM_KINDS
 from plmodels.files import replace_folder, temp_folder
 from plmodels.tokenizer import META_FILE, TOKENIZER_FILE, Tokenizer
 
 from . import corpus
-from .config import PretrainConfig, resolve_path
+from .config import BartArgs, PretrainConfig, T5Args, resolve_path
 from .corpus import sample_texts_for_tokenizer
+from .denoising import bart_text_infilling, t5_span_corruption
 from .distributed import Dist, barrier
 from .masking import (
     MaskingConfig,
@@ -63,11 +73,13 @@ def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist, fixed: str | 
             t0 = time.monotonic()
             texts = sample_texts_for_tokenizer(resolve_path(cfg.train_source, cfg.data_dir),
                                                cfg.tokenizer_sample_chars, cfg.train_split, seed=cfg.seed)
-            if cfg.kind in ("encoder", *BILM_KINDS):  # the biLMs read BERT's WordPiece: their layers align with BERT's
-                tok = Tokenizer.train_wordpiece(texts, cfg.vocab_size, lowercase=cfg.lowercase)
+            if cfg.kind in ("encoder", "seq2seq", *BILM_KINDS):  # the biLMs and seq2seq read BERT's WordPiece:
+                tok = Tokenizer.train_wordpiece(texts, cfg.vocab_size, lowercase=cfg.lowercase)  # layers align
             else:
                 tok = Tokenizer.train_bpe(texts, cfg.vocab_size)
             log(f"tokenizer: {tok} trained on {sum(map(len, texts)):,} chars in {time.monotonic() - t0:.1f}s")
+        if cfg.objective == "t5":
+            tok = with_sentinels(tok, T5Args.from_dict(cfg.objective_args).n_sentinels)
         tmp = temp_folder(tok_dir)
         try:
             tok.save(tmp)
@@ -132,7 +144,9 @@ class Batches:
         self.short = None if short_ds is None else _Rows(short_ds, cfg.batch_size * cfg.seq_len // cfg.short_seq_len,
                                                           cfg, d)
         self.masking = cfg.masking_config
-        needs_words = self.masking.whole_word or getattr(objective, "name", "") == "span"
+        name = getattr(objective, "name", "")
+        needs_words = (self.masking.whole_word or name == "span"
+                       or (name == "bart" and BartArgs.from_dict(cfg.objective_args).whole_word))
         self.cont_ids = continuation_ids(tok.hf.get_vocab()) if needs_words else None
 
     def position(self, step: int) -> tuple[int, int]:
@@ -171,3 +185,111 @@ def make_batch(rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Gener
                               generator=gen, cfg=masking, starts=starts)
     mv = lambda t: None if t is None else t.to(device)  # noqa: E731
     return Batch(ids.to(device), labels.to(device), mv(types), mv(nsp))
+
+
+# ------------------------------------------------------------------------ encoder-decoders
+
+
+def sentinel_token(i: int) -> str:
+    return f"<extra_id_{i}>"
+
+
+def with_sentinels(tok: Tokenizer, n: int) -> Tokenizer:
+    """`tok` with T5's sentinels <extra_id_0..n-1> as special tokens at the top of the vocabulary
+    (<extra_id_i> = V - 1 - i, T5's extra ids; added in the order n-1, ..., 0). A tokenizer that has
+    them already (a resumed run, a T5 run's tokenizer) is returned as it is."""
+    if tok.hf.token_to_id(sentinel_token(0)) is not None:
+        sentinel_ids(tok, n)  # checks they are all there
+        return tok
+    hf = HFTokenizer.from_str(tok.hf.to_str())  # a copy: the caller's tokenizer is left as it was
+    hf.add_special_tokens([AddedToken(sentinel_token(i), special=True, normalized=False) for i in reversed(range(n))])
+    return Tokenizer(hf, tok.kind, tok.specials, lowercase=tok.lowercase)
+
+
+def sentinel_ids(tok: Tokenizer, n: int) -> list[int]:
+    """The ids of <extra_id_0..n-1>; a ValueError when the tokenizer lacks one."""
+    ids = [tok.hf.token_to_id(sentinel_token(i)) for i in range(n)]
+    if None in ids:
+        raise ValueError(f"the tokenizer lacks T5's sentinel {sentinel_token(ids.index(None))} (n_sentinels={n}); "
+                         "a t5 run adds them to the tokenizer it trains or loads (data.with_sentinels)")
+    return ids  # type: ignore[return-value]
+
+
+def _check_seq2seq_tokenizer(tok: Tokenizer) -> None:
+    missing = [r for r in ("pad", "cls", "sep", "mask") if getattr(tok, f"{r}_id") is None]
+    if tok.kind != "wordpiece" or missing:
+        raise ValueError(f"seq2seq runs read WordPiece rows [CLS] ... [SEP] and need [PAD] [CLS] [SEP] [MASK]; "
+                         f"got a {tok.kind} tokenizer lacking {missing}")
+
+
+def _pad_right(seqs: list[torch.Tensor], value: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences of any lengths -> (B, T_max) right-padded with `value`, and the (B, T_max) mask."""
+    T = max(len(x) for x in seqs)
+    out = torch.full((len(seqs), T), value, dtype=torch.long)
+    mask = torch.zeros(len(seqs), T, dtype=torch.long)
+    for b, x in enumerate(seqs):
+        out[b, : len(x)] = x
+        mask[b, : len(x)] = 1
+    return out, mask
+
+
+def _seq2seq_batch(inputs: list[torch.Tensor], targets: list[torch.Tensor], scored: list[torch.Tensor] | None,
+                   tok: Tokenizer, start_id: int, device) -> Batch:
+    """input_ids (B, Te) right-padded with [PAD] (extras["attention_mask"] when any padding); labels
+    (B, Td) padded with -100; extras["decoder_input_ids"] = [start, labels[:, :-1]] with -100 -> [PAD]
+    (teacher forcing, `Seq2Seq.shift_right`); extras["scored"] (B, Td) bool: the targets the encoder
+    did not see (T5: the noise tokens; BART: the masked ones), or None."""
+    ids, mask = _pad_right(inputs, tok.pad_id)
+    labels, _ = _pad_right(targets, -100)
+    dec = torch.cat([torch.full((len(targets), 1), start_id, dtype=torch.long), labels[:, :-1]], dim=1)
+    dec = dec.masked_fill(dec == -100, tok.pad_id)
+    extras = {"attention_mask": None if bool(mask.all()) else mask.to(device), "decoder_input_ids": dec.to(device),
+              "scored": None if scored is None else _pad_right([s.long() for s in scored], 0)[0].bool().to(device)}
+    return Batch(ids.to(device), labels.to(device), extras=extras)
+
+
+def t5_batch(rows: torch.Tensor, tok: Tokenizer, args: T5Args, gen: torch.Generator, device) -> Batch:
+    """T5's span corruption of WordPiece rows (B, L) = [CLS] body [SEP]: each body is corrupted
+    (`t5_span_corruption`, [SEP] as T5's EOS); the encoder reads [CLS] + inputs (kept tokens, one
+    sentinel per noise span, [SEP]); the targets are "<extra_id_0> span 0 <extra_id_1> ... [SEP]";
+    the decoder starts from [PAD] (T5's decoder_start_token_id is its pad id)."""
+    _check_seq2seq_tokenizer(tok)
+    sentinels = sentinel_ids(tok, args.n_sentinels)
+    inputs, targets, scored = [], [], []
+    cls = torch.tensor([tok.cls_id])
+    sentinel_set = torch.tensor(sentinels + [tok.sep_id])
+    for row in rows:
+        c = t5_span_corruption(row[1:-1], noise_density=args.noise_density, mean_span_length=args.mean_span_length,
+                               sentinel_ids=sentinels, eos_id=tok.sep_id, generator=gen)
+        inputs.append(torch.cat([cls, c.inputs]))
+        targets.append(c.targets)
+        scored.append(~torch.isin(c.targets, sentinel_set))
+    return _seq2seq_batch(inputs, targets, scored, tok, tok.pad_id, device)
+
+
+def bart_batch(rows: torch.Tensor, tok: Tokenizer, args: BartArgs, gen: torch.Generator, cont_ids, device) -> Batch:
+    """BART's text infilling of WordPiece rows (B, L) = [CLS] body [SEP] ([CLS], [SEP] as BART's <s>,
+    </s>, never noised; `bart_text_infilling` with [MASK], whole words when `args.whole_word`); the
+    targets are the rows themselves, the decoder reads them shifted right after [SEP] (BART's
+    decoder_start_token_id is its </s>). Sentences (permute_sentences) end at "." and [SEP]."""
+    _check_seq2seq_tokenizer(tok)
+    starts = word_starts(rows, cont_ids) if args.whole_word else None
+    stop = tok.hf.token_to_id(".")
+    inputs, scored = [], []
+    for b, row in enumerate(rows):
+        ends = (row == tok.sep_id) | (row == (stop if stop is not None else -1))
+        noised = bart_text_infilling(row, mask_ratio=args.mask_ratio, poisson_lambda=args.poisson_lambda,
+                                     mask_id=tok.mask_id, generator=gen, permute_sentences=args.permute_sentences,
+                                     sentence_ends=ends, random_ratio=args.random_ratio, vocab_size=tok.vocab_size,
+                                     word_starts=None if starts is None else starts[b])
+        inputs.append(noised.inputs)
+        scored.append(noised.masked)  # over the permuted row: the targets' positions only without permutation
+    return _seq2seq_batch(inputs, list(rows), None if args.permute_sentences else scored, tok, tok.sep_id, device)
+
+
+def seq2seq_batch(cfg: PretrainConfig, rows: torch.Tensor, tok: Tokenizer, gen: torch.Generator, cont_ids,
+                  device) -> Batch:
+    """The batch of a seq2seq run's objective ("t5" or "bart") from packed rows (for the evaluator)."""
+    if cfg.objective == "t5":
+        return t5_batch(rows, tok, T5Args.from_dict(cfg.objective_args), gen, device)
+    return bart_batch(rows, tok, BartArgs.from_dict(cfg.objective_args), gen, cont_ids, device)

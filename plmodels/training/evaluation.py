@@ -6,6 +6,15 @@ the forward and backward mean NLLs (the training loss), ppl = the mean of the tw
 perplexities (what Peters et al. 2018 report), acc = the mean of their top-1 accuracies, and the
 per-direction values as fwd_* / bwd_*; the unigram baseline is averaged over the two directions'
 targets the same way.
+
+An encoder-decoder (kind "seq2seq", objectives "t5" and "bart") is scored on its denoising targets
+(data.t5_batch / bart_batch, drawn once with the fixed eval generator): loss, ppl and acc over
+every target token (T5: the sentinels, the noise spans and the final [SEP]; BART: the whole original
+row, most of which the encoder saw), and `noise_loss` / `noise_ppl` over the targets the encoder did
+not see (T5's noise tokens; BART's masked tokens, not reported with sentence permutation), each
+beside the unigram baseline on the same targets (`unigram_loss`, `noise_unigram_loss`). T5's
+sentinels never occur in the corpus, so its all-targets unigram baseline is weak (add-one
+probability for them); `noise_unigram_loss` is the fair one.
 """
 from __future__ import annotations
 
@@ -18,7 +27,7 @@ import torch.nn.functional as F
 from plmodels.elmo import BILM_KINDS, bilm_targets
 
 from .config import PretrainConfig
-from .data import Batch, make_batch
+from .data import Batch, make_batch, seq2seq_batch
 from .masking import IGNORE_INDEX, MaskingConfig, continuation_ids, step_generator
 
 EVAL_BATCH = 64  # rows per held-out forward (does not change the targets or the mask)
@@ -48,6 +57,18 @@ class Evaluator:
             self.unigram_parts = (float(nll[:, 1:].mean()), float(nll[:, :-1].mean()))  # forward, backward targets
             self.unigram_loss = sum(self.unigram_parts) / 2
             return
+        if cfg.kind == "seq2seq":  # the objective's own corruption, drawn once with the fixed eval generator
+            gen = step_generator(cfg.seed, 0, stream=1_000_003)
+            cont = continuation_ids(tok.hf.get_vocab())
+            self.batches = [seq2seq_batch(cfg, rows[i: i + EVAL_BATCH], tok, gen, cont, device)
+                            for i in range(0, n, EVAL_BATCH)]
+            targets = torch.cat([b.labels[b.labels != IGNORE_INDEX].cpu() for b in self.batches])
+            self.unigram_loss = float(-log_unigram[targets].mean())
+            self.noise_unigram_loss = None
+            if self.batches[0].extras["scored"] is not None:
+                noise = torch.cat([b.labels[b.extras["scored"]].cpu() for b in self.batches])
+                self.noise_unigram_loss = float(-log_unigram[noise].mean())
+            return
         # the held-out mask is BERT's standard one unless eval_masking says otherwise, drawn once over
         # all rows: runs with other training masks or batch sizes are scored on the same targets
         masking = MaskingConfig.from_dict(cfg.eval_masking)
@@ -63,6 +84,8 @@ class Evaluator:
     def __call__(self, model, autocast: bool) -> dict[str, float]:
         if model.kind in BILM_KINDS:
             return self.bilm(model, autocast)
+        if model.kind == "seq2seq":
+            return self.seq2seq(model, autocast)
         was_training = model.training
         model.eval()
         total, count, correct = 0.0, 0, 0
@@ -105,3 +128,32 @@ class Evaluator:
         return {"loss": (fwd + bwd) / 2, "ppl": (ppl(fwd) + ppl(bwd)) / 2, "acc": sum(correct) / max(1, 2 * count),
                 "fwd_loss": fwd, "bwd_loss": bwd, "fwd_ppl": ppl(fwd), "bwd_ppl": ppl(bwd),
                 "unigram_loss": self.unigram_loss, "unigram_ppl": (ppl(uf) + ppl(ub)) / 2}
+
+    @torch.no_grad()
+    def seq2seq(self, model, autocast: bool) -> dict[str, float]:
+        """An encoder-decoder on its held-out denoising targets (module docstring)."""
+        was_training = model.training
+        model.eval()
+        total, count, correct, noise_total, noise_count = 0.0, 0, 0, 0.0, 0
+        for b in self.batches:
+            with torch.autocast(b.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+                logits = model(b.input_ids, attention_mask=b.extras["attention_mask"],
+                               decoder_input_ids=b.extras["decoder_input_ids"], attn_impl="sdpa").logits
+            sel = b.labels != IGNORE_INDEX
+            nll = F.cross_entropy(logits[sel].float(), b.labels[sel], reduction="none")  # (N,)
+            total += float(nll.sum())
+            correct += int((logits[sel].argmax(-1) == b.labels[sel]).sum())
+            count += int(nll.numel())
+            if b.extras["scored"] is not None:
+                noise = b.extras["scored"][sel]
+                noise_total += float(nll[noise].sum())
+                noise_count += int(noise.sum())
+        model.train(was_training)
+        ppl = lambda x: math.exp(min(x, 50.0))  # noqa: E731
+        loss = total / max(1, count)
+        out = {"loss": loss, "ppl": ppl(loss), "acc": correct / max(1, count),
+               "unigram_loss": self.unigram_loss, "unigram_ppl": ppl(self.unigram_loss)}
+        if self.noise_unigram_loss is not None:
+            noise_loss = noise_total / max(1, noise_count)
+            out.update(noise_loss=noise_loss, noise_ppl=ppl(noise_loss), noise_unigram_loss=self.noise_unigram_loss)
+        return out

@@ -10,13 +10,16 @@ system (`OBJECTIVES`), so the loop (loop.py) stays the same for all of them.
 | distil    | DistilBERT (Sanh et al. 2019)   | MLM 80/10/10                      | 5 KD + 2 MLM + 1 cosine       | - (the teacher is named in the config) |
 | bilm      | ELMo (Peters et al. 2018)       | the rows as they are (no masking) | (forward + backward LM NLL) / 2 | -                              |
 | tbilm     | ELMo's transformer control      | the rows as they are (no masking) | (forward + backward LM NLL) / 2 | -                              |
+| t5        | T5 (Raffel et al. 2020)         | span corruption, sentinels        | CE on the targets             | -                                |
+| bart      | BART (Lewis et al. 2020)        | text infilling with [MASK]        | CE on the original row        | -                                |
 
 An `Objective` builds the *trained module* (the model, or the model with what only training needs:
 the SBO head, the generator), names the *analysed model* inside it (what `final/` holds and every
 analysis reads: the encoder, ELECTRA's discriminator, the DistilBERT student), turns packed rows
 into a `Batch` and computes the loss. `objective: "auto"` is "mlm" for encoders and "clm" for
 decoders, what the trainer did before objectives existed, and "bilm" / "tbilm" for ELMo's biLM and
-its transformer control (the kinds of the same names). Fields specific to one objective are
+its transformer control (the kinds of the same names); an encoder-decoder ("seq2seq") has no
+default: its config names "t5" or "bart". Fields specific to one objective are
 `PretrainConfig.objective_args`, checked by the objective's own config class.
 """
 from __future__ import annotations
@@ -34,9 +37,10 @@ from plmodels.config import Config
 from plmodels.electra import ElectraConfig, ElectraPair, electra_loss, generator_state
 from plmodels.elmo import bilm_loss
 from plmodels.files import save_safetensors
+from plmodels.tokenizer import WORDPIECE_SPECIALS, Tokenizer
 
-from .config import AUTO_OBJECTIVE
-from .data import Batch, make_batch
+from .config import AUTO_OBJECTIVE, BartArgs, T5Args
+from .data import Batch, bart_batch, make_batch, t5_batch
 from .distil import DistilConfig, check_teacher, distil_loss, load_teacher, student_from_teacher
 from .loss import linear_cross_entropy, lm_loss
 from .masking import IGNORE_INDEX, MaskingConfig, word_starts
@@ -311,8 +315,88 @@ class TBiLM(BiLM):
         return "bidirectional LM, transformer control (two causal transformers, shared embeddings and softmax)"
 
 
+class T5(Objective):
+    """T5's span corruption (data.t5_batch, denoising.py) for an encoder-decoder (plmodels/seq2seq.py):
+    the decoder predicts "<extra_id_0> span 0 <extra_id_1> span 1 ... [SEP]" from the corrupted row;
+    the loss is the mean cross-entropy over those targets. The run's tokenizer carries the sentinels."""
+
+    name = "t5"
+    args_class = T5Args
+
+    def model_config(self, fields_: dict) -> dict:
+        """pad and decoder start from the tokenizer's ids ([PAD]: T5 starts the decoder from pad)."""
+        pad, _ = _wordpiece_ids(self.cfg)
+        return {**fields_, "pad_token_id": pad, "decoder_start_token_id": pad}
+
+    def describe(self) -> str:
+        a = self.args
+        return (f"span corruption (T5: noise density {a.noise_density:g}, mean span {a.mean_span_length:g}, "
+                f"{a.n_sentinels} sentinels), cross-entropy on the targets")
+
+    def batch(self, rows, tok, masking, gen, cont_ids, device):
+        return t5_batch(rows, tok, self.args, gen, device)
+
+    def loss(self, module, batch, autocast):
+        return seq2seq_loss(module, batch, autocast)
+
+
+class Bart(T5):
+    """BART's text infilling (data.bart_batch, denoising.py): the decoder rebuilds the original row
+    from one with [MASK]ed spans; the loss is the mean cross-entropy over every token of the row."""
+
+    name = "bart"
+    args_class = BartArgs
+
+    def model_config(self, fields_: dict) -> dict:
+        """pad and decoder start from the tokenizer's ids ([SEP]: BART starts the decoder from </s>)."""
+        pad, sep = _wordpiece_ids(self.cfg)
+        return {**fields_, "pad_token_id": pad, "decoder_start_token_id": sep}
+
+    def describe(self) -> str:
+        a = self.args
+        words = "whole-word" if a.whole_word else "subword"
+        perm = ", sentence permutation" if a.permute_sentences else ""
+        return (f"text infilling (BART: {a.mask_ratio:g} of the {words}s in Poisson({a.poisson_lambda:g}) spans, "
+                f"one [MASK] each, {a.random_ratio:g} random{perm}), cross-entropy on the original row")
+
+    def batch(self, rows, tok, masking, gen, cont_ids, device):
+        return bart_batch(rows, tok, self.args, gen, cont_ids, device)
+
+
+def _wordpiece_ids(cfg) -> tuple[int, int]:
+    """([PAD], [SEP]) ids of the run's tokenizer: the one at cfg.tokenizer_path, else a trained
+    WordPiece's (its specials come first, in WORDPIECE_SPECIALS' order)."""
+    if cfg.tokenizer_path:
+        tok = Tokenizer.load(Path(cfg.tokenizer_path).expanduser())
+        if tok.pad_id is None or tok.sep_id is None:
+            raise ValueError(f"{cfg.tokenizer_path}: a seq2seq run needs a tokenizer with [PAD] and [SEP]")
+        return tok.pad_id, tok.sep_id
+    order = list(WORDPIECE_SPECIALS)
+    return order.index("pad"), order.index("sep")
+
+
+def seq2seq_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
+    """Mean cross-entropy of an encoder-decoder over the batch's targets (labels != -100), through
+    the fused linear cross-entropy on the decoder's output; (loss, number of targets, {})."""
+    dec = batch.extras["decoder_input_ids"]
+    start = model.config.decoder_start_token_id
+    if not bool((dec[:, 0] == start).all()):
+        raise ValueError(f"the batch's decoder inputs start from {int(dec[0, 0])}, the model's decoder_start_token_id "
+                         f"is {start}: the run's tokenizer and the model config disagree")
+    with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+        out = model(batch.input_ids, attention_mask=batch.extras["attention_mask"], decoder_input_ids=dec,
+                    attn_impl="sdpa", return_logits=False)
+        sel = batch.labels != IGNORE_INDEX
+        targets = batch.labels[sel]
+        n = int(targets.numel())
+        weight, bias = model.lm_projection()
+        loss = linear_cross_entropy(model.lm_transform(out.decoder_last_hidden_state[sel]), weight, bias,
+                                    targets) / max(1, n)
+    return loss, n, {}
+
+
 OBJECTIVES: dict[str, type[Objective]] = {c.name: c for c in (Objective, CausalLM, SpanBERT, Electra, Distil, BiLM,
-                                                               TBiLM)}
+                                                               TBiLM, T5, Bart)}
 
 
 def objective_for(cfg) -> Objective:

@@ -1,0 +1,202 @@
+"""T5 and BART (plmodels/seq2seq.py) train like every other kind: objectives "t5" and "bart"
+(objectives.py) make their batches from the packed rows (data.t5_batch / bart_batch), lower the
+held-out loss through `run_training`, save a "seq2seq" checkpoint that loads to the same outputs,
+resume bit-exact, and let the workbench's extraction read the encoder's L + 1 layers."""
+import json
+import math
+
+import pytest
+import torch
+
+from plmodels.checkpoint import load, n_parameters
+from plmodels.encoder import Encoder, EncoderConfig
+from plmodels.presets import preset
+from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig
+from plmodels.tokenizer import Tokenizer
+from plmodels.training import PretrainConfig, load_config
+from plmodels.training.config import BartArgs, T5Args
+from plmodels.training.data import bart_batch, sentinel_ids, t5_batch, with_sentinels
+from plmodels.training.loop import run_training
+from plmodels.training.masking import continuation_ids, step_generator, word_starts
+from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
+from workbench.store.extraction import extract
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+RECIPE_MODEL = {fam: load_config(f"{fam}-tiny").model for fam in ("t5", "bart")}  # the recipes' family options
+ARGS = {"t5": {"n_sentinels": 16}, "bart": {}}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("s2s")
+    data = _corpus(d / "train.txt", 2000, 0), _corpus(d / "valid.txt", 200, 1)
+    return data, _fixed_wordpiece(data[0], d / "tok")
+
+
+def _run_cfg(corpus, fam, **kw):
+    data, tok = corpus
+    run = dict(model={**RECIPE_MODEL[fam], "dropout": 0.0}, max_steps=30, eval_sequences=16, lr=3e-3, warmup_steps=2)
+    return _cfg(data, kind="seq2seq", objective=fam, objective_args=ARGS[fam], tokenizer_path=str(tok), **{**run, **kw})
+
+
+@pytest.fixture(scope="module", params=["t5", "bart"])
+def trained(request, corpus, tmp_path_factory):
+    cfg = _run_cfg(corpus, request.param)
+    out = tmp_path_factory.mktemp(request.param) / "run"
+    return cfg, run_training(cfg, out), out
+
+
+def _rows(tok_dir, n=4, seq_len=24, seed=0):
+    """Packed-row look-alikes [CLS] body [SEP] from the toy corpus's words (no padding)."""
+    tok = Tokenizer.load(tok_dir)
+    g = torch.Generator().manual_seed(seed)
+    body = torch.randint(5, tok.vocab_size, (n, seq_len - 2), generator=g)
+    return tok, torch.cat([torch.full((n, 1), tok.cls_id), body, torch.full((n, 1), tok.sep_id)], 1)
+
+
+def test_a_trained_run_lowers_the_heldout_loss_and_loads_to_the_same_outputs(trained):
+    cfg, result, out = trained
+    rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+    ev = {(r["step"], r["metric"]): r["value"] for r in rows if r["split"] == "eval"}
+    assert ev[(30, "loss")] < ev[(0, "loss")] - 1.0, ev
+    assert ev[(30, "loss")] < ev[(30, "unigram_loss")] - 0.5, ev
+    assert ev[(30, "noise_loss")] < ev[(0, "noise_loss")] - 1.0, ev  # the tokens the encoder did not see, too
+    card = json.loads((result.path / "card.json").read_text())
+    assert card["kind"] == "seq2seq" and card["objective_name"] == cfg.objective
+    assert ("span corruption" if cfg.objective == "t5" else "text infilling") in card["objective"]
+    assert card["n_heads_per_layer"] == [2, 2]
+    model, tok = load(result.path)
+    assert isinstance(model, Seq2Seq) and model.config == result.model.config
+    pad, sep = tok.pad_id, tok.sep_id
+    assert model.config.decoder_start_token_id == (pad if cfg.objective == "t5" else sep)
+    if cfg.objective == "t5":  # the tokenizer saved with the checkpoint carries the sentinels at the top
+        assert sentinel_ids(tok, 16) == list(range(tok.vocab_size - 1, tok.vocab_size - 17, -1))
+        assert model.config.vocab_size == tok.vocab_size
+    ids = torch.randint(5, 60, (2, 9), generator=torch.Generator().manual_seed(0))
+    dec = model.shift_right(ids)
+    result.model.eval()
+    a, b = result.model(ids, decoder_input_ids=dec), model(ids, decoder_input_ids=dec)
+    assert torch.equal(a.logits, b.logits) and torch.equal(a.encoder_last_hidden_state, b.encoder_last_hidden_state)
+
+
+def test_a_killed_t5_run_resumes_to_bit_identical_weights(corpus, tmp_path):
+    """One family is enough: T5's, whose tokenizer gains the sentinels (dropout on: its RNG replays too)."""
+    cfg = _run_cfg(corpus, "t5", model={**RECIPE_MODEL["t5"], "dropout": 0.1}, eval_every=4)
+    result = run_training(cfg, tmp_path / "a")
+    killed = run_training(cfg, tmp_path / "b", stop_at_step=8)  # last checkpoint: step 8 (log-spaced)
+    assert killed.path is None
+    resumed = run_training(cfg, tmp_path / "b")
+    wa, wb = result.model.state_dict(), resumed.model.state_dict()
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_t5_batch_rebuilds_the_original_row(corpus):
+    tok, rows = _rows(corpus[1])
+    tok = with_sentinels(tok, 16)
+    assert with_sentinels(tok, 16) is tok  # idempotent (a resumed run, a T5 tokenizer)
+    sent = sentinel_ids(tok, 16)
+    assert sent[0] == tok.vocab_size - 1 and sent[15] == tok.vocab_size - 16  # T5's extra ids count down
+    b = t5_batch(rows, tok, T5Args(n_sentinels=16), step_generator(0, 0), "cpu")
+    assert b.extras["attention_mask"] is None  # rows of one length corrupt to one length
+    assert torch.equal(b.extras["decoder_input_ids"][:, 0], torch.full((4,), tok.pad_id))  # T5 starts from pad
+    assert torch.equal(b.extras["decoder_input_ids"][:, 1:], b.labels[:, :-1])
+    index = {s: i for i, s in enumerate(sent)}
+    for row, inp, tgt in zip(rows.tolist(), b.input_ids.tolist(), b.labels.tolist()):
+        assert inp[0] == tok.cls_id and inp[-1] == tgt[-1] == tok.sep_id  # [CLS] ... EOS, ... EOS
+        spans, k = {}, None  # target: <extra_id_k> span k ...
+        for t in tgt[:-1]:
+            if t in index:
+                k = index[t]
+                spans[k] = []
+            else:
+                spans[k].append(t)
+        body = [t for x in inp[1:-1] for t in (spans[index[x]] if x in index else [x])]
+        assert [tok.cls_id] + body + [tok.sep_id] == row
+        n_noise = sum(len(s) for s in spans.values())
+        assert n_noise == round(22 * 0.15) and len(spans) == 1  # 3 noise tokens in round(3 / 3) span
+
+
+def test_a_bart_batch_targets_the_row_and_shifts_it_right(corpus):
+    tok, rows = _rows(corpus[1], n=6, seq_len=40)
+    cont = continuation_ids(tok.hf.get_vocab())
+    b = bart_batch(rows, tok, BartArgs(), step_generator(0, 1), cont, "cpu")
+    assert torch.equal(b.labels, rows)
+    assert torch.equal(b.extras["decoder_input_ids"], torch.cat([torch.full((6, 1), tok.sep_id), rows[:, :-1]], 1))
+    mask = b.extras["attention_mask"]
+    mask = torch.ones_like(b.input_ids) if mask is None else mask
+    starts = word_starts(rows, cont)
+    for row, inp, m, scored, st in zip(rows, b.input_ids, mask, b.extras["scored"], starts):
+        inp = inp[m.bool()]
+        assert inp[0] == tok.cls_id and inp[-1] == tok.sep_id and (inp == tok.mask_id).any()
+        assert len(inp) < len(row)  # spans became one token each
+        words = int(st[1:-1].sum())  # the budget counts whole words strictly inside the row
+        assert not scored[0] and not scored[-1] and 0 < int((scored & st).sum()) <= math.ceil(0.3 * words)
+        assert not (scored[1:] & ~st[1:] & ~scored[:-1]).any()  # whole words: no span starts inside a word
+        assert not (scored[:-1] & ~st[1:] & ~scored[1:]).any()  # ... nor stops inside one
+
+
+def test_the_encoder_alone_answers_the_workbench_call():
+    torch.manual_seed(0)
+    model = Seq2Seq(Seq2SeqConfig(vocab_size=61, d_model=16, n_layers=2, n_decoder_layers=1, n_heads=2, d_ff=32,
+                                  max_positions=16, dropout=0.0)).eval()
+    ids = torch.randint(5, 61, (2, 7), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    full = model(ids, attention_mask=mask, decoder_input_ids=model.shift_right(ids), output_hidden_states=True,
+                 output_attentions=True)
+    enc = model(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True, attn_impl="eager",
+                unpad=True)
+    assert model.n_heads_per_layer == [2, 2] and len(enc.hidden_states) == 3 and len(enc.attentions) == 2
+    real = mask.bool()
+    torch.testing.assert_close(enc.last_hidden_state[real], full.encoder_last_hidden_state[real])
+    assert torch.all(enc.last_hidden_state[~real] == 0)  # unpad: zero at the padding
+    for h, g in zip(enc.hidden_states, full.encoder_hidden_states):
+        torch.testing.assert_close(h[real], g[real])
+    for a, g in zip(enc.attentions, full.encoder_attentions):
+        torch.testing.assert_close(a, g)
+    with pytest.raises(ValueError, match="without decoder_input_ids"):
+        model(ids, decoder_head_mask=torch.ones(1, 2))
+
+
+def test_extraction_writes_the_encoders_l_plus_1_layers(trained, tmp_path):
+    _, result, _ = trained
+    model, tok = load(result.path)
+    sents = [["the", "cat", "sees", "the", "river", "."], ["two", "dogs", "call", "."]]
+    store = extract(model, tok, sents, tmp_path / "store", progress=False, attentions=True)
+    L = model.config.n_layers
+    assert store.n_layers == L + 1 and store.d_model == model.config.d_model and store.n_words == 10
+    assert store.index["model_kind"] == "seq2seq" and store.has_attentions
+    enc = tok.encode_words_batch([sents[1]])[0]
+    hs = model(torch.tensor([enc.ids]), output_hidden_states=True).hidden_states
+    firsts = [w0 for w0, _ in enc.word_spans]
+    for l in range(L + 1):  # first-subword pooling, float16 in the store
+        got = torch.from_numpy(store.layer(l)[store.sentence_rows(1)].astype("float32"))
+        torch.testing.assert_close(got, hs[l][0, firsts], atol=2e-2, rtol=1e-2)
+
+
+def test_objective_args_and_the_auto_objective_are_checked():
+    base = dict(kind="seq2seq", train_source="x", preset="tiny")
+    with pytest.raises(ValueError, match="noise_densty"):
+        PretrainConfig.from_dict({**base, "objective": "t5", "objective_args": {"noise_densty": 0.2}})
+    with pytest.raises(ValueError, match="mask_ration"):
+        PretrainConfig.from_dict({**base, "objective": "bart", "objective_args": {"mask_ration": 0.2}})
+    with pytest.raises(ValueError, match="noise_density must be in"):
+        PretrainConfig.from_dict({**base, "objective": "t5", "objective_args": {"noise_density": 1.5}})
+    with pytest.raises(ValueError, match="'t5'.*'bart'"):
+        PretrainConfig.from_dict(base)
+    with pytest.raises(ValueError, match="trains an encoder"):
+        PretrainConfig.from_dict({**base, "objective": "mlm"})
+    with pytest.raises(ValueError, match="trains an seq2seq"):
+        PretrainConfig.from_dict({**base, "kind": "encoder", "objective": "bart"})
+
+
+def test_the_recipes_and_the_mini_shape_match_bert_mini():
+    t5, bart = load_config("t5-mini"), load_config("bart-mini")
+    assert (t5.objective, bart.objective) == ("t5", "bart") and t5.objective_args["n_sentinels"] == 100
+    assert t5.model["position"] == "relative" and bart.model["position"] == "learned" and bart.model["norm"] == "post"
+    shape = preset("seq2seq", "mini")
+    assert (shape["n_layers"], shape["n_decoder_layers"], shape["d_model"], shape["d_ff"]) == (2, 2, 256, 1024)
+    bert = n_parameters(Encoder(EncoderConfig(**preset("encoder", "mini"), vocab_size=16000)))
+    ours = n_parameters(Seq2Seq(Seq2SeqConfig(**{**shape, **t5.model}, vocab_size=16100)))
+    assert abs(ours / bert - 1) < 0.1, (ours, bert)

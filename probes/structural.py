@@ -35,13 +35,21 @@ Spearman and DSpr./NSpr. include punctuation words, as the reference does; `punc
 (the sentence length is then its number of non-punctuation words). A constant prediction has
 correlation 0 (scipy would give nan).
 
+Confidence intervals: each metric is a statistic of per-sentence items (`uuas_items`, `root_accuracy_items`,
+`dspr_items`, `nspr_items`, the probes' `score_items`): UUAS the ratio of summed matched / gold edges, root
+accuracy the mean of per-sentence hits, DSpr. / NSpr. the per-length means then their mean. With n_boot > 0,
+`structural_layer_scores` gives each per-seed score the percentile bootstrap interval over test *sentences*
+(`probes.stats.bootstrap_ci`), the unit the metrics are defined on; the seed = -1 row keeps the t interval
+over seeds.
+
 Where this differs from the paper: early stopping on held-out *training sentences* (`val_fraction`,
 chosen by `seed`) rather than on the dev set.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from functools import partial
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -53,10 +61,13 @@ from torch import nn
 from probes.edge import check_spans
 from probes.estimator import LayeredData, OneLayerEstimator
 from probes.layers import PROBING_COLUMNS, LayerResult, _frame, _seed_aggregates
+from probes.stats import bootstrap_ci
 
 _PRED_SENTENCES = 256  # sentences per batch at inference
 _MIN_DELTA = 1e-4      # a validation loss must improve by this much (reference: 0.0001)
 SPEARMAN_LENGTHS = (5, 50)
+# (per-sentence items, statistic): a metric is statistic(items); the bootstrap resamples the rows of items
+SentenceItems = tuple[np.ndarray, Callable[[np.ndarray], float]]
 
 
 # ----------------------------------------------------------------------------- trees
@@ -281,10 +292,15 @@ class DistanceProbe(_StructuralProbe):
         """Predicted squared distances per sentence, (n, n), symmetric, zero diagonal."""
         return self._predict(X, bounds)
 
+    def score_items(self, X: Any, bounds: Any, heads: Sequence[Any], punct_mask: Any = None) -> dict[str, SentenceItems]:
+        """{"uuas", "dspr"}: (per-sentence items, statistic) on the given sentences (`uuas_items`, `dspr_items`;
+        DSpr. counts punctuation words, as the reference does)."""
+        pred = self.predict_distances(X, bounds)
+        return {"uuas": uuas_items(pred, heads, punct_mask), "dspr": dspr_items(pred, heads)}
+
     def score(self, X: Any, bounds: Any, heads: Sequence[Any], punct_mask: Any = None) -> dict[str, float]:
         """{"uuas", "dspr"} on the given sentences."""
-        pred = self.predict_distances(X, bounds)
-        return {"uuas": uuas(pred, heads, punct_mask), "dspr": dspr(pred, heads)}
+        return {k: stat(items) for k, (items, stat) in self.score_items(X, bounds, heads, punct_mask).items()}
 
 
 class DepthProbe(_StructuralProbe):
@@ -299,10 +315,15 @@ class DepthProbe(_StructuralProbe):
         """Predicted squared norms per sentence, (n,)."""
         return self._predict(X, bounds)
 
+    def score_items(self, X: Any, bounds: Any, heads: Sequence[Any], punct_mask: Any = None) -> dict[str, SentenceItems]:
+        """{"root_acc", "nspr"}: (per-sentence items, statistic) on the given sentences (`root_accuracy_items`,
+        `nspr_items`; NSpr. counts punctuation words, as the reference does)."""
+        pred = self.predict_depths(X, bounds)
+        return {"root_acc": root_accuracy_items(pred, heads, punct_mask), "nspr": nspr_items(pred, heads)}
+
     def score(self, X: Any, bounds: Any, heads: Sequence[Any], punct_mask: Any = None) -> dict[str, float]:
         """{"root_acc", "nspr"} on the given sentences."""
-        pred = self.predict_depths(X, bounds)
-        return {"root_acc": root_accuracy(pred, heads, punct_mask), "nspr": nspr(pred, heads)}
+        return {k: stat(items) for k, (items, stat) in self.score_items(X, bounds, heads, punct_mask).items()}
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -342,24 +363,63 @@ def mst_edges(dist: np.ndarray) -> set[tuple[int, int]]:
     return edges
 
 
-def uuas(pred_distances: Sequence[Any], heads: Sequence[Any], punct_mask: Any = None) -> float:
-    """Undirected unlabelled attachment score of the MST of predicted distances over non-punctuation words,
-    against the gold edges between non-punctuation words; corpus ratio matched / gold edges."""
+# Each metric is a statistic of per-sentence items, so that the bootstrap of structural_layer_scores can resample
+# whole test sentences: `<metric>_items` returns (items, statistic) (SentenceItems), one row of items per sentence
+# the metric is defined on, and the metric itself is statistic(items) (one definition for the point value and the
+# resamples).
+
+def _ratio_of_sums(items: np.ndarray) -> float:
+    """items (S, 2) int (matched edges, gold edges) per sentence -> sum matched / sum gold (nan if no gold edge)."""
+    hit, total = int(items[:, 0].sum()), int(items[:, 1].sum())
+    return hit / total if total else float("nan")
+
+
+def _mean(items: np.ndarray) -> float:
+    """items (S,) -> their mean (nan if none)."""
+    return float(np.mean(items)) if len(items) else float("nan")
+
+
+def _length_average(items: np.ndarray, per_word: bool) -> float:
+    """items (S, 1 + w): a sentence's length n in column 0, then its values (n of them if per_word, else one;
+    nan padding after) -> mean of the values of each length, then mean over the lengths (nan if none).
+    Lengths are taken in order of first appearance and values in row order, as a running list per length
+    would hold them, so the point value is the same float as pooling the values sentence by sentence."""
+    n = items[:, 0]
+    means = [np.mean(items[n == k, 1:1 + (int(k) if per_word else 1)].ravel()) for k in dict.fromkeys(n.tolist())]
+    return float(np.mean(means)) if means else float("nan")
+
+
+def _padded(rows: list[tuple[int, np.ndarray]]) -> np.ndarray:
+    """(S, 1 + max values) float: length, then the values, nan padded."""
+    out = np.full((len(rows), 1 + max((len(v) for _, v in rows), default=0)), np.nan)
+    for r, (n, v) in enumerate(rows):
+        out[r, 0], out[r, 1:1 + len(v)] = n, v
+    return out
+
+
+def uuas_items(pred_distances: Sequence[Any], heads: Sequence[Any], punct_mask: Any = None) -> SentenceItems:
+    """UUAS as (items (S', 2) int: matched and gold edges per sentence with a gold edge, ratio of their sums)."""
     P, H = _pairs_check(pred_distances, heads, "pred_distances", 2)
     masks = _check_masks(punct_mask, [len(h) for h in H])
-    hit = total = 0
+    rows = []
     for p, h, m in zip(P, H, masks):
         keep = np.flatnonzero(~m)
         gold = {(min(i, int(h[i])), max(i, int(h[i]))) for i in keep if h[i] >= 0 and not m[h[i]]}
         pred = {(int(keep[a]), int(keep[b])) for a, b in mst_edges(p[np.ix_(keep, keep)])}
-        hit += len(gold & pred)
-        total += len(gold)
-    return hit / total if total else float("nan")
+        if gold:        # a sentence without a gold edge adds nothing to either sum
+            rows.append((len(gold & pred), len(gold)))
+    return np.array(rows, dtype=np.int64).reshape(-1, 2), _ratio_of_sums
 
 
-def root_accuracy(pred_depths: Sequence[Any], heads: Sequence[Any], punct_mask: Any = None) -> float:
-    """Share of sentences whose least-deep non-punctuation word (first on ties) is the gold root
-    (sentences without a non-punctuation word are skipped)."""
+def uuas(pred_distances: Sequence[Any], heads: Sequence[Any], punct_mask: Any = None) -> float:
+    """Undirected unlabelled attachment score of the MST of predicted distances over non-punctuation words,
+    against the gold edges between non-punctuation words; corpus ratio matched / gold edges."""
+    items, statistic = uuas_items(pred_distances, heads, punct_mask)
+    return statistic(items)
+
+
+def root_accuracy_items(pred_depths: Sequence[Any], heads: Sequence[Any], punct_mask: Any = None) -> SentenceItems:
+    """Root accuracy as (items (S',) bool: root found, per sentence with a non-punctuation word; their mean)."""
     P, H = _pairs_check(pred_depths, heads, "pred_depths", 1)
     masks = _check_masks(punct_mask, [len(h) for h in H])
     ok = []
@@ -367,7 +427,14 @@ def root_accuracy(pred_depths: Sequence[Any], heads: Sequence[Any], punct_mask: 
         keep = np.flatnonzero(~m)
         if keep.size:
             ok.append(keep[int(np.argmin(p[keep]))] == int(np.flatnonzero(h == -1)[0]))
-    return float(np.mean(ok)) if ok else float("nan")
+    return np.array(ok, dtype=bool), _mean
+
+
+def root_accuracy(pred_depths: Sequence[Any], heads: Sequence[Any], punct_mask: Any = None) -> float:
+    """Share of sentences whose least-deep non-punctuation word (first on ties) is the gold root
+    (sentences without a non-punctuation word are skipped)."""
+    items, statistic = root_accuracy_items(pred_depths, heads, punct_mask)
+    return statistic(items)
 
 
 def _spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -380,41 +447,53 @@ def _spearman_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
 
 
-def _length_average(per_length: dict[int, list[float]], lengths: tuple[int, int]) -> float:
+def dspr_items(pred_distances: Sequence[Any], heads: Sequence[Any], punct_mask: Any = None,
+               lengths: tuple[int, int] = SPEARMAN_LENGTHS) -> SentenceItems:
+    """DSpr. as (items (S', 1 + w) float: per sentence of length n in lengths[0]..lengths[1], n then the Spearman
+    of each of its n rows, nan padded; mean per length over all rows, then over lengths)."""
+    P, H = _pairs_check(pred_distances, heads, "pred_distances", 2)
+    masks = _check_masks(punct_mask, [len(h) for h in H])
     lo, hi = lengths
-    means = [np.mean(v) for n, v in per_length.items() if lo <= n <= hi]
-    return float(np.mean(means)) if means else float("nan")
+    rows = []
+    for p, h, m in zip(P, H, masks):
+        keep = np.flatnonzero(~m)
+        if keep.size < 2 or not lo <= keep.size <= hi:
+            continue
+        gold = tree_distances(h)[np.ix_(keep, keep)]
+        rows.append((keep.size, _spearman_rows(p[np.ix_(keep, keep)], gold)))
+    return _padded(rows), partial(_length_average, per_word=True)
 
 
 def dspr(pred_distances: Sequence[Any], heads: Sequence[Any], punct_mask: Any = None,
          lengths: tuple[int, int] = SPEARMAN_LENGTHS) -> float:
     """The paper's DSpr.: Spearman of each word's predicted vs gold distance row, averaged per sentence length
     (all rows of all sentences of that length), then over lengths lengths[0]..lengths[1] (nan if none)."""
-    P, H = _pairs_check(pred_distances, heads, "pred_distances", 2)
+    items, statistic = dspr_items(pred_distances, heads, punct_mask, lengths)
+    return statistic(items)
+
+
+def nspr_items(pred_depths: Sequence[Any], heads: Sequence[Any], punct_mask: Any = None,
+               lengths: tuple[int, int] = SPEARMAN_LENGTHS) -> SentenceItems:
+    """NSpr. as (items (S', 2) float: length n in lengths[0]..lengths[1] and Spearman per sentence; mean per
+    length, then over lengths)."""
+    P, H = _pairs_check(pred_depths, heads, "pred_depths", 1)
     masks = _check_masks(punct_mask, [len(h) for h in H])
-    per_length: dict[int, list[float]] = {}
+    lo, hi = lengths
+    rows = []
     for p, h, m in zip(P, H, masks):
         keep = np.flatnonzero(~m)
-        if keep.size < 2:
+        if keep.size < 2 or not lo <= keep.size <= hi:
             continue
-        gold = tree_distances(h)[np.ix_(keep, keep)]
-        per_length.setdefault(keep.size, []).extend(_spearman_rows(p[np.ix_(keep, keep)], gold).tolist())
-    return _length_average(per_length, lengths)
+        rows.append((keep.size, float(_spearman_rows(p[keep], tree_depths(h)[keep]))))
+    return np.array(rows, dtype=np.float64).reshape(-1, 2), partial(_length_average, per_word=False)
 
 
 def nspr(pred_depths: Sequence[Any], heads: Sequence[Any], punct_mask: Any = None,
          lengths: tuple[int, int] = SPEARMAN_LENGTHS) -> float:
     """The paper's NSpr.: Spearman of predicted vs gold depths per sentence, averaged per sentence length,
     then over lengths lengths[0]..lengths[1] (nan if none)."""
-    P, H = _pairs_check(pred_depths, heads, "pred_depths", 1)
-    masks = _check_masks(punct_mask, [len(h) for h in H])
-    per_length: dict[int, list[float]] = {}
-    for p, h, m in zip(P, H, masks):
-        keep = np.flatnonzero(~m)
-        if keep.size < 2:
-            continue
-        per_length.setdefault(keep.size, []).append(float(_spearman_rows(p[keep], tree_depths(h)[keep])))
-    return _length_average(per_length, lengths)
+    items, statistic = nspr_items(pred_depths, heads, punct_mask, lengths)
+    return statistic(items)
 
 
 # ----------------------------------------------------------------------------- layer-wise analysis
@@ -435,12 +514,19 @@ STRUCTURAL_TASKS = {"structural_distance": (DistanceProbe, "distance"), "structu
 
 def structural_layer_scores(train: StructuralData, test: StructuralData, *, layers: Sequence[int] | None = None,
                             rank: int | None = None, seeds: Sequence[int] = (0,), model: str = "",
-                            task: str = "structural_distance", probe_params: dict | None = None) -> LayerResult:
+                            task: str = "structural_distance", probe_params: dict | None = None,
+                            n_boot: int = 0, boot_seed: int = 0) -> LayerResult:
     """One structural probe per layer and seed (mode "single"), rows in PROBING_COLUMNS: metrics "uuas" and
     "dspr" for task "structural_distance", "root_acc" and "nspr" for "structural_depth"; with more than
-    one seed a seed = -1 mean row per metric (t interval over seeds). Per-seed ci columns are nan."""
+    one seed a seed = -1 mean row per metric (t interval over seeds).
+
+    With n_boot > 0 each per-seed row's ci_low / ci_high is the 95% percentile bootstrap interval over test
+    *sentences* (`probes.stats.bootstrap_ci` on the probe's `score_items`), drawn with seed boot_seed + the
+    probe's seed (boot_seed = 0: the probe's seed, as the other probes do); with n_boot = 0 they are nan."""
     if task not in STRUCTURAL_TASKS:
         raise ValueError(f"task: expected one of {sorted(STRUCTURAL_TASKS)}, got {task!r}")
+    if n_boot < 0:
+        raise ValueError(f"n_boot: expected an int >= 0, got {n_boot}")
     cls, probe = STRUCTURAL_TASKS[task]
     params = dict(probe_params or {})
     if rank is not None:
@@ -451,7 +537,10 @@ def structural_layer_scores(train: StructuralData, test: StructuralData, *, laye
         base = {"model": model, "task": task, "probe": probe, "pooling": "first", "layer": l, "mode": "single"}
         for seed in seeds:
             p = cls(**{**params, "seed": seed}).fit(train.layer(l), train.bounds, train.heads)
-            for metric, value in p.score(test.layer(l), test.bounds, test.heads, test.punct_mask).items():
-                rows.append({**base, "metric": metric, "value": value, "seed": seed,
-                             "ci_low": float("nan"), "ci_high": float("nan")})
+            for metric, (items, stat) in p.score_items(test.layer(l), test.bounds, test.heads, test.punct_mask).items():
+                if n_boot > 0 and len(items):
+                    value, lo, hi = bootstrap_ci(items, stat, n_boot=n_boot, seed=boot_seed + seed)
+                else:       # no interval asked for, or no sentence the metric is defined on (value nan)
+                    value, lo, hi = stat(items), float("nan"), float("nan")
+                rows.append({**base, "metric": metric, "value": value, "seed": seed, "ci_low": lo, "ci_high": hi})
     return LayerResult(_frame(_seed_aggregates(rows), PROBING_COLUMNS))

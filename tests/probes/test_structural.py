@@ -1,22 +1,29 @@
-"""Structural probes (Hewitt & Manning 2019): trees by hand, metrics by hand (punctuation excluded), a
-planted Euclidean embedding of the tree metric recovered by both probes, random vectors, input errors,
-determinism."""
+"""Structural probes (Hewitt & Manning 2019): trees by hand, metrics by hand (punctuation excluded), the
+metrics as statistics of per-sentence items (equal to their earlier loop definitions, bit for bit) and their
+bootstrap intervals over test sentences, a planted Euclidean embedding of the tree metric recovered by both
+probes, random vectors, input errors, determinism."""
 import numpy as np
 import pytest
+from scipy.stats import rankdata
 
 from probes.layers import PROBING_COLUMNS
+from probes.stats import bootstrap_ci
 from probes.structural import (
     DepthProbe,
     DistanceProbe,
     StructuralData,
     dspr,
+    dspr_items,
     mst_edges,
     nspr,
+    nspr_items,
     root_accuracy,
+    root_accuracy_items,
     structural_layer_scores,
     tree_depths,
     tree_distances,
     uuas,
+    uuas_items,
 )
 
 FAST = dict(rank=32, lr=0.01, batch_size=20, max_epochs=30, patience=3)
@@ -106,6 +113,149 @@ def test_metric_errors():
         root_accuracy([np.zeros(5), np.zeros(5)], [HEADS])
     with pytest.raises(ValueError, match=r"punct_mask\[0\]: expected a bool array of shape \(5,\)"):
         uuas([np.zeros((5, 5))], [HEADS], [np.zeros(5)])
+
+
+# ----------------------------------------------------------------------------- metrics as items + statistic
+# The metrics as they were defined before they became statistics of per-sentence items (plain loops over the
+# sentences, lists per length), kept here to pin the refactored metrics to the same floats, bit for bit.
+def _ref_spearman_rows(a, b):
+    ra, rb = rankdata(a, axis=-1), rankdata(b, axis=-1)
+    ra = ra - ra.mean(-1, keepdims=True)
+    rb = rb - rb.mean(-1, keepdims=True)
+    den = np.sqrt((ra * ra).sum(-1) * (rb * rb).sum(-1))
+    num = (ra * rb).sum(-1)
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
+def _ref_masks(heads, punct):
+    return punct if punct is not None else [np.zeros(len(h), dtype=bool) for h in heads]
+
+
+def _ref_uuas(pred, heads, punct=None):
+    hit = total = 0
+    for p, h, m in zip(pred, heads, _ref_masks(heads, punct)):
+        keep = np.flatnonzero(~m)
+        gold = {(min(i, int(h[i])), max(i, int(h[i]))) for i in keep if h[i] >= 0 and not m[h[i]]}
+        found = {(int(keep[a]), int(keep[b])) for a, b in mst_edges(p[np.ix_(keep, keep)])}
+        hit += len(gold & found)
+        total += len(gold)
+    return hit / total if total else float("nan")
+
+
+def _ref_root_accuracy(pred, heads, punct=None):
+    ok = []
+    for p, h, m in zip(pred, heads, _ref_masks(heads, punct)):
+        keep = np.flatnonzero(~m)
+        if keep.size:
+            ok.append(keep[int(np.argmin(p[keep]))] == int(np.flatnonzero(h == -1)[0]))
+    return float(np.mean(ok)) if ok else float("nan")
+
+
+def _ref_length_average(per_length, lo=5, hi=50):
+    means = [np.mean(v) for n, v in per_length.items() if lo <= n <= hi]
+    return float(np.mean(means)) if means else float("nan")
+
+
+def _ref_dspr(pred, heads, punct=None):
+    per_length = {}
+    for p, h, m in zip(pred, heads, _ref_masks(heads, punct)):
+        keep = np.flatnonzero(~m)
+        if keep.size >= 2:
+            rows = _ref_spearman_rows(p[np.ix_(keep, keep)], tree_distances(h)[np.ix_(keep, keep)])
+            per_length.setdefault(keep.size, []).extend(rows.tolist())
+    return _ref_length_average(per_length)
+
+
+def _ref_nspr(pred, heads, punct=None):
+    per_length = {}
+    for p, h, m in zip(pred, heads, _ref_masks(heads, punct)):
+        keep = np.flatnonzero(~m)
+        if keep.size >= 2:
+            per_length.setdefault(keep.size, []).append(float(_ref_spearman_rows(p[keep], tree_depths(h)[keep])))
+    return _ref_length_average(per_length)
+
+
+def _random_tree(rng, n):
+    """A random tree: a random order, each word after the first attaches to an earlier one in that order."""
+    order = rng.permutation(n)
+    heads = np.full(n, -1)
+    for k in range(1, n):
+        heads[order[k]] = order[rng.integers(k)]
+    return heads
+
+
+def _scored_sentences(rng, lens, noise, ties=False):
+    """Random trees of the given lengths with predictions = gold distances / depths + |noise| (rounded to
+    integers with ties=True, which makes ties in the ranks and the MST)."""
+    heads, dist, depth = [], [], []
+    for n in lens:
+        h = _random_tree(rng, int(n))
+        e = rng.normal(scale=noise, size=(n, n))
+        d = np.abs(tree_distances(h) + e + e.T)
+        np.fill_diagonal(d, 0)
+        z = tree_depths(h) + rng.normal(scale=noise, size=n)
+        heads.append(h)
+        dist.append(np.round(d) if ties else d)
+        depth.append(np.round(z) if ties else z)
+    return heads, dist, depth
+
+
+# Pooling DSpr.'s rows in another order (e.g. summing per sentence first) moves the last bit in about a third of
+# such corpora; these three are ones where it does, so a change of summation order fails here.
+@pytest.mark.parametrize("seed, noise, ties", [(0, 1.0, False), (1, 1.0, False), (0, 5.0, True)])
+def test_metrics_as_item_statistics_equal_their_loop_definitions_bit_for_bit(seed, noise, ties):
+    # lengths 1..55 (1 word, < 5 and > 50 words included), many sentences per length (pooled means over > 128
+    # rows), random punctuation (one sentence all punctuation), noise from little to none of the tree left
+    rng = np.random.default_rng(seed)
+    lens = np.concatenate([rng.integers(1, 56, 40), rng.integers(5, 10, 120)])
+    heads, dist, depth = _scored_sentences(rng, lens, noise=noise, ties=ties)
+    punct = [rng.random(n) < 0.15 for n in lens]
+    punct[3][:] = True
+    for m in (None, punct):
+        assert uuas(dist, heads, m) == _ref_uuas(dist, heads, m)
+        assert root_accuracy(depth, heads, m) == _ref_root_accuracy(depth, heads, m)
+        assert dspr(dist, heads, m) == _ref_dspr(dist, heads, m)
+        assert nspr(depth, heads, m) == _ref_nspr(depth, heads, m)
+    # items: one row per sentence the metric is defined on
+    items, stat = uuas_items(dist, heads, punct)
+    assert items.shape[1] == 2 and (items[:, 1] > 0).all() and (items[:, 0] <= items[:, 1]).all()
+    assert len(root_accuracy_items(depth, heads, punct)[0]) == sum(int((~m).any()) for m in punct)
+    n_kept = np.array([(~m).sum() for m in punct])
+    items, stat = nspr_items(depth, heads, punct)
+    assert items[:, 0].tolist() == n_kept[(n_kept >= 5) & (n_kept <= 50)].tolist()
+    in_range = n_kept[(n_kept >= 5) & (n_kept <= 50)]
+    items, stat = dspr_items(dist, heads, punct)
+    assert items.shape == (len(in_range), 1 + in_range.max()) and items[:, 0].tolist() == in_range.tolist()
+    assert all(np.isnan(r[1 + int(r[0]):]).all() and np.isfinite(r[1:1 + int(r[0])]).all() for r in items)
+
+
+def _four_metrics(n_sent, seed, noise=1.0):
+    """{metric: (items, statistic)} on n_sent noisy sentences of 6..12 words."""
+    rng = np.random.default_rng(seed)
+    heads, dist, depth = _scored_sentences(rng, rng.integers(6, 13, n_sent), noise)
+    return {"uuas": uuas_items(dist, heads), "root_acc": root_accuracy_items(depth, heads),
+            "dspr": dspr_items(dist, heads), "nspr": nspr_items(depth, heads)}
+
+
+def test_bootstrap_over_sentences_contains_the_score_and_narrows_with_more_sentences():
+    small, large = _four_metrics(20, seed=5), _four_metrics(320, seed=6)
+    for metric in small:
+        widths = []
+        for items, stat in (small[metric], large[metric]):
+            point, lo, hi = bootstrap_ci(items, stat, n_boot=200, seed=0)
+            assert point == stat(items) and lo <= point <= hi and lo < hi, metric
+            widths.append(hi - lo)
+        # 16x the sentences: about a quarter of the width
+        assert widths[1] < 0.5 * widths[0], (metric, widths)
+
+
+def test_bootstrap_of_perfect_sentences_is_the_point_one():
+    rng = np.random.default_rng(0)
+    heads = [_random_tree(rng, n) for n in rng.integers(5, 15, 30)]
+    dist, depth = [tree_distances(h).astype(float) for h in heads], [tree_depths(h).astype(float) for h in heads]
+    for items, stat in (uuas_items(dist, heads), root_accuracy_items(depth, heads), dspr_items(dist, heads),
+                        nspr_items(depth, heads)):
+        assert bootstrap_ci(items, stat, n_boot=50, seed=0) == (1.0, 1.0, 1.0)
 
 
 # ----------------------------------------------------------------------------- planted signal
@@ -236,3 +386,31 @@ def test_structural_layer_scores_rows(planted):
     assert (df["task"] == "structural_depth").all() and (df["layer"] == 1).all() and (df["probe"] == "depth").all()
     with pytest.raises(ValueError, match="task: expected one of"):
         structural_layer_scores(train, test, task="structural")
+
+
+def test_structural_layer_scores_bootstrap_over_test_sentences(planted):
+    train, test = planted
+    small = lambda d, n: StructuralData(d.X[None], d.bounds[:n], d.heads[:n], d.punct_mask[:n])
+    tr, te = small(train, 40), small(test, 30)
+    params = {**FAST, "max_epochs": 2}
+    kw = dict(layers=[0], seeds=(0, 1), task="structural_distance", probe_params=params)
+    df = structural_layer_scores(tr, te, n_boot=100, boot_seed=3, **kw).probing
+    plain = structural_layer_scores(tr, te, **kw).probing
+    per_seed, mean = df[df["seed"] >= 0], df[df["seed"] == -1]
+    assert len(per_seed) == 4 and set(per_seed["metric"]) == {"uuas", "dspr"}
+    assert np.isfinite(df[["value", "ci_low", "ci_high"]].to_numpy()).all()
+    assert ((per_seed["ci_low"] <= per_seed["value"]) & (per_seed["value"] <= per_seed["ci_high"])).all()
+    assert (per_seed["ci_low"] < per_seed["ci_high"]).all()
+    # the point values are the plain scores; without n_boot the per-seed intervals stay nan
+    assert per_seed["value"].tolist() == plain[plain["seed"] >= 0]["value"].tolist()
+    assert plain[plain["seed"] >= 0][["ci_low", "ci_high"]].isna().all().all()
+    assert mean[["value", "ci_low", "ci_high"]].to_numpy().tolist() == \
+        plain[plain["seed"] == -1][["value", "ci_low", "ci_high"]].to_numpy().tolist()
+    # the interval is bootstrap_ci over the probe's per-sentence items, drawn with seed boot_seed + probe seed
+    p = DistanceProbe(**{**params, "seed": 1}).fit(tr.layer(0), tr.bounds, tr.heads)
+    items, stat = p.score_items(te.layer(0), te.bounds, te.heads, te.punct_mask)["dspr"]
+    assert len(items) == 30
+    row = per_seed[(per_seed["seed"] == 1) & (per_seed["metric"] == "dspr")].iloc[0]
+    assert (row["value"], row["ci_low"], row["ci_high"]) == bootstrap_ci(items, stat, n_boot=100, seed=4)
+    with pytest.raises(ValueError, match="n_boot: expected an int >= 0"):
+        structural_layer_scores(tr, te, n_boot=-1, **kw)

@@ -337,12 +337,15 @@ def structural_data(split: TaskSplit) -> tuple[StructuralData, int]:
 
 def probe_structural(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: list[int], model_name: str,
                      task: str, bar: Bar | None = None) -> dict[str, list[pd.DataFrame]]:
-    """A structural probe (distance or depth) per layer and seed; counts as len(probes) x len(modes)
-    units of `bar`, as the other tasks do. Sentences cut by the model's length are left out (logged)."""
+    """A structural probe (distance or depth) per layer and seed, with `cfg.n_boot` bootstrap resamples
+    of the test sentences for each per-seed interval (seeded by the probe's seed, as the other tasks'
+    intervals over test items are); counts as len(probes) x len(modes) units of `bar`, as the other
+    tasks do. Sentences cut by the model's length are left out (logged)."""
     (tr, cut_tr), (te, cut_te) = structural_data(train), structural_data(test)
     if cut_tr or cut_te:
         log.info(f"probe {task}: {cut_tr} train / {cut_te} test sentences left out (cut by the model's length)")
-    res = structural_layer_scores(tr, te, layers=layers, seeds=cfg.seeds, model=model_name, task=task)
+    res = structural_layer_scores(tr, te, layers=layers, seeds=cfg.seeds, model=model_name, task=task,
+                                  n_boot=cfg.n_boot)
     if bar is not None:
         bar.update(len(cfg.probes) * len(cfg.modes))
     return {"probing": [res.probing], "probing_summary": [], "mix_weights": []}

@@ -637,7 +637,9 @@ def _gating_clauses(model: str, g: pd.DataFrame) -> list[str]:
                 f"{int(top['n_random'])} random sets of as many heads" if top["n_random"] > 0 else
                 " (no random sets of that size to compare with)")
         verb = "raises" if top["value"] > 0 else "changes"
-        out.append(f"gating the {int(top['n_gated'])} heads of {top['unit']} {top['name']} {verb} {model}'s LM loss "
+        n = int(top["n_gated"])
+        what = f"the {n} heads of {top['unit']} {top['name']}" if n > 1 else f"the one head of {top['unit']} {top['name']}"
+        out.append(f"gating {what} {verb} {model}'s LM loss "
                    f"by {_f(top['value'])}{rand}")
     drops = g[g["metric"] == "max_acc_drop"]
     for task, d in drops.groupby("task"):

@@ -122,19 +122,23 @@ def structural_figure(summary: pd.DataFrame) -> go.Figure:
 def amnesic_figure(summary: pd.DataFrame) -> go.Figure:
     """Amnesic probing (Elazar et al. 2021) from `views.amnesic_summary_frame`: a panel per property
     with the LM-loss increase per layer when the property is erased (solid) and when as many random
-    directions are erased (dashed, same colour): the gap is the evidence that the model uses it."""
+    directions are erased (dashed, same colour): the gap is the evidence that the model uses it. A
+    model without LM rows (its LM head is untrained) is drawn with the downstream probe instead: the
+    intact model's last-layer probe read on the erased run."""
+    metric = "lm_loss_delta" if summary["lm_loss_delta"].notna().any() else "last_layer_acc"
     tasks = sorted(summary["task"].unique())
     fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True)
     for c, task in enumerate(tasks, start=1):
         for i, ((model, eraser), g) in enumerate(summary.groupby(["model", "eraser"])):
             g = g[g["task"] == task].sort_values("layer")
-            for col, label, dash in (("lm_loss_delta", eraser, None), ("lm_loss_delta_random", f"{eraser} random", "dash")):
+            for col, label, dash in ((metric, eraser, None), (f"{metric}_random", f"{eraser} random", "dash")):
                 fig.add_trace(go.Scatter(x=g["layer"], y=g[col], mode="lines+markers", name=f"{model} {label}",
                                          legendgroup=f"{model} {label}", showlegend=c == 1,
                                          line=dict(color=_color(i), dash=dash)), 1, c)
         fig.update_xaxes(title_text="layer erased", row=1, col=c)
-    return fig.update_layout(title="Amnesic probing: LM-loss increase, property erased vs random directions",
-                             yaxis_title="lm_loss_delta", height=380)
+    what = "LM-loss increase" if metric == "lm_loss_delta" else "last-layer probe accuracy"
+    return fig.update_layout(title=f"Amnesic probing: {what}, property erased vs random directions",
+                             yaxis_title=metric, height=380)
 
 
 def gating_figure(summary: pd.DataFrame, model: str) -> go.Figure:

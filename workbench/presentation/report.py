@@ -587,6 +587,13 @@ def amnesic_section(run_dir: Path) -> Section:
 
 
 def _amnesic_clause(model: str, task: str, eraser: str, g: pd.DataFrame) -> str:
+    if g["gap"].isna().all():  # no LM rows (an untrained LM head): the downstream probe instead
+        drop = g["last_layer_acc_random"] - g["last_layer_acc"]
+        top = g.loc[drop.idxmax()]
+        return (f"erasing {task} from {model} ({eraser}; no LM loss: its LM head is untrained) costs the intact "
+                f"model's last-layer {task} probe most at layer {int(top['layer'])}: it reads "
+                f"{_f(top['last_layer_acc'])} against {_f(top['last_layer_acc_random'])} after the random erasure; "
+                f"a probe on the erased vectors scores {_f(top['probe_acc'])} (intact {_f(top['probe_acc_intact'])})")
     top = g.loc[g["gap"].idxmax()]
     n_pos = int((g["gap"] > 0).sum())
     return (f"erasing {task} from {model} ({eraser}) raises the LM loss most beyond random directions at layer "

@@ -369,7 +369,8 @@ def amnesic_summary_frame(amnesic: pd.DataFrame) -> pd.DataFrame | None:
     """Amnesic probing (Elazar et al. 2021) per model, task, layer and eraser (leace | inlp): rank,
     probe_acc_intact (no eraser), probe_acc after the eraser and after its random control
     (probe_acc_random), lm_loss_delta of each, gap = lm_loss_delta - lm_loss_delta_random (> 0: erasing
-    the property costs the model more than erasing as many random directions), last_layer_acc(_random)."""
+    the property costs the model more than erasing as many random directions; NaN without LM rows: a model whose
+    LM head is untrained), last_layer_acc(_random)."""
     df = amnesic[amnesic["layer"] >= 0]
     wide = df.pivot_table(index=["model", "task", "layer", "eraser"], columns="metric", values="value")
     wide = wide.rename_axis(columns=None).reset_index()
@@ -382,6 +383,9 @@ def amnesic_summary_frame(amnesic: pd.DataFrame) -> pd.DataFrame | None:
     cols = [c for c in ("probe_acc", "lm_loss_delta", "last_layer_acc") if c in wide]
     out = (erased.merge(intact, on=keys, how="left")
            .merge(control[keys + ["eraser"] + cols], on=keys + ["eraser"], how="left", suffixes=("", "_random")))
+    for c in ("lm_loss_delta", "lm_loss_delta_random"):  # absent when the LM head is untrained (imported)
+        if c not in out:
+            out[c] = float("nan")
     out["gap"] = out["lm_loss_delta"] - out["lm_loss_delta_random"]
     order = ["rank", "probe_acc_intact", "probe_acc", "probe_acc_random", "lm_loss_delta", "lm_loss_delta_random",
              "gap", "last_layer_acc", "last_layer_acc_random"]

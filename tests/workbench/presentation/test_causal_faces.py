@@ -225,3 +225,19 @@ def test_report_names_the_commands_without_the_tables(tmp_path):
     md = report.write_report(run)[1].read_text()
     assert ("run `workbench probe MODEL --tasks structural_distance,structural_depth`"
             in _section(md, "Structural probes"))
+
+
+def test_amnesic_faces_without_lm_rows(run, tmp_path):
+    """A model whose LM head is untrained (an imported sentence encoder) has no LM-loss rows: the view
+    gives NaN gaps, the figure draws the downstream probe, the report says so with its numbers."""
+    raw = _raw(run, "amnesic")
+    no_lm = raw[~raw["metric"].isin(["lm_loss", "lm_loss_delta"])]
+    s = views.amnesic_summary_frame(no_lm)
+    assert s["gap"].isna().all() and s["last_layer_acc"].notna().all()
+    fig = AF.amnesic_figure(s)
+    assert fig.layout.yaxis.title.text == "last_layer_acc"
+    assert [list(t.y) for t in fig.data][0] == list(s.sort_values("layer")["last_layer_acc"])
+    results.write_table(tmp_path, "amnesic", no_lm)
+    text = " ".join(report.amnesic_section(tmp_path).findings)
+    top = s.loc[(s["last_layer_acc_random"] - s["last_layer_acc"]).idxmax()]
+    assert "its LM head is untrained" in text and _f(top["last_layer_acc"]) in text

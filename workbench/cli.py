@@ -126,6 +126,13 @@ def _gate(a: argparse.Namespace) -> None:
     print(f"gating tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
 
 
+def _cross_heads(a: argparse.Namespace) -> None:
+    from workbench.analyses.cross_heads import analyse_cross_heads
+
+    tables = analyse_cross_heads(a.model, out_dir=a.out, n_sentences=a.sentences, seed=a.seed)
+    print(f"cross-attention head tables: {sorted(tables)} in {a.out / 'tables'}")
+
+
 def _heads(a: argparse.Namespace) -> None:
     from workbench.analyses.heads import analyse_heads, resolve_config
     from workbench.presentation.analysis_figures import write_analysis_figures
@@ -311,6 +318,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, default=Path("runs/heads"), help=OUT_HELP)
     _config_args(s, "head-analysis")
     s.set_defaults(fn=_heads)
+
+    s = _command(sub, "cross-heads", "cross-attention heads of a T5/BART checkpoint: where each target position "
+                                     "looks in the source, under the model's own noising and teacher forcing")
+    s.add_argument("model", type=Path, help=MODEL_HELP)
+    s.add_argument("--out", type=Path, default=Path("runs/cross-heads"), help=OUT_HELP)
+    s.add_argument("--sentences", type=int, default=200, help="EWT test sentences to noise and read (default 200)")
+    s.add_argument("--seed", type=int, default=0, help="the noising seed (default 0)")
+    s.set_defaults(fn=_cross_heads)
 
     s = _command(sub, "prune", "head importance, pruning curves and real pruning")
     s.add_argument("model", type=Path, help=MODEL_HELP)

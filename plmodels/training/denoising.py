@@ -41,6 +41,12 @@ A sequence is [<s>, tokens..., </s>]; its first and last tokens are never touche
   insertion a random token whenever there is one);
 - the target is the original sequence (before permutation).
 
+Alignments (`return_alignment=True`, for the cross-attention analysis; the outputs and the random
+draws are the same without it): BART's `infilling_alignment` gives each target token the position of
+its surviving copy in the corrupted input (-1 for masked, replaced or deleted tokens); T5's
+`t5_sentinel_alignment` gives each target sentinel the position of the same sentinel in the inputs
+(-1 for the span tokens and EOS).
+
 Where this file differs from the authors' code:
 - T5: TensorFlow's stateless seeds are replaced by a `torch.Generator` (same distributions, other
   draws). When there are fewer kept tokens than spans (density near 1) T5's code fails on a shape
@@ -69,18 +75,22 @@ class T5Corruption:
     inputs: torch.Tensor
     targets: torch.Tensor
     noise_mask: torch.Tensor
+    alignment: torch.Tensor | None = None  # (len(targets),) with return_alignment: `t5_sentinel_alignment`
 
 
 @dataclass(frozen=True)
 class BartNoising:
     """One sequence's BART noise. inputs: the corrupted ids (any length); targets: the original ids;
     masked: (T,) bool over the (permuted) sequence, True on every token some span covered;
-    span_lengths: the span lengths after the budget cut, zero-length ones (insertions) included."""
+    span_lengths: the span lengths after the budget cut, zero-length ones (insertions) included;
+    alignment (with return_alignment=True): (T,) long, for each target token the input position of
+    its surviving copy, -1 where it was masked or deleted (`infilling_alignment`)."""
 
     inputs: torch.Tensor
     targets: torch.Tensor
     masked: torch.Tensor
     span_lengths: list[int]
+    alignment: torch.Tensor | None = None
 
 
 # ----------------------------------------------------------------------------------------- T5
@@ -143,6 +153,15 @@ def noise_span_to_unique_sentinel(ids: torch.Tensor, noise_mask: torch.Tensor, s
     return out[~subsequent]
 
 
+def t5_sentinel_alignment(inputs: torch.Tensor, targets: torch.Tensor, sentinel_ids: Sequence[int]) -> torch.Tensor:
+    """For each target position, the input position of the same sentinel (<extra_id_k> in the
+    targets, which opens noise span k, to the <extra_id_k> that stands for that span in the inputs);
+    -1 for every other target token (the span tokens, EOS). inputs (Te,), targets (Td,) -> (Td,) long."""
+    sentinels = set(int(i) for i in sentinel_ids)
+    where = {t: i for i, t in enumerate(inputs.tolist()) if t in sentinels}
+    return torch.tensor([where.get(t, -1) for t in targets.tolist()], dtype=torch.long)
+
+
 def t5_span_corruption(
     ids: torch.Tensor,
     *,
@@ -152,11 +171,13 @@ def t5_span_corruption(
     eos_id: int,
     generator: torch.Generator | None = None,
     noise_mask: torch.Tensor | None = None,
+    return_alignment: bool = False,
 ) -> T5Corruption:
     """T5's span-corruption objective for one sequence `ids` (n,) long, without EOS (see the module
     docstring). Inputs: kept tokens with one sentinel per noise span, then EOS; targets: each
     sentinel followed by its span's tokens, then EOS. `noise_mask` (n,) bool replaces the random
-    mask (then no generator is needed); T5's own masks always start with kept tokens."""
+    mask (then no generator is needed); T5's own masks always start with kept tokens.
+    return_alignment=True also fills `alignment` (`t5_sentinel_alignment`, positions in `inputs`)."""
     if ids.dim() != 1:
         raise ValueError(f"ids must be one sequence (n,), got shape {tuple(ids.shape)}")
     if noise_mask is None:
@@ -170,7 +191,8 @@ def t5_span_corruption(
     eos = torch.tensor([eos_id], dtype=ids.dtype)
     inputs = torch.cat([noise_span_to_unique_sentinel(ids, mask, sentinel_ids), eos])
     targets = torch.cat([noise_span_to_unique_sentinel(ids, ~mask, sentinel_ids), eos])  # T5's nonnoise_span_to_unique_sentinel
-    return T5Corruption(inputs, targets, mask)
+    alignment = t5_sentinel_alignment(inputs, targets, sentinel_ids) if return_alignment else None
+    return T5Corruption(inputs, targets, mask, alignment)
 
 
 # --------------------------------------------------------------------------------------- BART
@@ -212,6 +234,14 @@ def infill_spans(
     """Replace each span by one token (fairseq's replace_length=1); ids (T,), starts and lengths (S,),
     lengths >= 1 in words. A span's start becomes <mask>, or random_ids[s] where that is >= 0
     (random_ids (S,), -1 = mask); its other tokens are deleted. Returns (corrupted ids, covered (T,) bool)."""
+    out, covered, _ = _infill(ids, starts, lengths, mask_id=mask_id, word_starts=word_starts, random_ids=random_ids)
+    return out, covered
+
+
+def _infill(ids: torch.Tensor, starts: torch.Tensor, lengths: torch.Tensor, *, mask_id: int,
+            word_starts: torch.Tensor | None, random_ids: torch.Tensor | None
+            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`infill_spans`, also returning keep (T,) bool: the tokens that have a place in the output."""
     T = len(ids)
     is_start = torch.ones(T, dtype=torch.long) if word_starts is None else word_starts.long().clone()
     is_start[0] = 0
@@ -230,15 +260,21 @@ def infill_spans(
         index, left = index[going] + 1, left[going]
         keep[index] = False
         covered[index] = True
-    return source[keep], covered
+    return source[keep], covered, keep
 
 
 def insert_noise(ids: torch.Tensor, n: int, *, mask_id: int, random_ratio: float, vocab_size: int,
                  generator: torch.Generator) -> torch.Tensor:
     """fairseq's `add_insertion_noise` with n tokens: inserted at distinct positions strictly between
     the first and last token; the first ceil(n random_ratio) of them random ids in [1, vocab_size)."""
+    return _insert(ids, n, mask_id=mask_id, random_ratio=random_ratio, vocab_size=vocab_size, generator=generator)[0]
+
+
+def _insert(ids: torch.Tensor, n: int, *, mask_id: int, random_ratio: float, vocab_size: int,
+            generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """`insert_noise`, also returning the (T + n,) bool mask of the inserted positions."""
     if n == 0:
-        return ids
+        return ids, torch.zeros(len(ids), dtype=torch.bool)
     T = len(ids)
     where = torch.randperm(T + n - 2, generator=generator)[:n] + 1  # positions in the longer sequence
     noise = torch.zeros(T + n, dtype=torch.bool)
@@ -248,6 +284,27 @@ def insert_noise(ids: torch.Tensor, n: int, *, mask_id: int, random_ratio: float
     out[where[num_random:]] = mask_id
     out[where[:num_random]] = torch.randint(1, vocab_size, (num_random,), generator=generator, dtype=ids.dtype)
     out[~noise] = ids
+    return out, noise
+
+
+def infilling_alignment(keep: torch.Tensor, covered: torch.Tensor, inserted: torch.Tensor | None = None,
+                        order: torch.Tensor | None = None) -> torch.Tensor:
+    """Where each target token sits in BART's corrupted input, -1 where it has no copy there.
+
+    keep, covered (T,) bool over the (permuted) sequence, as `infill_spans` leaves them: a token
+    survives when it is kept and no span covered it (a span's start stays as <mask> or a random id,
+    which is no copy). inserted (T',) bool: the positions `insert_noise` added (they shift the later
+    tokens right). order (T,) long: the sentence permutation (`sentence_permutation`; the permuted
+    token j is target token order[j]), None for none. Without permutation the alignment is monotonic:
+    it walks both sequences, skipping the masked spans and the insertions. Returns (T,) long."""
+    pos = keep.long().cumsum(0) - 1  # (T,) position in the infilled sequence
+    if inserted is not None:
+        pos = (~inserted).nonzero().squeeze(1)[pos.clamp(min=0)]  # (T,) position after the insertions
+    permuted = torch.where(keep & ~covered, pos, torch.full_like(pos, -1))
+    if order is None:
+        return permuted
+    out = torch.full_like(permuted, -1)
+    out[order] = permuted
     return out
 
 
@@ -277,17 +334,19 @@ def bart_text_infilling(
     random_ratio: float = 0.1,
     vocab_size: int | None = None,
     word_starts: torch.Tensor | None = None,
+    return_alignment: bool = False,
 ) -> BartNoising:
     """BART's text infilling (and optional sentence permutation) of one sequence ids (T,) =
     [<s>, ..., </s>] (see the module docstring). word_starts (T,) bool for whole-word masking (None:
-    every token is a word); vocab_size is needed when random_ratio > 0. Targets: ids unchanged."""
+    every token is a word); vocab_size is needed when random_ratio > 0. Targets: ids unchanged.
+    return_alignment=True also fills `alignment` (`infilling_alignment`); the draws are the same."""
     if ids.dim() != 1 or len(ids) < 3:
         raise ValueError(f"ids must be one sequence [<s>, ..., </s>] of length >= 3, got shape {tuple(ids.shape)}")
     if not 0.0 <= mask_ratio <= 1.0 or not 0.0 <= random_ratio <= 1.0:
         raise ValueError(f"mask_ratio and random_ratio must be in [0, 1], got {mask_ratio}, {random_ratio}")
     if random_ratio > 0 and vocab_size is None:
         raise ValueError("random_ratio > 0 draws random ids: pass vocab_size")
-    source = ids
+    source, index = ids, None
     if permute_sentences:
         if sentence_ends is None:
             raise ValueError("permute_sentences=True needs sentence_ends (T,) bool")
@@ -300,9 +359,10 @@ def bart_text_infilling(
     is_start = torch.ones(T, dtype=torch.bool) if word_starts is None else word_starts.bool().clone()
     is_start[0] = is_start[-1] = False
     num_to_mask = math.ceil(int(is_start.sum()) * mask_ratio)
-    covered = torch.zeros(T, dtype=torch.bool)
+    covered, keep = torch.zeros(T, dtype=torch.bool), torch.ones(T, dtype=torch.bool)
     if num_to_mask == 0:
-        return BartNoising(source.clone(), ids.clone(), covered, [])
+        alignment = infilling_alignment(keep, covered, None, index) if return_alignment else None
+        return BartNoising(source.clone(), ids.clone(), covered, [], alignment)
     span_lengths = _budget_lengths(num_to_mask, poisson_span_probs(poisson_lambda), generator)
     lengths = torch.tensor([n for n in span_lengths if n > 0], dtype=torch.long)
     num_inserts = len(span_lengths) - len(lengths)
@@ -315,8 +375,9 @@ def bart_text_infilling(
         random_ids = torch.full((len(starts),), -1, dtype=torch.long)
         if rand.any():
             random_ids[rand] = torch.randint(1, vocab_size, (int(rand.sum()),), generator=generator)  # type: ignore[arg-type]
-        out, covered = infill_spans(source, starts, lengths, mask_id=mask_id, word_starts=word_starts,
-                                    random_ids=random_ids)
-    out = insert_noise(out, num_inserts, mask_id=mask_id, random_ratio=random_ratio, vocab_size=vocab_size or 1,
-                       generator=generator)
-    return BartNoising(out, ids.clone(), covered, span_lengths)
+        out, covered, keep = _infill(source, starts, lengths, mask_id=mask_id, word_starts=word_starts,
+                                     random_ids=random_ids)
+    out, inserted = _insert(out, num_inserts, mask_id=mask_id, random_ratio=random_ratio, vocab_size=vocab_size or 1,
+                            generator=generator)
+    alignment = infilling_alignment(keep, covered, inserted, index) if return_alignment else None
+    return BartNoising(out, ids.clone(), covered, span_lengths, alignment)

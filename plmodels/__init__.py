@@ -10,6 +10,8 @@ shared parts that are written once.
     elmo.py         ELMo's biLSTM language model (ElmoConfig, ElmoBiLM), its loss, and its
                     transformer control (TransformerBiLMConfig, TransformerBiLM)
     seq2seq.py      the T5 / BART encoder-decoder (Seq2SeqConfig, Seq2Seq); analyses read its encoder
+    xlnet.py        XLNet's two-stream relative-position model (XLNetConfig, XLNet); analyses read
+                    its content stream
     components/     what every family shares: attention kernel, positions, dropout, hook sites,
                     outputs, config checks, init, head pruning, input checks (see its docstring)
     checkpoint.py   save / load / hash a checkpoint folder; MODEL_KINDS, the family registry
@@ -32,6 +34,8 @@ from .decoder import Decoder, DecoderConfig
 from .elmo import ElmoBiLM, ElmoConfig, TransformerBiLM, TransformerBiLMConfig
 from .encoder import Encoder, EncoderConfig
 from .seq2seq import Seq2Seq, Seq2SeqConfig
+from .xlnet import XLNet, XLNetConfig
 
 __all__ = ["Encoder", "EncoderConfig", "Decoder", "DecoderConfig", "ElmoBiLM", "ElmoConfig", "TransformerBiLM",
-           "TransformerBiLMConfig", "Seq2Seq", "Seq2SeqConfig", "save", "load", "checkpoint_hash"]
+           "TransformerBiLMConfig", "Seq2Seq", "Seq2SeqConfig", "XLNet", "XLNetConfig",
+           "save", "load", "checkpoint_hash"]

@@ -1,7 +1,8 @@
 """Checkpoint folders: save, load and hash a model with its tokenizer (docs/design.md, "Checkpoints").
 
 Layout of a checkpoint folder:
-    config.json        {"kind": "encoder" | "decoder" | "bilm" | "tbilm" | "seq2seq", "config": {...}}
+    config.json        {"kind": "encoder" | "decoder" | "bilm" | "tbilm" | "seq2seq" | "xlnet",
+                        "config": {...}}
                        (pruned heads included)
     model.safetensors  the state dict (safetensors only; nothing is ever unpickled)
     tokenizer/         Tokenizer.save output (absent when saved without a tokenizer)
@@ -32,6 +33,7 @@ from .encoder import Encoder, EncoderConfig
 from .files import save_safetensors
 from .seq2seq import Seq2Seq, Seq2SeqConfig
 from .tokenizer import Tokenizer
+from .xlnet import XLNet, XLNetConfig
 
 MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {
     "encoder": (Encoder, EncoderConfig),
@@ -39,6 +41,7 @@ MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {
     "bilm": (ElmoBiLM, ElmoConfig),  # ELMo's biLSTM LM (elmo.py)
     "tbilm": (TransformerBiLM, TransformerBiLMConfig),  # its transformer control (elmo.py)
     "seq2seq": (Seq2Seq, Seq2SeqConfig),  # T5 / BART encoder-decoder (seq2seq.py); analyses read its encoder
+    "xlnet": (XLNet, XLNetConfig),  # XLNet's two-stream model (xlnet.py); analyses read its content stream
 }
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_DIR, CARD_FILE, README_FILE = (
     "config.json", "model.safetensors", "tokenizer", "card.json", "README.md",

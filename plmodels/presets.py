@@ -24,6 +24,13 @@ heads and FFN. Mini, 2 + 2 blocks x 256, has about bert-mini's parameters at a 1
 block is a third larger than an encoder block for its cross-attention). Its style is
 `Seq2SeqConfig`'s defaults, T5's; a recipe asks for BART's options in its `model` block
 (plmodels/recipes/pretrain/bart-*.json).
+
+The "xlnet" kind (plmodels/xlnet.py) has `XLNET_SHAPES`: the table's shapes in XLNet's style
+(`XLNET_STYLE`, the authors' and HF's defaults: post-LN, GELU, dropout 0.1, eps 1e-12, relative
+positions, no bi_data, no clamp). Mini has 7,534,464 parameters at a 16k vocabulary, bert-mini
+7,535,232: each block's extra W_r (the projection of the relative encoding), its three biases and
+segment table, and the query stream's mask_emb almost exactly balance BERT's position and type
+tables, its embedding LayerNorm and its MLM transform.
 """
 from __future__ import annotations
 
@@ -66,7 +73,16 @@ SEQ2SEQ_SHAPES: dict[str, dict] = {
 }
 
 
-KINDS = (*STYLES, "bilm", "tbilm", "seq2seq")
+XLNET_STYLE: dict = {  # XLNet (Yang et al. 2019; zihangdai/xlnet and HF's XLNetConfig defaults)
+    "activation": "gelu", "dropout": 0.1, "layer_norm_eps": 1e-12, "attn_type": "bi", "bi_data": False,
+    "clamp_len": -1,
+}
+
+# XLNet (plmodels/xlnet.py): the table's shapes, in XLNet's style
+XLNET_SHAPES: dict[str, dict] = {name: {**XLNET_STYLE, **s} for name, s in SHAPES.items()}
+
+
+KINDS = (*STYLES, "bilm", "tbilm", "seq2seq", "xlnet")
 
 
 def preset(kind: str, name: str) -> dict:
@@ -79,6 +95,8 @@ def preset(kind: str, name: str) -> dict:
         return dict(BILM_SHAPES[name])
     if kind == "seq2seq":
         return dict(SEQ2SEQ_SHAPES[name])
+    if kind == "xlnet":
+        return dict(XLNET_SHAPES[name])
     if kind == "tbilm":  # d_model and n_heads count both directions; each direction's FFN is 4x its width
         style = {k: v for k, v in DECODER_STYLE.items() if k != "tie_embeddings"}
         return {**style, **SHAPES[name], "d_ff": SHAPES[name]["d_ff"] // 2}

@@ -63,16 +63,34 @@ class BartArgs(Config):
             raise ValueError(f"BartArgs.poisson_lambda must be > 0, got {self.poisson_lambda}")
 
 
+@dataclass(frozen=True)
+class PLMArgs(Config):
+    """XLNet's permutation language modelling (`objective_args` of objective "plm"; training/plm.py).
+
+    partial_k = K of partial prediction (Yang et al. 2019, Sec. 2.3): a row predicts the last
+    1/K of its factorisation order (n_tokens // K targets, [CLS] and [SEP] never among them). The
+    default 6 is the paper's XLNet-Large value (its scripts' num_predict=85 at seq_len 512), 7 the
+    one its Base ablation also tried; 6 puts more targets in a row (21 of a 128-token row's 126
+    words against 18), so more signal per step where steps are what a CPU run lacks."""
+
+    partial_k: int = 6  # predict the last 1/K of each row's factorisation order
+
+    def __post_init__(self) -> None:
+        if isinstance(self.partial_k, bool) or not isinstance(self.partial_k, int) or self.partial_k < 1:
+            raise ValueError(f"PLMArgs.partial_k must be an int >= 1, got {self.partial_k!r}")
+
+
 # objective -> (the model kind it trains, the class of its objective_args or None); objectives.py
 # holds what each one computes
 OBJECTIVE_FIELDS: dict[str, tuple[str, type | None]] = {
     "mlm": ("encoder", None), "clm": ("decoder", None), "span": ("encoder", SpanConfig),
     "electra": ("encoder", ElectraConfig), "distil": ("encoder", DistilConfig), "bilm": ("bilm", None),
     "tbilm": ("tbilm", None), "t5": ("seq2seq", T5Args), "bart": ("seq2seq", BartArgs),
+    "plm": ("xlnet", PLMArgs),
 }
 # objective "auto" per kind; None: the kind has several and the config must name one
 AUTO_OBJECTIVE: dict[str, str | None] = {"encoder": "mlm", "decoder": "clm", "bilm": "bilm", "tbilm": "tbilm",
-                                         "seq2seq": None}
+                                         "seq2seq": None, "xlnet": "plm"}
 
 # Keys that may change when a run resumes: they change neither the data, the model nor the updates.
 RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"}
@@ -82,16 +100,18 @@ RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"
 class PretrainConfig(Config):
     """Everything a pretraining run depends on; no hidden defaults are read from elsewhere."""
 
-    kind: Literal["encoder", "decoder", "bilm", "tbilm", "seq2seq"]  # masked LM (BERT), causal LM (GPT-2),
-                                                  # ELMo's biLSTM LM, its transformer control, or an
-                                                  # encoder-decoder (T5 / BART)
+    kind: Literal["encoder", "decoder", "bilm", "tbilm", "seq2seq", "xlnet"]  # masked LM (BERT), causal LM
+                                                  # (GPT-2), ELMo's biLSTM LM, its transformer control,
+                                                  # an encoder-decoder (T5 / BART), or XLNet
     train_source: str                             # corpus folder or file (corpus.py), relative to data_dir
-    objective: Literal["auto", "mlm", "clm", "span", "electra", "distil", "bilm", "tbilm", "t5", "bart"] = "auto"
+    objective: Literal["auto", "mlm", "clm", "span", "electra", "distil", "bilm", "tbilm", "t5", "bart",
+                       "plm"] = "auto"
                                                   # what a step trains (objectives.py): auto = mlm for an
                                                   # encoder, clm for a decoder, bilm / tbilm for those
-                                                  # kinds (a seq2seq must name t5 or bart); span =
-                                                  # SpanBERT, electra = ELECTRA, distil = DistilBERT,
-                                                  # t5 = span corruption, bart = text infilling
+                                                  # kinds, plm for xlnet (a seq2seq must name t5 or
+                                                  # bart); span = SpanBERT, electra = ELECTRA, distil =
+                                                  # DistilBERT, t5 = span corruption, bart = text
+                                                  # infilling, plm = XLNet's permutation LM
     objective_args: dict = field(default_factory=dict)  # the objective's own fields (objectives.py)
     train_split: str | None = "train"             # its split (None: the format's first)
     eval_source: str | None = None                # held-out corpus for the eval loss (None: no eval)

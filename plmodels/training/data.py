@@ -5,10 +5,11 @@
 (corpus.py); `Batches` reads packed rows in the (seed, epoch) order and `make_batch` turns them into
 training targets (masking.py): MLM (+ NSP) for WordPiece rows, the shifted ids for BPE rows.
 `t5_batch` and `bart_batch` make the encoder-decoder's (denoising.py): corrupted encoder inputs,
-decoder targets and their shift.
+decoder targets and their shift. `plm_batch` makes XLNet's permutation-LM masks (plm.py).
 
 Encoder-decoders (kind "seq2seq") read WordPiece rows [CLS] body [SEP], as the encoders do, so that
-the encoder sees in training what extraction feeds it ([CLS] words [SEP]). T5's sentinels are
+the encoder sees in training what extraction feeds it ([CLS] words [SEP]); so does XLNet (kind
+"xlnet"), whose [CLS] and [SEP] are context and never targets (the authors' functional tokens). T5's sentinels are
 <extra_id_0> ... <extra_id_{n-1}> added to the run's tokenizer as special tokens, numbered down
 from the top of the vocabulary as T5's extra ids are (<extra_id_i> = V - 1 - i; `with_sentinels`).
 """
@@ -30,7 +31,7 @@ from plmodels.files import replace_folder, temp_folder
 from plmodels.tokenizer import META_FILE, TOKENIZER_FILE, Tokenizer
 
 from . import corpus
-from .config import BartArgs, PretrainConfig, T5Args, resolve_path
+from .config import BartArgs, PLMArgs, PretrainConfig, T5Args, resolve_path
 from .corpus import sample_texts_for_tokenizer
 from .denoising import bart_text_infilling, t5_span_corruption
 from .distributed import Dist, barrier
@@ -43,6 +44,7 @@ from .masking import (
     step_generator,
     word_starts,
 )
+from .plm import permutation_batch
 from .runtime import log
 
 
@@ -73,7 +75,7 @@ def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist, fixed: str | 
             t0 = time.monotonic()
             texts = sample_texts_for_tokenizer(resolve_path(cfg.train_source, cfg.data_dir),
                                                cfg.tokenizer_sample_chars, cfg.train_split, seed=cfg.seed)
-            if cfg.kind in ("encoder", "seq2seq", *BILM_KINDS):  # the biLMs and seq2seq read BERT's WordPiece:
+            if cfg.kind in ("encoder", "seq2seq", "xlnet", *BILM_KINDS):  # the others read BERT's WordPiece:
                 tok = Tokenizer.train_wordpiece(texts, cfg.vocab_size, lowercase=cfg.lowercase)  # layers align
             else:
                 tok = Tokenizer.train_bpe(texts, cfg.vocab_size)
@@ -293,3 +295,26 @@ def seq2seq_batch(cfg: PretrainConfig, rows: torch.Tensor, tok: Tokenizer, gen: 
     if cfg.objective == "t5":
         return t5_batch(rows, tok, T5Args.from_dict(cfg.objective_args), gen, device)
     return bart_batch(rows, tok, BartArgs.from_dict(cfg.objective_args), gen, cont_ids, device)
+
+
+# ------------------------------------------------------------------------ XLNet
+
+
+def plm_batch(rows: torch.Tensor, tok: Tokenizer, args: PLMArgs, gen: torch.Generator, device) -> Batch:
+    """XLNet's permutation-LM batch (plm.py) of WordPiece rows (B, T): a random factorisation order
+    per row drawn from `gen`, targets the last 1/partial_k of it among the non-special tokens.
+    input_ids = the rows (the query stream hides the targets' own tokens), labels (B, P) the target
+    tokens (-100: padding rows of target_mapping); extras perm_mask (B, T, T), target_mapping
+    (B, P, T) and attention_mask (B, T) or None (packed rows have no [PAD])."""
+    if tok.kind != "wordpiece":
+        raise ValueError(f"xlnet runs read WordPiece rows [CLS] ... [SEP]; got a {tok.kind} tokenizer")
+    mask = None
+    if tok.pad_id is not None and bool((rows == tok.pad_id).any()):
+        mask = (rows != tok.pad_id).long()
+    predictable = ~torch.isin(rows, torch.tensor(sorted(tok.special_ids), dtype=rows.dtype))
+    pb = permutation_batch(rows, partial_k=args.partial_k, attention_mask=mask, generator=gen,
+                           predictable=predictable)
+    mv = lambda t: None if t is None else t.to(device)  # noqa: E731
+    return Batch(rows.to(device), pb.labels.to(device),
+                 extras={"perm_mask": pb.perm_mask.to(device), "target_mapping": pb.target_mapping.to(device),
+                         "attention_mask": mv(mask)})

@@ -15,6 +15,10 @@ not see (T5's noise tokens; BART's masked tokens, not reported with sentence per
 beside the unigram baseline on the same targets (`unigram_loss`, `noise_unigram_loss`). T5's
 sentinels never occur in the corpus, so its all-targets unigram baseline is weak (add-one
 probability for them); `noise_unigram_loss` is the fair one.
+
+XLNet (kind "xlnet", objective "plm") is scored as it trains: each held-out row's factorisation
+order and targets (data.plm_batch) are drawn once with the fixed eval generator, and loss, ppl and
+acc are those of the query stream at the targets, beside the unigram baseline on the same targets.
 """
 from __future__ import annotations
 
@@ -26,8 +30,8 @@ import torch.nn.functional as F
 
 from plmodels.elmo import BILM_KINDS, bilm_targets
 
-from .config import PretrainConfig
-from .data import Batch, make_batch, seq2seq_batch
+from .config import PLMArgs, PretrainConfig
+from .data import Batch, make_batch, plm_batch, seq2seq_batch
 from .masking import IGNORE_INDEX, MaskingConfig, continuation_ids, step_generator
 
 EVAL_BATCH = 64  # rows per held-out forward (does not change the targets or the mask)
@@ -69,6 +73,13 @@ class Evaluator:
                 noise = torch.cat([b.labels[b.extras["scored"]].cpu() for b in self.batches])
                 self.noise_unigram_loss = float(-log_unigram[noise].mean())
             return
+        if cfg.kind == "xlnet":  # the permutation targets, drawn once with the fixed eval generator
+            gen = step_generator(cfg.seed, 0, stream=1_000_003)
+            args = PLMArgs.from_dict(cfg.objective_args)
+            self.batches = [plm_batch(rows[i: i + EVAL_BATCH], tok, args, gen, device) for i in range(0, n, EVAL_BATCH)]
+            targets = torch.cat([b.labels[b.labels != IGNORE_INDEX].cpu() for b in self.batches])
+            self.unigram_loss = float(-log_unigram[targets].mean())
+            return
         # the held-out mask is BERT's standard one unless eval_masking says otherwise, drawn once over
         # all rows: runs with other training masks or batch sizes are scored on the same targets
         masking = MaskingConfig.from_dict(cfg.eval_masking)
@@ -94,6 +105,10 @@ class Evaluator:
                 sel = b.labels != IGNORE_INDEX
                 if model.kind == "encoder":
                     logits = model.mlm_logits(model.masked_hidden(b.input_ids, sel))
+                elif model.kind == "xlnet":  # the query stream at the targets (B, P, V)
+                    e = b.extras
+                    logits = model(b.input_ids, attention_mask=e["attention_mask"], perm_mask=e["perm_mask"],
+                                   target_mapping=e["target_mapping"], attn_impl="sdpa").logits[sel]
                 else:
                     logits = model(b.input_ids, attn_impl="sdpa").logits[sel]
             targets = b.labels[sel]

@@ -12,6 +12,7 @@ system (`OBJECTIVES`), so the loop (loop.py) stays the same for all of them.
 | tbilm     | ELMo's transformer control      | the rows as they are (no masking) | (forward + backward LM NLL) / 2 | -                              |
 | t5        | T5 (Raffel et al. 2020)         | span corruption, sentinels        | CE on the targets             | -                                |
 | bart      | BART (Lewis et al. 2020)        | text infilling with [MASK]        | CE on the original row        | -                                |
+| plm       | XLNet (Yang et al. 2019)        | factorisation order, last 1/K     | query-stream CE at the targets | -                               |
 
 An `Objective` builds the *trained module* (the model, or the model with what only training needs:
 the SBO head, the generator), names the *analysed model* inside it (what `final/` holds and every
@@ -19,8 +20,8 @@ analysis reads: the encoder, ELECTRA's discriminator, the DistilBERT student), t
 into a `Batch` and computes the loss. `objective: "auto"` is "mlm" for encoders and "clm" for
 decoders, what the trainer did before objectives existed, and "bilm" / "tbilm" for ELMo's biLM and
 its transformer control (the kinds of the same names); an encoder-decoder ("seq2seq") has no
-default: its config names "t5" or "bart". Fields specific to one objective are
-`PretrainConfig.objective_args`, checked by the objective's own config class.
+default: its config names "t5" or "bart"; XLNet ("xlnet") trains "plm". Fields specific to one
+objective are `PretrainConfig.objective_args`, checked by the objective's own config class.
 """
 from __future__ import annotations
 
@@ -39,8 +40,8 @@ from plmodels.elmo import bilm_loss
 from plmodels.files import save_safetensors
 from plmodels.tokenizer import WORDPIECE_SPECIALS, Tokenizer
 
-from .config import AUTO_OBJECTIVE, BartArgs, T5Args
-from .data import Batch, bart_batch, make_batch, t5_batch
+from .config import AUTO_OBJECTIVE, BartArgs, PLMArgs, T5Args
+from .data import Batch, bart_batch, make_batch, plm_batch, t5_batch
 from .distil import DistilConfig, check_teacher, distil_loss, load_teacher, student_from_teacher
 from .loss import linear_cross_entropy, lm_loss
 from .masking import IGNORE_INDEX, MaskingConfig, word_starts
@@ -395,8 +396,41 @@ def seq2seq_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int
     return loss, n, {}
 
 
+class PLM(Objective):
+    """XLNet's permutation language modelling with partial prediction (data.plm_batch, plm.py) for
+    plmodels/xlnet.py: each row draws a factorisation order, the query stream predicts the last
+    1/partial_k of it; the loss is the mean cross-entropy of the query stream's logits at the targets."""
+
+    name = "plm"
+    args_class = PLMArgs
+
+    def describe(self) -> str:
+        return (f"permutation LM (XLNet: two-stream attention, the last 1/{self.args.partial_k} of a random "
+                f"factorisation order predicted), cross-entropy at the targets")
+
+    def batch(self, rows, tok, masking, gen, cont_ids, device):
+        return plm_batch(rows, tok, self.args, gen, device)
+
+    def loss(self, module, batch, autocast):
+        return plm_loss(module, batch, autocast)
+
+
+def plm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
+    """Mean cross-entropy of XLNet's query stream at the batch's targets (labels (B, P) != -100),
+    through the fused linear cross-entropy on the tied output layer; (loss, number of targets, {})."""
+    e = batch.extras
+    with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
+        out = model(batch.input_ids, attention_mask=e["attention_mask"], perm_mask=e["perm_mask"],
+                    target_mapping=e["target_mapping"], attn_impl="sdpa", return_logits=False)
+        sel = batch.labels != IGNORE_INDEX  # (B, P)
+        targets = batch.labels[sel]
+        n = int(targets.numel())
+        loss = linear_cross_entropy(out.query_hidden_state[sel], *model.lm_projection(), targets) / max(1, n)
+    return loss, n, {}
+
+
 OBJECTIVES: dict[str, type[Objective]] = {c.name: c for c in (Objective, CausalLM, SpanBERT, Electra, Distil, BiLM,
-                                                               TBiLM, T5, Bart)}
+                                                               TBiLM, T5, Bart, PLM)}
 
 
 def objective_for(cfg) -> Objective:

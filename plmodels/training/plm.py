@@ -17,9 +17,10 @@ is never used, and their query stream is never computed.
 
 Differences from the authors' pipeline: the targets are the last n_predict of a uniform random
 order (the paper's partial prediction; the authors' code instead picks the targets as n-gram spans,
-`_sample_mask`, and puts them last), there are no functional tokens ([SEP]/[CLS] in `_local_perm`
-may see themselves and take part in the order without being predicted), no `perm_size` blocks and
-no `bi_data` batch halves. `target_mapping`'s rows are the targets in position order, zero rows
+`_sample_mask`, and puts them last), no `perm_size` blocks and no `bi_data` batch halves. Tokens
+outside `predictable` (the training objective passes the row's [CLS] / [SEP]) play the authors'
+functional tokens: never targets, always context (in `_local_perm` they also take part in the
+order; here they come before every target, which the masks cannot tell apart). `target_mapping`'s rows are the targets in position order, zero rows
 (label -100) padding a row with fewer targets, as the authors pad to num_predict. Labels are the
 input tokens at the targets (the authors' `new_targets` shift undoes their next-token targets).
 """
@@ -51,20 +52,26 @@ def permutation_batch(
     attention_mask: torch.Tensor | None = None,
     order: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
+    predictable: torch.Tensor | None = None,
 ) -> PermutationBatch:
     """ids (B, T) -> the masks of a random factorisation order per row (or the given `order`, (T,)
     or (B, T) positions, first to last). Targets: the last `n_predict` of each row's order, or the
     last n_real // partial_k (at least 1) with partial_k = K. With `attention_mask` (B, T) the padding
-    comes first in the order (never a target; the model's attention_mask hides it anyway)."""
+    comes first in the order (never a target; the model's attention_mask hides it anyway).
+    `predictable` (B, T) bool: the real tokens that may be targets (default: all); the others come
+    after the padding and before them in a drawn order, and a given order must end in them; n_real
+    above then counts the predictable tokens."""
     if (n_predict is None) == (partial_k is None):
         raise ValueError("give exactly one of n_predict and partial_k")
     B, T = ids.shape
     dev = ids.device
     real = torch.ones(B, T, dtype=torch.bool, device=dev) if attention_mask is None else attention_mask.bool()
-    n_real = real.sum(1)  # (B,)
+    cand = real if predictable is None else real & predictable.to(dev).bool()  # (B, T): may be a target
+    n_real = cand.sum(1)  # (B,)
     if order is None:
         keys = torch.rand(B, T, generator=generator, device=generator.device if generator else dev).to(dev)
-        order = torch.where(real, keys, -1.0).argsort(1)  # padding first, real tokens shuffled
+        keys = torch.where(real, keys, -2.0)
+        order = torch.where(cand | ~real, keys, -1.0).argsort(1)  # padding, other real tokens, candidates shuffled
     else:
         order = order.to(dev).expand(B, T)
         if not torch.equal(order.sort(1).values, torch.arange(T, device=dev).expand(B, T)):
@@ -73,12 +80,14 @@ def permutation_batch(
     if partial_k is not None:
         if partial_k < 1:
             raise ValueError(f"partial_k must be >= 1, got {partial_k}")
-        n = (n_real // partial_k).clamp(min=1)
+        n = torch.minimum((n_real // partial_k).clamp(min=1), n_real)  # a row with none predicts none
     else:
         if not 1 <= n_predict <= T:
             raise ValueError(f"n_predict must be in [1, T={T}], got {n_predict}")
         n = torch.minimum(torch.full_like(n_real, n_predict), n_real)
     target = (rank >= T - n[:, None]) & real  # (B, T): the last n of the order
+    if predictable is not None and (target & ~cand).any():
+        raise ValueError("the order's last tokens (the targets) must be predictable")
 
     # the authors' _local_perm rule (module docstring)
     rev = torch.where(target, rank, -1)  # (B, T)

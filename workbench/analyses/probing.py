@@ -68,7 +68,8 @@ from workbench.store import POOLINGS, TaskArrays, extract, task_arrays
 log = logging.getLogger(__name__)
 
 MODES = ("single", "mix", "cumulative", "control", "mdl")
-SPAN_POOLING_AUTO = {"encoder": "self_attn", "decoder": "last", "bilm": "self_attn", "tbilm": "self_attn"}  # "auto" per kind (Tenney et al. pool ELMo self-attentively too)
+SPAN_POOLING_AUTO = {"encoder": "self_attn", "decoder": "last", "bilm": "self_attn", "tbilm": "self_attn",
+                    "seq2seq": "self_attn", "xlnet": "self_attn"}  # "auto" per kind (Tenney et al. pool ELMo so too)
 UNSEEN_POLICIES = ("drop", "error")
 
 

@@ -53,7 +53,7 @@ def forward_layers(model, ids, mask, attentions: bool, precision: str = "fp32"):
     `plmodels.training` trains), "fp32" in full precision."""
     kw = dict(attention_mask=mask, output_hidden_states=True, output_attentions=attentions,
               attn_impl="eager" if attentions else "sdpa", unpad=True)  # padding rows are never read
-    if getattr(model, "kind", "encoder") == "decoder":
+    if getattr(model, "kind", "encoder") in ("decoder", "xlnet"):  # their LM heads run by default: not needed here
         kw["return_logits"] = False
     with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
         return model(ids, **kw)

@@ -1,0 +1,184 @@
+"""XLNet (plmodels/xlnet.py) trains like every other kind: objective "plm" (objectives.py) makes its
+permutation batches from the packed rows (data.plm_batch, plm.py), lowers the held-out permutation
+loss through `run_training`, saves an "xlnet" checkpoint that loads to the same hidden states,
+resumes bit-exact, and lets the workbench's extraction read the content stream's L + 1 layers."""
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from plmodels.checkpoint import load, n_parameters
+from plmodels.encoder import Encoder, EncoderConfig
+from plmodels.presets import preset
+from plmodels.tokenizer import Tokenizer
+from plmodels.training import PretrainConfig, load_config
+from plmodels.training.config import PLMArgs
+from plmodels.training.data import plm_batch
+from plmodels.training.loop import run_training
+from plmodels.training.masking import step_generator
+from plmodels.training.objectives import objective_for, plm_loss
+from plmodels.xlnet import XLNet, XLNetConfig
+from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
+from workbench.store.extraction import extract
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+RECIPE_MODEL = load_config("xlnet-tiny").model  # the recipe's family options
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("xlnet")
+    data = _corpus(d / "train.txt", 2000, 0), _corpus(d / "valid.txt", 200, 1)
+    return data, _fixed_wordpiece(data[0], d / "tok")
+
+
+def _run_cfg(corpus, **kw):
+    data, tok = corpus
+    run = dict(model={**RECIPE_MODEL, "dropout": 0.0}, max_steps=30, eval_sequences=16, lr=3e-3, warmup_steps=2,
+               objective_args={"partial_k": 3})
+    return _cfg(data, kind="xlnet", tokenizer_path=str(tok), **{**run, **kw})
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    """200 steps (about 5 s): post-LN XLNet, like post-LN BERT (test_train.py), sits on the unigram
+    plateau for its first hundred steps here (4.33 -> 3.19 at step 30, unigram 3.14; 2.11 at 200)."""
+    cfg = _run_cfg(corpus, max_steps=200)
+    out = tmp_path_factory.mktemp("xlnet-run") / "run"
+    return cfg, run_training(cfg, out), out
+
+
+def _rows(tok_dir, n=4, seq_len=26, seed=0):
+    """Packed-row look-alikes [CLS] body [SEP] (no padding)."""
+    tok = Tokenizer.load(tok_dir)
+    g = torch.Generator().manual_seed(seed)
+    body = torch.randint(5, tok.vocab_size, (n, seq_len - 2), generator=g)
+    return tok, torch.cat([torch.full((n, 1), tok.cls_id), body, torch.full((n, 1), tok.sep_id)], 1)
+
+
+def test_a_trained_run_lowers_the_heldout_loss_and_loads_to_the_same_states(trained):
+    cfg, result, out = trained
+    assert cfg.objective == "auto" and objective_for(cfg).name == "plm"  # auto picks plm for kind xlnet
+    rows = [json.loads(r) for r in (out / "metrics.jsonl").read_text().splitlines()]
+    ev = {(r["step"], r["metric"]): r["value"] for r in rows if r["split"] == "eval"}
+    assert ev[(200, "loss")] < ev[(0, "loss")] - 1.5, ev
+    assert ev[(200, "loss")] < ev[(200, "unigram_loss")] - 0.5, ev  # past the unigram plateau
+    assert ev[(200, "acc")] > 0.35, ev  # the most frequent token alone scores 0.19
+    card = json.loads((result.path / "card.json").read_text())
+    assert card["kind"] == "xlnet" and card["objective_name"] == "plm"
+    assert "permutation LM" in card["objective"] and "1/3" in card["objective"]
+    assert card["n_heads_per_layer"] == [2, 2]
+    model, tok = load(result.path)
+    assert isinstance(model, XLNet) and model.config == result.model.config
+    assert model.config.vocab_size == tok.vocab_size
+    ids = torch.randint(5, 60, (2, 9), generator=torch.Generator().manual_seed(0))
+    result.model.eval()
+    a = result.model(ids, output_hidden_states=True)
+    b = model(ids, output_hidden_states=True)
+    assert len(b.hidden_states) == 3 and all(torch.equal(x, y) for x, y in zip(a.hidden_states, b.hidden_states))
+
+
+def test_a_killed_run_resumes_to_bit_identical_weights(corpus, tmp_path):
+    """Dropout on: its RNG and the permutation generator replay too."""
+    cfg = _run_cfg(corpus, model={**RECIPE_MODEL, "dropout": 0.1}, eval_every=4, max_steps=12)
+    result = run_training(cfg, tmp_path / "a")
+    killed = run_training(cfg, tmp_path / "b", stop_at_step=8)  # last checkpoint: step 8 (log-spaced)
+    assert killed.path is None
+    resumed = run_training(cfg, tmp_path / "b")
+    wa, wb = result.model.state_dict(), resumed.model.state_dict()
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_a_plm_batch_predicts_the_last_kth_of_the_words_and_never_the_specials(corpus):
+    tok, rows = _rows(corpus[1])
+    b = plm_batch(rows, tok, PLMArgs(partial_k=4), step_generator(0, 0), "cpu")
+    again = plm_batch(rows, tok, PLMArgs(partial_k=4), step_generator(0, 0), "cpu")
+    assert torch.equal(b.extras["perm_mask"], again.extras["perm_mask"])  # a pure function of the generator
+    assert b.extras["attention_mask"] is None and torch.equal(b.input_ids, rows)
+    tm, perm = b.extras["target_mapping"], b.extras["perm_mask"].bool()
+    assert tm.shape == (4, 24 // 4, 26) and bool((b.labels != -100).all())  # 24 words a row, 6 targets
+    pos = tm.argmax(2)  # (B, P)
+    assert not bool(((pos == 0) | (pos == 25)).any())  # [CLS] and [SEP] are context, never targets
+    assert torch.equal(b.labels, rows.gather(1, pos))
+    target = tm.sum(1).bool()  # (B, T)
+    for r in range(4):  # all see every non-target; a target never sees itself, the targets see each
+        assert not bool(perm[r][:, ~target[r]].any())  # other in a strict order
+        t = target[r].nonzero().flatten()
+        assert bool(perm[r, t, t].all())
+        seen = (~perm[r][t][:, t]).sum(1).sort().values
+        assert seen.tolist() == list(range(len(t)))
+
+
+def test_the_loss_is_the_query_streams_cross_entropy_at_the_targets(corpus):
+    tok, rows = _rows(corpus[1])
+    torch.manual_seed(0)
+    model = XLNet(XLNetConfig(**{**preset("xlnet", "tiny"), "dropout": 0.0}, vocab_size=tok.vocab_size))
+    b = plm_batch(rows, tok, PLMArgs(partial_k=3), step_generator(0, 2), "cpu")
+    loss, n, parts = plm_loss(model, b, autocast=False)
+    e = b.extras
+    logits = model(rows, perm_mask=e["perm_mask"], target_mapping=e["target_mapping"], attn_impl="eager").logits
+    assert n == 4 * (24 // 3) and parts == {}
+    torch.testing.assert_close(loss, F.cross_entropy(logits.flatten(0, 1), b.labels.flatten()))
+    loss.backward()
+    assert model.mask_emb.grad.abs().sum() > 0  # the query stream's input is trained
+
+
+def test_the_workbench_call_gives_the_content_streams_l_plus_1_states():
+    torch.manual_seed(0)
+    model = XLNet(XLNetConfig(vocab_size=61, d_model=16, n_layers=2, n_heads=2, d_ff=32, dropout=0.0)).eval()
+    ids = torch.randint(5, 61, (2, 7), generator=torch.Generator().manual_seed(1))
+    mask = torch.ones_like(ids)
+    mask[1, 4:] = 0
+    eager = model(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True, attn_impl="eager",
+                  unpad=True)
+    fast = model(ids, attention_mask=mask, output_hidden_states=True, output_attentions=False, attn_impl="sdpa",
+                 unpad=True)
+    assert model.n_heads_per_layer == [2, 2] and len(eager.hidden_states) == 3 and len(eager.attentions) == 2
+    assert eager.query_hidden_state is None and fast.attentions is None
+    assert torch.all(eager.last_hidden_state[1, 4:] == 0)  # unpad: zero at the padding
+    for h, g in zip(eager.hidden_states, fast.hidden_states):
+        torch.testing.assert_close(h, g)
+    alone = model(ids[1:, :4], output_hidden_states=True)  # padding changes nothing at the real tokens
+    torch.testing.assert_close(eager.hidden_states[-1][1, :4], alone.hidden_states[-1][0])
+
+
+def test_extraction_writes_the_content_streams_l_plus_1_layers(trained, tmp_path):
+    _, result, _ = trained
+    model, tok = load(result.path)
+    sents = [["the", "cat", "sees", "the", "river", "."], ["two", "dogs", "call", "."]]
+    store = extract(model, tok, sents, tmp_path / "store", progress=False, attentions=True)
+    L = model.config.n_layers
+    assert store.n_layers == L + 1 and store.d_model == model.config.d_model and store.n_words == 10
+    assert store.index["model_kind"] == "xlnet" and store.has_attentions
+    enc = tok.encode_words_batch([sents[1]])[0]
+    hs = model(torch.tensor([enc.ids]), output_hidden_states=True).hidden_states
+    firsts = [w0 for w0, _ in enc.word_spans]
+    for l in range(L + 1):  # first-subword pooling, float16 in the store
+        got = torch.from_numpy(store.layer(l)[store.sentence_rows(1)].astype("float32"))
+        torch.testing.assert_close(got, hs[l][0, firsts], atol=2e-2, rtol=1e-2)
+
+
+def test_objective_args_and_the_objective_are_checked():
+    base = dict(kind="xlnet", train_source="x", preset="tiny")
+    with pytest.raises(ValueError, match="partial_kk"):
+        PretrainConfig.from_dict({**base, "objective_args": {"partial_kk": 3}})
+    with pytest.raises(ValueError, match="partial_k must be an int >= 1"):
+        PretrainConfig.from_dict({**base, "objective": "plm", "objective_args": {"partial_k": 0}})
+    with pytest.raises(ValueError, match="trains an encoder"):
+        PretrainConfig.from_dict({**base, "objective": "mlm"})
+    with pytest.raises(ValueError, match="trains an xlnet"):
+        PretrainConfig.from_dict({**base, "kind": "encoder", "objective": "plm"})
+    assert PLMArgs().partial_k == 6
+
+
+def test_the_recipes_and_the_mini_shape_match_bert_mini():
+    mini, tiny = load_config("xlnet-mini"), load_config("xlnet-tiny")
+    assert (mini.kind, mini.objective, mini.objective_args) == ("xlnet", "plm", {"partial_k": 6})
+    assert tiny.objective_args == mini.objective_args and (mini.preset, tiny.preset) == ("mini", "tiny")
+    shape = preset("xlnet", "mini")
+    assert (shape["n_layers"], shape["d_model"], shape["n_heads"], shape["d_ff"]) == (4, 256, 4, 1024)
+    bert = n_parameters(Encoder(EncoderConfig(**preset("encoder", "mini"), vocab_size=16000)))
+    ours = n_parameters(XLNet(XLNetConfig(**{**shape, **mini.model}, vocab_size=16000)))
+    assert (ours, bert) == (7_534_464, 7_535_232)

@@ -20,12 +20,12 @@ from plmodels.training import PretrainConfig
 from plmodels.training.finetune import Classifier
 from plmodels.training.loop import run_training
 from plmodels.training.loss import linear_cross_entropy
+from tests.plmodels.store_check import assert_store_is_the_hidden_states
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
 from workbench.analyses.amnesic import AmnesicRunConfig, held_out, run_model
 from workbench.analyses.gating import gate_model
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.prune import prune_model_cli
-from workbench.store.extraction import extract
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: torch's thread pool only adds contention
 
@@ -259,20 +259,9 @@ def test_bilm_trains_saves_loads_and_resumes_bit_exact(trained, tmp_path):
 
 def test_extraction_writes_l_plus_1_layers_of_2_d_proj(trained, tmp_path):
     _, result, _ = trained
-    model, tok = load(result.path)
-    sents = [["the", "cat", "sees", "the", "river", "."], ["two", "dogs", "call", "."]]
-    attentions = model.kind == "tbilm"  # word-level attention too, for the model that has heads
-    store = extract(model, tok, sents, tmp_path / "store", progress=False, attentions=attentions)
-    L, P = model.config.n_layers, model.config.d_proj
-    assert store.n_layers == L + 1 and store.d_model == 2 * P and store.n_words == 10
-    assert store.index["model_kind"] == model.kind and store.has_attentions == attentions
-    enc = tok.encode_words_batch([sents[1]])[0]
-    ids = torch.tensor([enc.ids])
-    hs = model(ids, output_hidden_states=True).hidden_states
-    firsts = [w0 for w0, _ in enc.word_spans]
-    for l in range(L + 1):  # first-subword pooling, float16 in the store
-        got = torch.from_numpy(store.layer(l)[store.sentence_rows(1)].astype("float32"))
-        torch.testing.assert_close(got, hs[l][0, firsts], atol=2e-2, rtol=1e-2)
+    kind = result.model.kind  # word-level attention too, for the model that has heads
+    assert_store_is_the_hidden_states(result.path, tmp_path / "store", kind, attentions=kind == "tbilm")
+    assert result.model.config.d_model == 2 * result.model.config.d_proj
 
 
 @pytest.mark.parametrize("kind", sorted(MODELS))

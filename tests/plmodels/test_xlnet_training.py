@@ -19,8 +19,8 @@ from plmodels.training.loop import run_training
 from plmodels.training.masking import step_generator
 from plmodels.training.objectives import objective_for, plm_loss
 from plmodels.xlnet import XLNet, XLNetConfig
+from tests.plmodels.store_check import assert_store_is_the_hidden_states
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
-from workbench.store.extraction import extract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -145,19 +145,7 @@ def test_the_workbench_call_gives_the_content_streams_l_plus_1_states():
 
 
 def test_extraction_writes_the_content_streams_l_plus_1_layers(trained, tmp_path):
-    _, result, _ = trained
-    model, tok = load(result.path)
-    sents = [["the", "cat", "sees", "the", "river", "."], ["two", "dogs", "call", "."]]
-    store = extract(model, tok, sents, tmp_path / "store", progress=False, attentions=True)
-    L = model.config.n_layers
-    assert store.n_layers == L + 1 and store.d_model == model.config.d_model and store.n_words == 10
-    assert store.index["model_kind"] == "xlnet" and store.has_attentions
-    enc = tok.encode_words_batch([sents[1]])[0]
-    hs = model(torch.tensor([enc.ids]), output_hidden_states=True).hidden_states
-    firsts = [w0 for w0, _ in enc.word_spans]
-    for l in range(L + 1):  # first-subword pooling, float16 in the store
-        got = torch.from_numpy(store.layer(l)[store.sentence_rows(1)].astype("float32"))
-        torch.testing.assert_close(got, hs[l][0, firsts], atol=2e-2, rtol=1e-2)
+    assert_store_is_the_hidden_states(trained[1].path, tmp_path / "store", "xlnet", attentions=True)
 
 
 def test_objective_args_and_the_objective_are_checked():

@@ -1,0 +1,23 @@
+"""A shared check for every model kind: extraction writes L+1 layers equal to the model's hidden states."""
+import torch
+
+from plmodels.checkpoint import load
+from workbench.store.extraction import extract
+
+SENTENCES = [["the", "cat", "sees", "the", "river", "."], ["two", "dogs", "call", "."]]
+
+
+def assert_store_is_the_hidden_states(path, root, kind: str, attentions: bool) -> None:
+    """extract() on the checkpoint at `path`: L+1 layers of width config.d_model, the kind and the
+    attentions recorded, and the stored first-subword vectors equal to a direct forward (float16)."""
+    model, tok = load(path)
+    store = extract(model, tok, SENTENCES, root, progress=False, attentions=attentions)
+    L = model.config.n_layers
+    assert store.n_layers == L + 1 and store.d_model == model.config.d_model and store.n_words == 10
+    assert store.index["model_kind"] == kind and store.has_attentions == attentions
+    enc = tok.encode_words_batch([SENTENCES[1]])[0]
+    hs = model(torch.tensor([enc.ids]), output_hidden_states=True).hidden_states
+    firsts = [w0 for w0, _ in enc.word_spans]
+    for l in range(L + 1):  # first-subword pooling, float16 in the store
+        got = torch.from_numpy(store.layer(l)[store.sentence_rows(1)].astype("float32"))
+        torch.testing.assert_close(got, hs[l][0, firsts], atol=2e-2, rtol=1e-2)

@@ -106,24 +106,26 @@ def _probe(a: argparse.Namespace) -> None:
     print(f"probing tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
 
 
-def _amnesic(a: argparse.Namespace) -> None:
-    from workbench.analyses.amnesic import amnesic_model, resolve_config
+def _word_property_analysis(a: argparse.Namespace, run, resolve_config, kind: str) -> None:
+    """`workbench amnesic` / `gate`: the config with --tasks over --set, the run, its figures."""
     from workbench.presentation.analysis_figures import write_analysis_figures
 
     config = resolve_config(a.config, {**_overrides(a), **({"tasks": a.tasks.split(",")} if a.tasks else {})})
-    tables = amnesic_model(a.model, out_dir=a.out, config=config)
-    write_analysis_figures("amnesic", tables, a.out)
-    print(f"amnesic tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
+    tables = run(a.model, out_dir=a.out, config=config)
+    write_analysis_figures(kind, tables, a.out)
+    print(f"{kind} tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
+
+
+def _amnesic(a: argparse.Namespace) -> None:
+    from workbench.analyses.amnesic import amnesic_model, resolve_config
+
+    _word_property_analysis(a, amnesic_model, resolve_config, "amnesic")
 
 
 def _gate(a: argparse.Namespace) -> None:
     from workbench.analyses.gating import gate_model, resolve_config
-    from workbench.presentation.analysis_figures import write_analysis_figures
 
-    config = resolve_config(a.config, {**_overrides(a), **({"tasks": a.tasks.split(",")} if a.tasks else {})})
-    tables = gate_model(a.model, out_dir=a.out, config=config)
-    write_analysis_figures("gate", tables, a.out)
-    print(f"gating tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
+    _word_property_analysis(a, gate_model, resolve_config, "gate")
 
 
 def _cross_heads(a: argparse.Namespace) -> None:

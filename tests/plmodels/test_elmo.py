@@ -20,7 +20,7 @@ from plmodels.training import PretrainConfig
 from plmodels.training.finetune import Classifier
 from plmodels.training.loop import run_training
 from plmodels.training.loss import linear_cross_entropy
-from tests.plmodels.store_check import assert_store_is_the_hidden_states
+from tests.plmodels.kinds import assert_store_is_the_hidden_states
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
 from workbench.analyses.amnesic import AmnesicRunConfig, held_out, run_model
 from workbench.analyses.gating import gate_model

@@ -12,13 +12,12 @@ from plmodels.checkpoint import load, n_parameters
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.presets import preset
 from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig
-from plmodels.tokenizer import Tokenizer
 from plmodels.training import PretrainConfig, load_config
 from plmodels.training.config import BartArgs, T5Args
 from plmodels.training.data import bart_batch, sentinel_ids, t5_batch, with_sentinels
 from plmodels.training.loop import run_training
 from plmodels.training.masking import continuation_ids, step_generator, word_starts
-from tests.plmodels.store_check import assert_store_is_the_hidden_states
+from tests.plmodels.kinds import assert_store_is_the_hidden_states, packed_rows
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -48,11 +47,7 @@ def trained(request, corpus, tmp_path_factory):
 
 
 def _rows(tok_dir, n=4, seq_len=24, seed=0):
-    """Packed-row look-alikes [CLS] body [SEP] from the toy corpus's words (no padding)."""
-    tok = Tokenizer.load(tok_dir)
-    g = torch.Generator().manual_seed(seed)
-    body = torch.randint(5, tok.vocab_size, (n, seq_len - 2), generator=g)
-    return tok, torch.cat([torch.full((n, 1), tok.cls_id), body, torch.full((n, 1), tok.sep_id)], 1)
+    return packed_rows(tok_dir, n, seq_len, seed)
 
 
 def test_a_trained_run_lowers_the_heldout_loss_and_loads_to_the_same_outputs(trained):

@@ -11,7 +11,6 @@ import torch.nn.functional as F
 from plmodels.checkpoint import load, n_parameters
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.presets import preset
-from plmodels.tokenizer import Tokenizer
 from plmodels.training import PretrainConfig, load_config
 from plmodels.training.config import PLMArgs
 from plmodels.training.data import plm_batch
@@ -19,7 +18,7 @@ from plmodels.training.loop import run_training
 from plmodels.training.masking import step_generator
 from plmodels.training.objectives import objective_for, plm_loss
 from plmodels.xlnet import XLNet, XLNetConfig
-from tests.plmodels.store_check import assert_store_is_the_hidden_states
+from tests.plmodels.kinds import assert_store_is_the_hidden_states, packed_rows
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -51,11 +50,7 @@ def trained(corpus, tmp_path_factory):
 
 
 def _rows(tok_dir, n=4, seq_len=26, seed=0):
-    """Packed-row look-alikes [CLS] body [SEP] (no padding)."""
-    tok = Tokenizer.load(tok_dir)
-    g = torch.Generator().manual_seed(seed)
-    body = torch.randint(5, tok.vocab_size, (n, seq_len - 2), generator=g)
-    return tok, torch.cat([torch.full((n, 1), tok.cls_id), body, torch.full((n, 1), tok.sep_id)], 1)
+    return packed_rows(tok_dir, n, seq_len, seed)
 
 
 def test_a_trained_run_lowers_the_heldout_loss_and_loads_to_the_same_states(trained):

@@ -44,10 +44,10 @@ from plmodels.progress import progress as progress_bar
 from probes.heads import weighting_rows
 from probes.logreg import LogisticRegressionLBFGS
 from workbench.analyses.amnesic import FILL, HeldOut, held_out, lm_head_trained, run_model, without_lm_rows, word_labels
-from workbench.analyses.heads import _family
+from workbench.analyses.heads import role_family
 from workbench.analyses.probing import ProbeRunConfig, TaskSplit, default_model_name, load_split
 from workbench.core.io import atomic_write_json
-from workbench.core.results import write_tables
+from workbench.core.results import find_run_table, write_tables
 
 COLUMNS = ["model", "unit", "name", "gate_layer", "gate_head", "n_gated", "draw", "task", "layer", "metric",
            "value"]
@@ -118,7 +118,7 @@ def gating_units(n_layers: int, n_heads: int, classes: pd.DataFrame | None, unit
             if "role" in units:
                 groups.setdefault(("role", row.role), set()).add(lh)
             if "family" in units:
-                groups.setdefault(("family", _family(row.role)), set()).add(lh)
+                groups.setdefault(("family", role_family(row.role)), set()).add(lh)
     out += [Unit(kind, name, tuple(sorted(hs))) for (kind, name), hs in sorted(groups.items())]
     every = [(l, h) for l in range(n_layers) for h in range(n_heads)]
     rng = np.random.default_rng(seed)
@@ -212,8 +212,7 @@ def fit_readout(tasks: Mapping[str, tuple[TaskSplit, TaskSplit]], layers: Sequen
         seen = np.isin(y_te, np.unique(ytr))  # labels the probes never saw are left out
         lab[te_rows[seen]] = y_te[seen]
         where = {w: s for s, w in enumerate(sentence_words(test))}
-        every = np.arange(st_te.n_words)
-        labels[task] = np.concatenate([lab[every[st_te.sentence_rows(where[w])]] if w in where else
+        labels[task] = np.concatenate([lab[st_te.sentence_rows(where[w])] if w in where else
                                        np.full(len(w), None, dtype=object) for w in sentences])
     return ReadOut(probes, labels)
 
@@ -255,21 +254,6 @@ def head_passport(gating: pd.DataFrame, classes: pd.DataFrame | None = None,
             sub[f"prune_rank_{method}"] = sub.groupby("model")["value"].rank(method="first").astype(int) - 1
             out = out.merge(sub.rename(columns={"value": f"importance_{method}"}), on=keys, how="left")
     return out.sort_values(keys, ignore_index=True)
-
-
-def find_run_table(out_dir: Path | None, name: str, model_name: str) -> pd.DataFrame | None:
-    """This model's rows of table `name` in the run out_dir sits in (out_dir, or up to two levels up:
-    runs/<run>/gate/<model>), or None."""
-    if out_dir is None:
-        return None
-    for run in (out_dir, out_dir.parent, out_dir.parent.parent):
-        p = run / "tables" / f"{name}.parquet"
-        if p.exists():
-            df = pd.read_parquet(p)
-            df = df[df["model"] == model_name]
-            if len(df):
-                return df
-    return None
 
 
 # -------------------------------------------------------------------------------------- entry

@@ -380,14 +380,15 @@ def _add_synthetic(report_heads: pd.DataFrame, classes: pd.DataFrame, stats: Hea
         primary = primary.iloc[0] if len(primary) else "none"
         if ind[f] and "induction" not in roles:
             roles.append("induction")
-            if primary == "none" or rank["induction"] < rank.get(_family(primary), len(rank)):
+            if primary == "none" or rank["induction"] < rank.get(role_family(primary), len(rank)):
                 primary = "induction"
         rows += [(model_name, lh[0], lh[1], r, r == primary) for r in sorted(roles or ["none"])]
     return (pd.concat([report_heads, *extra], ignore_index=True),
             pd.DataFrame(rows, columns=["model", "layer", "head", "role", "primary"]))
 
 
-def _family(role: str) -> str:
+def role_family(role: str) -> str:
+    """The family of a head role: "sink" for *_sink, "broad", else the part before ":" (syntactic:nsubj -> syntactic)."""
     if role.endswith("_sink"):
         return "sink"
     return {"broad": "broad"}.get(role, role.split(":")[0])

@@ -70,7 +70,7 @@ from probes.pruning import (
 from workbench.analyses.probing import default_model_name
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import dataset_dir
-from workbench.core.results import write_table
+from workbench.core.results import find_run_table, write_table
 from workbench.data.finetuning import load_task_data
 from workbench.data.tasks import ud_sentences
 
@@ -461,17 +461,10 @@ def real_prune(model, tok, obj: Objective, scores: np.ndarray, cfg: PruneRunConf
 
 
 def find_heads_classes(out_dir: Path | None, model_name: str) -> pd.DataFrame | None:
-    """The run's `heads_classes` rows of this model, when out_dir sits in a run (runs/<run>/prune/<model>)."""
-    if out_dir is None:
-        return None
-    for run in (out_dir, out_dir.parent, out_dir.parent.parent):
-        p = run / "tables" / "heads_classes.parquet"
-        if p.exists():
-            df = weighting_rows(pd.read_parquet(p))  # raw-attention roles (tables without the column: all raw)
-            df = df[df["model"] == model_name]
-            if len(df):
-                return df
-    return None
+    """The run's raw-attention `heads_classes` rows of this model, when out_dir sits in a run
+    (runs/<run>/prune/<model>; tables without a weighting column are all raw)."""
+    df = find_run_table(out_dir, "heads_classes", model_name)
+    return None if df is None or not len(df := weighting_rows(df)) else df
 
 
 # ------------------------------------------------------------------------------------- entry

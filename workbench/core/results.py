@@ -59,6 +59,18 @@ def load_table(run_dir: str | Path, name: str) -> pd.DataFrame | None:
     return pd.read_parquet(path) if path.exists() else None
 
 
+def find_run_table(out_dir: Path | None, name: str, model_name: str) -> pd.DataFrame | None:
+    """This model's rows of table `name` in the run an analysis folder sits in: out_dir itself, or one
+    or two levels up (runs/<run>/<analysis>/<model>); None when no such table has the model's rows."""
+    if out_dir is None:
+        return None
+    for run in (out_dir, out_dir.parent, out_dir.parent.parent):
+        df = load_table(run, name)
+        if df is not None and len(df := df[df["model"] == model_name]):
+            return df
+    return None
+
+
 def write_table(run_dir: str | Path, name: str, df: pd.DataFrame) -> Path:
     """Write a tidy table atomically into the run's tables/ folder."""
     path = table_path(run_dir, name)

@@ -1,8 +1,19 @@
-"""A shared check for every model kind: extraction writes L+1 layers equal to the model's hidden states."""
+"""Helpers shared by the tests of the model kinds (ELMo, T5/BART, XLNet): packed rows to batch, and
+the check that extraction writes L+1 layers equal to the model's hidden states."""
 import torch
 
 from plmodels.checkpoint import load
+from plmodels.tokenizer import Tokenizer
 from workbench.store.extraction import extract
+
+
+def packed_rows(tok_dir, n: int = 4, seq_len: int = 24, seed: int = 0):
+    """(tokenizer, (n, seq_len) packed-row look-alikes [CLS] body [SEP] of random ids, no padding)."""
+    tok = Tokenizer.load(tok_dir)
+    g = torch.Generator().manual_seed(seed)
+    body = torch.randint(5, tok.vocab_size, (n, seq_len - 2), generator=g)
+    return tok, torch.cat([torch.full((n, 1), tok.cls_id), body, torch.full((n, 1), tok.sep_id)], 1)
+
 
 SENTENCES = [["the", "cat", "sees", "the", "river", "."], ["two", "dogs", "call", "."]]
 

@@ -11,9 +11,12 @@ own files, never from a hub, and never needs transformers.
 | electra | Encoder (`embedding_size` E projected to D; discriminator: `use_rtd`) | `plmodels.hf_encoders.import_hf_electra` |
 | albert | Encoder (`share_layers="all"`, `embedding_size`; sentence-order head: `use_nsp`) | `plmodels.hf_encoders.import_hf_albert` |
 | gpt2 | Decoder | `plmodels.hf_gpt2.import_hf_gpt2` |
+| t5 | Seq2Seq (relative position buckets, RMS norms) | `plmodels.hf_seq2seq.import_hf_t5` |
+| bart | Seq2Seq (learned positions, post-LN) | `plmodels.hf_seq2seq.import_hf_bart` |
+| xlnet | XLNet (two-stream relative attention) | `plmodels.hf_xlnet.import_hf_xlnet` |
 
-T5, BART and XLNet are refused by name until the workbench has their architectures
-(docs/interop.md).
+T5's and XLNet's SentencePiece tokenizers are not read yet: their weights import without a
+tokenizer, and the card's import report says so (docs/interop.md).
 """
 from __future__ import annotations
 
@@ -24,12 +27,14 @@ from typing import Callable
 from .hf_encoders import import_hf_albert, import_hf_distilbert, import_hf_electra, import_hf_roberta
 from .hf_gpt2 import import_hf_gpt2
 from .hf_import import import_hf_bert
+from .hf_seq2seq import import_hf_bart, import_hf_t5
+from .hf_xlnet import import_hf_xlnet
 
 IMPORTERS: dict[str, Callable] = {
     "bert": import_hf_bert, "roberta": import_hf_roberta, "distilbert": import_hf_distilbert,
     "electra": import_hf_electra, "albert": import_hf_albert, "gpt2": import_hf_gpt2,
+    "t5": import_hf_t5, "bart": import_hf_bart, "xlnet": import_hf_xlnet,
 }
-PLANNED = ("t5", "bart", "xlnet")   # families whose architecture is not here yet
 
 
 def model_type(src: str | Path) -> str:
@@ -51,7 +56,6 @@ def import_hf(src_dir: str | Path, out_dir: str | Path | None = None, card: dict
     out_dir also saved as a workbench checkpoint (safetensors, card with the import report)."""
     kind = model_type(src_dir)
     if kind not in IMPORTERS:
-        later = " (its architecture is not in the workbench yet)" if kind in PLANNED else ""
-        raise ValueError(f"{Path(src_dir) / 'config.json'}: model_type {kind!r} cannot be imported{later}; "
+        raise ValueError(f"{Path(src_dir) / 'config.json'}: model_type {kind!r} cannot be imported; "
                          f"supported: {', '.join(sorted(IMPORTERS))}")
     return IMPORTERS[kind](src_dir, out_dir, card=card)

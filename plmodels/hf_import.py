@@ -20,7 +20,7 @@ import re
 import sysconfig
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from safetensors.torch import load_file
@@ -240,6 +240,40 @@ def import_hf_bert(src_dir: str | Path, out_dir: str | Path | None = None, card:
     if unknown or fresh:
         warnings.warn(f"import_hf_bert({src}): unmapped tensors {unknown}; fresh-init tensors {fresh}", stacklevel=2)
     tokenizer = read_tokenizer(src)
+    if out_dir is not None:
+        save(model, tokenizer, out_dir, card={"data": hf_cfg.get("_name_or_path", str(src)), **(card or {}), "import": report})
+    return model, tokenizer
+
+
+def import_converted(src_dir: str | Path, out_dir: str | Path | None, card: dict | None, family: str,
+                     build: Callable[[dict, dict[str, torch.Tensor]], tuple[torch.nn.Module, dict[str, torch.Tensor]]]):
+    """The importer of a family whose name map is one function (T5, BART, XLNet): `build(config.json
+    dict, HF state dict)` -> (fresh model, our state dict), raising ValueError on a field or tensor it
+    cannot place; every tensor of the model must come from the checkpoint (no fresh heads). The
+    tokenizer is read from the folder's own files when `read_tokenizer` can (a WordPiece vocab.txt, a
+    byte-level BPE such as BART's); when it cannot (T5's and XLNet's SentencePiece), the weights import
+    without it and the card's report says why. -> (model in eval mode, Tokenizer or None)."""
+    src = Path(src_dir)
+    if not (src / "config.json").is_file():
+        raise FileNotFoundError(f"{src} has no config.json (not a Hugging Face model folder)")
+    hf_cfg = json.loads((src / "config.json").read_text(encoding="utf-8"))
+    try:
+        model, state = build(hf_cfg, read_hf_weights(src))
+    except ValueError as e:
+        raise ValueError(f"{src / 'config.json'} ({family}): {e}") from None
+    check_state(model.state_dict(), state, str(src))
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    report: dict[str, Any] = {"source": str(src), "family": family, "unknown_tensors": [], "fresh_init": [], "notes": []}
+    try:
+        tokenizer = read_tokenizer(src)
+    except ValueError as e:
+        tokenizer = None
+        report["notes"].append(f"tokenizer not loaded: {e}")
+    if tokenizer is None and not report["notes"]:
+        report["notes"].append("tokenizer not loaded: the folder has no tokenizer files")
+    if report["notes"]:
+        warnings.warn(f"import_hf_{family}({src}): {'; '.join(report['notes'])}", stacklevel=3)
     if out_dir is not None:
         save(model, tokenizer, out_dir, card={"data": hf_cfg.get("_name_or_path", str(src)), **(card or {}), "import": report})
     return model, tokenizer

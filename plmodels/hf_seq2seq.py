@@ -29,9 +29,11 @@ from collections.abc import Callable
 
 import torch
 
-from .seq2seq import Seq2SeqConfig
+from .hf_import import import_converted
+from .seq2seq import Seq2Seq, Seq2SeqConfig
 
-__all__ = ["bart_config", "from_hf_bart_state_dict", "from_hf_t5_state_dict", "t5_config"]
+__all__ = ["bart_config", "from_hf_bart_state_dict", "from_hf_t5_state_dict", "import_hf_bart", "import_hf_t5",
+           "t5_config"]
 
 
 def _get(hf: dict, key: str, default=None):
@@ -204,3 +206,25 @@ def from_hf_bart_state_dict(hf_state: dict[str, torch.Tensor], config: Seq2SeqCo
     if "final_logits_bias" in state:
         state["final_logits_bias"] = state["final_logits_bias"].reshape(-1)  # (1, V) -> (V,)
     return state
+
+
+def import_hf_t5(src_dir, out_dir=None, card: dict | None = None):
+    """Read a HF T5 folder (T5ForConditionalGeneration) -> (Seq2Seq in eval mode, Tokenizer or None);
+    save a checkpoint if out_dir (`hf_import.import_converted`)."""
+
+    def build(hf: dict, state: dict):
+        config = t5_config(hf)
+        return Seq2Seq(config), from_hf_t5_state_dict(state, config)
+
+    return import_converted(src_dir, out_dir, card, "t5", build)
+
+
+def import_hf_bart(src_dir, out_dir=None, card: dict | None = None):
+    """Read a HF BART folder (BartForConditionalGeneration) -> (Seq2Seq in eval mode, Tokenizer or
+    None); save a checkpoint if out_dir (`hf_import.import_converted`)."""
+
+    def build(hf: dict, state: dict):
+        config = bart_config(hf)
+        return Seq2Seq(config), from_hf_bart_state_dict(state, config)
+
+    return import_converted(src_dir, out_dir, card, "bart", build)

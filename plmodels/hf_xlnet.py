@@ -22,9 +22,10 @@ import re
 
 import torch
 
-from .xlnet import XLNetConfig
+from .hf_import import import_converted
+from .xlnet import XLNet, XLNetConfig
 
-__all__ = ["from_hf_xlnet_state_dict", "xlnet_config"]
+__all__ = ["from_hf_xlnet_state_dict", "import_hf_xlnet", "xlnet_config"]
 
 ACTIVATIONS = {"gelu": "gelu", "relu": "relu", "gelu_new": "gelu_tanh"}
 
@@ -98,3 +99,13 @@ def from_hf_xlnet_state_dict(hf_state: dict[str, torch.Tensor]) -> dict[str, tor
     if "lm_bias" not in state and "word_embedding.weight" in state:  # XLNetModel: no LM head
         state["lm_bias"] = torch.zeros(state["word_embedding.weight"].shape[0])
     return state
+
+
+def import_hf_xlnet(src_dir, out_dir=None, card: dict | None = None):
+    """Read a HF XLNet folder (XLNetLMHeadModel or XLNetModel) -> (XLNet in eval mode, Tokenizer or
+    None); save a checkpoint if out_dir (`hf_import.import_converted`)."""
+
+    def build(hf: dict, state: dict):
+        return XLNet(xlnet_config(hf)), from_hf_xlnet_state_dict(state)
+
+    return import_converted(src_dir, out_dir, card, "xlnet", build)

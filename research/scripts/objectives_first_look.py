@@ -16,7 +16,8 @@ with Hewitt & Liang controls and the cumulative mix (E_delta), head roles, and l
 consecutive layers (ALBERT's claim of smoother transitions). Tables go to OUT/tables/first_look_*.parquet;
 a markdown summary to OUT/summary.md.
 
-    python -m research.scripts.objectives_first_look OUT [--minutes 15] [--skip-train] [--dry-run] [--summary-only]
+    python -m research.scripts.objectives_first_look OUT [--minutes 15] [--systems bert,...] [--skip-train]
+        [--dry-run] [--summary-only]
 """
 from __future__ import annotations
 
@@ -32,16 +33,25 @@ import pandas as pd
 import plmodels
 from plmodels.training import pretrain
 from probes.cka import cka_matrix
+from workbench.analyses.cross_heads import analyse_cross_heads
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.probing import probe_model
 from workbench.core.results import write_table
 from workbench.presentation.report import markdown_table
 from workbench.store import extract, load_sentences
 
-SYSTEMS = ("bert", "roberta", "spanbert", "electra", "albert", "distilbert")
-BACKBONE = {"model": {"n_heads": 8, "dropout": 0.0, "bias": False, "position": "rope", "layer_norm_eps": 1e-5},
-            "lr": 1e-3, "clip": 0.5, "schedule_clock": "time", "max_steps": 20000, "warmup_steps": 2000,
+BERT_FAMILY = ("bert", "roberta", "spanbert", "electra", "albert", "distilbert")
+OTHER_FAMILIES = ("elmo", "elmo-transformer", "t5", "bart", "xlnet")
+SYSTEMS = BERT_FAMILY + OTHER_FAMILIES
+TRAINING = {"lr": 1e-3, "clip": 0.5, "schedule_clock": "time", "max_steps": 20000, "warmup_steps": 2000,
             "eval_every": 500, "ckpt_every": 0, "ckpt_log_spaced": False, "max_train_texts": 300, "seed": 0}
+BACKBONE = {"model": {"n_heads": 8, "dropout": 0.0, "bias": False, "position": "rope", "layer_norm_eps": 1e-5},
+            **TRAINING}
+# The other families keep their recipe's architecture (its position encoding, norms and widths are
+# what makes it that system) and take the shared training settings; dropout is off as in the
+# backbone, except ELMo's, whose first look ran with its recipe's.
+FAMILY_MODEL = {"elmo": {}, "elmo-transformer": {"dropout": 0.0}, "t5": {"dropout": 0.0},
+                "bart": {"dropout": 0.0}, "xlnet": {"dropout": 0.0}}
 PROBE = dict(tasks=["pos", "deps", "ner"], modes=["single", "control", "cumulative"], seeds=[0],
              max_train_targets=4000, max_eval_targets=2000, n_boot=200)
 HEADS = {"max_sentences": 500, "n_boot": 100}
@@ -51,12 +61,14 @@ def log(*a) -> None:
     print(time.strftime("%H:%M:%S"), *a, flush=True)
 
 
-def train(out: Path, minutes: float, dry: bool) -> dict[str, Path]:
+def train(out: Path, minutes: float, dry: bool, systems: tuple[str, ...] = SYSTEMS) -> dict[str, Path]:
     finals: dict[str, Path] = {}
-    tok = None
-    for name in SYSTEMS:
+    bert_tok = out / "train" / "bert" / "tokenizer"
+    tok = bert_tok if bert_tok.is_dir() and "bert" not in systems else None
+    for name in systems:
         run = out / "train" / name
-        over = {**BACKBONE, "max_minutes": minutes, "name": f"{name}-first-look"}
+        base = BACKBONE if name in BERT_FAMILY else {**TRAINING, "model": FAMILY_MODEL[name]}
+        over = {**base, "max_minutes": minutes, "name": f"{name}-first-look"}
         if dry:
             over.update(max_steps=3, warmup_steps=1, max_train_texts=5, eval_sequences=16, eval_every=0,
                         schedule_clock="steps")
@@ -69,7 +81,7 @@ def train(out: Path, minutes: float, dry: bool) -> dict[str, Path]:
                 if not (run / "cache" / f.name).exists():
                     os.link(f, run / "cache" / f.name)
         if name == "distilbert":
-            over["objective_args"] = {"teacher": str(finals["bert"])}
+            over["objective_args"] = {"teacher": str(finals.get("bert", out / "train" / "bert" / "final"))}
             over.pop("model")  # the student's shape is the teacher's
         t0 = time.monotonic()
         log(f"training {name} ({minutes} min)")
@@ -91,28 +103,39 @@ def consecutive_cka(path: Path, store_root: Path, n_sentences: int) -> pd.DataFr
     return pd.DataFrame([{"layer": l, "value": float(m[l, l + 1])} for l in range(len(layers) - 1)])
 
 
+TABLES = ("probing", "probing_summary", "heads_classes", "cross_heads", "cka_consecutive", "training_summary")
+
+
 def analyse(out: Path, finals: dict[str, Path], dry: bool) -> None:
+    """Analyse each checkpoint in `finals`; the tables keep the rows of systems analysed before."""
     probe_cfg = {**PROBE, **({"max_train_targets": 200, "max_eval_targets": 100, "n_boot": 0} if dry else {})}
     heads_cfg = {**HEADS, **({"max_sentences": 30, "n_boot": 0} if dry else {})}
-    probing, summaries, classes, ckas, cards = [], [], [], [], []
+    new: dict[str, list[pd.DataFrame]] = {k: [] for k in TABLES}
     for name, final in finals.items():
         log(f"analysing {name}")
         t = probe_model(final, out_dir=out, config=probe_cfg, model_name=name, progress=False)
-        probing.append(t["probing"])
-        summaries.append(t["probing_summary"])
-        classes.append(analyse_heads(final, out_dir=out, config=heads_cfg, model_name=name,
-                                     progress=False)["heads_classes"])
-        ckas.append(consecutive_cka(final, out / "store", 100 if dry else 1000).assign(model=name))
+        new["probing"].append(t["probing"])
+        new["probing_summary"].append(t["probing_summary"])
+        model = plmodels.load(final)[0]
+        if model.kind != "bilm":  # an LSTM biLM has no heads
+            new["heads_classes"].append(analyse_heads(final, out_dir=out, config=heads_cfg, model_name=name,
+                                                      progress=False)["heads_classes"])
+        if model.kind == "seq2seq":
+            new["cross_heads"].append(analyse_cross_heads(final, out_dir=out, n_sentences=30 if dry else 500,
+                                                          model_name=name, n_boot=0 if dry else 200)["cross_heads"])
+        new["cka_consecutive"].append(consecutive_cka(final, out / "store", 100 if dry else 1000).assign(model=name))
         card = json.loads((final / "card.json").read_text())
-        cards.append({"model": name, "steps": card["steps"], "tokens": card["tokens"],
-                      **{k: v for k, v in card["metrics"].items() if k.startswith("eval_")},
-                      "params": sum(p.numel() for p in plmodels.load(final)[0].parameters()),
-                      "objective": card["objective"]})
-    tables = {"probing": pd.concat(probing, ignore_index=True), "probing_summary": pd.concat(summaries, ignore_index=True),
-              "heads_classes": pd.concat(classes, ignore_index=True), "cka_consecutive": pd.concat(ckas, ignore_index=True),
-              "training_summary": pd.DataFrame(cards)}
-    for k, df in tables.items():
-        write_table(out, f"first_look_{k}", df)
+        new["training_summary"].append(pd.DataFrame([{
+            "model": name, "steps": card["steps"], "tokens": card["tokens"],
+            **{k: v for k, v in card["metrics"].items() if k.startswith("eval_")},
+            "params": sum(p.numel() for p in model.parameters()), "objective": card["objective"]}]))
+    tables = {}
+    for k, dfs in new.items():
+        old = out / "tables" / f"first_look_{k}.parquet"
+        keep = [pd.read_parquet(old).query("model not in @finals")] if old.exists() else []
+        if keep or dfs:
+            tables[k] = pd.concat(keep + dfs, ignore_index=True)
+            write_table(out, f"first_look_{k}", tables[k])
     (out / "summary.md").write_text(summary(tables))
     log(f"wrote {out / 'summary.md'}")
 
@@ -143,6 +166,10 @@ def summary(t: dict[str, pd.DataFrame]) -> str:
     c = c[c["primary"]] if "primary" in c.columns else c.drop_duplicates(["model", "layer", "head"])
     out += ["## Head roles (heads per primary role)", "",
             md(c.groupby(["model", "role"]).size().unstack(fill_value=0).reset_index()), ""]
+    x = t.get("cross_heads")
+    if x is not None and len(x):
+        top = x.groupby(["model", "score"])["value"].agg(["max", "mean"]).reset_index()
+        out += ["## Cross-attention heads (best head and mean over heads per score)", "", md(top), ""]
     k = t["cka_consecutive"]
     out += ["## Linear CKA between layer l and l + 1", "",
             md(k.pivot_table(index="model", columns="layer", values="value").reset_index()), ""]
@@ -155,17 +182,22 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=15.0)
     ap.add_argument("--skip-train", action="store_true", help="analyse the finals already in OUT/train")
     ap.add_argument("--dry-run", action="store_true", help="3 steps each and tiny analyses: the plumbing only")
+    ap.add_argument("--systems", default=",".join(BERT_FAMILY),
+                    help=f"comma-separated, in training order (default the BERT family; all: {','.join(SYSTEMS)})")
     ap.add_argument("--summary-only", action="store_true", help="rewrite OUT/summary.md from OUT/tables/first_look_*")
     a = ap.parse_args()
     if a.summary_only:
-        names = ("probing", "probing_summary", "heads_classes", "cka_consecutive", "training_summary")
-        tables = {k: pd.read_parquet(a.out / "tables" / f"first_look_{k}.parquet") for k in names}
+        tables = {k: pd.read_parquet(a.out / "tables" / f"first_look_{k}.parquet") for k in TABLES
+                  if (a.out / "tables" / f"first_look_{k}.parquet").exists()}
         (a.out / "summary.md").write_text(summary(tables))
         return
+    systems = tuple(a.systems.split(","))
+    if unknown := set(systems) - set(SYSTEMS):
+        ap.error(f"--systems: unknown {sorted(unknown)}; known: {', '.join(SYSTEMS)}")
     if a.skip_train:
-        finals = {n: a.out / "train" / n / "final" for n in SYSTEMS if (a.out / "train" / n / "final").is_dir()}
+        finals = {n: a.out / "train" / n / "final" for n in systems if (a.out / "train" / n / "final").is_dir()}
     else:
-        finals = train(a.out, a.minutes, a.dry_run)
+        finals = train(a.out, a.minutes, a.dry_run, systems)
     analyse(a.out, finals, a.dry_run)
 
 

@@ -1,5 +1,6 @@
-"""Imported GPT-2, RoBERTa and ALBERT checkpoints (random, built with transformers, with their own
-BPE / Unigram tokenizer files; ALBERT's one layer shared by both depths) run through the analyses unchanged: `import_hf` picks the family from config.json,
+"""Imported GPT-2, RoBERTa, ALBERT and BART checkpoints (random, built with transformers, with their own
+BPE / Unigram tokenizer files; ALBERT's one layer shared by both depths; BART's encoder is what the
+analyses read) run through the analyses unchanged: `import_hf` picks the family from config.json,
 and probing (pos, arcs) and the head analysis write their tables on real EWT sentences."""
 from __future__ import annotations
 
@@ -48,9 +49,19 @@ def _albert(folder):
     transformers.AlbertForMaskedLM(cfg).save_pretrained(folder)
 
 
+def _bart(folder):
+    n = write_roberta_files(folder)  # BART's tokenizer is RoBERTa's byte-level BPE
+    cfg = transformers.BartConfig(vocab_size=n, d_model=32, encoder_layers=2, decoder_layers=2,
+                                  encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=48,
+                                  decoder_ffn_dim=48, max_position_embeddings=128, pad_token_id=1, bos_token_id=0,
+                                  eos_token_id=2, decoder_start_token_id=2)
+    torch.manual_seed(0)
+    transformers.BartForConditionalGeneration(cfg).save_pretrained(folder)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("family,build,kind", [("gpt2", _gpt2, "decoder"), ("roberta", _roberta, "encoder"),
-                                               ("albert", _albert, "encoder")])
+                                               ("albert", _albert, "encoder"), ("bart", _bart, "seq2seq")])
 def test_an_imported_family_runs_through_probing_and_heads(tmp_path, one_thread, family, build, kind):
     src = tmp_path / "hf"
     build(src)

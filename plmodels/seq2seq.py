@@ -43,6 +43,7 @@ self-attentions, the encoder's normed output), and `n_heads_per_layer`, `config.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, Literal
@@ -387,6 +388,35 @@ class Seq2Seq(HookedModel, nn.Module):
         """Heads per *encoder* layer: what the workbench's analyses read (the encoder's layers)."""
         return [block.attn.n_heads for block in self.encoder.blocks]
 
+    ATTENTION_KINDS = ("encoder", "decoder", "cross")  # the rows of the all-heads grid, in this order
+
+    @property
+    def all_heads_per_layer(self) -> list[int]:
+        """Heads per attention sub-layer of the whole model, the rows of head importance's grid: the
+        encoder's self-attention layers, then the decoder's self-attention, then its cross-attention."""
+        dec = self.decoder.blocks
+        return (self.n_heads_per_layer + [b.self_attn.n_heads for b in dec] + [b.cross_attn.n_heads for b in dec])
+
+    def attention_rows(self) -> list[tuple[str, int]]:
+        """(kind, layer within its stack) of each row of the all-heads grid (`all_heads_per_layer`)."""
+        Le, Ld = self.config.n_layers, self.config.n_decoder_layers
+        return [("encoder", l) for l in range(Le)] + [(k, l) for k in ("decoder", "cross") for l in range(Ld)]
+
+    def head_out_sites(self) -> list[tuple[str, str]]:
+        """(hook site of the heads' outputs, the batch key of its real-position mask) per all-heads row."""
+        names = {"encoder": ("encoder.blocks.{}.attn.head_out", "attention_mask"),
+                 "decoder": ("decoder.blocks.{}.self_attn.head_out", "decoder_attention_mask"),
+                 "cross": ("decoder.blocks.{}.cross_attn.head_out", "decoder_attention_mask")}
+        return [(names[k][0].format(l), names[k][1]) for k, l in self.attention_rows()]
+
+    def split_head_mask(self, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        """An all-heads mask (Le + 2 Ld, H) -> forward's head_mask, decoder_head_mask and cross_attn_head_mask."""
+        Le, Ld = self.config.n_layers, self.config.n_decoder_layers
+        if mask.shape[0] != Le + 2 * Ld:
+            raise ValueError(f"an all-heads mask has n_layers + 2 n_decoder_layers = {Le + 2 * Ld} rows, "
+                             f"got {tuple(mask.shape)}")
+        return {"head_mask": mask[:Le], "decoder_head_mask": mask[Le:Le + Ld], "cross_attn_head_mask": mask[Le + Ld:]}
+
     def forward(
         self,
         input_ids: torch.Tensor,
@@ -494,3 +524,48 @@ class Seq2Seq(HookedModel, nn.Module):
         hidden = self.lm_transform(hidden)
         logits = F.linear(hidden, self.shared.weight) if self.lm_head is None else self.lm_head(hidden)
         return logits if self.final_logits_bias is None else logits + self.final_logits_bias
+
+
+class TeacherForcedDecoder(nn.Module):
+    """A Seq2Seq's decoder stack read like an encoder, for probing its layers under teacher forcing.
+
+    forward(input_ids, attention_mask) runs the encoder on the sentence and the decoder on
+    [decoder start] + the sentence (the target is the uncorrupted sentence, as BART's is), and returns
+    the decoder's L_dec + 1 hidden states at the positions that have just read each token: position
+    t + 1 for token t, the state that predicts token t + 1, so token t's vector has seen target tokens
+    0..t and the whole source. For T5, whose decoder is trained on sentinel-delimited spans only, a
+    whole sentence as target is off its training distribution (say so beside any T5 decoder result).
+    `kind` is "decoder" (causal: span probes pool a span's last token); `config` is the model's with
+    n_layers = n_decoder_layers and one position fewer (the start token takes one). Hidden states
+    only: the decoder's self- and cross-attention heads are analysed by cross_heads and prune."""
+
+    kind = "decoder"
+
+    def __init__(self, model: Seq2Seq) -> None:
+        super().__init__()
+        self.model = model
+        cfg = model.config
+        self.config = dataclasses.replace(cfg, n_layers=cfg.n_decoder_layers, max_positions=cfg.max_positions - 1)
+
+    @property
+    def n_heads_per_layer(self) -> list[int]:
+        return [block.self_attn.n_heads for block in self.model.decoder.blocks]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False, attn_impl: str = "auto",
+                unpad: bool = False, return_logits: bool = False) -> EncoderOutput:
+        if output_attentions or return_logits:
+            raise ValueError("TeacherForcedDecoder gives hidden states only (no attentions, no logits)")
+        B = input_ids.shape[0]
+        start = input_ids.new_full((B, 1), self.model.config.decoder_start_token_id)
+        dec_mask = None if attention_mask is None else torch.cat([attention_mask.new_ones(B, 1), attention_mask], 1)
+        out = self.model(input_ids, attention_mask=attention_mask, decoder_input_ids=torch.cat([start, input_ids], 1),
+                         decoder_attention_mask=dec_mask, output_hidden_states=True, attn_impl=attn_impl,
+                         return_logits=False)
+        hidden = [h[:, 1:] for h in out.decoder_hidden_states]
+        last = out.decoder_last_hidden_state[:, 1:]
+        if unpad and attention_mask is not None:  # zero at the padding, as the encoder's unpadded path gives
+            keep = attention_mask.to(last.dtype)[..., None]
+            last, hidden = last * keep, [h * keep for h in hidden]
+        return EncoderOutput(last_hidden_state=last, hidden_states=tuple(hidden) if output_hidden_states else None,
+                             attentions=None)

@@ -40,7 +40,7 @@ IMPORTANCE_COLUMNS = ["model", "method", "layer", "head", "value"]
 # --------------------------------------------------------------------------- shared helpers
 def head_grid(model: nn.Module) -> tuple[int, int]:
     """(L, H) of an unpruned model; a model with pruned (unequal) layers has no (L, H) grid."""
-    per_layer = list(model.n_heads_per_layer)
+    per_layer = list(getattr(model, "all_heads_per_layer", model.n_heads_per_layer))  # seq2seq: all three kinds
     if len(set(per_layer)) != 1:
         raise ValueError(
             f"head masks need the same number of heads in every layer; this model has "
@@ -80,10 +80,18 @@ def to_device(batch: Batch, model: nn.Module) -> dict[str, Tensor]:
 
 
 def forward(model: nn.Module, batch: Batch, head_mask: Tensor | None = None, **kwargs: Any):
-    """Call `model` on a batch, passing only the inputs its kind accepts (docs/design.md)."""
+    """Call `model` on a batch, passing only the inputs its kind accepts (docs/design.md). A seq2seq
+    model runs teacher-forced (the batch's decoder_input_ids) and its (L_enc + 2 L_dec, H) head mask
+    is split over encoder self-, decoder self- and cross-attention (`Seq2Seq.split_head_mask`)."""
     if "input_ids" not in batch:
         raise ValueError(f"a batch needs 'input_ids'; got keys {sorted(batch)}")
     inputs: dict[str, Any] = {"attention_mask": batch.get("attention_mask")}
+    if getattr(model, "kind", None) == "seq2seq":
+        if "decoder_input_ids" not in batch:
+            raise ValueError(f"a seq2seq batch needs 'decoder_input_ids' (teacher forcing); got keys {sorted(batch)}")
+        masks = {} if head_mask is None else model.split_head_mask(head_mask)
+        return model(batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"],
+                     decoder_attention_mask=batch.get("decoder_attention_mask"), **inputs, **masks, **kwargs)
     if getattr(model, "kind", "encoder") == "encoder" and batch.get("token_type_ids") is not None:
         inputs["token_type_ids"] = batch["token_type_ids"]
     return model(batch["input_ids"], head_mask=head_mask, **inputs, **kwargs)
@@ -163,7 +171,8 @@ def michel_importance(
     batch's size does not rescale its examples).  Then, if `normalize`, each layer is divided by its
     l2 norm over heads (Sec. 4.1; "we normalise the importance scores by layer").  Heads masked to
     0 in `head_mask` get a "token"/"example" score of 0 (they output nothing).
-    The "token" and "example" modes read `blocks.{l}.attn.head_out` through the model's hooks.
+    The "token" and "example" modes read `blocks.{l}.attn.head_out` through the model's hooks (a
+    model with `head_out_sites()`, the seq2seq one, names its own site and real-position mask per row).
     """
     n_layers, n_heads = head_grid(model)
     gates = ones_mask(model) if head_mask is None else check_head_mask(head_mask, model).clone()
@@ -204,23 +213,25 @@ def _token_gate_grads(
 ) -> Tensor:
     """(L, H) sum over examples of |per-token| or |per-example| gate derivatives for one batch."""
     n_layers, _ = gates.shape
-    saved: dict[int, Tensor] = {}
+    saved: dict[str, Tensor] = {}
 
     def keep(tensor: Tensor, name: str) -> None:
         tensor.retain_grad()
-        saved[int(name.split(".")[1])] = tensor
+        saved[name] = tensor
 
-    names = [(f"blocks.{l}.attn.head_out", keep) for l in range(n_layers)]
-    with model.hooks(fwd=names):
+    # (hook site, the batch's mask of its real positions) per row of the gate grid
+    sites = (model.head_out_sites() if hasattr(model, "head_out_sites")
+             else [(f"blocks.{l}.attn.head_out", "attention_mask") for l in range(n_layers)])
+    with model.hooks(fwd=[(name, keep) for name, _ in sites]):
         total, _ = loss(model, batch, gates)
     total.backward()
     inv_gate = torch.where(gates != 0, 1.0 / gates, torch.zeros_like(gates)).detach()
-    real = batch.get("attention_mask")
     out = torch.zeros(gates.shape, dtype=torch.float64)
-    for layer in range(n_layers):
-        head_out = saved[layer]  # (B, T, H, Dh)
+    for layer, (name, mask_key) in enumerate(sites):
+        head_out = saved[name]  # (B, T, H, Dh)
         grad = head_out.grad if head_out.grad is not None else torch.zeros_like(head_out)
         g = (head_out.detach() * grad).sum(-1) * inv_gate[layer]  # (B, T, H)
+        real = batch.get(mask_key)
         if real is not None:
             g = g * real[..., None].to(g.dtype)
         if granularity == "token":

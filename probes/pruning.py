@@ -89,6 +89,15 @@ def causal_lm_loss(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> 
     return F.cross_entropy(_upcast(logits), targets[valid], reduction="sum"), valid.sum()
 
 
+def seq2seq_loss(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Summed teacher-forced cross-entropy of a seq2seq model over batch["labels"] (B, Td) (-100:
+    none), the decoder reading batch["decoder_input_ids"] (the labels shifted right), and their number."""
+    out = forward(model, batch, head_mask)
+    targets = batch["labels"]
+    valid = targets != -100
+    return F.cross_entropy(_upcast(out.logits[valid]), targets[valid], reduction="sum"), valid.sum()
+
+
 def _upcast(logits: Tensor) -> Tensor:
     """Half-precision logits are summed in float32; float32 / float64 are kept as they are."""
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
@@ -145,6 +154,7 @@ METRICS: dict[str, Metric] = {
     "mlm_accuracy": Metric("mlm_accuracy", mlm_correct, higher_is_better=True),
     "causal_lm_loss": Metric("causal_lm_loss", causal_lm_loss, higher_is_better=False),
     "perplexity": Metric("perplexity", causal_lm_loss, higher_is_better=False, transform=math.exp),
+    "denoising_loss": Metric("denoising_loss", seq2seq_loss, higher_is_better=False),
 }
 
 

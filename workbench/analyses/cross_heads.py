@@ -63,14 +63,15 @@ def _read_json(path: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
-def _objective(model_path: Path) -> tuple[str, T5Args | BartArgs, str]:
+def denoising_objective(model_path: Path) -> tuple[str, T5Args | BartArgs, str]:
     """(objective name, its arguments, where the arguments came from) of a seq2seq checkpoint."""
     kind = _read_json(model_path / "config.json").get("kind")
     if kind != "seq2seq":
-        raise ValueError(f"{model_path}: cross-attention heads need an encoder-decoder (kind 'seq2seq'), got kind {kind!r}")
+        raise ValueError(f"{model_path}: replaying a denoising objective needs an encoder-decoder (kind 'seq2seq'), "
+                         f"got kind {kind!r}")
     name = _read_json(model_path / "card.json").get("objective_name")
     if name not in OBJECTIVE_ARGS:
-        raise ValueError(f"{model_path}: card.json's objective_name is {name!r}; cross_heads replays one of "
+        raise ValueError(f"{model_path}: card.json's objective_name is {name!r}; the analyses replay one of "
                          f"{sorted(OBJECTIVE_ARGS)}")
     resolved = model_path.parent / "config.resolved.json"
     pretrain = _read_json(resolved).get("pretrain", {})
@@ -144,7 +145,7 @@ def analyse_cross_heads(model_path: str | Path, out_dir: str | Path | None = Non
     """Cross-attention head scores of a seq2seq checkpoint on its own noising of EWT test sentences
     (module docstring) -> {"cross_heads": table}; written under `out_dir` when given."""
     model_path = Path(model_path)
-    objective, args, args_source = _objective(model_path)
+    objective, args, args_source = denoising_objective(model_path)
     model, tok = load(model_path)
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer")

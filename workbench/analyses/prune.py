@@ -67,6 +67,7 @@ from probes.pruning import (
     random_pruning_curves,
     roles_vs_importance,
 )
+from workbench.analyses.cross_heads import denoising_objective, noise_rows
 from workbench.analyses.probing import default_model_name
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import dataset_dir
@@ -221,6 +222,36 @@ def lm_objective(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, source:
                      curve_batches, special)
 
 
+def seq2seq_objective(model, tok, path: Path, seqs: list[list[int]], cfg: PruneRunConfig, source: str) -> Objective:
+    """The checkpoint's own denoising loss (T5 span corruption, BART infilling, replayed with
+    `mask_seed`), teacher-forced: heads of the encoder's self-, the decoder's self- and the
+    cross-attention are scored together (rows of `Seq2Seq.all_heads_per_layer`)."""
+    objective, args, _ = denoising_objective(path)
+    score, curve = _halves(seqs, cfg.heldout)
+    gen = torch.Generator().manual_seed(cfg.mask_seed)
+    limit = int(model.config.max_positions)
+
+    def batched(part: list[list[int]]) -> list[dict]:
+        examples = noise_rows([torch.tensor(s, dtype=torch.long) for s in part], tok, objective, args, gen)
+        examples = [e for e in examples if len(e.inputs) <= limit and len(e.targets) <= limit]
+        out = []
+        for i in range(0, len(examples), cfg.batch_size):
+            chunk = examples[i:i + cfg.batch_size]
+            ids, mask = _pad([e.inputs.tolist() for e in chunk], tok.pad_id if tok.pad_id is not None else 0)
+            labels, dec_mask = _pad([e.targets.tolist() for e in chunk], IGNORE)
+            out.append({"input_ids": ids, "attention_mask": mask, "labels": labels,
+                        "decoder_input_ids": model.shift_right(labels), "decoder_attention_mask": dec_mask})
+        return out
+
+    batches = batched(score)
+    curve_batches = batches if curve is score else batched(curve)
+    split = (f"heads scored on {len(score)}, curves on {len(curve)} held-out {source} sequences" if cfg.heldout
+             else f"{len(seqs)} {source} sequences (scores and curves on the same)")
+    metric = METRICS["denoising_loss"]
+    return Objective(batches, metric.stat, metric, f"{objective} denoising loss, teacher-forced: {split} "
+                     f"(noise seed {cfg.mask_seed})", curve_batches, tuple(tok.special_ids))
+
+
 def _lm_batches(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, first_batch: int) -> list[dict]:
     """Padded batches of `seqs`; an encoder's get their fixed MLM corruption (seeded by batch index)."""
     batches = []
@@ -309,9 +340,9 @@ def build_objective(path: Path, cfg: PruneRunConfig):
             raise ValueError(f"{path}: eval_data='classifier' needs a finetuned folder (finetune.json + head.safetensors)")
         return classifier_objective(path, cfg)
     model, tok = plmodels.load(path)
-    if model.kind not in ("encoder", "decoder"):
+    if model.kind not in ("encoder", "decoder", "seq2seq"):
         raise ValueError(f"{path}: a {model.kind} model has no head mask; head importance and pruning read "
-                         "encoders and decoders")
+                         "encoders, decoders and encoder-decoders")
     if tok is None:
         raise ValueError(f"{path}: the checkpoint has no tokenizer/ folder; pruning needs one")
     card = json.loads((path / "card.json").read_text()) if (path / "card.json").exists() else {}
@@ -324,6 +355,8 @@ def build_objective(path: Path, cfg: PruneRunConfig):
     seqs = EVAL_DATA[source](tok, n, min(cfg.seq_len, int(model.config.max_positions)))
     if not seqs:
         raise ValueError(f"eval_data={source!r} gave no sequences")
+    if model.kind == "seq2seq":
+        return model, tok, seq2seq_objective(model, tok, path, seqs, cfg, source)
     return model, tok, lm_objective(model, tok, seqs, cfg, source)
 
 
@@ -490,30 +523,46 @@ def prune_model_cli(model_path: str | Path, methods: Sequence[str] | None = None
     t0 = time.perf_counter()
     model, tok, obj = build_objective(path, cfg)
     model.eval()
+    notes = []
+    if model.kind == "seq2seq" and "confidence" in methods:  # Voita's confidence reads self-attention maps
+        methods = [m for m in methods if m != "confidence"]
+        notes.append("confidence left out: it is defined on self-attention maps over the input's tokens, "
+                     "not on a seq2seq model's three kinds of attention")
     _say(progress, f"{name}: {obj.description}; unmasked {obj.metric.name} = "
                    f"{obj.metric(model, obj.curve_batches):.4f}")
     tables = score_and_curves(model, obj, cfg, methods, name, progress)
     imp = tables["importance"]
+    if model.kind == "seq2seq":  # name each row of the all-heads grid: which attention, which layer of its stack
+        rows = model.attention_rows()
+        imp["attention"] = [rows[l][0] for l in imp["layer"]]
+        imp["stack_layer"] = [rows[l][1] for l in imp["layer"]]
     tables["kendall"] = (kendall_table(imp) if imp["method"].nunique() > 1 else
                          pd.DataFrame(columns=["model", "method_a", "method_b", "tau", "p_value", "n_heads"]))
     roles = weighting_rows(heads_classes) if heads_classes is not None else find_heads_classes(out, name)
     if roles is not None and len(imp):
         tables["roles_importance"] = roles_vs_importance(imp, roles)
-    order = "michel" if "michel" in set(imp["method"]) else None
-    if order is None:
-        scores = _michel(model, obj, cfg)
+    if model.kind == "seq2seq":
+        tables["pruned_speed"] = pd.DataFrame(columns=SPEED_COLUMNS)
+        check = {"skipped": "the encoder-decoder's attention cannot cut heads out yet (CrossAttention has no "
+                            "prune): its curves mask heads, nothing is removed"}
+        notes.append(check["skipped"])
     else:
-        sub = imp[imp.method == order].sort_values(["layer", "head"])
-        scores = sub["value"].to_numpy().reshape(ones_mask(model).shape)
-    speed, check = real_prune(model, tok, obj, scores, cfg, name, out / "pruned" if out else None, path)
-    tables["pruned_speed"] = speed
-    _say(progress, f"{name}: pruned {cfg.prune_fraction:.0%} of heads: outputs differ from masking by "
-                   f"{check['max_abs_diff_vs_masking']:.2e}; params x{check['params_ratio']:.3f}, "
-                   f"speed x{check['speed_ratio']:.2f}")
+        if "michel" in set(imp["method"]):
+            sub = imp[imp.method == "michel"].sort_values(["layer", "head"])
+            scores = sub["value"].to_numpy().reshape(ones_mask(model).shape)
+        else:
+            scores = _michel(model, obj, cfg)
+        speed, check = real_prune(model, tok, obj, scores, cfg, name, out / "pruned" if out else None, path)
+        tables["pruned_speed"] = speed
+        _say(progress, f"{name}: pruned {cfg.prune_fraction:.0%} of heads: outputs differ from masking by "
+                       f"{check['max_abs_diff_vs_masking']:.2e}; params x{check['params_ratio']:.3f}, "
+                       f"speed x{check['speed_ratio']:.2f}")
+    for note in notes:
+        _say(progress, f"{name}: {note}")
     if out is not None:
         for tname, df in tables.items():
             write_table(out, tname, df)
         atomic_write_json(out / "prune_run.json", {
             "model": name, "model_path": str(path), "objective": obj.description, "config": cfg.to_dict(),
-            "real_pruning": check, "seconds": round(time.perf_counter() - t0, 1)})
+            "real_pruning": check, "notes": notes, "seconds": round(time.perf_counter() - t0, 1)})
     return tables

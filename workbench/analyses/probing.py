@@ -47,6 +47,7 @@ from plmodels.checkpoint import build_model
 from plmodels.config import Config
 from plmodels.progress import Bar, write
 from plmodels.progress import progress as progress_bar
+from plmodels.seq2seq import TeacherForcedDecoder
 from probes.arcs import ArcData, arc_layer_scores
 from probes.controls import control_task_scores, span_types
 from probes.edge import PROBES, make_probe
@@ -71,6 +72,7 @@ MODES = ("single", "mix", "cumulative", "control", "mdl")
 SPAN_POOLING_AUTO = {"encoder": "self_attn", "decoder": "last", "bilm": "self_attn", "tbilm": "self_attn",
                     "seq2seq": "self_attn", "xlnet": "self_attn"}  # "auto" per kind (Tenney et al. pool ELMo so too)
 UNSEEN_POLICIES = ("drop", "error")
+STACKS = ("encoder", "decoder")  # which stack of a seq2seq model is probed
 
 
 # ------------------------------------------------------------------------------------ config
@@ -84,6 +86,7 @@ class ProbeRunConfig(Config):
     span_pooling: str = "auto"          # edge-probe span pooling; auto = self_attn (encoder) / last (decoder)
     probes: tuple[str, ...] = ("edge",)  # probes.edge.PROBES: "edge" (MLP, Tenney) and/or "linear"
     layers: Any = "all"                 # "all" = 0..L, or a list of layer indices (0 = embeddings)
+    stack: str = "encoder"              # seq2seq models: "encoder", or "decoder" under teacher forcing
     modes: tuple[str, ...] = ("single", "mix", "cumulative", "control")
     seeds: tuple[int, ...] = (0, 1, 2)
     train_split: str = "train"
@@ -120,6 +123,8 @@ class ProbeRunConfig(Config):
             if isinstance(self.layers, (str, bytes)) or not all(isinstance(l, int) for l in self.layers):
                 raise ValueError(f"ProbeRunConfig.layers must be 'all' or a list of ints, got {self.layers!r}")
             object.__setattr__(self, "layers", tuple(self.layers))
+        if self.stack not in STACKS:
+            raise ValueError(f"ProbeRunConfig.stack={self.stack!r}; choose one of {STACKS}")
         if self.unseen_labels not in UNSEEN_POLICIES:
             raise ValueError(f"ProbeRunConfig.unseen_labels={self.unseen_labels!r}; choose one of {UNSEEN_POLICIES}")
         for name in ("max_train_targets", "max_eval_targets"):
@@ -404,6 +409,10 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; probing needs one")
     model_name = model_name or default_model_name(model_path)
     model_id = plmodels.checkpoint_hash(model_path)
+    if cfg.stack == "decoder":  # a seq2seq's decoder, teacher-forced on the sentence itself
+        if model.kind != "seq2seq":
+            raise ValueError(f"{model_path}: stack='decoder' reads an encoder-decoder's decoder; this is a {model.kind}")
+        model, model_id = TeacherForcedDecoder(model), f"{model_id};decoder"
     layers = resolve_layers(cfg, int(model.config.n_layers))
     span_pooling = SPAN_POOLING_AUTO[model.kind] if cfg.span_pooling == "auto" else cfg.span_pooling
     if store_root is None:
@@ -456,6 +465,7 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
     tables = _tables(frames)
     _write_outputs(tables, out_dir, run_dir, {
         "model": model_name, "model_path": str(model_path), "checkpoint_hash": model_id, "kind": model.kind,
+        "stack": cfg.stack,
         "word_pooling": cfg.pooling, "span_pooling": span_pooling, "layers": layers, "tasks": tasks,
         "config": cfg.to_dict(), "counts": counts})
     return tables

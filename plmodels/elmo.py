@@ -294,12 +294,14 @@ class BiLMLoss:
 
 
 def bilm_loss(model: "ElmoBiLM | TransformerBiLM", input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-              cross_entropy: CrossEntropy = summed_cross_entropy) -> BiLMLoss:
+              cross_entropy: CrossEntropy = summed_cross_entropy, head_mask: torch.Tensor | None = None) -> BiLMLoss:
     """Forward NLL of token t+1 given tokens <= t and backward NLL of token t-1 given tokens >= t,
     each averaged over the real positions, each direction through the shared softmax from its own
     top layer (dropout before the softmax in training). `cross_entropy(h, W, b, y)` returns the summed
-    NLL (the training loop passes its fused kernel, `plmodels.training.loss.linear_cross_entropy`)."""
-    hidden = model(input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, 2 P)
+    NLL (the training loop passes its fused kernel, `plmodels.training.loss.linear_cross_entropy`).
+    head_mask: the transformer biLM's (L, H) gates (ElmoBiLM has no heads)."""
+    kw = {} if head_mask is None else {"head_mask": head_mask}
+    hidden = model(input_ids, attention_mask=attention_mask, **kw).last_hidden_state  # (B, T, 2 P)
     h_fwd, y_fwd, h_bwd, y_bwd = bilm_targets(hidden, input_ids, attention_mask, model.config.d_proj)
     n = int(y_fwd.numel())
     w, b = model.softmax.weight, model.softmax.bias
@@ -373,10 +375,13 @@ class BiTransformerLayer(nn.Module):
         self.bwd = HookPoint()
         self.resid_post = HookPoint()
 
-    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None, keep, **kw) -> tuple[torch.Tensor, Any]:
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None, keep, head_mask: torch.Tensor | None = None,
+                **kw) -> tuple[torch.Tensor, Any]:
+        """head_mask: (H,) over both directions, the forward block's heads first."""
         xf, xb = x.chunk(2, dim=-1)  # each (B, T, P), reading order
-        hf, pf = self.fwd_block(xf, keep, **kw)
-        hb, pb = self.bwd_block(reverse_padded(xb, lengths), keep, **kw)  # right padding stays right
+        mf, mb = (None, None) if head_mask is None else head_mask.chunk(2)
+        hf, pf = self.fwd_block(xf, keep, head_mask=mf, **kw)
+        hb, pb = self.bwd_block(reverse_padded(xb, lengths), keep, head_mask=mb, **kw)  # right padding stays right
         probs = None if pf is None else torch.cat([pf, reverse_attention(pb, lengths)], dim=1)  # (B, H, T, T)
         hb = reverse_padded(hb, lengths)
         return self.resid_post(torch.cat([self.fwd(hf), self.bwd(hb)], dim=-1)), probs
@@ -416,23 +421,31 @@ class TransformerBiLM(HookedModel, nn.Module):
     def n_heads_per_layer(self) -> list[int]:
         return [b.fwd_block.attn.n_heads + b.bwd_block.attn.n_heads for b in self.blocks]
 
+    def head_out_sites(self) -> list[tuple[tuple[str, str], str]]:
+        """Per layer: the hook sites of its heads' outputs, forward block then backward block (a
+        head mask's order), and the batch key of the real positions (both streams pad on the right)."""
+        return [((f"blocks.{l}.fwd_block.attn.head_out", f"blocks.{l}.bwd_block.attn.head_out"), "attention_mask")
+                for l in range(len(self.blocks))]
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 head_mask: torch.Tensor | None = None, output_hidden_states: bool = False,
                 output_attentions: bool = False, attn_impl: str = "auto", return_logits: bool = False,
                 unpad: bool = False) -> BiLMOutput:
         """As ElmoBiLM.forward; attn_impl as the decoder's (attentions need the eager path); unpad is
-        accepted and ignored."""
+        accepted and ignored. head_mask: (L, H), in each layer the forward direction's H / 2 heads
+        first, then the backward's (the order of `attentions`)."""
         cfg = self.config
         B, T = input_ids.shape
         check_length(T, cfg.max_positions)
-        if head_mask is not None:
-            raise ValueError("TransformerBiLM does not take a head_mask (not implemented)")
+        if head_mask is not None and tuple(head_mask.shape) != (cfg.n_layers, cfg.n_heads):
+            raise ValueError(f"head_mask must be (n_layers, n_heads)=({cfg.n_layers}, {cfg.n_heads}) (forward "
+                             f"heads first), got {tuple(head_mask.shape)}")
         lengths = padded_lengths(attention_mask)
-        eager = resolve_attn_impl(attn_impl, output_attentions=output_attentions, head_mask=None,
+        eager = resolve_attn_impl(attn_impl, output_attentions=output_attentions, head_mask=head_mask,
                                   pattern_hooks=self._pattern_hooks_active())
         keep, is_causal = keep_mask(attention_mask, T, input_ids.device, causal=True,
                                     explicit=eager or cfg.position == "alibi")  # same for the reversed rows
-        kw: dict[str, Any] = {"eager": eager, "is_causal": is_causal, "packing": None, "head_mask": None}
+        kw: dict[str, Any] = {"eager": eager, "is_causal": is_causal, "packing": None}
         if cfg.position == "rope":
             kw["rope"] = rope_cos_sin(T, cfg.d_proj // (cfg.n_heads // 2), input_ids.device)
         elif cfg.position == "alibi":
@@ -445,8 +458,8 @@ class TransformerBiLM(HookedModel, nn.Module):
             xf, xb = e + self.wpe.weight[:T], e + self.wpe(pos_b)
         x = self.embed(torch.cat([self.emb_drop(xf), self.emb_drop(xb)], dim=-1))  # (B, T, 2 P)
         hidden, attns = [x], []
-        for layer in self.blocks:
-            x, probs = layer(x, lengths, keep, **kw)
+        for l, layer in enumerate(self.blocks):
+            x, probs = layer(x, lengths, keep, head_mask=None if head_mask is None else head_mask[l], **kw)
             hidden.append(x)
             attns.append(probs)
         last = x

@@ -172,7 +172,8 @@ def michel_importance(
     l2 norm over heads (Sec. 4.1; "we normalise the importance scores by layer").  Heads masked to
     0 in `head_mask` get a "token"/"example" score of 0 (they output nothing).
     The "token" and "example" modes read `blocks.{l}.attn.head_out` through the model's hooks (a
-    model with `head_out_sites()`, the seq2seq one, names its own site and real-position mask per row).
+    model with `head_out_sites()`, seq2seq or the transformer biLM, names its own sites and real-position
+    mask per row).
     """
     n_layers, n_heads = head_grid(model)
     gates = ones_mask(model) if head_mask is None else check_head_mask(head_mask, model).clone()
@@ -222,15 +223,19 @@ def _token_gate_grads(
     # (hook site, the batch's mask of its real positions) per row of the gate grid
     sites = (model.head_out_sites() if hasattr(model, "head_out_sites")
              else [(f"blocks.{l}.attn.head_out", "attention_mask") for l in range(n_layers)])
-    with model.hooks(fwd=[(name, keep) for name, _ in sites]):
+    names = [n for site, _ in sites for n in ((site,) if isinstance(site, str) else site)]
+    with model.hooks(fwd=[(name, keep) for name in names]):
         total, _ = loss(model, batch, gates)
     total.backward()
     inv_gate = torch.where(gates != 0, 1.0 / gates, torch.zeros_like(gates)).detach()
     out = torch.zeros(gates.shape, dtype=torch.float64)
-    for layer, (name, mask_key) in enumerate(sites):
-        head_out = saved[name]  # (B, T, H, Dh)
-        grad = head_out.grad if head_out.grad is not None else torch.zeros_like(head_out)
-        g = (head_out.detach() * grad).sum(-1) * inv_gate[layer]  # (B, T, H)
+    for layer, (names, mask_key) in enumerate(sites):
+        parts = []  # a layer may have its heads at several sites (the transformer biLM: one per direction)
+        for name in ((names,) if isinstance(names, str) else names):
+            head_out = saved[name]  # (B, T, H_site, Dh)
+            grad = head_out.grad if head_out.grad is not None else torch.zeros_like(head_out)
+            parts.append((head_out.detach() * grad).sum(-1))
+        g = torch.cat(parts, dim=2) * inv_gate[layer]  # (B, T, H)
         real = batch.get(mask_key)
         if real is not None:
             g = g * real[..., None].to(g.dtype)

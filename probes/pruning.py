@@ -34,6 +34,8 @@ from safetensors.torch import save_model
 from scipy import stats
 from torch import Tensor, nn
 
+from plmodels.elmo import bilm_loss
+
 from .importance import (
     Batch,
     BatchStat,
@@ -98,6 +100,13 @@ def seq2seq_loss(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tu
     return F.cross_entropy(_upcast(out.logits[valid]), targets[valid], reduction="sum"), valid.sum()
 
 
+def bilm_stat(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """A biLM's loss (ELMo: the mean of the forward and backward next-token NLLs, `plmodels.elmo.bilm_loss`)
+    summed over its predictions per direction, and their number."""
+    r = bilm_loss(model, batch["input_ids"], batch.get("attention_mask"), head_mask=head_mask)
+    return r.loss * r.n, torch.tensor(r.n)
+
+
 def _upcast(logits: Tensor) -> Tensor:
     """Half-precision logits are summed in float32; float32 / float64 are kept as they are."""
     return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
@@ -155,6 +164,7 @@ METRICS: dict[str, Metric] = {
     "causal_lm_loss": Metric("causal_lm_loss", causal_lm_loss, higher_is_better=False),
     "perplexity": Metric("perplexity", causal_lm_loss, higher_is_better=False, transform=math.exp),
     "denoising_loss": Metric("denoising_loss", seq2seq_loss, higher_is_better=False),
+    "bilm_loss": Metric("bilm_loss", bilm_stat, higher_is_better=False),
 }
 
 

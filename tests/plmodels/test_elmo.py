@@ -4,6 +4,7 @@ and both train with their objective ("bilm", "tbilm"), save, load and extract li
 families."""
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +21,8 @@ from plmodels.training import PretrainConfig
 from plmodels.training.finetune import Classifier
 from plmodels.training.loop import run_training
 from plmodels.training.loss import linear_cross_entropy
+from probes.importance import michel_importance
+from probes.pruning import bilm_stat
 from tests.plmodels.kinds import assert_store_is_the_hidden_states
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
 from workbench.analyses.amnesic import AmnesicRunConfig, held_out, run_model
@@ -186,6 +189,33 @@ def test_attentions_head_masks_and_left_padding_are_refused():
         ElmoConfig(**{**TINY, "d_proj": 32})
 
 
+def test_the_transformer_control_head_mask_gates_each_direction_and_michel_finds_a_dead_head():
+    """Head mask order: each layer's forward heads, then its backward heads. Gating a forward head
+    leaves the backward half of every layer unchanged, and the reverse; a backward head whose output
+    projection is zero scores exactly 0 in Michel's importance on the biLM loss, and only it."""
+    model = tiny_t()
+    ids, mask, _ = padded_batch()
+    L, H = model.config.n_layers, model.config.n_heads
+    P = model.config.d_proj
+    with torch.no_grad():
+        full = model(ids, attention_mask=mask, output_hidden_states=True, attn_impl="eager").hidden_states
+        for head, kept in ((0, slice(P, None)), (H // 2, slice(None, P))):
+            gate = torch.ones(L, H)
+            gate[0, head] = 0.0
+            out = model(ids, attention_mask=mask, head_mask=gate, output_hidden_states=True).hidden_states
+            real = mask.bool()
+            assert torch.equal(out[L][..., kept][real], full[L][..., kept][real])
+            changed = slice(None, P) if kept.start == P else slice(P, None)
+            assert (out[L][..., changed][real] - full[L][..., changed][real]).abs().max() > 1e-6
+        Dh = P // (H // 2)
+        model.blocks[1].bwd_block.attn.out.weight[:, :Dh] = 0.0  # layer 1, backward head 0 = mask index H / 2
+    with pytest.raises(ValueError, match="head_mask must be"):
+        model(ids, head_mask=torch.ones(L, H // 2))
+    scores = michel_importance(model, [{"input_ids": ids, "attention_mask": mask}], bilm_stat)
+    assert scores.shape == (L, H) and scores[1, H // 2] == 0.0
+    assert (np.delete(scores.ravel(), H + H // 2) > 0).all()
+
+
 def test_the_transformer_control_attends_to_its_own_side_in_reading_order():
     model = tiny_t()
     ids, mask, lengths = padded_batch()
@@ -278,8 +308,9 @@ def test_a_sentence_classifier_reads_each_direction_after_the_whole_sentence(kin
 
 
 def test_the_analyses_read_a_bilm_or_refuse_it_by_name(trained, tmp_path):
-    """Amnesic probing's LM loss is the biLM loss (the mean of the two directions); head gating and
-    pruning refuse a model without a head mask, head analysis one without heads, naming the kind."""
+    """Amnesic probing's LM loss is the biLM loss (the mean of the two directions); the transformer
+    biLM's heads are pruned on it; head gating and pruning refuse ELMo (no head mask), head analysis
+    a model without heads, naming the kind."""
     _, result, _ = trained
     model, tok = load(result.path)
     model.eval()
@@ -291,6 +322,19 @@ def test_the_analyses_read_a_bilm_or_refuse_it_by_name(trained, tmp_path):
         ref = bilm_loss(model, batch["ids"], batch["mask"]).loss
     assert loss == pytest.approx(float(ref), rel=1e-5)
     assert vecs[0].shape == (10, model.config.d_model)
+    if model.kind == "tbilm":  # heads: pruning curves on the biLM loss, gating with the biLM loss rows
+        cfg = {"eval_data": "ewt", "n_sequences": 6, "batch_size": 3, "fractions": [0.0, 1.0], "random_seeds": [0],
+               "tolerances": [], "l0_lambdas": []}
+        tables = prune_model_cli(result.path, ["michel", "confidence", "random"], tmp_path / "prune", cfg,
+                                 progress=False)
+        assert set(tables["pruning"]["metric"]) == {"bilm_loss"} and tables["pruned_speed"].empty
+        assert len(tables["importance"]) == 2 * model.config.n_layers * model.config.n_heads
+        gated = gate_model(result.path, out_dir=tmp_path / "gate", progress=False,
+                           config={"tasks": ["pos"], "units": ["head"], "max_train_targets": 200, "lm_sentences": 8,
+                                   "random_draws": 0})["gating"]
+        delta = gated[(gated["metric"] == "lm_loss_delta") & (gated["unit"] == "head")]["value"]
+        assert len(delta) == model.config.n_layers * model.config.n_heads and (delta.abs() > 0).all()
+        return
     with pytest.raises(ValueError, match=f"a {model.kind} model has no head mask"):
         gate_model(result.path, out_dir=tmp_path / "gate", progress=False)
     with pytest.raises(ValueError, match=f"a {model.kind} model has no head mask"):

@@ -171,7 +171,7 @@ def run_model(model, data: HeldOut, hooks=(), head_mask: torch.Tensor | None = N
                 h = model(b["masked"], attention_mask=b["mask"], head_mask=head_mask, unpad=unpad).last_hidden_state
                 logits = model.mlm_logits(h[sel])
             elif model.kind in BILM_KINDS and data.lm:  # both directions' next-token losses, averaged (ELMo)
-                part = bilm_loss(model, b["ids"], b["mask"])
+                part = bilm_loss(model, b["ids"], b["mask"], head_mask=head_mask)
                 total, count = total + float(part.loss) * part.n, count + part.n
             out = model(b["ids"], attention_mask=b["mask"], head_mask=head_mask, output_hidden_states=True,
                         unpad=unpad)

@@ -269,9 +269,9 @@ def gate_model(model_path: str | Path, out_dir: str | Path | None = None,
     model, tok = plmodels.load(model_path)
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; head gating needs one")
-    if model.kind not in ("encoder", "decoder"):
+    if model.kind not in ("encoder", "decoder", "tbilm"):
         raise ValueError(f"{model_path}: a {model.kind} model has no head mask to gate heads with "
-                         f"(head gating reads encoders and decoders)")
+                         f"(head gating reads encoders, decoders and the transformer biLM)")
     model.eval()
     model_name = model_name or default_model_name(model_path)
     out = Path(out_dir) if out_dir is not None else None

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 import plmodels
 from plmodels.components.pruning import shared_attention_groups
 from plmodels.config import Config
+from plmodels.elmo import BILM_KINDS
 from plmodels.progress import progress as progress_bar
 from plmodels.progress import write
 from plmodels.training.corpus import iter_texts
@@ -218,6 +219,9 @@ def lm_objective(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, source:
     if model.kind == "encoder":
         return Objective(batches, METRICS["mlm_loss"].stat, METRICS["mlm_loss"],
                          f"masked-LM loss: {split} (mask seed {cfg.mask_seed})", curve_batches, special)
+    if model.kind in BILM_KINDS:
+        return Objective(batches, METRICS["bilm_loss"].stat, METRICS["bilm_loss"],
+                         f"biLM loss (mean of the two directions' next-token NLLs): {split}", curve_batches, special)
     return Objective(batches, METRICS["perplexity"].stat, METRICS["perplexity"], f"perplexity: {split}",
                      curve_batches, special)
 
@@ -340,9 +344,9 @@ def build_objective(path: Path, cfg: PruneRunConfig):
             raise ValueError(f"{path}: eval_data='classifier' needs a finetuned folder (finetune.json + head.safetensors)")
         return classifier_objective(path, cfg)
     model, tok = plmodels.load(path)
-    if model.kind not in ("encoder", "decoder", "seq2seq"):
+    if model.kind not in ("encoder", "decoder", "seq2seq", "tbilm"):
         raise ValueError(f"{path}: a {model.kind} model has no head mask; head importance and pruning read "
-                         "encoders, decoders and encoder-decoders")
+                         "encoders, decoders, encoder-decoders and the transformer biLM")
     if tok is None:
         raise ValueError(f"{path}: the checkpoint has no tokenizer/ folder; pruning needs one")
     card = json.loads((path / "card.json").read_text()) if (path / "card.json").exists() else {}
@@ -541,10 +545,10 @@ def prune_model_cli(model_path: str | Path, methods: Sequence[str] | None = None
     roles = weighting_rows(heads_classes) if heads_classes is not None else find_heads_classes(out, name)
     if roles is not None and len(imp):
         tables["roles_importance"] = roles_vs_importance(imp, roles)
-    if model.kind == "seq2seq":
+    if not callable(getattr(model, "prune_heads", None)):
         tables["pruned_speed"] = pd.DataFrame(columns=SPEED_COLUMNS)
-        check = {"skipped": "the encoder-decoder's attention cannot cut heads out yet (CrossAttention has no "
-                            "prune): its curves mask heads, nothing is removed"}
+        check = {"skipped": f"a {model.kind} model cannot cut heads out yet (no prune_heads): its curves mask "
+                            "heads, nothing is removed"}
         notes.append(check["skipped"])
     else:
         if "michel" in set(imp["method"]):

@@ -9,9 +9,12 @@ reference is `encoder-mini` (MLM, no NSP) in the same process. DistilBERT's teac
 
 The CPU may be shared, so the timed steps are interleaved (ref, A, B, ..., ref, A, B, ...) and each
 ratio is the median over rounds of the same-round time ratio (row / MLM). Target (issue 63): the
-ELECTRA step with its quarter-width generator within 1.5x of the MLM step. The biLMs (issue 64: ELMo's
-LSTMs, `elmo-mini`, and its transformer control, `elmo-transformer-mini`) predict every token in both
-directions where the MLM predicts 15%: their ratio is reported, with no target.
+ELECTRA step with its quarter-width generator within 1.5x of the MLM step. The other architectures
+(issue 64) are reported with no target: the biLMs (ELMo's LSTMs, `elmo-mini`, and its transformer
+control, `elmo-transformer-mini`) predict every token in both directions where the MLM predicts 15%;
+T5 and BART (`t5-mini`, `bart-mini`: 2 encoder + 2 decoder layers, the decoder with cross-attention)
+run a second stack over the target (T5's targets are short: the spans and their sentinels; BART's
+are the whole row); XLNet (`xlnet-mini`) runs two attention streams with relative positions.
 
     nice python benchmarks/bench_objectives.py [--iters 7] [--warmup 2] [--threads N] [--bf16/--no-bf16]
                                                [--systems encoder,elmo,...]  (encoder, the reference, always runs)
@@ -38,13 +41,17 @@ from plmodels.training.objectives import objective_for
 from plmodels.training.runtime import make_optimizer, use_bf16
 
 B, T, V = 32, 128, 16000
-SYSTEMS = ("encoder", "bert", "roberta", "spanbert", "electra", "albert", "distilbert", "elmo", "elmo-transformer")
+SYSTEMS = ("encoder", "bert", "roberta", "spanbert", "electra", "albert", "distilbert", "elmo", "elmo-transformer",
+           "t5", "bart", "xlnet")
 TARGETS = {"electra": 1.5}
 OUT = Path(__file__).resolve().parent / "results" / "objectives.json"
-# a WordPiece-like stand-in: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4; ids from 12,000 up are "##" pieces
+# a WordPiece-like stand-in: [PAD]=0 [UNK]=1 [CLS]=2 [SEP]=3 [MASK]=4; "." = 5; ids 12,000..15,899 are "##"
+# pieces; T5's sentinels <extra_id_0..99> are the last 100 ids (never in the text rows)
+SENTINEL0, PERIOD = V - 100, 5
+TOKENS = {".": PERIOD, **{f"<extra_id_{i}>": SENTINEL0 + i for i in range(100)}}
 TOK = SimpleNamespace(kind="wordpiece", vocab_size=V, pad_id=0, cls_id=2, sep_id=3, mask_id=4,
-                      special_ids={0, 1, 2, 3, 4})
-CONT_IDS = torch.arange(12000, V)
+                      special_ids={0, 1, 2, 3, 4}, hf=SimpleNamespace(token_to_id=TOKENS.get))
+CONT_IDS = torch.arange(12000, SENTINEL0)
 
 
 def rows_for(seed: int) -> torch.Tensor:
@@ -52,7 +59,7 @@ def rows_for(seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, 12000, (B, T), generator=g)
     cont = torch.rand(B, T, generator=g) < 0.25
-    ids = torch.where(cont, torch.randint(12000, V, (B, T), generator=g), ids)
+    ids = torch.where(cont, torch.randint(12000, SENTINEL0, (B, T), generator=g), ids)
     ids[:, 0], ids[:, -1] = TOK.cls_id, TOK.sep_id
     return ids
 

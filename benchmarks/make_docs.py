@@ -194,8 +194,8 @@ def objectives(d: Result) -> tuple[str, str]:
     return text, met(e["time_vs_mlm"] <= e["target_max"])
 
 
-def bilm_steps(d: Result) -> str:
-    """The biLMs' step against the MLM step (no target: they predict every token, both ways)."""
+def steps_vs_mlm(d: Result) -> str:
+    """Each system's step against the MLM step, with no target (the other architectures of #64)."""
     rows = {r["system"]: r for r in d["rows"]}
     prec = "bf16 autocast" if d.get("bf16") else "fp32"
     each = "; ".join(f"{name} {r['seconds_per_step']:.2f} s, **{r['time_vs_mlm']:.2f}x**" for name, r in rows.items()
@@ -294,7 +294,12 @@ REPORTS = (
     Row("ELMo's biLSTM LM and its transformer biLM control, step time against the MLM step at the mini shape "
         "(#64; every token predicted in both directions, a 16,000-way softmax)", "objectives_bilm.json",
         "python benchmarks/bench_objectives.py --systems elmo,elmo-transformer --iters 5 --threads 2 "
-        "--out benchmarks/results/objectives_bilm.json", bilm_steps),
+        "--out benchmarks/results/objectives_bilm.json", steps_vs_mlm),
+    Row("T5 and BART (encoder-decoder, 2 + 2 layers at the mini width; T5's targets are the spans only, BART's "
+        "the whole row) and XLNet (two-stream attention, relative positions), step time against the MLM step "
+        "(#64)", "objectives_arch.json",
+        "python benchmarks/bench_objectives.py --systems t5,bart,xlnet --iters 5 --threads 2 "
+        "--out benchmarks/results/objectives_arch.json", steps_vs_mlm),
     Row("achieved GFLOP/s as a share of the matmul peak measured in the same run (#3)", "train.json",
         "python benchmarks/bench_train.py --iters 5", train_gflops),
     Row("what each of our training-step changes buys (`--ablate`: one change undone per row; issue 11)", "train.json",

@@ -142,9 +142,11 @@ def _base(model: str, task: str, probe: str, params: dict, layer: int, mode: str
 # ----------------------------------------------------------------------------- analyses
 def per_layer_scores(train: ProbeData, test: ProbeData, *, layers: Sequence[int] | None = None,
                      dev: ProbeData | None = None, probe: str = "edge", probe_params: dict | None = None,
-                     seeds: Sequence[int] = (0,), model: str = "", task: str = "", n_boot: int = 1000
-                     ) -> pd.DataFrame:
+                     seeds: Sequence[int] = (0,), model: str = "", task: str = "", n_boot: int = 1000,
+                     items_out: dict | None = None) -> pd.DataFrame:
     """One probe per layer l (mode "single"); `probing` rows for accuracy and micro-F1 per seed.
+    `items_out`, when given, receives each fit's per-item test counts (N, 4) = [correct, tp, fp, fn]
+    under ("single", layer, seed) (the multi-bootstrap over seeds x items reads them).
 
     With more than one layer, also mode "best": the best single layer chosen on held-out test items
     (`cross_fit_best`), layer = that layer (-1 when the two halves choose differently), value = the
@@ -158,6 +160,8 @@ def per_layer_scores(train: ProbeData, test: ProbeData, *, layers: Sequence[int]
         for seed in seeds:
             _, items[l, seed] = _fit_eval(train, test, [l], probe, params, seed, dev)
             rows += _metric_rows(items[l, seed], _base(model, task, probe, params, l, "single"), seed, n_boot)
+            if items_out is not None:
+                items_out["single", l, seed] = items[l, seed]
     if len(layers) > 1:
         layer, chosen = cross_fit_best(items, layers, seeds)
         for seed in seeds:
@@ -219,9 +223,10 @@ def scalar_mix_probe(train: ProbeData, test: ProbeData, *, layers: Sequence[int]
 def cumulative_scores(train: ProbeData, test: ProbeData, *, layers: Sequence[int] | None = None,
                       dev: ProbeData | None = None, probe: str = "edge", probe_params: dict | None = None,
                       seeds: Sequence[int] = (0,), model: str = "", task: str = "", metric: str = "micro_f1",
-                      n_boot: int = 1000) -> LayerResult:
+                      n_boot: int = 1000, items_out: dict | None = None) -> LayerResult:
     """P^(l) on a scalar mix of layers[0..i] for each i (mode "cumulative", layer = layers[i]), plus
-    differential rows (metric "delta_<metric>", from the seed means) and the summary center of gravity."""
+    differential rows (metric "delta_<metric>", from the seed means) and the summary center of gravity.
+    `items_out` as `per_layer_scores`' (keys ("cumulative", layer, seed))."""
     if metric not in METRICS:
         raise ValueError(f"cumulative_scores: metric={metric!r}; choose one of {METRICS}")
     params = dict(probe_params or {})
@@ -231,6 +236,8 @@ def cumulative_scores(train: ProbeData, test: ProbeData, *, layers: Sequence[int
         for seed in seeds:
             _, items = _fit_eval(train, test, layers[:i + 1], probe, params, seed, dev)
             rows += _metric_rows(items, _base(model, task, probe, params, l, "cumulative"), seed, n_boot)
+            if items_out is not None:
+                items_out["cumulative", l, seed] = items
     df = pd.DataFrame(rows)
     means = df[df["metric"] == metric].groupby("layer", sort=False)["value"].mean().reindex(layers).to_numpy()
     delta = differential_scores(means)

@@ -104,6 +104,7 @@ class ProbeRunConfig(Config):
     unseen_labels: str = "drop"         # eval labels missing from train: "drop" (counted) | "error"
     store_max_bytes: int | None = 4 * 2**30  # disk budget of one store extraction
     batch_tokens: int = 8192            # extraction batch size in tokens
+    keep_items: bool = False            # write per-item results of single and cumulative probes (probe_items)
 
     def __post_init__(self) -> None:
         for name in ("tasks", "probes", "modes", "seeds"):
@@ -238,7 +239,7 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
                task: str, span_pooling: str, bar: Bar | None = None) -> dict[str, list[pd.DataFrame]]:
     """All configured modes for one task; returns lists of frames per table. `bar` advances by one
     per (probe, mode), a mode that does not apply to the task included."""
-    out: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": []}
+    out: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": [], "probe_items": []}
     if task in ARC_TASKS:
         return probe_arcs(train, test, cfg, layers, model_name, task, bar)
     if task in STRUCTURAL_TASKS:
@@ -252,9 +253,10 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
     for name in cfg.probes:
         params = probe_params(name, cfg, span_pooling)
         common = dict(probe=name, probe_params=params, seeds=cfg.seeds, model=model_name, task=task, n_boot=cfg.n_boot)
+        items: dict | None = {} if cfg.keep_items else None
         single = None
         if "single" in cfg.modes:
-            single = per_layer_scores(tr, te, layers=layers, **common)
+            single = per_layer_scores(tr, te, layers=layers, items_out=items, **common)
             out["probing"].append(single)
         done("single")
         if "mix" in cfg.modes and len(layers) > 1:
@@ -264,7 +266,7 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
             out["mix_weights"].append(r.mix_weights)
         done("mix")
         if "cumulative" in cfg.modes:
-            r = cumulative_scores(tr, te, layers=layers, **common)
+            r = cumulative_scores(tr, te, layers=layers, items_out=items, **common)
             out["probing"].append(r.probing)
             out["probing_summary"].append(r.summary)
         done("cumulative")
@@ -283,7 +285,25 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
                 rows += res.rows(model_name, task, name, params.get("pooling", ""), l, cfg.seeds[0])
             out["probing"].append(pd.DataFrame(rows, columns=PROBING_COLUMNS))
         done("mdl")
+        if items:
+            out["probe_items"].append(item_frame(items, model_name, task, name))
     return out
+
+
+ITEM_COLUMNS = ["model", "task", "probe", "mode", "layer", "seed", "item", "correct", "tp", "fp", "fn"]
+
+
+def item_frame(items: dict, model: str, task: str, probe: str) -> pd.DataFrame:
+    """The `probe_items` rows of one task and probe: each fit's per-item test counts ({(mode, layer,
+    seed): (N, 4) [correct, tp, fp, fn]}), item = the target's index in the (capped) test split, the
+    same for every model that reads the same tokenizer and records."""
+    frames = []
+    for (mode, layer, seed), a in items.items():
+        a = np.asarray(a, dtype=np.float32)
+        frames.append(pd.DataFrame({"model": model, "task": task, "probe": probe, "mode": mode, "layer": layer,
+                                    "seed": seed, "item": np.arange(len(a), dtype=np.int32), "correct": a[:, 0],
+                                    "tp": a[:, 1], "fp": a[:, 2], "fn": a[:, 3]}))
+    return pd.concat(frames, ignore_index=True)[ITEM_COLUMNS]
 
 
 ARC_TASKS = ("arcs",)       # probed by probes.arcs (head attachment), not by the edge probe
@@ -420,7 +440,7 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
             raise ValueError("probe_model: give out_dir or store_root (where the activation stores go)")
         store_root = Path(out_dir) / "store"
     store_root = Path(store_root)
-    frames: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": []}
+    frames: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": [], "probe_items": []}
     counts: dict[str, dict] = {}
     # one unit: one probe in one mode, over every layer and seed (extraction has its own bars)
     bar = progress_bar(len(tasks) * len(cfg.probes) * len(cfg.modes), f"probe {model_name}", "fit",
@@ -472,9 +492,12 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
 
 
 def _tables(frames: dict[str, list[pd.DataFrame]]) -> dict[str, pd.DataFrame]:
-    return {"probing": _concat(frames["probing"], PROBING_COLUMNS),
-            "probing_summary": _concat(frames["probing_summary"], SUMMARY_COLUMNS),
-            "mix_weights": _concat(frames["mix_weights"], MIX_COLUMNS)}
+    tables = {"probing": _concat(frames["probing"], PROBING_COLUMNS),
+              "probing_summary": _concat(frames["probing_summary"], SUMMARY_COLUMNS),
+              "mix_weights": _concat(frames["mix_weights"], MIX_COLUMNS)}
+    if frames["probe_items"]:
+        tables["probe_items"] = _concat(frames["probe_items"], ITEM_COLUMNS)
+    return tables
 
 
 def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: dict) -> None:

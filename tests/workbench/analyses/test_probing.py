@@ -124,6 +124,24 @@ def test_progress_bar_counts_one_fit_per_task_probe_and_mode(run, ckpt, tmp_path
     assert any(line.startswith("probe tiny: task deps: ") and "train /" in line for line in err)
 
 
+def test_kept_items_give_back_every_single_and_cumulative_score(run, ckpt, tmp_path):
+    """probe_items (keep_items): the mean of the items' `correct` is the table's accuracy and the
+    micro-F1 of their summed counts its micro-F1, for every single and cumulative fit and seed."""
+    cfg = {**CFG, "modes": ["single", "cumulative"], "n_boot": 0, "keep_items": True}
+    t = probe_model(ckpt, tasks=["pos", "deps"], out_dir=tmp_path, config=cfg, store_root=run[0] / "store",
+                    progress=False)
+    items, probing = t["probe_items"], t["probing"]
+    assert set(items["mode"]) == {"single", "cumulative"} and set(items["seed"]) == {0, 1}
+    for (task, mode, layer, seed), g in items.groupby(["task", "mode", "layer", "seed"]):
+        assert g["item"].tolist() == list(range(len(g)))
+        row = probing[(probing.task == task) & (probing["mode"] == mode) & (probing.layer == layer)
+                      & (probing.seed == seed)].set_index("metric")["value"]
+        assert g["correct"].mean() == pytest.approx(row["accuracy"], abs=1e-6)
+        tp, fp, fn = g["tp"].sum(), g["fp"].sum(), g["fn"].sum()
+        assert 2 * tp / (2 * tp + fp + fn) == pytest.approx(row["micro_f1"], abs=1e-6)
+    assert load_table(tmp_path, "probe_items").shape == items.shape
+
+
 def test_arcs_task_equals_a_direct_arc_probe_on_the_store(run, ckpt, tmp_path):
     # the arcs task goes to probes.arcs: head rows from the records, sentence bounds from the store,
     # punctuation left out of the score, Hewitt & Liang's arc control and a held-out best layer

@@ -27,3 +27,19 @@ def tiny_run(tmp_path_factory):
     run = tmp_path_factory.mktemp("results") / "tiny"
     run_pipeline(Path(__file__).resolve().parents[1] / "configs" / "tiny.json", run_dir=run)
     return run
+
+
+@pytest.fixture(scope="session")
+def zoo_run(tmp_path_factory):
+    """`workbench zoo` on configs/zoo-tiny.json, run once per session into <tmp>/results/zoo-tiny: what
+    the zoo really writes, for its test, the report and the app's Objectives page."""
+    from pathlib import Path
+
+    from workbench.core.paths import data_root
+    from workbench.zoo import run_zoo
+
+    if not (data_root() / "ud_english_ewt").is_dir() or not (data_root() / "tiny_shakespeare").is_dir():
+        pytest.skip("data root missing")
+    run = tmp_path_factory.mktemp("results") / "zoo-tiny"
+    run_zoo(Path(__file__).resolve().parents[1] / "configs" / "zoo-tiny.json", run_dir=run)
+    return run

@@ -182,6 +182,13 @@ def _run(a: argparse.Namespace) -> None:
     print(f"run folder: {run_dir}")
 
 
+def _zoo(a: argparse.Namespace) -> None:
+    from workbench.zoo import run_zoo
+
+    run_dir = run_zoo(a.config, run_dir=a.run_dir, force=a.force, overrides=_overrides(a))
+    print(f"run folder: {run_dir}")
+
+
 def _report(a: argparse.Namespace) -> None:
     from workbench.presentation.report import write_report
 
@@ -363,6 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--force", action="store_true", help="re-run every step (default: skip the unchanged ones)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     s.set_defaults(fn=_run)
+
+    s = _command(sub, "zoo", "systems that differ only in their pretraining objective, with seeds, as one study")
+    s.add_argument("config", type=Path, help="the zoo's config: configs/zoo-small.json, configs/zoo.json")
+    s.add_argument("--run-dir", type=Path, help="the run folder (default: runs/<config name>)")
+    s.add_argument("--force", action="store_true", help="re-run every step (default: skip the unchanged ones)")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    s.set_defaults(fn=_zoo)
 
     s = _command(sub, "report", "(re)write the HTML and Markdown report of a run")
     s.add_argument("run", type=Path, help="a run folder written by `workbench run`")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -41,9 +42,10 @@ from workbench.analyses.gating import gate_model
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.probing import probe_model
 from workbench.analyses.prune import prune_model_cli
+from workbench.analyses.zoo import cka_between, training_table, zoo_statistics
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import data_root
-from workbench.core.results import run_info, training_rows, upsert_table, write_tables
+from workbench.core.results import run_info, training_rows, upsert_table, write_table, write_tables
 from workbench.data.finetuning import finetune
 from workbench.data.tasks import build_all_tasks, ud_sentences
 from workbench.presentation.analysis_figures import write_analysis_figures
@@ -82,6 +84,7 @@ class RunConfig(Config):
     frozen_vs_finetuned: dict | None = None          # {"models", "config"}
     emergence: dict | None = None                    # {"models", "config"}
     report: dict | None = None                       # {} to write the report
+    zoo: dict | None = None                          # {"systems": {system: [seeds]}, "cka", "stats"} (workbench/zoo.py)
 
 
 def load_run_config(path: str | Path, overrides: dict | None = None) -> dict:
@@ -186,10 +189,29 @@ def _resolve(path: str) -> Path:
     return p if p.is_absolute() or p.exists() or repo is None else repo / p
 
 
+def _share_tokenizer(ctx: Context, src: str, dest: Path, overrides: dict) -> None:
+    """Train with model `src`'s tokenizer (so that every model of a study reads the same tokens); its
+    token cache is hard-linked into `dest` (a run whose tokenizer and data match reuses it as is)."""
+    folder = ctx.run_dir / "models" / src
+    if not (folder / "tokenizer").is_dir():
+        raise ValueError(f"tokenizer_from={src!r}: {folder / 'tokenizer'} does not exist (pretrain {src} first)")
+    overrides["tokenizer_path"] = str(folder / "tokenizer")
+    if (folder / "cache").is_dir():
+        (dest / "cache").mkdir(parents=True, exist_ok=True)
+        for f in (folder / "cache").iterdir():
+            if f.is_file() and not (dest / "cache" / f.name).exists():
+                os.link(f, dest / "cache" / f.name)
+
+
 def _pretrain_step(name: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
         overrides = dict(spec.get("overrides", {}))
         overrides.setdefault("seed", ctx.cfg["seed"])
+        if spec.get("tokenizer_from"):
+            _share_tokenizer(ctx, spec["tokenizer_from"], ctx.run_dir / "models" / name, overrides)
+        if spec.get("teacher_from"):  # distillation from another model of the run
+            overrides["objective_args"] = {**overrides.get("objective_args", {}),
+                                           "teacher": str(ctx.model_path(spec["teacher_from"]))}
         path = pretrain(spec["pretrain"], ctx.run_dir / "models" / name, resume=True, overrides=overrides)
         # its curves as the run's `training` table (the app and the report read them there)
         upsert_table(ctx.run_dir, "training", training_rows(ctx.run_dir / "models" / name))
@@ -225,7 +247,7 @@ def _analysis_step(kind: str, model: str, spec: dict) -> Callable[[Context], dic
         path = ctx.model_path(model)
         if not (path / "config.json").exists():
             return {"skipped": f"model {model} is not in this run (its step was skipped)"}
-        config = _resolve(spec["config"]) if spec.get("config") else None
+        config = _step_config(spec)
         out = ctx.run_dir / kind / model
         if kind == "probe":
             tables = probe_model(path, tasks=spec["tasks"], out_dir=out, config=config, model_name=model,
@@ -248,6 +270,12 @@ def _analysis_step(kind: str, model: str, spec: dict) -> Callable[[Context], dic
     return fn
 
 
+def _step_config(spec: dict) -> Path | dict | None:
+    """A step's "config": a JSON file (resolved as `_resolve` does) or the config itself, inline."""
+    config = spec.get("config")
+    return _resolve(config) if isinstance(config, str) else (config or None)
+
+
 def _attention_for_app(run_dir: Path, model: str, path: Path, n: int) -> None:
     """A small word-level attention store of EWT dev sentences for the app's sentence view."""
 
@@ -264,7 +292,7 @@ def _fvf_step(model: str, spec: dict) -> Callable[[Context], dict]:
         path = ctx.model_path(model)
         if not (path / "config.json").exists():
             return {"skipped": f"model {model} is not in this run"}
-        config = _resolve(spec["config"]) if spec.get("config") else None
+        config = _step_config(spec)
         tables = frozen_vs_finetuned(path, out_dir=ctx.run_dir / "frozen_vs_finetuned" / model, config=config,
                                      model_name=model)
         write_tables(ctx.run_dir, tables)
@@ -291,12 +319,41 @@ def _compare_step(a: str, b: str, spec: dict) -> Callable[[Context], dict]:
         pa, pb = ctx.model_path(a), ctx.model_path(b)
         if not ((pa / "config.json").exists() and (pb / "config.json").exists()):
             return {"skipped": f"{a} or {b} is not in this run"}
-        config = _resolve(spec["config"]) if spec.get("config") else None
+        config = _step_config(spec)
         tables = compare_models(pa, pb, out_dir=ctx.run_dir / "compare" / f"{a}__{b}", config=config,
                                 names=(a, b), tasks_dir=ctx.run_dir / "tasks", store_root=ctx.run_dir / "store")
         write_tables(ctx.run_dir, tables, key="model_b" if "cka" in tables else "model")
         return {"tables": sorted(tables)}
     return fn
+
+
+def _zoo_systems(spec: dict) -> dict[str, list[int]]:
+    return {system: list(seeds) for system, seeds in spec["systems"].items()}
+
+
+def _zoo_training_step(ctx: Context) -> dict:
+    table = training_table(ctx.run_dir, _zoo_systems(ctx.params))
+    write_tables(ctx.run_dir, {"zoo_training": table})
+    return {"tables": ["zoo_training"], "models": len(table)}
+
+
+def _zoo_cka_step(ctx: Context) -> dict:
+    opts = ctx.params.get("cka") or {}
+    table = cka_between(ctx.run_dir, _zoo_systems(ctx.params), n_sentences=opts.get("sentences", 500),
+                        max_words=opts.get("max_words", 40))
+    write_table(ctx.run_dir, "zoo_cka", table)
+    return {"tables": ["zoo_cka"]}
+
+
+def _zoo_stats_step(ctx: Context) -> dict:
+    opts = ctx.params.get("stats") or {}
+    tables = zoo_statistics(ctx.run_dir, _zoo_systems(ctx.params), n_boot=opts.get("n_boot", 1000),
+                            seed=opts.get("seed", 0))
+    for name, df in tables.items():
+        write_table(ctx.run_dir, name, df)
+    flipped = tables["zoo_comparisons"]
+    return {"tables": sorted(tables), "claims": int((flipped["claim"] != "no claim").sum()),
+            "with_flips": int((flipped["flips"] > 0).sum())}
 
 
 def _tasks_step(ctx: Context) -> dict:
@@ -314,7 +371,8 @@ def build_steps(cfg: dict) -> list[Step]:
     steps = [Step("tasks", cfg.get("tasks", {}), _tasks_step)]
     for name, spec in cfg["models"].items():
         if "pretrain" in spec:
-            steps.append(Step(f"pretrain:{name}", spec, _pretrain_step(name, spec)))
+            after = [_model_step(cfg, spec[k]) for k in ("tokenizer_from", "teacher_from") if spec.get(k)]
+            steps.append(Step(f"pretrain:{name}", spec, _pretrain_step(name, spec), after=after))
         elif "import" in spec:
             steps.append(Step(f"import:{name}", spec, _import_step(name, spec)))
         else:
@@ -346,6 +404,14 @@ def build_steps(cfg: dict) -> list[Step]:
         for model in spec["models"]:
             steps.append(Step(f"emergence:{model}", spec, _emergence_step(model, spec),
                               after=[_model_step(cfg, model), "tasks"]))
+    spec = cfg.get("zoo")
+    if spec:
+        trained = [s.name for s in steps if s.name.startswith("pretrain:")]
+        steps.append(Step("zoo:training", spec, _zoo_training_step, after=trained))
+        if spec.get("cka") is not None:
+            steps.append(Step("zoo:cka", spec, _zoo_cka_step, after=trained))
+        analysed = [s.name for s in steps if s.name.split(":")[0] in ("probe", "heads", "prune", "frozen_vs_finetuned")]
+        steps.append(Step("zoo:stats", spec, _zoo_stats_step, after=analysed))
     steps.append(Step("report", cfg.get("report", {}), _report_step, after=[s.name for s in steps]))
     return steps
 
@@ -372,37 +438,65 @@ def step_keys(cfg: dict, steps: list[Step] | None = None) -> dict[str, str]:
     return keys
 
 
-def run_pipeline(config: str | Path, run_dir: str | Path | None = None, force: bool = False,
-                 overrides: dict | None = None) -> Path:
-    """Run (or resume) the study described by `config` (with `overrides` merged in); returns the run
-    folder. Steps whose key (own config + upstream keys) matches a finished entry of run.json are
-    skipped.
+def _estimate(step: Step, seconds_by_kind: dict[str, list[float]]) -> float | None:
+    """Seconds a step will take: a pretraining step its wall-clock budget (+10 % for evaluation and
+    saving), another the mean of the finished steps of its kind in this run, else None (unknown)."""
+    if step.name.startswith("pretrain:"):
+        minutes = (step.params.get("overrides") or {}).get("max_minutes")
+        return None if minutes is None else 66.0 * float(minutes)
+    done = seconds_by_kind.get(step.name.split(":")[0])
+    return sum(done) / len(done) if done else None
+
+
+def _eta(steps: list[Step], start: int, seconds_by_kind: dict[str, list[float]]) -> str:
+    """The study's time left from step `start` on (0-based), as a log phrase."""
+    guesses = [_estimate(s, seconds_by_kind) for s in steps[start:]]
+    known = [g for g in guesses if g is not None]
+    if not known:
+        return "time left unknown"
+    missing = len(guesses) - len(known)
+    return f"about {sum(known) / 60:.0f} min left" + (f" (+ {missing} steps not yet timed)" if missing else "")
+
+
+def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, force: bool = False,
+                 overrides: dict | None = None, config_path: str | None = None) -> Path:
+    """Run (or resume) the study described by `config` (a JSON file, or the run config itself as a dict,
+    e.g. a zoo's expansion) with `overrides` merged in; returns the run folder. Steps whose key (own
+    config + upstream keys) matches a finished entry of run.json are skipped.
     """
-    cfg = load_run_config(config, overrides)
+    if isinstance(config, dict):
+        cfg = merge(config, overrides)
+        RunConfig.from_dict(cfg, config_path or "run config")
+    else:
+        cfg = load_run_config(config, overrides)
     run_dir = Path(run_dir) if run_dir else Path(cfg.get("results_root", "runs")) / cfg["name"]
     run_dir.mkdir(parents=True, exist_ok=True)
     info = run_info(run_dir)
     states: dict[str, dict] = info.get("steps", {}) if not force else {}
-    info = {"config": cfg, "config_path": str(config), "seed": cfg["seed"], "code_version": code_version(),
+    info = {"config": cfg, "config_path": config_path or (None if isinstance(config, dict) else str(config)),
+            "seed": cfg["seed"], "code_version": code_version(),
             "data_root": str(data_root()), "data_checksums": data_checksums(), "steps": states}
     atomic_write_json(run_dir / "run.json", info)
 
     steps = build_steps(cfg)
     keys = step_keys(cfg, steps)
     t_run = time.perf_counter()
+    seconds_by_kind: dict[str, list[float]] = {}
     for i, step in enumerate(steps, 1):
         key = keys[step.name]
         old = states.get(step.name, {})
         if old.get("status") == "done" and old.get("key") == key:
             _log(f"[{i}/{len(steps)}] {step.name}: unchanged, skipped")
             continue
-        _log(f"[{i}/{len(steps)}] {step.name}: running" + (" (resuming)" if old.get("status") == "running" else ""))
+        _log(f"[{i}/{len(steps)}] {step.name}: running" + (" (resuming)" if old.get("status") == "running" else "")
+             + f"; {_eta(steps, i - 1, seconds_by_kind)}")
         states[step.name] = {"status": "running", "key": key, "started": time.time()}
         atomic_write_json(run_dir / "run.json", info)
         t0 = time.perf_counter()
         outputs = step.fn(Context(run_dir, cfg, step.params))
         states[step.name] = {"status": "done", "key": key, "seconds": round(time.perf_counter() - t0, 1),
                              "outputs": outputs, "finished": time.time()}
+        seconds_by_kind.setdefault(step.name.split(":")[0], []).append(time.perf_counter() - t0)
         atomic_write_json(run_dir / "run.json", info)
         _log(f"[{i}/{len(steps)}] {step.name}: done in {time.perf_counter() - t0:.0f} s {outputs}")
     _log(f"finished in {time.perf_counter() - t_run:.0f} s")

@@ -1,0 +1,99 @@
+"""`workbench zoo` on configs/zoo-tiny.json (three systems: a BERT, an ELMo and a T5, two pretraining
+seeds each, a few steps): the expansion, every step of the study, the zoo's tables on what the
+pipeline really wrote, the statistics against a recomputation from the written per-item results, and
+a second run that skips every step."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from probes.multibootstrap import layer_curve, score
+from workbench.analyses.zoo import item_arrays
+from workbench.core.results import load_table
+from workbench.zoo import ZooConfig, expand_zoo, load_zoo, run_zoo
+
+ZOO_TINY = Path(__file__).resolve().parents[2] / "configs" / "zoo-tiny.json"
+SYSTEMS = {"bert": [0, 1], "elmo": [0, 1], "t5": [0, 1]}
+
+
+def test_the_expansion_shares_one_tokenizer_and_skips_heads_where_there_are_none():
+    cfg = expand_zoo(load_zoo(ZOO_TINY))
+    names = [f"{s}-s{k}" for s in SYSTEMS for k in (0, 1)]
+    assert list(cfg["models"]) == names
+    assert all(cfg["models"][n].get("tokenizer_from") == "bert-s0" for n in names[1:])
+    assert "tokenizer_from" not in cfg["models"]["bert-s0"]
+    assert [cfg["models"][n]["overrides"]["seed"] for n in names] == [0, 1] * 3
+    assert cfg["probe"]["config"]["keep_items"] is True and cfg["probe"]["models"] == names
+    assert cfg["heads"]["models"] == cfg["prune"]["models"] == ["bert-s0", "bert-s1", "t5-s0", "t5-s1"]
+    assert cfg["zoo"]["systems"] == SYSTEMS
+
+
+def test_a_teacher_trains_first_and_bad_configs_name_the_field():
+    zoo = ZooConfig.from_dict({"name": "z", "seeds": [3], "systems": {
+        "distilbert": {"recipe": "distilbert-tiny", "teacher": "bert"}, "bert": {"recipe": "bert-tiny"}}})
+    cfg = expand_zoo(zoo)
+    assert list(cfg["models"]) == ["bert-s3", "distilbert-s3"]
+    assert cfg["models"]["distilbert-s3"]["teacher_from"] == "bert-s3"
+    with pytest.raises(ValueError, match="teacher='gpt' is not a system"):
+        ZooConfig.from_dict({"name": "z", "systems": {"a": {"recipe": "bert-tiny", "teacher": "gpt"}}})
+    with pytest.raises(ValueError, match="seeds must be distinct"):
+        ZooConfig.from_dict({"name": "z", "seeds": [0, 0], "systems": {"a": {"recipe": "bert-tiny"}}})
+    with pytest.raises(ValueError, match="systems.a: needs 'recipe'"):
+        ZooConfig.from_dict({"name": "z", "systems": {"a": {"recipes": "bert-tiny"}}})
+
+
+@pytest.mark.slow
+def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
+    run = zoo_run
+    training = load_table(run, "zoo_training")
+    assert sorted(training["model"]) == sorted(f"{s}-s{k}" for s in SYSTEMS for k in (0, 1))
+    assert (training["steps"] == 20).all() and (training["flops_6nd"] == 6.0 * training["n_parameters"]
+                                                 * training["tokens"]).all()
+    # the same tokenizer everywhere: every model was probed on the same test items
+    items = load_table(run, "probe_items")
+    assert items.groupby(["model", "task", "mode", "layer"])["item"].count().groupby("task").nunique().eq(1).all()
+    # statistics: the layer curve of each system recomputed from the per-item table
+    stats = load_table(run, "zoo_stats")
+    for system, seeds in SYSTEMS.items():
+        single, layers = item_arrays(items, [f"{system}-s{k}" for k in seeds], "pos", "single")
+        want = layer_curve(single, "micro_f1", n_boot=200, seed=0)
+        got = stats[(stats.statistic == "layer_score") & (stats.task == "pos") & (stats.system == system)]
+        assert got["layer"].tolist() == layers
+        np.testing.assert_allclose(got["value"], [w.value for w in want])
+        np.testing.assert_allclose(got["ci_low"], [w.low for w in want])
+        # the procedure-level interval is at least as wide as the items-only one, seed by seed data
+        assert ((got["ci_high"] - got["ci_low"]) >= (got["item_ci_high"] - got["item_ci_low"]) - 1e-9).all()
+        per_seed = [score(single[k, -1], "micro_f1") for k in range(len(seeds))]
+        assert got["value"].iloc[-1] == pytest.approx(np.mean(per_seed))
+    assert set(stats["statistic"]) >= {"layer_score", "best_layer_score", "e_delta", "prunable_share"}
+    assert set(stats.loc[stats.statistic == "prunable_share", "system"]) == {"bert", "t5"}  # ELMo has no heads
+    assert (stats.loc[stats.statistic == "prunable_share", "interval"] == "seeds-only").all()
+    comps = load_table(run, "zoo_comparisons")
+    best = comps[comps.statistic == "best_layer_score"]
+    assert len(best) == 2 * 3 and set(best["claim"]) <= {"A > B", "B > A", "no claim"}
+    claimed = best[best["claim"] != "no claim"]
+    assert ((claimed["ci_low"] > 0) | (claimed["ci_high"] < 0)).all()
+    assert (best["n_seed_pairs"] == 4).all() and best["flips"].between(0, 4).all()
+    cka = load_table(run, "zoo_cka")
+    assert len(cka.groupby(["model_a", "model_b"])) == 15  # every pair of the six checkpoints
+    assert cka["value"].between(-1e-6, 1 + 1e-6).all()
+    # a second run: every step unchanged
+    capfd.readouterr()
+    run_zoo(ZOO_TINY, run_dir=run)
+    err = capfd.readouterr().err
+    ran = [line for line in err.splitlines() if ": running" in line]
+    assert not ran, ran
+    assert json.loads((run / "run.json").read_text())["steps"]["zoo:stats"]["status"] == "done"
+
+
+def test_zoo_configs_expand(tmp_path):
+    """The shipped zoo configs are valid and expand (no training)."""
+    for name in ("zoo-small.json", "zoo.json"):
+        cfg = expand_zoo(load_zoo(ZOO_TINY.parent / name))
+        assert cfg["probe"]["config"]["keep_items"] and cfg["zoo"]["systems"]
+        assert len(cfg["models"]) == sum(len(v) for v in cfg["zoo"]["systems"].values())
+        assert isinstance(pd.DataFrame(cfg["models"]).T, pd.DataFrame)

@@ -1,0 +1,248 @@
+"""The zoo's cross-system analyses: what one pretraining objective does that another does not, with
+pretraining seeds (workbench/zoo.py builds the study; docs/zoo.md reads its results).
+
+Models of a zoo are named "<system>-s<seed>" (`model_name`); every analysis of a single checkpoint
+(probing with per-item results, heads, pruning, frozen vs finetuned) runs as in any study, and
+these three steps then read the run's tables across systems:
+
+- `training_table` -> `zoo_training` (system, seed, model, kind, objective, steps, tokens,
+  n_parameters, flops_6nd, seconds, eval_loss): what each checkpoint got from the same wall-clock
+  budget; flops_6nd = 6 N D (Kaplan et al. 2020) with N the checkpoint's parameters and D the
+  tokens the trainer counted (a rough compute figure: ELECTRA's generator and a decoder's shorter
+  targets are not counted apart).
+- `cka_between` -> `zoo_cka` (model_a, model_b, system_a, system_b, seed_a, seed_b, layer_a, layer_b,
+  value): linear CKA (Kornblith et al. 2019, `probes.cka`) between every two checkpoints' layers on the
+  same EWT dev words (first-subword vectors; sentences short enough that no model cuts them), so a
+  layer of one system can be set beside the layers of another, and beside another seed of its own
+  (the seed-to-seed similarity is the yardstick a cross-system similarity is read against).
+- `zoo_statistics` -> `zoo_stats` and `zoo_comparisons`: every cross-system number with a
+  procedure-level interval, the multi-bootstrap over pretraining seeds x test items of Sellam et al.
+  2022 ("The MultiBERTs", `probes.multibootstrap`), kept apart from the items-only interval (which
+  treats one seed's checkpoint as if it were the system). Statistics with per-item results (probing:
+  the score at each layer, the best-layer score, E_delta of the cumulative probes) get both; those
+  without (heads per primary role, prunable share of heads, finetuning gain) are resampled over seeds
+  only. A comparison "A > B" is claimed only when its multi-bootstrap interval excludes 0, and
+  `flips` counts the (seed of A, seed of B) pairs that order the two systems the other way.
+"""
+from __future__ import annotations
+
+import json
+from itertools import combinations
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+import plmodels
+from probes.cka import cka_matrix
+from probes.multibootstrap import (
+    Comparison,
+    Interval,
+    best_layer_score,
+    compare,
+    compare_seeds_only,
+    expected_layer_delta,
+    layer_curve,
+    seeds_only,
+)
+from workbench.core.results import load_table
+from workbench.data.tasks import ud_sentences
+from workbench.store import extract
+
+METRIC = "micro_f1"   # Tenney et al.'s edge-probing metric (= accuracy for one label per target)
+TRAINING_COLUMNS = ["system", "seed", "model", "kind", "objective", "steps", "tokens", "n_parameters", "flops_6nd",
+                    "seconds", "eval_loss"]
+CKA_COLUMNS = ["model_a", "model_b", "system_a", "system_b", "seed_a", "seed_b", "layer_a", "layer_b", "value"]
+STATS_COLUMNS = ["statistic", "task", "system", "layer", "value", "ci_low", "ci_high", "item_ci_low", "item_ci_high",
+                 "interval", "n_seeds", "n_items"]
+COMPARISON_COLUMNS = ["statistic", "task", "system_a", "system_b", "delta", "ci_low", "ci_high", "p_a_gt_b",
+                      "n_seed_pairs", "flips", "claim", "interval"]
+
+
+def model_name(system: str, seed: int) -> str:
+    return f"{system}-s{seed}"
+
+
+def _members(systems: Mapping[str, Sequence[int]]) -> list[tuple[str, int, str]]:
+    return [(system, seed, model_name(system, seed)) for system, seeds in systems.items() for seed in seeds]
+
+
+# ------------------------------------------------------------------------------ training
+def training_table(run_dir: Path, systems: Mapping[str, Sequence[int]]) -> pd.DataFrame:
+    """`zoo_training`: one row per trained checkpoint of the zoo (module docstring)."""
+    rows = []
+    for system, seed, name in _members(systems):
+        final = run_dir / "models" / name / "final"
+        if not (final / "card.json").is_file():
+            continue
+        card = json.loads((final / "card.json").read_text())
+        log = run_dir / "models" / name / "metrics.jsonl"
+        seconds = float("nan")
+        if log.is_file():
+            times = [json.loads(line).get("time") for line in log.read_text().splitlines() if line.strip()]
+            seconds = max((t for t in times if t is not None), default=float("nan"))
+        n, tokens = int(card.get("n_parameters", 0)), int(card.get("tokens", 0))
+        rows.append({"system": system, "seed": seed, "model": name, "kind": card.get("kind"),
+                     "objective": card.get("objective_name", card.get("objective")), "steps": int(card.get("steps", 0)),
+                     "tokens": tokens, "n_parameters": n, "flops_6nd": 6.0 * n * tokens, "seconds": seconds,
+                     "eval_loss": card.get("metrics", {}).get("eval_loss", float("nan"))})
+    return pd.DataFrame(rows, columns=TRAINING_COLUMNS)
+
+
+# ----------------------------------------------------------------------------------- CKA
+def _word_layers(path: Path, sentences: list[list[str]], store_root: Path, key: str) -> list[np.ndarray]:
+    model, tok = plmodels.load(path)
+    store = extract(model, tok, sentences, store_root, model_id=plmodels.checkpoint_hash(path), key_extra=key,
+                    progress=False)
+    if int(store.n_kept().sum()) != sum(len(s) for s in sentences):
+        raise ValueError(f"{path}: the model cut some of the {len(sentences)} CKA sentences (too long for it)")
+    return [np.asarray(store.layer(l), dtype=np.float32) for l in range(store.n_layers)]
+
+
+def cka_between(run_dir: Path, systems: Mapping[str, Sequence[int]], n_sentences: int = 500,
+                max_words: int = 40, store_root: Path | None = None) -> pd.DataFrame:
+    """`zoo_cka`: linear CKA between the layers of every two checkpoints (module docstring), on the
+    first `n_sentences` EWT dev sentences of at most `max_words` words."""
+    sentences = [list(s.words) for s in ud_sentences("ewt", "dev") if len(s.words) <= max_words][:n_sentences]
+    key = f"zoo-cka;ewt:dev;{len(sentences)};{max_words}"
+    root = store_root or run_dir / "store"
+    layers = {}
+    for system, seed, name in _members(systems):
+        path = run_dir / "models" / name / "final"
+        if (path / "config.json").is_file():
+            layers[system, seed, name] = _word_layers(path, sentences, root, key)
+    frames = []
+    for (sa, ea, na), (sb, eb, nb) in combinations(layers, 2):
+        m = cka_matrix(layers[sa, ea, na], layers[sb, eb, nb])
+        la, lb = np.meshgrid(np.arange(m.shape[0]), np.arange(m.shape[1]), indexing="ij")
+        frames.append(pd.DataFrame({"model_a": na, "model_b": nb, "system_a": sa, "system_b": sb, "seed_a": ea,
+                                    "seed_b": eb, "layer_a": la.ravel(), "layer_b": lb.ravel(),
+                                    "value": m.ravel().astype(float)}))
+    return pd.concat(frames, ignore_index=True)[CKA_COLUMNS] if frames else pd.DataFrame(columns=CKA_COLUMNS)
+
+
+# ---------------------------------------------------------------------------- statistics
+def item_arrays(items: pd.DataFrame, models: Sequence[str], task: str, mode: str) -> tuple[np.ndarray, list[int]]:
+    """(S, L, N, 4) per-item counts [correct, tp, fp, fn] of `models` (one per seed; probe seed 0) for
+    one task and mode, and the layers. Every model must have the same layers and the same N items."""
+    arrays, layers = [], None
+    for m in models:
+        d = items[(items["model"] == m) & (items["task"] == task) & (items["mode"] == mode) & (items["seed"] == 0)]
+        if d.empty:
+            raise ValueError(f"probe_items has no {mode} rows of {m} for task {task} (probe with keep_items)")
+        ls = sorted(d["layer"].unique())
+        if layers is not None and ls != layers:
+            raise ValueError(f"{m}, task {task}: layers {ls} differ from another seed's {layers}")
+        layers = ls
+        d = d.sort_values(["layer", "item"])
+        arrays.append(d[["correct", "tp", "fp", "fn"]].to_numpy(np.float64).reshape(len(ls), -1, 4))
+    n = {a.shape[1] for a in arrays}
+    if len(n) != 1:
+        raise ValueError(f"task {task}: the models {list(models)} were scored on different numbers of items {sorted(n)}")
+    return np.stack(arrays), layers
+
+
+def _row(statistic: str, task: str, system: str, layer: int, iv: Interval, items_iv: Interval | None,
+         interval: str) -> dict:
+    return {"statistic": statistic, "task": task, "system": system, "layer": layer, "value": iv.value,
+            "ci_low": iv.low, "ci_high": iv.high, "item_ci_low": items_iv.low if items_iv else float("nan"),
+            "item_ci_high": items_iv.high if items_iv else float("nan"), "interval": interval,
+            "n_seeds": iv.n_seeds, "n_items": iv.n_items}
+
+
+def _cmp_row(statistic: str, task: str, a: str, b: str, c: Comparison, interval: str) -> dict:
+    return {"statistic": statistic, "task": task, "system_a": a, "system_b": b, "delta": c.delta, "ci_low": c.low,
+            "ci_high": c.high, "p_a_gt_b": c.p_a_gt_b, "n_seed_pairs": c.n_seed_pairs, "flips": c.flips,
+            "claim": c.claim, "interval": interval}
+
+
+def probing_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]], n_boot: int = 1000,
+                       seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """Rows of zoo_stats and zoo_comparisons from `probe_items`: per task and system the score at each
+    layer, the best-layer score and E_delta (multi-bootstrap and items-only intervals); per task and pair
+    of systems the difference of best-layer scores, each system at its own best layer (paired items)."""
+    kw = dict(n_boot=n_boot, seed=seed)
+    stats, comps = [], []
+    for task in sorted(items["task"].unique()):
+        best: dict[str, np.ndarray] = {}
+        for system, seeds in systems.items():
+            models = [model_name(system, s) for s in seeds]
+            if not set(models) <= set(items["model"]):
+                continue
+            single, layers = item_arrays(items, models, task, "single")
+            curve = layer_curve(single, METRIC, **kw)
+            items_curve = layer_curve(single, METRIC, resample_seeds=False, **kw)
+            stats += [_row("layer_score", task, system, l, iv, it, "multi-bootstrap")
+                      for l, iv, it in zip(layers, curve, items_curve)]
+            stats.append(_row("best_layer_score", task, system, -1, best_layer_score(single, METRIC, **kw),
+                              best_layer_score(single, METRIC, resample_seeds=False, **kw), "multi-bootstrap"))
+            best[system] = single[:, int(np.argmax([iv.value for iv in curve]))]
+            if (items["mode"] == "cumulative").any():
+                cum, cum_layers = item_arrays(items, models, task, "cumulative")
+                stats.append(_row("e_delta", task, system, -1,
+                                  expected_layer_delta(cum, METRIC, layer_ids=cum_layers, **kw),
+                                  expected_layer_delta(cum, METRIC, layer_ids=cum_layers, resample_seeds=False, **kw),
+                                  "multi-bootstrap"))
+        for a, b in combinations(sorted(best), 2):
+            comps.append(_cmp_row("best_layer_score", task, a, b, compare(best[a], best[b], METRIC, **kw),
+                                  "multi-bootstrap"))
+    return stats, comps
+
+
+def _per_model(df: pd.DataFrame | None, value: str) -> dict[str, float]:
+    return {} if df is None else dict(zip(df["model"], df[value]))
+
+
+def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot: int = 1000,
+                    seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """Rows for the statistics without items, resampled over pretraining seeds only: heads per primary
+    role, the share of heads prunable for a 5 % loss (Michel order), the finetuning gain (finetune
+    minus the scalar-mix frozen features, per task)."""
+    per_stat: dict[tuple[str, str], dict[str, float]] = {}
+    classes = load_table(run_dir, "heads_classes")
+    if classes is not None and len(classes):
+        if "weighting" in classes.columns:
+            classes = classes[classes["weighting"].fillna("raw") == "raw"]
+        prim = classes[classes["primary"]] if "primary" in classes.columns else classes
+        counts = prim.groupby(["model", "role"]).size().unstack(fill_value=0)
+        for role in counts.columns:
+            per_stat["heads_" + role, ""] = counts[role].astype(float).to_dict()
+    prunable = load_table(run_dir, "prunable")
+    if prunable is not None and len(prunable):
+        p = prunable[(prunable["method"] == "michel") & np.isclose(prunable["tolerance"], 0.05)]
+        per_stat["prunable_share", ""] = _per_model(p, "max_fraction")
+    fvf = load_table(run_dir, "frozen_vs_finetuned")
+    if fvf is not None and len(fvf):
+        gain = fvf[(fvf["setting"] == "diff:scalar_mix") & (fvf["seed"] == -1)]
+        for task, g in gain.groupby("task"):
+            per_stat["finetuning_gain", task] = _per_model(g, "value")
+    stats, comps = [], []
+    kw = dict(n_boot=n_boot, seed=seed)
+    for (statistic, task), values in sorted(per_stat.items()):
+        by_system = {}
+        for system, seeds in systems.items():
+            vals = [values[m] for m in (model_name(system, s) for s in seeds) if m in values]
+            if statistic.startswith("heads_") and vals == [] and any(model_name(system, s) in set(
+                    classes["model"]) for s in seeds):
+                vals = [0.0] * len(seeds)  # a system whose heads never take this role
+            if vals:
+                by_system[system] = vals
+                stats.append(_row(statistic, task, system, -1, seeds_only(vals, **kw), None, "seeds-only"))
+        for a, b in combinations(sorted(by_system), 2):
+            comps.append(_cmp_row(statistic, task, a, b, compare_seeds_only(by_system[a], by_system[b], **kw),
+                                  "seeds-only"))
+    return stats, comps
+
+
+def zoo_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot: int = 1000,
+                   seed: int = 0) -> dict[str, pd.DataFrame]:
+    """{"zoo_stats", "zoo_comparisons"} of a zoo run (module docstring)."""
+    stats, comps = [], []
+    items = load_table(run_dir, "probe_items")
+    if items is not None and len(items):
+        s, c = probing_statistics(items, systems, n_boot, seed)
+        stats, comps = stats + s, comps + c
+    s, c = seed_statistics(run_dir, systems, n_boot, seed)
+    return {"zoo_stats": pd.DataFrame(stats + s, columns=STATS_COLUMNS),
+            "zoo_comparisons": pd.DataFrame(comps + c, columns=COMPARISON_COLUMNS)}

@@ -1,0 +1,129 @@
+"""`workbench zoo configs/zoo.json`: models that differ only in their pretraining objective, with
+pretraining seeds, and every analysis on every checkpoint, as one cached, resumable study.
+
+A zoo config names systems (a shipped pretraining recipe each, e.g. `bert-mini`, `electra-mini`,
+`t5-mini`), the pretraining seeds, one wall-clock budget per checkpoint and the training settings
+they share; `expand_zoo` turns it into the run config of an ordinary study (workbench/pipeline.py)
+with one model "<system>-s<seed>" per system and seed:
+
+- every model reads the tokenizer (and the token cache) of the first system's first seed
+  (`tokenizer_from`), so all of them see the same tokens; DistilBERT-like systems name a `teacher`
+  system and distil its checkpoint of the same seed (`teacher_from`);
+- probing runs on every model with per-item results kept (`keep_items`), the head analysis and
+  importance / pruning on every model that has heads (not ELMo's LSTMs), frozen vs finetuned and
+  emergence where the config asks for them;
+- then the zoo's own steps (workbench/analyses/zoo.py): `zoo:training` (steps, tokens, FLOPs of
+  each checkpoint), `zoo:cka` (CKA between every two checkpoints' layers) and `zoo:stats` (every
+  cross-system number with a multi-bootstrap interval over seeds x items), and the report.
+
+The run is the pipeline's: each step is cached by its config and upstream keys, a killed zoo resumes
+where it stopped (pretraining from its last checkpoint), and the log gives each step's progress with
+an estimate of the time left for the whole study.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from plmodels import recipes
+from plmodels.config import Config, merge, read_json_object
+from plmodels.training.config import read_config_file
+from workbench.analyses.zoo import model_name
+from workbench.pipeline import run_pipeline
+
+NO_HEADS = ("bilm",)  # kinds without attention heads: no head analysis, importance or pruning
+
+
+@dataclass(frozen=True)
+class ZooConfig(Config):
+    """A zoo study (configs/zoo.json, configs/zoo-small.json); unknown keys are errors naming the file."""
+
+    name: str                                   # the run folder's name under results_root
+    systems: dict[str, dict]                    # system -> {"recipe": name, "overrides": {...}, "teacher": system}
+    seeds: tuple[int, ...] = (0, 1)             # pretraining seeds of every system
+    budget_minutes: float = 15.0                # wall-clock pretraining budget per checkpoint
+    training: dict = field(default_factory=dict)  # pretraining overrides shared by every system
+    results_root: str = "runs"
+    tasks: tuple[str, ...] = ("pos", "deps", "ner")   # edge-probing tasks built and probed
+    probe: dict = field(default_factory=dict)   # ProbeRunConfig fields (keep_items is set)
+    heads: dict | None = field(default_factory=dict)   # HeadRunConfig fields; None: no head analysis
+    prune: dict | None = None                   # {"methods": [...], "config": {...}}
+    frozen_vs_finetuned: dict | None = None     # FvFConfig fields
+    emergence: dict | None = None               # emergence config (needs log-spaced checkpoints)
+    cka: dict | None = field(default_factory=dict)   # {"sentences": 500, "max_words": 40}; None: none
+    stats: dict = field(default_factory=dict)   # {"n_boot": 1000, "seed": 0}
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "seeds", tuple(self.seeds))
+        object.__setattr__(self, "tasks", tuple(self.tasks))
+        if not self.systems:
+            raise ValueError("ZooConfig.systems: name at least one system")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"ZooConfig.seeds must be distinct and non-empty, got {list(self.seeds)}")
+        if self.budget_minutes <= 0:
+            raise ValueError(f"ZooConfig.budget_minutes must be > 0, got {self.budget_minutes}")
+        for system, spec in self.systems.items():
+            unknown = set(spec) - {"recipe", "overrides", "teacher"}
+            if "recipe" not in spec or unknown:
+                raise ValueError(f"ZooConfig.systems.{system}: needs 'recipe' (and optionally 'overrides', 'teacher'); "
+                                 f"unknown keys {sorted(unknown)}")
+            if spec.get("teacher") is not None and spec["teacher"] not in self.systems:
+                raise ValueError(f"ZooConfig.systems.{system}.teacher={spec['teacher']!r} is not a system of the zoo")
+
+
+def system_kind(spec: dict) -> str:
+    """The model kind a system's recipe trains (encoder, decoder, bilm, tbilm, seq2seq, xlnet), read
+    from the recipe file (a distillation recipe is only complete once its teacher exists)."""
+    d = merge(read_config_file(recipes.find("pretrain", spec["recipe"])), spec.get("overrides"))
+    return d.get("kind", "encoder")
+
+
+def expand_zoo(zoo: ZooConfig) -> dict:
+    """The run config of the study a zoo config describes (module docstring)."""
+    systems = list(zoo.systems)
+    # a teacher trains before its students
+    systems.sort(key=lambda s: zoo.systems[s].get("teacher") is not None)
+    first = model_name(systems[0], zoo.seeds[0])
+    models, with_heads = {}, []
+    for system in systems:
+        spec = zoo.systems[system]
+        has_heads = system_kind(spec) not in NO_HEADS
+        for seed in zoo.seeds:
+            name = model_name(system, seed)
+            overrides = merge(merge(zoo.training, spec.get("overrides", {})),
+                              {"max_minutes": zoo.budget_minutes, "seed": seed, "name": name})
+            entry = {"pretrain": spec["recipe"], "overrides": overrides}
+            if name != first:
+                entry["tokenizer_from"] = first
+            if spec.get("teacher"):
+                entry["teacher_from"] = model_name(spec["teacher"], seed)
+            models[name] = entry
+            if has_heads:
+                with_heads.append(name)
+    names = list(models)
+    cfg: dict = {"name": zoo.name, "seed": zoo.seeds[0], "results_root": zoo.results_root, "models": models,
+                 "tasks": {"tasks": list(zoo.tasks)},
+                 "probe": {"models": names, "tasks": list(zoo.tasks), "config": {**zoo.probe, "keep_items": True}},
+                 "zoo": {"systems": {s: list(zoo.seeds) for s in systems}, "cka": zoo.cka, "stats": zoo.stats},
+                 "report": {}}
+    if zoo.heads is not None and with_heads:
+        cfg["heads"] = {"models": with_heads, "config": zoo.heads}
+    if zoo.prune is not None and with_heads:
+        cfg["prune"] = {"models": with_heads, "methods": list(zoo.prune.get("methods", ["michel", "random"])),
+                        "config": zoo.prune.get("config", {})}
+    if zoo.frozen_vs_finetuned is not None:
+        cfg["frozen_vs_finetuned"] = {"models": names, "config": zoo.frozen_vs_finetuned}
+    if zoo.emergence is not None:
+        cfg["emergence"] = {"models": names, "config": zoo.emergence}
+    return cfg
+
+
+def load_zoo(path: str | Path, overrides: dict | None = None) -> ZooConfig:
+    return ZooConfig.from_dict(merge(read_json_object(path), overrides), str(path))
+
+
+def run_zoo(path: str | Path, run_dir: str | Path | None = None, force: bool = False,
+            overrides: dict | None = None) -> Path:
+    """Run (or resume) the zoo study of the config at `path`; returns the run folder."""
+    return run_pipeline(expand_zoo(load_zoo(path, overrides)), run_dir=run_dir, force=force,
+                        config_path=str(path))

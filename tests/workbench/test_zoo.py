@@ -97,3 +97,19 @@ def test_zoo_configs_expand(tmp_path):
         assert cfg["probe"]["config"]["keep_items"] and cfg["zoo"]["systems"]
         assert len(cfg["models"]) == sum(len(v) for v in cfg["zoo"]["systems"].values())
         assert isinstance(pd.DataFrame(cfg["models"]).T, pd.DataFrame)
+
+
+@pytest.mark.slow
+def test_the_gpu_replay_fixes_each_systems_steps_to_the_cpu_zoos(zoo_run):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("zoo_replay", ZOO_TINY.parents[1] / "scripts" / "zoo_replay.py")
+    replay = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(replay)
+    assert replay.seeds_arg("0-3") == [0, 1, 2, 3] and replay.seeds_arg("2,5") == [2, 5]
+    over = replay.replay_overrides(zoo_run, list(SYSTEMS))
+    assert {s: o["overrides"]["max_steps"] for s, o in over["systems"].items()} == {s: 20 for s in SYSTEMS}
+    cfg = expand_zoo(load_zoo(ZOO_TINY, {**over, "seeds": [0, 1, 2]}))
+    assert len(cfg["models"]) == 9 and cfg["models"]["t5-s2"]["overrides"]["schedule_clock"] == "steps"
+    with pytest.raises(ValueError, match="no checkpoints of"):
+        replay.replay_overrides(zoo_run, ["xlnet"])

@@ -35,6 +35,7 @@ from probes.pruning import METRICS, heads_to_prune_for_loss
 from workbench import figures
 from workbench.core import results
 from workbench.core.io import atomic_write_text
+from workbench.figures import zoo as zoo_figures
 from workbench.presentation import analysis_figures, views
 
 FINETUNED = ("finetune", "finetuned")     # settings of `frozen_vs_finetuned` that mean full finetuning
@@ -666,9 +667,146 @@ def _passport_clause(model: str, p: pd.DataFrame) -> str:
             f"LM most ({_f(top['lm_loss_delta'])}{role})")
 
 
+# --------------------------------------------------------------------------------- objectives
+MAX_CKA_FIGURES = 6   # pairs of systems drawn in the report (the app's picker shows every pair)
+STATISTIC_NAMES = {"best_layer_score": "best-layer score", "e_delta": "E_delta", "prunable_share": "prunable share",
+                   "finetuning_gain": "finetuning gain"}
+
+
+def _statistic_name(statistic: str) -> str:
+    if statistic.startswith("heads_"):
+        return f"{statistic[len('heads_'):]} heads"
+    return STATISTIC_NAMES.get(statistic, statistic)
+
+
+def _ci(v, lo, hi, d: int = 3) -> str:
+    """'0.154 [0.082, 0.226]' (the value alone when the interval is not finite)."""
+    finite = np.isfinite(float(lo)) and np.isfinite(float(hi))
+    return f"{_f(v, d)} [{_f(lo, d)}, {_f(hi, d)}]" if finite else _f(v, d)
+
+
+def objectives_section(run_dir: Path) -> Section:
+    """The zoo (workbench/analyses/zoo.py): systems that differ only in their pretraining objective, each
+    with pretraining seeds. Per task, the best-layer score of every system with its multi-bootstrap
+    interval (Sellam et al. 2022); each comparison as its `claim` says (an interval that excludes 0),
+    with the seed pairs that disagree; head roles, CKA against the seed-to-seed yardstick, the budget."""
+    s = Section("Objectives")
+    summary = views.zoo_summary_table(run_dir)
+    if summary is None:
+        s.missing += ["zoo_stats"] + (["zoo_training"] if views.zoo_training_table(run_dir) is None else [])
+        return s
+    comps, roles = views.zoo_comparisons_table(run_dir), views.zoo_role_composition(run_dir)
+    clauses = [_objectives_task_clause(task, t) for task, t in summary.groupby("task", sort=False)]
+    clauses += _objectives_claims(comps) if comps is not None else []
+    cka_clause, cka_table = _objectives_cka(run_dir, s)
+    clauses.append(cka_clause)
+    for task in views.zoo_tasks(run_dir):
+        s.figs.append(zoo_figures.zoo_layer_figure(views.zoo_layer_scores(run_dir, task), task))
+    if roles is not None:
+        s.figs.append(zoo_figures.zoo_roles_figure(roles))
+    s.findings = [c for c in clauses if c]
+    s.n_key = min(2, len(s.findings))
+    table = summary.assign(
+        best=[_ci(v, lo, hi) for v, lo, hi in zip(summary["best"], summary["best_low"], summary["best_high"])],
+        e_delta=[_ci(v, lo, hi, 2) for v, lo, hi in zip(summary["e_delta"], summary["e_delta_low"],
+                                                         summary["e_delta_high"])])
+    if "mdl_layer" in table:
+        table["mdl_layer"] = [str(int(x)) if np.isfinite(x) else "" for x in table["mdl_layer"]]
+    caption = ("Per task and system: best-layer micro F1 (best, multi-bootstrap 95% interval over pretraining seeds "
+               "x test items) and E_delta (center of gravity of the cumulative probes, in layers)")
+    if "e_s" in table:
+        caption += ("; E_s (expected layer of the scalar mix) compares layers within a system only: it misleads "
+                    "across models whose layer norms differ (Fayyaz et al. 2021)")
+    s.tables.append((caption, table.drop(columns=["best_low", "best_high", "e_delta_low", "e_delta_high"])))
+    if comps is not None:
+        shown = comps.assign(delta=[_ci(v, lo, hi) for v, lo, hi in zip(comps["delta"], comps["ci_low"],
+                                                                           comps["ci_high"])])
+        s.tables.append(("Comparisons (delta = A - B with its interval; a claim only where the interval excludes 0; "
+                         "disagree: seed pairs ordering the two systems the other way)",
+                         shown[["statistic", "task", "system_a", "system_b", "delta", "finding", "disagree",
+                                "p_a_gt_b", "interval"]]))
+    fvf = views.zoo_fvf_table(run_dir)
+    if fvf is not None:
+        s.tables.append(("Finetuning gain (finetuned minus frozen scalar mix), seeds-only interval", fvf))
+    if roles is not None:
+        s.tables.append(("Heads per primary role (mean over seeds, seeds-only interval)", roles))
+    training = views.zoo_training_table(run_dir)
+    if cka_table is not None:
+        s.tables.append(("Linear CKA of the embeddings (first) and of the last layers (last) between two systems, "
+                         "seed-averaged, beside the same between each system's own seeds (_a, _b)", cka_table))
+    if training is None:
+        s.missing.append("zoo_training")
+    else:
+        s.tables.append(("What each checkpoint got from the same budget (flops_6nd = 6 N D, Kaplan et al. 2020)",
+                         training.assign(flops_6nd=[f"{x:.3g}" for x in training["flops_6nd"]])))
+    return s
+
+
+def _objectives_task_clause(task: str, t: pd.DataFrame) -> str:
+    """'on pos, the best-layer micro F1 is bert 0.154 [0.082, 0.226], elmo ... (95% multi-bootstrap
+    intervals over 2 pretraining seeds x 146 test items); E_delta: elmo 0.50 [-1.00, 1.96], ...'."""
+    scores = ", ".join(f"{r.system} {_ci(r.best, r.best_low, r.best_high)}" for r in t.itertuples())
+    seeds, items = int(t["n_seeds"].max()), int(t["n_items"].max())
+    text = (f"on {task}, the best-layer micro F1 is {scores} (95% multi-bootstrap intervals over {seeds} pretraining "
+            f"seeds x {items} test items)")
+    e = t.dropna(subset=["e_delta"])
+    if len(e):
+        text += "; E_delta " + ", ".join(f"{r.system} {_ci(r.e_delta, r.e_delta_low, r.e_delta_high, 2)}"
+                                         for r in e.itertuples())
+        if len(e) < len(t):
+            text += (f" ({', '.join(sorted(set(t['system']) - set(e['system'])))}: undefined, the cumulative probes "
+                     "of a seed gain nothing beyond layer 0)")
+    return text
+
+
+def _objectives_claims(comps: pd.DataFrame) -> list[str]:
+    """One clause per claimed comparison, the winner first with the winner-minus-loser interval (and the
+    seed pairs that disagree); the comparisons without a claim in one clause; all of them plainly when
+    none is claimed."""
+    out = []
+    for r in comps[comps["claim"] != "no claim"].itertuples():
+        sign = 1 if r.claim == "A > B" else -1
+        win, lose = (r.system_a, r.system_b) if sign > 0 else (r.system_b, r.system_a)
+        lo, hi = sorted((sign * r.ci_low, sign * r.ci_high))
+        where = f"on {r.task}, " if r.task else ""
+        flips = f" ({r.disagree})" if r.disagree else ""
+        out.append(f"{where}{win} > {lose} in {_statistic_name(r.statistic)}: {win} minus {lose} "
+                   f"{_ci(sign * r.delta, lo, hi)} ({r.interval} interval){flips}")
+    none = comps[comps["claim"] == "no claim"]
+    if not len(none):
+        return out
+    if len(none) == len(comps):
+        out.insert(0, f"no comparison between systems is claimed: the interval of every one of the {len(comps)} "
+                      "differences includes 0")
+    else:
+        flipped = int((none["flips"] > 0).sum())
+        out.append(f"{len(none)} of {len(comps)} comparisons make no claim (their intervals include 0)"
+                   + (f"; in {flipped} of them some seed pairs order the systems the other way" if flipped else ""))
+    return out
+
+
+def _objectives_cka(run_dir: Path, s: Section) -> tuple[str, pd.DataFrame | None]:
+    """CKA figures (seed-averaged pair beside each system's seeds), a clause on the last layers, the table."""
+    table = views.zoo_cka_table(run_dir)
+    if table is None:
+        s.missing.append("zoo_cka")
+        return "", None
+    own = {x: views.zoo_cka_matrix(run_dir, x, x) for x in set(table["system_a"]) | set(table["system_b"])}
+    for r in table.head(MAX_CKA_FIGURES).itertuples():
+        s.figs.append(zoo_figures.zoo_cka_figure(views.zoo_cka_matrix(run_dir, r.system_a, r.system_b), r.system_a,
+                                                 r.system_b, own[r.system_a], own[r.system_b]))
+    parts = []
+    for r in table.itertuples():
+        yard = [f"{_f(v)} between {x}'s seeds" for v, x in ((r.last_a, r.system_a), (r.last_b, r.system_b))
+                if np.isfinite(v)]
+        against = f" (against {' and '.join(yard)})" if yard else ""
+        parts.append(f"{r.system_a} and {r.system_b} {_f(r.last)}{against}")
+    return "the last layers' linear CKA is " + "; ".join(parts), table
+
+
 SECTIONS: tuple[Callable[[Path], Section], ...] = (
-    run_section, models_section, probing_section, structural_section, heads_section, pruning_section,
-    compare_section, emergence_section, amnesic_section, gating_section,
+    run_section, models_section, probing_section, objectives_section, structural_section, heads_section,
+    pruning_section, compare_section, emergence_section, amnesic_section, gating_section,
 )
 
 

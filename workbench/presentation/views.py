@@ -54,6 +54,8 @@ COMMANDS: dict[str, str] = {
     "gating": "workbench gate MODEL --out RUN_FOLDER (after workbench heads, for role units)",
     "head_passport": "workbench gate MODEL --out RUN_FOLDER (after workbench heads, for role units)",
     "structural": "workbench probe MODEL --tasks structural_distance,structural_depth",
+    "zoo_training": "workbench zoo CONFIG", "zoo_stats": "workbench zoo CONFIG",
+    "zoo_comparisons": "workbench zoo CONFIG", "zoo_cka": "workbench zoo CONFIG",
 }
 MAX_TEXT_WORDS = 200  # typed sentences are cut here (the heatmap shows fewer; see workbench/figures)
 
@@ -502,6 +504,228 @@ def head_change_grid(run_dir: str | Path, model_a: str, model_b: str, metric: st
     metric = metric or (df["metric"].iloc[0] if len(df) else None)
     df = df[df["metric"] == metric]
     return HeadGrid(f"{model_a} -> {model_b}", metric, _grid(df, "value")) if len(df) else None
+
+
+# ------------------------------------------------------------------------------ objectives (zoo)
+# The zoo's tables (workbench/analyses/zoo.py): systems that differ only in their pretraining objective,
+# each with several pretraining seeds. Every number carries the multi-bootstrap interval over seeds x
+# test items (Sellam et al. 2022), or a seeds-only one (column `interval` says which); a comparison
+# "A > B" is a claim only when its interval excludes 0 (column `claim`).
+ZOO_PROBING_STATISTICS = ("layer_score", "best_layer_score", "e_delta")
+
+
+def zoo_systems(run_dir: str | Path) -> list[str]:
+    """The zoo's systems in the config's order (`zoo_training`), else sorted from `zoo_stats`."""
+    train = _load(run_dir, "zoo_training")
+    if train is not None:
+        return list(dict.fromkeys(train["system"]))
+    stats = _load(run_dir, "zoo_stats")
+    return [] if stats is None else sorted(stats["system"].unique())
+
+
+def zoo_tasks(run_dir: str | Path) -> list[str]:
+    """The probing tasks with per-layer scores in `zoo_stats`, sorted."""
+    stats = _load(run_dir, "zoo_stats")
+    return [] if stats is None else sorted(stats[stats["statistic"] == "layer_score"]["task"].unique())
+
+
+def _system_order(run_dir: str | Path, df: pd.DataFrame, col: str = "system") -> pd.Series:
+    order = {s: i for i, s in enumerate(zoo_systems(run_dir))}
+    return df[col].map(lambda s: order.get(s, len(order)))
+
+
+def zoo_layer_scores_frame(stats: pd.DataFrame, task: str | None = None) -> pd.DataFrame | None:
+    """The "layer_score" rows of a `zoo_stats` table (of one task when given): task, system, layer, value,
+    ci_low, ci_high (multi-bootstrap), item_ci_low, item_ci_high (items only), n_seeds, n_items,
+    n_layers (the system's last layer L: layer 0 = embeddings) and depth = layer / L, the relative depth
+    that sets systems of different depths side by side; None without rows."""
+    df = stats[stats["statistic"] == "layer_score"]
+    if task is not None:
+        df = df[df["task"] == task]
+    if not len(df):
+        return None
+    cols = ["task", "system", "layer", "value", "ci_low", "ci_high", "item_ci_low", "item_ci_high", "n_seeds",
+            "n_items"]
+    out = df[cols].copy()
+    out["n_layers"] = out.groupby(["task", "system"])["layer"].transform("max").astype(int)
+    out["depth"] = out["layer"] / out["n_layers"].where(out["n_layers"] > 0, 1)
+    return out.reset_index(drop=True)
+
+
+def zoo_layer_scores(run_dir: str | Path, task: str | None = None) -> pd.DataFrame | None:
+    """`zoo_layer_scores_frame` of the run's `zoo_stats`, systems in the config's order."""
+    stats = _load(run_dir, "zoo_stats")
+    df = None if stats is None else zoo_layer_scores_frame(stats, task)
+    if df is None:
+        return None
+    return df.assign(_o=_system_order(run_dir, df)).sort_values(["task", "_o", "layer"]).drop(
+        columns="_o").reset_index(drop=True)
+
+
+def _system_of(models: pd.Series) -> pd.Series:
+    """"bert-s0" -> "bert" (`workbench.analyses.zoo.model_name`)."""
+    return models.astype(str).str.replace(r"-s\d+$", "", regex=True)
+
+
+def _zoo_probing_extras(run_dir: str | Path) -> pd.DataFrame | None:
+    """task, system and, where the run has them, e_s (the mean over seeds of the scalar mix's expected
+    layer, `probing_summary`) and mdl_compression, mdl_layer (the largest MDL compression over layers,
+    mean over seeds, and its layer: Voita and Titov 2020, `probing` rows of mode "mdl")."""
+    parts = []
+    summary = _load(run_dir, "probing_summary")
+    if summary is not None and (summary["metric"] == "expected_layer").any():
+        e = summary[summary["metric"] == "expected_layer"]
+        parts.append(e.assign(system=_system_of(e["model"])).groupby(["task", "system"], as_index=False)["value"]
+                     .mean().rename(columns={"value": "e_s"}))
+    probing = _load(run_dir, "probing")
+    if probing is not None:
+        m = probing[(probing["mode"] == "mdl") & (probing["metric"] == "compression") & (probing["seed"] != -1)]
+        if len(m):
+            m = m.assign(system=_system_of(m["model"])).groupby(["task", "system", "layer"], as_index=False)[
+                "value"].mean()
+            top = m.loc[m.groupby(["task", "system"])["value"].idxmax()]
+            parts.append(top.rename(columns={"value": "mdl_compression", "layer": "mdl_layer"}))
+    if not parts:
+        return None
+    out = parts[0]
+    for p in parts[1:]:
+        out = out.merge(p, on=["task", "system"], how="outer")
+    return out
+
+
+def zoo_summary_table(run_dir: str | Path) -> pd.DataFrame | None:
+    """Per task and system: n_layers, best (best-layer score, micro F1, each seed at its own best layer)
+    with best_low, best_high, e_delta (the cumulative probes' center of gravity, in layers) with
+    e_delta_low, e_delta_high (multi-bootstrap intervals), n_seeds, n_items, and the e_s, mdl_compression,
+    mdl_layer columns when the run has them (`_zoo_probing_extras`). E_s misleads across models whose
+    layer norms differ (Fayyaz et al. 2021): read it within a system, not between two. None without
+    `zoo_stats` probing rows."""
+    stats = _load(run_dir, "zoo_stats")
+    if stats is None or not stats["statistic"].isin(ZOO_PROBING_STATISTICS).any():
+        return None
+    keys = ["task", "system"]
+    layers = stats[stats["statistic"] == "layer_score"].groupby(keys)["layer"].max().rename("n_layers")
+    out = stats[stats["statistic"].isin(ZOO_PROBING_STATISTICS)][keys + ["n_seeds", "n_items"]] \
+        .drop_duplicates(keys).set_index(keys).join(layers)
+    for statistic, name in (("best_layer_score", "best"), ("e_delta", "e_delta")):
+        s = stats[stats["statistic"] == statistic].set_index(keys)[["value", "ci_low", "ci_high"]]
+        out = out.join(s.rename(columns={"value": name, "ci_low": f"{name}_low", "ci_high": f"{name}_high"}))
+    out = out.reset_index()
+    extras = _zoo_probing_extras(run_dir)
+    if extras is not None:
+        out = out.merge(extras, on=keys, how="left")
+    cols = ["task", "system", "n_layers", "best", "best_low", "best_high", "e_delta", "e_delta_low", "e_delta_high",
+            "e_s", "mdl_compression", "mdl_layer", "n_seeds", "n_items"]
+    out = out[[c for c in cols if c in out]]
+    return out.assign(_o=_system_order(run_dir, out)).sort_values(["task", "_o"]).drop(columns="_o") \
+        .reset_index(drop=True)
+
+
+def flips_text(flips: int, n_seed_pairs: int) -> str:
+    """'2 of 4 seed pairs disagree' (the seed pairs that order the two systems against the delta); ''
+    when none does."""
+    return f"{int(flips)} of {int(n_seed_pairs)} seed pairs disagree" if flips > 0 else ""
+
+
+def claim_text(claim: str, system_a: str, system_b: str) -> str:
+    """The claim column in the systems' names: "A > B" -> "elmo > t5"; "no claim" stays."""
+    return {"A > B": f"{system_a} > {system_b}", "B > A": f"{system_b} > {system_a}"}.get(claim, claim)
+
+
+def zoo_comparisons_table(run_dir: str | Path) -> pd.DataFrame | None:
+    """The run's `zoo_comparisons` (statistic, task, system_a, system_b, delta = A - B, ci_low, ci_high,
+    p_a_gt_b, n_seed_pairs, flips, claim, interval) with `finding` (the claim in the systems' names:
+    "elmo > t5" or "no claim") and `disagree` ("2 of 4 seed pairs disagree" where flips > 0)."""
+    df = _load(run_dir, "zoo_comparisons")
+    if df is None:
+        return None
+    df = df.assign(finding=[claim_text(c, a, b) for c, a, b in zip(df["claim"], df["system_a"], df["system_b"])],
+                   disagree=[flips_text(f, n) for f, n in zip(df["flips"], df["n_seed_pairs"])])
+    return df.sort_values(["statistic", "task"], kind="stable").reset_index(drop=True)
+
+
+def zoo_fvf_table(run_dir: str | Path) -> pd.DataFrame | None:
+    """task, system, value (finetuning gain: finetuned minus the frozen scalar mix), ci_low, ci_high
+    (seeds-only), n_seeds: the zoo's "finetuning_gain" rows; None without them."""
+    stats = _load(run_dir, "zoo_stats")
+    if stats is None or not (stats["statistic"] == "finetuning_gain").any():
+        return None
+    df = stats[stats["statistic"] == "finetuning_gain"]
+    df = df.assign(_o=_system_order(run_dir, df)).sort_values(["task", "_o"])
+    return df[["task", "system", "value", "ci_low", "ci_high", "interval", "n_seeds"]].reset_index(drop=True)
+
+
+def zoo_role_composition(run_dir: str | Path) -> pd.DataFrame | None:
+    """system, role, value (mean heads per primary role over seeds), ci_low, ci_high (seeds-only),
+    n_seeds: the zoo's "heads_<role>" rows; None without them (e.g. a zoo of recurrent systems only)."""
+    stats = _load(run_dir, "zoo_stats")
+    if stats is None:
+        return None
+    df = stats[stats["statistic"].str.startswith("heads_")]
+    if not len(df):
+        return None
+    df = df.assign(role=df["statistic"].str[len("heads_"):], _o=_system_order(run_dir, df))
+    return df.sort_values(["_o", "role"])[["system", "role", "value", "ci_low", "ci_high", "n_seeds"]] \
+        .reset_index(drop=True)
+
+
+def zoo_cka_system_pairs(run_dir: str | Path) -> list[tuple[str, str]]:
+    """(system_a, system_b) of two different systems with CKA rows, in the config's order."""
+    df = _load(run_dir, "zoo_cka")
+    if df is None:
+        return []
+    order = {s: i for i, s in enumerate(zoo_systems(run_dir))}
+    pairs = {tuple(sorted((a, b), key=lambda s: (order.get(s, len(order)), s)))
+             for a, b in df[["system_a", "system_b"]].itertuples(index=False) if a != b}
+    return sorted(pairs, key=lambda p: (order.get(p[0], len(order)), order.get(p[1], len(order)), p))
+
+
+def zoo_cka_matrix_frame(cka: pd.DataFrame, system_a: str, system_b: str) -> np.ndarray | None:
+    """(L_a + 1, L_b + 1) linear CKA between layer i of system_a and layer j of system_b, averaged over
+    every pair of their checkpoints (for system_a == system_b: over pairs of different seeds, both
+    ways round, so the matrix is symmetric: the seed-to-seed yardstick); None without rows."""
+    mats = []
+    for (a, b), g in cka.groupby(["model_a", "model_b"]):
+        sa, sb = g["system_a"].iloc[0], g["system_b"].iloc[0]
+        if a == b or {sa, sb} != {system_a, system_b}:
+            continue
+        m = np.full((int(g["layer_a"].max()) + 1, int(g["layer_b"].max()) + 1), np.nan)
+        m[g["layer_a"].to_numpy(int), g["layer_b"].to_numpy(int)] = g["value"].to_numpy(float)
+        if sa == system_a:
+            mats.append(m)
+        if sb == system_a:  # stored the other way round (or the same system: both ways)
+            mats.append(m.T)
+    return np.nanmean(np.stack(mats), axis=0) if mats else None
+
+
+def zoo_cka_matrix(run_dir: str | Path, system_a: str, system_b: str) -> np.ndarray | None:
+    """`zoo_cka_matrix_frame` of the run's `zoo_cka` table."""
+    df = _load(run_dir, "zoo_cka")
+    return None if df is None else zoo_cka_matrix_frame(df, system_a, system_b)
+
+
+def zoo_cka_table(run_dir: str | Path) -> pd.DataFrame | None:
+    """Per pair of different systems: first (CKA of the embeddings, layer 0 vs layer 0) and last (last
+    layer vs last layer), seed-averaged, beside the same numbers between each system's own seeds
+    (first_a, last_a, first_b, last_b: the yardstick; NaN with one seed). None without `zoo_cka`."""
+    pairs = zoo_cka_system_pairs(run_dir)
+    if not pairs:
+        return None
+    own = {s: zoo_cka_matrix(run_dir, s, s) for s in {x for p in pairs for x in p}}
+    rows = []
+    for a, b in pairs:
+        m = zoo_cka_matrix(run_dir, a, b)
+        row = {"system_a": a, "system_b": b, "first": m[0, 0], "last": m[-1, -1]}
+        for name, s in (("a", a), ("b", b)):
+            row[f"first_{name}"] = own[s][0, 0] if own[s] is not None else np.nan
+            row[f"last_{name}"] = own[s][-1, -1] if own[s] is not None else np.nan
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def zoo_training_table(run_dir: str | Path) -> pd.DataFrame | None:
+    """The run's `zoo_training` table as written (what each checkpoint got from the same budget)."""
+    return _load(run_dir, "zoo_training")
 
 
 # ------------------------------------------------------------------ attention of a sentence

@@ -1,0 +1,159 @@
+"""The faces of the zoo (views, workbench/figures/zoo.py and the report's Objectives section) on what
+`workbench zoo configs/zoo-tiny.json` really writes (the session's `zoo_run`): each view against the
+raw zoo tables, every "A > B" the report writes against a claim row whose interval excludes 0, and
+the missing-table notice on a run without the zoo."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench.core import results
+from workbench.figures import zoo as Z
+from workbench.presentation import report, views
+
+SYSTEMS = ["bert", "elmo", "t5"]   # configs/zoo-tiny.json, in its order
+
+
+def _lines(fig) -> list[str]:
+    """Names of the line traces (the bands are filled traces out of the legend)."""
+    return [t.name for t in fig.data if t.fill != "toself"]
+
+
+@pytest.mark.slow
+def test_layer_view_and_figure_are_zoo_stats_rows(zoo_run):
+    stats = results.load_table(zoo_run, "zoo_stats")
+    assert views.zoo_systems(zoo_run) == SYSTEMS
+    tasks = views.zoo_tasks(zoo_run)
+    assert tasks == sorted(stats[stats["statistic"] == "layer_score"]["task"].unique()) and tasks
+    for task in tasks:
+        df = views.zoo_layer_scores(zoo_run, task)
+        raw = stats[(stats["statistic"] == "layer_score") & (stats["task"] == task)]
+        assert len(df) == len(raw) and not df.duplicated(["system", "layer"]).any()
+        both = df.merge(raw, on=["system", "layer"], suffixes=("", "_raw"))
+        assert len(both) == len(raw)
+        for c in ("value", "ci_low", "ci_high", "item_ci_low", "item_ci_high"):
+            np.testing.assert_array_equal(both[c].to_numpy(), both[f"{c}_raw"].to_numpy())
+        for system, g in df.groupby("system"):
+            np.testing.assert_allclose(g["depth"], g["layer"] / g["layer"].max())
+        assert list(dict.fromkeys(df["system"])) == SYSTEMS
+        for x in ("layer", "depth"):
+            fig = Z.zoo_layer_figure(df, task, x=x)
+            assert _lines(fig) == SYSTEMS
+            for t in fig.data:
+                if t.fill == "toself":     # the band: ci_high forwards, ci_low back
+                    g = df[df["system"] == t.name.removesuffix(" interval")].sort_values("layer")
+                    np.testing.assert_allclose(t.y, np.r_[g["ci_high"], g["ci_low"][::-1]])
+                else:
+                    g = df[df["system"] == t.name].sort_values("layer")
+                    np.testing.assert_allclose(t.x, g[x])
+    with pytest.raises(ValueError, match="x must be one of"):
+        Z.zoo_layer_figure(df, task, x="step")
+
+
+@pytest.mark.slow
+def test_summary_comparisons_roles_cka_and_extras(zoo_run, tmp_path):
+    stats = results.load_table(zoo_run, "zoo_stats")
+    summary = views.zoo_summary_table(zoo_run)
+    best = stats[stats["statistic"] == "best_layer_score"].set_index(["task", "system"])["value"]
+    assert len(summary) == len(best) and not summary.duplicated(["task", "system"]).any()
+    np.testing.assert_array_equal(summary.set_index(["task", "system"])["best"].loc[best.index], best)
+    assert "e_s" not in summary and "mdl_compression" not in summary   # zoo-tiny runs neither mix nor mdl
+
+    comps = views.zoo_comparisons_table(zoo_run)
+    assert len(comps) == len(results.load_table(zoo_run, "zoo_comparisons"))
+    for r in comps.itertuples():
+        assert (r.disagree == f"{r.flips} of {r.n_seed_pairs} seed pairs disagree") if r.flips > 0 else r.disagree == ""
+        assert r.finding == {"A > B": f"{r.system_a} > {r.system_b}", "B > A": f"{r.system_b} > {r.system_a}",
+                             "no claim": "no claim"}[r.claim]
+
+    assert (views.zoo_fvf_table(zoo_run) is None) == (not (stats["statistic"] == "finetuning_gain").any())
+    roles = views.zoo_role_composition(zoo_run)
+    heads = stats[stats["statistic"].str.startswith("heads_")]
+    assert len(roles) == len(heads) and set(roles["system"]) == set(heads["system"])
+    fig = Z.zoo_roles_figure(roles)
+    assert sorted(t.name for t in fig.data) == sorted(roles["role"].unique()) and fig.layout.barmode == "stack"
+
+    # CKA: the seed-averaged matrix by hand, its transpose the other way round, the seed yardstick symmetric
+    cka = results.load_table(zoo_run, "zoo_cka")
+    pairs = views.zoo_cka_system_pairs(zoo_run)
+    assert pairs == [("bert", "elmo"), ("bert", "t5"), ("elmo", "t5")]
+    for a, b in pairs:
+        g = cka[(cka["system_a"] == a) & (cka["system_b"] == b)]
+        hand = g.groupby(["layer_a", "layer_b"])["value"].mean().unstack().to_numpy()
+        m = views.zoo_cka_matrix(zoo_run, a, b)
+        np.testing.assert_allclose(m, hand)
+        np.testing.assert_allclose(views.zoo_cka_matrix(zoo_run, b, a), hand.T)
+        own = views.zoo_cka_matrix(zoo_run, a, a)
+        np.testing.assert_allclose(own, own.T)
+        fig = Z.zoo_cka_figure(m, a, b, own, views.zoo_cka_matrix(zoo_run, b, b))
+        assert len(fig.data) == 3 and fig.data[1].z.shape == hand.shape
+    table = views.zoo_cka_table(zoo_run)
+    assert len(table) == len(pairs) and table["last"].between(0, 1).all()
+
+    # E_s and MDL columns appear when the run has them (a copy of the run's tables with such rows added)
+    run = tmp_path / "extras"
+    shutil.copytree(zoo_run / "tables", run / "tables")
+    probing = results.load_table(run, "probing")
+    mdl = probing[probing["mode"] == "single"].drop_duplicates(["model", "task", "layer"]).assign(
+        mode="mdl", metric="compression", value=lambda d: 1.0 + d["layer"])
+    results.write_table(run, "probing", pd.concat([probing, mdl], ignore_index=True))
+    ps = results.load_table(run, "probing_summary")
+    es = ps[["model", "task"]].drop_duplicates().assign(metric="expected_layer", value=1.5)
+    results.write_table(run, "probing_summary", pd.concat([ps, es], ignore_index=True))
+    extra = views.zoo_summary_table(run)
+    assert (extra["e_s"] == 1.5).all() and (extra["mdl_layer"] == extra["n_layers"]).all()
+    assert (extra["mdl_compression"] == 1.0 + extra["n_layers"]).all()
+    s = report.objectives_section(run)
+    assert "Fayyaz et al. 2021" in s.tables[0][0] and "e_s" in s.tables[0][1]
+
+
+@pytest.mark.slow
+def test_objectives_section_states_intervals_and_only_claimed_orders(zoo_run):
+    assert report.SECTIONS.index(report.objectives_section) == report.SECTIONS.index(report.probing_section) + 1
+    s = report.objectives_section(zoo_run)
+    assert s.title == "Objectives" and not s.missing
+    text = " ".join(s.findings)
+    assert all(system in text for system in SYSTEMS)
+    comps = results.load_table(zoo_run, "zoo_comparisons")
+    claimed = comps[comps["claim"] != "no claim"]
+    orders = re.findall(r"(\w+) > (\w+) in ([^:]+):", text)
+    assert len(orders) == len(claimed)
+    for win, lose, _ in orders:   # each "X > Y" is a claim row whose interval of X - Y excludes 0
+        fwd = comps[(comps["system_a"] == win) & (comps["system_b"] == lose) & (comps["ci_low"] > 0)]
+        back = comps[(comps["system_a"] == lose) & (comps["system_b"] == win) & (comps["ci_high"] < 0)]
+        rows = pd.concat([fwd.assign(claim_ok=fwd["claim"] == "A > B"), back.assign(claim_ok=back["claim"] == "B > A")])
+        assert len(rows) and rows["claim_ok"].all(), (win, lose)
+    for c in s.findings:           # every order comes with its interval, flipped ones with the disagreeing pairs
+        if re.search(r"\w+ > \w+ in ", c):
+            assert re.search(r"-?\d\.\d{3} \[-?\d\.\d{3}, -?\d\.\d{3}\]", c), c
+    for r in claimed[claimed["flips"] > 0].itertuples():
+        assert f"({r.flips} of {r.n_seed_pairs} seed pairs disagree)" in text
+    if (comps["claim"] == "no claim").all():
+        assert "no comparison between systems is claimed" in text
+    for task in views.zoo_tasks(zoo_run):   # each task's clause gives every system's score with its interval
+        clause = next(c for c in s.findings if c.startswith(f"on {task}, the best-layer"))
+        assert all(re.search(rf"{sy} \d\.\d{{3}} \[", clause) for sy in SYSTEMS), clause
+    layer_figs = [f for f in s.figs if "by layer" in f.layout.title.text]
+    assert len(layer_figs) == len(views.zoo_tasks(zoo_run)) and all(_lines(f) == SYSTEMS for f in layer_figs)
+    md = report.render_markdown("zoo", [s])
+    assert "## Objectives" in md and "No zoo" not in md
+
+
+def test_a_run_without_the_zoo_gets_the_notice_not_an_error(tmp_path):
+    run = tmp_path / "bare"
+    results.write_table(run, "training", pd.DataFrame(
+        {"model": ["m"], "step": [0], "tokens": [0], "split": ["train"], "metric": ["loss"], "value": [9.0]}))
+    for name in ("zoo_layer_scores", "zoo_summary_table", "zoo_comparisons_table", "zoo_fvf_table",
+                 "zoo_role_composition", "zoo_cka_table", "zoo_training_table"):
+        assert getattr(views, name)(run) is None, name
+    assert views.zoo_tasks(run) == [] and views.zoo_systems(run) == [] and views.zoo_cka_system_pairs(run) == []
+    assert views.zoo_cka_matrix(run, "a", "b") is None
+    s = report.objectives_section(run)
+    assert not s.findings and not s.figs and not s.tables
+    assert report.missing_notices(s) == ["No zoo_stats, zoo_training tables yet: run `workbench zoo CONFIG`."]
+    assert "## Objectives" in report.render_markdown("bare", report.build_sections(run))

@@ -26,6 +26,7 @@ from probes.pruning import bilm_stat
 from tests.plmodels.kinds import assert_store_is_the_hidden_states
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
 from workbench.analyses.amnesic import AmnesicRunConfig, held_out, run_model
+from workbench.analyses.emergence import emergence_cli
 from workbench.analyses.gating import gate_model
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.prune import prune_model_cli
@@ -322,6 +323,9 @@ def test_the_analyses_read_a_bilm_or_refuse_it_by_name(trained, tmp_path):
         ref = bilm_loss(model, batch["ids"], batch["mask"]).loss
     assert loss == pytest.approx(float(ref), rel=1e-5)
     assert vecs[0].shape == (10, model.config.d_model)
+    em = emergence_cli(result.path.parent, tmp_path / "emergence",
+                       config={"tasks": [], "lm": False, "head_sentences": 10})["emergence"]
+    assert ("heads" in set(em["task_or_score"])) == (model.kind == "tbilm")  # ELMo's LSTMs: no head rows
     if model.kind == "tbilm":  # heads: pruning curves on the biLM loss, gating with the biLM loss rows
         cfg = {"eval_data": "ewt", "n_sequences": 6, "batch_size": 3, "fractions": [0.0, 1.0], "random_seeds": [0],
                "tolerances": [], "l0_lambdas": []}

@@ -11,7 +11,8 @@ Per checkpoint (and `final` when its step is not already a checkpoint):
 - "heads": `workbench.analyses.heads` on a few hundred UD EWT sentences: the largest share of one
            head's argmax at offset -1 / +1 on words (`positional_max`) and on tokens
            (`positional_max_tokens`; Voita et al. 2019: >= 0.9 is a positional head), and the det /
-           case head margins over the best fixed offset (Clark et al. 2019, sec. 4.2).
+           case head margins over the best fixed offset (Clark et al. 2019, sec. 4.2). A model
+           without heads (ELMo's LSTMs) has no "heads" rows.
 
 The tidy `emergence` table: model, step, tokens, task_or_score, metric, value (`workbench emergence`
 also draws each score against tokens seen into out_dir/emergence.html).
@@ -206,7 +207,7 @@ def emergence(run_folder: str | Path, out_dir: str | Path, tasks: Sequence[str] 
             if cfg.tasks:
                 for task, vals in probe_scores(path, work / "probes", cfg).items():
                     rows += _rows(name, step, tokens, task, vals)
-            if cfg.head_sentences:
+            if cfg.head_sentences and any(model.n_heads_per_layer):  # an LSTM biLM has no heads to score
                 rows += _rows(name, step, tokens, "heads", head_scores(model, tok, work / "heads", cfg.head_sentences))
             bar.update(1)
     df = pd.DataFrame(rows, columns=COLUMNS).sort_values(["step", "task_or_score", "metric"], kind="stable")

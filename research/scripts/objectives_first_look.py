@@ -9,6 +9,12 @@ longer than such a budget here (docs/training.md). BERT trains first and its tok
 other run (its token cache is hard-linked, not redone); DistilBERT distils BERT's final checkpoint
 (so it is taught by a model that had the same minutes). Each run resumes if the script is killed.
 
+The other families (`--systems elmo,elmo-transformer,t5,bart,xlnet`, issue 64) keep their recipe's
+architecture and take the same training settings (dropout off, except ELMo's first run), BERT's
+tokenizer and token cache when BERT's run is already in OUT; their rows are added to the tables
+beside the BERT family's. An LSTM biLM gets no head analysis; a T5 / BART also gets its
+cross-attention heads (`first_look_cross_heads`).
+
 Analyses of each final checkpoint (the analysed model: ELECTRA's discriminator, DistilBERT's
 student): the held-out masked-token loss and accuracy of its card (ELECTRA: the generator's; the
 other models' on the same fixed rows and mask), POS / dependency-label / NER edge probes per layer

@@ -234,6 +234,14 @@ def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
     return s
 
 
+def _study_args(s: argparse.ArgumentParser, config_help: str) -> None:
+    """The arguments of a study command (`run`, `zoo`): its config, run folder, --force, --set."""
+    s.add_argument("config", type=Path, help=config_help)
+    s.add_argument("--run-dir", type=Path, help="the run folder (default: runs/<config name>)")
+    s.add_argument("--force", action="store_true", help="re-run every step (default: skip the unchanged ones)")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+
+
 def _config_args(s: argparse.ArgumentParser, what: str) -> None:
     """--config FILE and --set KEY=VALUE, the same on every subcommand that takes a config."""
     s.add_argument("--config", type=Path, metavar="FILE",
@@ -365,17 +373,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_emergence)
 
     s = _command(sub, "run", "the whole study as a pipeline of cached steps")
-    s.add_argument("config", type=Path, help="the study's config: configs/demo.json, configs/full.json, ...")
-    s.add_argument("--run-dir", type=Path, help="the run folder (default: runs/<config name>)")
-    s.add_argument("--force", action="store_true", help="re-run every step (default: skip the unchanged ones)")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    _study_args(s, "the study's config: configs/demo.json, configs/full.json, ...")
     s.set_defaults(fn=_run)
 
     s = _command(sub, "zoo", "systems that differ only in their pretraining objective, with seeds, as one study")
-    s.add_argument("config", type=Path, help="the zoo's config: configs/zoo-small.json, configs/zoo.json")
-    s.add_argument("--run-dir", type=Path, help="the run folder (default: runs/<config name>)")
-    s.add_argument("--force", action="store_true", help="re-run every step (default: skip the unchanged ones)")
-    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    _study_args(s, "the zoo's config: configs/zoo-small.json, configs/zoo.json")
     s.set_defaults(fn=_zoo)
 
     s = _command(sub, "report", "(re)write the HTML and Markdown report of a run")

@@ -74,7 +74,7 @@ def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
     assert (stats.loc[stats.statistic == "prunable_share", "interval"] == "seeds-only").all()
     comps = load_table(run, "zoo_comparisons")
     best = comps[comps.statistic == "best_layer_score"]
-    assert len(best) == 2 * 3 and set(best["claim"]) <= {"A > B", "B > A", "no claim"}
+    assert len(best) == 3 and set(best["claim"]) <= {"A > B", "B > A", "no claim"}
     claimed = best[best["claim"] != "no claim"]
     assert ((claimed["ci_low"] > 0) | (claimed["ci_high"] < 0)).all()
     assert (best["n_seed_pairs"] == 4).all() and best["flips"].between(0, 4).all()

@@ -175,11 +175,25 @@ def probing_change(pa: Path, pb: Path, names: tuple[str, str], cfg: CompareRunCo
 
 
 # ------------------------------------------------------------------------------------- entry
+def only_adds_specials(small, big) -> bool:
+    """True when `big` is `small` plus special tokens at new ids (a T5 run adds its sentinels to the
+    tokenizer it shares with the other systems): both split every text into the same ids."""
+    if (small.kind, small.lowercase, small.specials) != (big.kind, big.lowercase, big.specials):
+        return False
+    vs, vb = small.hf.get_vocab(with_added_tokens=True), big.hf.get_vocab(with_added_tokens=True)
+    if any(vb.get(t) != i for t, i in vs.items()):
+        return False
+    added = {t.content: t.special for t in big.hf.get_added_tokens_decoder().values()}
+    return all(added.get(t, False) for t in vb.keys() - vs.keys())
+
+
 def check_same_tokenizer(tok_a, tok_b, pa, pb) -> None:
-    """ValueError unless both checkpoints use the same tokenizer (CKA / JS need the same words)."""
+    """ValueError unless both checkpoints split text the same way (CKA / JS need the same words): the
+    same tokenizer, or one that only adds special tokens to the other (T5's sentinels)."""
     if tok_a is None or tok_b is None:
         raise ValueError(f"compare: {pa if tok_a is None else pb} has no tokenizer/ folder")
-    if tok_a.fingerprint() != tok_b.fingerprint():
+    small, big = sorted((tok_a, tok_b), key=lambda t: t.vocab_size)
+    if tok_a.fingerprint() != tok_b.fingerprint() and not only_adds_specials(small, big):
         raise ValueError(
             f"compare: {pa} and {pb} use different tokenizers ({tok_a.fingerprint()[:12]}... vs "
             f"{tok_b.fingerprint()[:12]}...); CKA and attention JS need both models on the same tokens. "

@@ -6,12 +6,21 @@ import copy
 import numpy as np
 import pytest
 import torch
+from tokenizers import AddedToken
+from tokenizers import Tokenizer as HFTokenizer
 
 import plmodels
 from plmodels.checkpoint import build_model
 from plmodels.presets import preset
 from plmodels.tokenizer import Tokenizer
-from workbench.analyses.compare import CompareRunConfig, compare_loaded, compare_models
+from plmodels.training.data import with_sentinels
+from workbench.analyses.compare import (
+    CompareRunConfig,
+    check_same_tokenizer,
+    compare_loaded,
+    compare_models,
+    only_adds_specials,
+)
 from workbench.data.tasks import ud_sentences
 
 L, H = 3, 2
@@ -72,6 +81,21 @@ def test_different_tokenizers_are_an_error(tiny):
     plmodels.save(build_model("encoder", fields), tok2, tmp / "b")
     with pytest.raises(ValueError, match="different tokenizers"):
         compare_models(tmp / "a", tmp / "b", out_dir=tmp / "out_err", config=CFG, progress=False)
+
+
+def test_a_tokenizer_that_only_adds_specials_splits_text_the_same(tiny):
+    """T5's run adds its sentinels to the tokenizer it shares with the other systems: comparable."""
+    _, tok, sents, _ = tiny
+    t5 = with_sentinels(tok, 4)
+    assert only_adds_specials(tok, t5) and not only_adds_specials(t5, tok)
+    assert all(tok.encode(" ".join(s)) == t5.encode(" ".join(s)) for s in sents)
+    check_same_tokenizer(tok, t5, "a", "t5")
+    plain = Tokenizer(HFTokenizer.from_str(tok.hf.to_str()), tok.kind, tok.specials, lowercase=tok.lowercase)
+    plain.hf.add_tokens([AddedToken("newword", special=False)])  # a new word changes how text splits
+    assert not only_adds_specials(tok, plain)
+    other = Tokenizer.train_wordpiece([" ".join(s) for s in sents], 200)
+    with pytest.raises(ValueError, match="different tokenizers"):
+        check_same_tokenizer(tok, other, "a", "b")
 
 
 def test_compare_models_with_probing_change(tiny):

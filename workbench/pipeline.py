@@ -11,6 +11,9 @@ A step whose key is unchanged and whose state is "done" is not run again; a step
 killed run is run again, and the long ones (pretraining) resume from their own checkpoints. Each
 step's outputs land in the run folder beside the resolved config, the seed, the code version and
 the data checksums.
+
+A zoo (workbench/zoo.py) is such a study with one model per system and pretraining seed and three
+steps of its own at the end: zoo:training, zoo:cka and zoo:stats (workbench/analyses/zoo.py).
 """
 
 from __future__ import annotations
@@ -333,7 +336,7 @@ def _zoo_systems(spec: dict) -> dict[str, list[int]]:
 
 def _zoo_training_step(ctx: Context) -> dict:
     table = training_table(ctx.run_dir, _zoo_systems(ctx.params))
-    write_tables(ctx.run_dir, {"zoo_training": table})
+    write_table(ctx.run_dir, "zoo_training", table)
     return {"tables": ["zoo_training"], "models": len(table)}
 
 
@@ -351,9 +354,9 @@ def _zoo_stats_step(ctx: Context) -> dict:
                             seed=opts.get("seed", 0))
     for name, df in tables.items():
         write_table(ctx.run_dir, name, df)
-    flipped = tables["zoo_comparisons"]
-    return {"tables": sorted(tables), "claims": int((flipped["claim"] != "no claim").sum()),
-            "with_flips": int((flipped["flips"] > 0).sum())}
+    comps = tables["zoo_comparisons"]
+    return {"tables": sorted(tables), "claims": int((comps["claim"] != "no claim").sum()),
+            "with_flips": int((comps["flips"] > 0).sum())}
 
 
 def _tasks_step(ctx: Context) -> dict:

@@ -92,6 +92,8 @@ def forward(model: nn.Module, batch: Batch, head_mask: Tensor | None = None, **k
         masks = {} if head_mask is None else model.split_head_mask(head_mask)
         return model(batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"],
                      decoder_attention_mask=batch.get("decoder_attention_mask"), **inputs, **masks, **kwargs)
+    if getattr(model, "kind", None) == "xlnet":  # a permutation batch: the query stream at its targets
+        inputs.update({k: batch[k] for k in ("perm_mask", "target_mapping") if batch.get(k) is not None})
     if getattr(model, "kind", "encoder") == "encoder" and batch.get("token_type_ids") is not None:
         inputs["token_type_ids"] = batch["token_type_ids"]
     return model(batch["input_ids"], head_mask=head_mask, **inputs, **kwargs)

@@ -100,6 +100,15 @@ def seq2seq_loss(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tu
     return F.cross_entropy(_upcast(out.logits[valid]), targets[valid], reduction="sum"), valid.sum()
 
 
+def plm_loss(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
+    """XLNet's permutation-LM loss: summed cross-entropy of the query stream's logits (B, P, V) at the
+    batch's targets (`target_mapping`, `perm_mask`) against batch["labels"] (B, P) (-100: none), and
+    their number."""
+    out = forward(model, batch, head_mask)
+    valid = batch["labels"] != -100
+    return F.cross_entropy(_upcast(out.logits[valid]), batch["labels"][valid], reduction="sum"), valid.sum()
+
+
 def bilm_stat(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
     """A biLM's loss (ELMo: the mean of the forward and backward next-token NLLs, `plmodels.elmo.bilm_loss`)
     summed over its predictions per direction, and their number."""
@@ -165,6 +174,7 @@ METRICS: dict[str, Metric] = {
     "perplexity": Metric("perplexity", causal_lm_loss, higher_is_better=False, transform=math.exp),
     "denoising_loss": Metric("denoising_loss", seq2seq_loss, higher_is_better=False),
     "bilm_loss": Metric("bilm_loss", bilm_stat, higher_is_better=False),
+    "plm_loss": Metric("plm_loss", plm_loss, higher_is_better=False),
 }
 
 

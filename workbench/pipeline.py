@@ -39,6 +39,7 @@ from plmodels.training.config import read_config_file
 from workbench import __version__
 from workbench.analyses.amnesic import amnesic_model
 from workbench.analyses.compare import compare_models
+from workbench.analyses.cross_heads import analyse_cross_heads
 from workbench.analyses.emergence import emergence_cli
 from workbench.analyses.frozen_vs_finetuned import frozen_vs_finetuned
 from workbench.analyses.gating import gate_model
@@ -83,6 +84,7 @@ class RunConfig(Config):
     prune: dict | None = None                        # {"models", "methods", "config"}
     gate: dict | None = None                         # {"models", "config"}: head-gated probing (after heads)
     amnesic: dict | None = None                      # {"models", "config"}: amnesic probing
+    cross_heads: dict | None = None                  # {"models", "config"}: cross-attention heads (T5, BART)
     compare: dict | None = None                      # {"pairs", "config"}
     frozen_vs_finetuned: dict | None = None          # {"models", "config"}
     emergence: dict | None = None                    # {"models", "config"}
@@ -262,6 +264,8 @@ def _analysis_step(kind: str, model: str, spec: dict) -> Callable[[Context], dic
         elif kind == "prune":
             tables = prune_model_cli(path, methods=spec["methods"], out_dir=out, config=config,
                                      model_name=model)
+        elif kind == "cross_heads":
+            tables = analyse_cross_heads(path, out_dir=out, model_name=model, **(config or {}))
         elif kind == "gate":
             tables = gate_model(path, out_dir=out, config=config, model_name=model, store_root=ctx.run_dir / "store")
         else:
@@ -383,7 +387,7 @@ def build_steps(cfg: dict) -> list[Step]:
     for name, spec in cfg.get("finetune", {}).items():
         base = spec["base"]
         steps.append(Step(f"finetune:{name}", spec, _finetune_step(name, spec), after=[_model_step(cfg, base)]))
-    for kind in ("probe", "heads", "prune", "gate", "amnesic"):
+    for kind in ("probe", "heads", "cross_heads", "prune", "gate", "amnesic"):
         spec = cfg.get(kind)
         if not spec:
             continue

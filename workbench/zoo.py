@@ -10,8 +10,8 @@ with one model "<system>-s<seed>" per system and seed:
   (`tokenizer_from`), so all of them see the same tokens; DistilBERT-like systems name a `teacher`
   system and distil its checkpoint of the same seed (`teacher_from`);
 - probing runs on every model with per-item results kept (`keep_items`), the head analysis and
-  importance / pruning on every model that has heads (not ELMo's LSTMs), frozen vs finetuned and
-  emergence where the config asks for them;
+  importance / pruning on every model that has heads (not ELMo's LSTMs), the cross-attention heads of
+  the encoder-decoders, frozen vs finetuned and emergence where the config asks for them;
 - then the zoo's own steps (workbench/analyses/zoo.py): `zoo:training` (steps, tokens, FLOPs of
   each checkpoint), `zoo:cka` (CKA between every two checkpoints' layers) and `zoo:stats` (every
   cross-system number with a multi-bootstrap interval over seeds x items), and the report.
@@ -48,6 +48,7 @@ class ZooConfig(Config):
     probe: dict = field(default_factory=dict)   # ProbeRunConfig fields (keep_items is set)
     heads: dict | None = field(default_factory=dict)   # HeadRunConfig fields; None: no head analysis
     prune: dict | None = None                   # {"methods": [...], "config": {...}}
+    cross_heads: dict | None = field(default_factory=dict)  # analyse_cross_heads arguments (T5, BART); None: none
     frozen_vs_finetuned: dict | None = None     # FvFConfig fields
     emergence: dict | None = None               # emergence config (needs log-spaced checkpoints)
     cka: dict | None = field(default_factory=dict)   # {"sentences": 500, "max_words": 40}; None: none
@@ -84,10 +85,11 @@ def expand_zoo(zoo: ZooConfig) -> dict:
     # a teacher trains before its students
     systems.sort(key=lambda s: zoo.systems[s].get("teacher") is not None)
     first = model_name(systems[0], zoo.seeds[0])
-    models, with_heads = {}, []
+    models, with_heads, seq2seq = {}, [], []
     for system in systems:
         spec = zoo.systems[system]
-        has_heads = system_kind(spec) not in NO_HEADS
+        kind = system_kind(spec)
+        has_heads = kind not in NO_HEADS
         for seed in zoo.seeds:
             name = model_name(system, seed)
             overrides = merge(merge(zoo.training, spec.get("overrides", {})),
@@ -100,6 +102,8 @@ def expand_zoo(zoo: ZooConfig) -> dict:
             models[name] = entry
             if has_heads:
                 with_heads.append(name)
+            if kind == "seq2seq":
+                seq2seq.append(name)
     names = list(models)
     cfg: dict = {"name": zoo.name, "seed": zoo.seeds[0], "results_root": zoo.results_root, "models": models,
                  "tasks": {"tasks": list(zoo.tasks)},
@@ -108,6 +112,8 @@ def expand_zoo(zoo: ZooConfig) -> dict:
                  "report": {}}
     if zoo.heads is not None and with_heads:
         cfg["heads"] = {"models": with_heads, "config": zoo.heads}
+    if zoo.cross_heads is not None and seq2seq:
+        cfg["cross_heads"] = {"models": seq2seq, "config": zoo.cross_heads}
     if zoo.prune is not None and with_heads:
         cfg["prune"] = {"models": with_heads, "methods": list(zoo.prune.get("methods", ["michel", "random"])),
                         "config": zoo.prune.get("config", {})}

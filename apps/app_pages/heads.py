@@ -91,6 +91,20 @@ def main() -> None:
         return
     both = grid_section(run)
     sentence_section(run, norm_default=both)
+    cross_section(run)
+
+
+def cross_section(run) -> None:
+    """The encoder-decoders' cross-attention heads (T5, BART), when the run has them."""
+    best = common.view("cross_heads_best", run)
+    if best is None:
+        return
+    st.subheader("Cross-attention heads")
+    st.caption("Where each target position looks in the source, on the model's own noising of EWT test sentences: "
+               "the best head per score (align_acc: share of aligned target tokens whose most-attended source "
+               "position is their copy, T5's sentinels or BART's surviving tokens; entropy: the lowest), its 95% "
+               "interval over sentences, and the mean over the model's heads.")
+    st.dataframe(best, hide_index=True, width="stretch")
 
 
 main()

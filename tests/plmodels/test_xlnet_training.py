@@ -3,10 +3,12 @@ permutation batches from the packed rows (data.plm_batch, plm.py), lowers the he
 loss through `run_training`, saves an "xlnet" checkpoint that loads to the same hidden states,
 resumes bit-exact, and lets the workbench's extraction read the content stream's L + 1 layers."""
 import json
+import shutil
 
 import pytest
 import torch
 import torch.nn.functional as F
+from safetensors.torch import save_file
 
 from plmodels.checkpoint import load, n_parameters
 from plmodels.encoder import Encoder, EncoderConfig
@@ -20,6 +22,8 @@ from plmodels.training.objectives import objective_for, plm_loss
 from plmodels.xlnet import XLNet, XLNetConfig
 from tests.plmodels.kinds import assert_store_is_the_hidden_states, packed_rows
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
+from workbench.analyses.prune import prune_model_cli
+from workbench.core.paths import data_root
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -165,3 +169,30 @@ def test_the_recipes_and_the_mini_shape_match_bert_mini():
     bert = n_parameters(Encoder(EncoderConfig(**preset("encoder", "mini"), vocab_size=16000)))
     ours = n_parameters(XLNet(XLNetConfig(**{**shape, **mini.model}, vocab_size=16000)))
     assert (ours, bert) == (7_534_464, 7_535_232)
+
+
+@pytest.mark.skipif(not (data_root() / "ud_english_ewt").is_dir(), reason="data root missing")
+def test_prune_scores_xlnet_heads_on_its_own_plm_loss_and_a_dead_head_scores_zero(trained, tmp_path):
+    """`workbench prune` on an XLNet checkpoint: the run's partial prediction replayed on fixed orders,
+    Michel per batch (a gate acts on both streams), ablation; a head whose output projection is zero
+    (it adds nothing to either stream) scores exactly 0, and only it."""
+    cfg, result, out = trained
+    run = tmp_path / "run"
+    shutil.copytree(out, run)
+    model, _ = load(run / "final")
+    H, D = model.config.n_heads, model.config.d_model
+    with torch.no_grad():
+        model.blocks[1].attn.o.weight[:, D // H: 2 * D // H] = 0.0  # layer 1, head 1
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(run / "final" / "model.safetensors"))
+    pcfg = {"eval_data": "ewt", "n_sequences": 8, "batch_size": 4, "fractions": [0.0, 0.5, 1.0], "random_seeds": [0],
+            "l0_lambdas": [], "tolerances": [0.05]}
+    tables = prune_model_cli(run / "final", ["michel", "ablation", "random"], tmp_path / "out", pcfg, progress=False)
+    imp = tables["importance"]
+    for method, g in imp.groupby("method"):
+        dead = (g["layer"] == 1) & (g["head"] == 1)
+        assert g.loc[dead, "value"].abs().max() < 1e-6, method
+        assert (g.loc[~dead, "value"].abs() > 1e-6).all(), method
+    assert set(tables["pruning"]["metric"]) == {"plm_loss"} and tables["pruned_speed"].empty
+    record = json.loads((tmp_path / "out" / "prune_run.json").read_text())
+    assert record["config"]["granularity"] == "batch" and any("granularity 'batch'" in n for n in record["notes"])
+    assert "permutation-LM loss" in record["objective"]

@@ -113,3 +113,31 @@ def test_the_gpu_replay_fixes_each_systems_steps_to_the_cpu_zoos(zoo_run):
     assert len(cfg["models"]) == 9 and cfg["models"]["t5-s2"]["overrides"]["schedule_clock"] == "steps"
     with pytest.raises(ValueError, match="no checkpoints of"):
         replay.replay_overrides(zoo_run, ["xlnet"])
+
+
+@pytest.mark.slow
+def test_the_encoder_decoders_cross_heads_reach_the_report_and_the_heads_page(zoo_run, monkeypatch):
+    """The zoo runs the cross-attention analysis on its T5 checkpoints; the report's heads section and
+    the app's Heads page show each model's best head with the interval the table holds."""
+    from streamlit.testing.v1 import AppTest
+
+    from workbench.presentation import views
+    from workbench.presentation.report import heads_section
+
+    raw = load_table(zoo_run, "cross_heads")
+    assert sorted(raw["model"].unique()) == ["t5-s0", "t5-s1"]
+    best = views.cross_heads_best(zoo_run)
+    for model, g in best.groupby("model"):
+        acc = g.set_index("score").loc["align_acc"]
+        want = raw[(raw.model == model) & (raw.score == "align_acc")]["value"].max()
+        assert acc["value"] == pytest.approx(want) and acc["ci_low"] <= acc["value"] <= acc["ci_high"]
+    findings = [f for f in heads_section(zoo_run).findings if "cross-attention head" in f]
+    assert len(findings) == 2 and all("sentinels" in f for f in findings)
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(zoo_run.parent))
+    at = AppTest.from_file(str(ZOO_TINY.parents[1] / "apps" / "app.py"), default_timeout=120)
+    at.run()
+    at.switch_page("app_pages/heads.py")
+    at.run()
+    assert not at.exception
+    assert "Cross-attention heads" in [h.value for h in at.subheader]
+    assert len(at.dataframe[-1].value) == len(best)

@@ -43,7 +43,9 @@ from plmodels.config import Config
 from plmodels.elmo import BILM_KINDS
 from plmodels.progress import progress as progress_bar
 from plmodels.progress import write
+from plmodels.training.config import PLMArgs
 from plmodels.training.corpus import iter_texts
+from plmodels.training.data import plm_batch
 from plmodels.training.finetune import HEAD_FILE, INFO_FILE, collate, encode, load_classifier
 from plmodels.training.masking import mask_tokens, step_generator
 from probes.heads import weighting_rows
@@ -206,13 +208,14 @@ def _halves(items: list, heldout: bool) -> tuple[list, list]:
     return items[:half], items[half:]
 
 
-def lm_objective(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, source: str) -> Objective:
+def lm_objective(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, source: str,
+                 plm: PLMArgs | None = None) -> Objective:
     """MLM loss with a fixed corruption (encoder) or causal-LM perplexity (decoder) batches; the
     first half of `seqs` scores the heads, the second half (held out) measures the curves."""
 
     score, curve = _halves(seqs, cfg.heldout)
-    batches = _lm_batches(model, tok, score, cfg, 0)
-    curve_batches = batches if curve is score else _lm_batches(model, tok, curve, cfg, len(batches))
+    batches = _lm_batches(model, tok, score, cfg, 0, plm)
+    curve_batches = batches if curve is score else _lm_batches(model, tok, curve, cfg, len(batches), plm)
     split = (f"heads scored on {len(score)}, curves on {len(curve)} held-out {source} sequences" if cfg.heldout
              else f"{len(seqs)} {source} sequences (scores and curves on the same)")
     special = tuple(tok.special_ids)
@@ -222,6 +225,9 @@ def lm_objective(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, source:
     if model.kind in BILM_KINDS:
         return Objective(batches, METRICS["bilm_loss"].stat, METRICS["bilm_loss"],
                          f"biLM loss (mean of the two directions' next-token NLLs): {split}", curve_batches, special)
+    if model.kind == "xlnet":
+        return Objective(batches, METRICS["plm_loss"].stat, METRICS["plm_loss"],
+                         f"permutation-LM loss (fixed orders, seed {cfg.mask_seed}): {split}", curve_batches, special)
     return Objective(batches, METRICS["perplexity"].stat, METRICS["perplexity"], f"perplexity: {split}",
                      curve_batches, special)
 
@@ -256,12 +262,17 @@ def seq2seq_objective(model, tok, path: Path, seqs: list[list[int]], cfg: PruneR
                      f"(noise seed {cfg.mask_seed})", curve_batches, tuple(tok.special_ids))
 
 
-def _lm_batches(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, first_batch: int) -> list[dict]:
+def _lm_batches(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, first_batch: int,
+                plm: PLMArgs | None = None) -> list[dict]:
     """Padded batches of `seqs`; an encoder's get their fixed MLM corruption (seeded by batch index)."""
     batches = []
     for b, i in enumerate(range(0, len(seqs), cfg.batch_size), start=first_batch):
         ids, mask = _pad(seqs[i:i + cfg.batch_size], tok.pad_id if tok.pad_id is not None else 0)
-        if model.kind == "encoder":
+        if model.kind == "xlnet":  # a fixed factorisation order and targets per row (seeded by batch index)
+            pb = plm_batch(ids, tok, plm or PLMArgs(), step_generator(cfg.mask_seed, b), torch.device("cpu"))
+            batches.append({"input_ids": pb.input_ids, "labels": pb.labels,
+                            **{k: v for k, v in pb.extras.items() if v is not None}})
+        elif model.kind == "encoder":
             specials = set(tok.special_ids) | {tok.pad_id}
             ids, labels = mask_tokens(ids, mask_id=tok.mask_id, vocab_size=tok.vocab_size, special_ids=specials,
                                       generator=step_generator(cfg.mask_seed, b))
@@ -344,9 +355,9 @@ def build_objective(path: Path, cfg: PruneRunConfig):
             raise ValueError(f"{path}: eval_data='classifier' needs a finetuned folder (finetune.json + head.safetensors)")
         return classifier_objective(path, cfg)
     model, tok = plmodels.load(path)
-    if model.kind not in ("encoder", "decoder", "seq2seq", "tbilm"):
+    if model.kind not in ("encoder", "decoder", "seq2seq", "tbilm", "xlnet"):
         raise ValueError(f"{path}: a {model.kind} model has no head mask; head importance and pruning read "
-                         "encoders, decoders, encoder-decoders and the transformer biLM")
+                         "encoders, decoders, encoder-decoders, the transformer biLM and XLNet")
     if tok is None:
         raise ValueError(f"{path}: the checkpoint has no tokenizer/ folder; pruning needs one")
     card = json.loads((path / "card.json").read_text()) if (path / "card.json").exists() else {}
@@ -361,7 +372,12 @@ def build_objective(path: Path, cfg: PruneRunConfig):
         raise ValueError(f"eval_data={source!r} gave no sequences")
     if model.kind == "seq2seq":
         return model, tok, seq2seq_objective(model, tok, path, seqs, cfg, source)
-    return model, tok, lm_objective(model, tok, seqs, cfg, source)
+    plm = None
+    if model.kind == "xlnet":  # the run's partial prediction (objective_args), else PLMArgs' default
+        resolved = path.parent / "config.resolved.json"
+        pre = json.loads(resolved.read_text()).get("pretrain", {}) if resolved.is_file() else {}
+        plm = PLMArgs.from_dict(pre.get("objective_args") or {}) if pre.get("objective") == "plm" else PLMArgs()
+    return model, tok, lm_objective(model, tok, seqs, cfg, source, plm)
 
 
 # --------------------------------------------------------------------------------- methods
@@ -528,6 +544,10 @@ def prune_model_cli(model_path: str | Path, methods: Sequence[str] | None = None
     model, tok, obj = build_objective(path, cfg)
     model.eval()
     notes = []
+    if model.kind == "xlnet" and cfg.granularity != "batch":  # a gate acts on both streams, which have no
+        cfg = PruneRunConfig.from_dict({**cfg.to_dict(), "granularity": "batch"})  # per-token site in common
+        notes.append("Michel's importance with granularity 'batch' (|dL/dxi| per batch, as HF's run_bertology): "
+                     "XLNet's head gates act on the content and the query stream, which share no per-token site")
     if model.kind == "seq2seq" and "confidence" in methods:  # Voita's confidence reads self-attention maps
         methods = [m for m in methods if m != "confidence"]
         notes.append("confidence left out: it is defined on self-attention maps over the input's tokens, "

@@ -41,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "probing": "workbench probe MODEL", "probing_summary": "workbench probe MODEL",
     "mix_weights": "workbench probe MODEL",
     "heads": "workbench heads MODEL", "heads_classes": "workbench heads MODEL",
+    "cross_heads": "workbench cross-heads MODEL",
     "relations": "workbench heads MODEL", "head_similarity": "workbench heads MODEL",
     "importance": "workbench prune MODEL", "pruning": "workbench prune MODEL",
     "pruned_speed": "workbench prune MODEL",
@@ -941,3 +942,28 @@ def continuations(model, tokenizer, text: str, n_new: int = 20, k: int = 5) -> t
                           for r, (i, v) in enumerate(zip(first.indices, first.values))],
                          columns=["rank", "token", "prob"])
     return tokenizer.decode(new), table
+
+
+CROSS_SCORES = ("align_acc", "sentinel_acc", "align_mass", "monotonic", "entropy")  # the scores shown, in order
+
+
+def cross_heads_best(run_dir: str | Path) -> pd.DataFrame | None:
+    """Per encoder-decoder model and cross-attention score, its best head (the lowest `entropy`, the
+    highest of the others) with the score's 95 % interval over sentences when the table has one
+    (`<score>:low` / `<score>:high` rows): model, score, layer, head, value, ci_low, ci_high, mean
+    (over the model's heads). None without a cross_heads table."""
+    df = table(run_dir, "cross_heads")
+    if df is None or not len(df):
+        return None
+    rows = []
+    for (model, score), g in df[df["score"].isin(CROSS_SCORES)].groupby(["model", "score"], sort=True):
+        best = g.loc[g["value"].idxmin() if score == "entropy" else g["value"].idxmax()]
+        key = (df["model"] == model) & (df["layer"] == best["layer"]) & (df["head"] == best["head"])
+        lo, hi = (df.loc[key & (df["score"] == f"{score}:{end}"), "value"] for end in ("low", "high"))
+        rows.append({"model": model, "score": score, "layer": int(best["layer"]), "head": int(best["head"]),
+                     "value": float(best["value"]), "ci_low": float(lo.iloc[0]) if len(lo) else float("nan"),
+                     "ci_high": float(hi.iloc[0]) if len(hi) else float("nan"), "mean": float(g["value"].mean())})
+    order = {s: k for k, s in enumerate(CROSS_SCORES)}
+    out = pd.DataFrame(rows)
+    return out.sort_values(["model", "score"], key=lambda c: c.map(order) if c.name == "score" else c,
+                           kind="stable").reset_index(drop=True)

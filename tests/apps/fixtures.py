@@ -167,3 +167,19 @@ def make_results_fixture(root: str | Path, n_layers: int = 12, n_heads: int = 12
     if checkpoints:
         _checkpoints(run_dir)
     return run_dir
+
+
+APP = str(Path(__file__).resolve().parents[2] / "apps" / "app.py")
+
+
+def app_page(monkeypatch, root: Path, page: str):
+    """The app under Streamlit's AppTest on the results folder `root`, switched to `page`
+    ("app_pages/causal.py", ...) and run: the page as the app draws it."""
+    from streamlit.testing.v1 import AppTest
+
+    monkeypatch.setenv("WORKBENCH_RESULTS", str(root))
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    at.switch_page(page)
+    at.run()
+    return at

@@ -7,23 +7,17 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
+from tests.apps.fixtures import app_page
 from tests.workbench.presentation.test_causal_faces import causal_run
 from workbench.core.paths import data_root
 from workbench.core.results import write_table
 
-APP = str(Path(__file__).resolve().parents[2] / "apps" / "app.py")
 TABS = ["Amnesic", "Head gating", "Passport", "Structural"]
 
 
-def _page(monkeypatch, root: Path) -> AppTest:
-    monkeypatch.setenv("WORKBENCH_RESULTS", str(root))
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    at.switch_page("app_pages/causal.py")
-    at.run()
-    return at
+def _page(monkeypatch, root: Path):
+    return app_page(monkeypatch, root, "app_pages/causal.py")
 
 
 @pytest.mark.skipif(not (data_root() / "ud_english_ewt").is_dir(), reason="data root missing")

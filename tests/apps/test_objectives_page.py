@@ -7,22 +7,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from streamlit.testing.v1 import AppTest
 
+from tests.apps.fixtures import app_page
 from workbench.core import results
 from workbench.presentation import views
 
-APP = str(Path(__file__).resolve().parents[2] / "apps" / "app.py")
 SYSTEMS = ["bert", "elmo", "t5"]   # configs/zoo-tiny.json
 
 
-def _page(monkeypatch, root: Path) -> AppTest:
-    monkeypatch.setenv("WORKBENCH_RESULTS", str(root))
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.run()
-    at.switch_page("app_pages/objectives.py")
-    at.run()
-    return at
+def _page(monkeypatch, root: Path):
+    return app_page(monkeypatch, root, "app_pages/objectives.py")
 
 
 @pytest.mark.slow

@@ -12,8 +12,11 @@ import pandas as pd
 import pytest
 
 from probes.multibootstrap import layer_curve, score
+from tests.apps.fixtures import app_page
 from workbench.analyses.zoo import item_arrays
 from workbench.core.results import load_table
+from workbench.presentation import views
+from workbench.presentation.report import heads_section
 from workbench.zoo import ZooConfig, expand_zoo, load_zoo, run_zoo
 
 ZOO_TINY = Path(__file__).resolve().parents[2] / "configs" / "zoo-tiny.json"
@@ -119,11 +122,6 @@ def test_the_gpu_replay_fixes_each_systems_steps_to_the_cpu_zoos(zoo_run):
 def test_the_encoder_decoders_cross_heads_reach_the_report_and_the_heads_page(zoo_run, monkeypatch):
     """The zoo runs the cross-attention analysis on its T5 checkpoints; the report's heads section and
     the app's Heads page show each model's best head with the interval the table holds."""
-    from streamlit.testing.v1 import AppTest
-
-    from workbench.presentation import views
-    from workbench.presentation.report import heads_section
-
     raw = load_table(zoo_run, "cross_heads")
     assert sorted(raw["model"].unique()) == ["t5-s0", "t5-s1"]
     best = views.cross_heads_best(zoo_run)
@@ -133,11 +131,7 @@ def test_the_encoder_decoders_cross_heads_reach_the_report_and_the_heads_page(zo
         assert acc["value"] == pytest.approx(want) and acc["ci_low"] <= acc["value"] <= acc["ci_high"]
     findings = [f for f in heads_section(zoo_run).findings if "cross-attention head" in f]
     assert len(findings) == 2 and all("sentinels" in f for f in findings)
-    monkeypatch.setenv("WORKBENCH_RESULTS", str(zoo_run.parent))
-    at = AppTest.from_file(str(ZOO_TINY.parents[1] / "apps" / "app.py"), default_timeout=120)
-    at.run()
-    at.switch_page("app_pages/heads.py")
-    at.run()
+    at = app_page(monkeypatch, zoo_run.parent, "app_pages/heads.py")
     assert not at.exception
     assert "Cross-attention heads" in [h.value for h in at.subheader]
     assert len(at.dataframe[-1].value) == len(best)

@@ -595,7 +595,8 @@ def _zoo_probing_extras(run_dir: str | Path) -> pd.DataFrame | None:
 
 
 def zoo_summary_table(run_dir: str | Path) -> pd.DataFrame | None:
-    """Per task and system: n_layers, best (best-layer score, micro F1, each seed at its own best layer)
+    """Per task and system: n_layers, best (best-layer score: the maximum over layers of the seed-mean
+    micro F1, an in-sample maximum)
     with best_low, best_high, e_delta (the cumulative probes' center of gravity, in layers) with
     e_delta_low, e_delta_high (multi-bootstrap intervals), n_seeds, n_items, and the e_s, mdl_compression,
     mdl_layer columns when the run has them (`_zoo_probing_extras`). E_s misleads across models whose

@@ -336,10 +336,12 @@ def seeds_only(values: Sequence[float], *, n_boot: int = 1000, seed: int = 0, le
 
 
 def compare_seeds_only(a_values: Sequence[float], b_values: Sequence[float], *, n_boot: int = 1000, seed: int = 0,
-                       level: float = 0.95) -> Comparison:
+                       level: float = 0.95, min_seeds: int = 3) -> Comparison:
     """mean(A) - mean(B) of per-seed scalars with independent seed resamples (unpaired seeds), as
     `compare` without items. With fewer than 2 values on either side low = high = p_a_gt_b = nan and
-    the claim is "no claim"; `flips` is computed all the same."""
+    the claim is "no claim"; `flips` is computed all the same. With fewer than `min_seeds` values on
+    either side the interval is given but no claim is made: a bootstrap of two values has three
+    possible means, and two equal seeds would give a zero-width interval."""
     _check_args(n_boot, level)
     a, b = _as_values(a_values, "compare_seeds_only: a"), _as_values(b_values, "compare_seeds_only: b")
     if a.size == 0 or b.size == 0:
@@ -351,4 +353,5 @@ def compare_seeds_only(a_values: Sequence[float], b_values: Sequence[float], *, 
     rng = np.random.default_rng(seed)
     boots = _seed_means(a, rng, n_boot) - _seed_means(b, rng, n_boot)
     lo, hi = _percentiles(boots, level)
-    return Comparison(delta, lo, hi, float((boots > 0).mean()), a.size * b.size, flips, _claim(lo, hi))
+    claim = _claim(lo, hi) if min(a.size, b.size) >= min_seeds else "no claim"
+    return Comparison(delta, lo, hi, float((boots > 0).mean()), a.size * b.size, flips, claim)

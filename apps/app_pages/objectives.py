@@ -1,7 +1,7 @@
 """Objectives: systems that differ only in their pretraining objective, each with pretraining seeds
 (`workbench zoo CONFIG`). Per task the score by layer of every system with its multi-bootstrap band
 (Sellam et al. 2022), the summary and the comparisons (a claim only where the interval excludes 0,
-the seed pairs that disagree flagged), heads per primary role, and CKA between two systems' layers
+the seed pairs that disagree flagged), share of heads per primary role, and CKA between two systems' layers
 beside each system's seed-to-seed CKA (Kornblith et al. 2019)."""
 
 import streamlit as st

@@ -205,6 +205,8 @@ def test_layer_curve_and_best_layer_share_resamples():
 def test_seeds_only_edge_cases_and_compare_seeds_only():
     one = seeds_only([0.4])
     assert one.value == 0.4 and np.isnan(one.low) and np.isnan(one.high) and one.n_items == 0
+    two = compare_seeds_only([10.0, 10.0], [5.0, 5.0])  # two equal seeds a side: a zero-width interval
+    assert two.low == two.high == 5.0 and two.claim == "no claim"  # but fewer than 3 seeds: no claim
     c = compare_seeds_only([10.0, 11.0, 12.0], [5.0, 6.0, 5.5])
     assert c.claim == "A > B" and c.flips == 0 and c.p_a_gt_b == 1.0 and c.n_seed_pairs == 9
     c = compare_seeds_only([10.0, 11.0, 4.0], [5.0, 6.0])  # delta > 0; seed 2 of A loses to both B seeds

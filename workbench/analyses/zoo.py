@@ -20,7 +20,7 @@ these three steps then read the run's tables across systems:
   2022 ("The MultiBERTs", `probes.multibootstrap`), kept apart from the items-only interval (which
   treats one seed's checkpoint as if it were the system). Statistics with per-item results (probing:
   the score at each layer, the best-layer score, E_delta of the cumulative probes) get both; those
-  without (heads per primary role, prunable share of heads, finetuning gain) are resampled over seeds
+  without (share of heads per primary role, prunable share of heads, finetuning gain) are resampled over seeds
   only. A comparison "A > B" is claimed only when its multi-bootstrap interval excludes 0, and
   `flips` counts the (seed of A, seed of B) pairs that order the two systems the other way.
 """
@@ -196,8 +196,8 @@ def _per_model(df: pd.DataFrame | None, value: str) -> dict[str, float]:
 
 def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot: int = 1000,
                     seed: int = 0) -> tuple[list[dict], list[dict]]:
-    """Rows for the statistics without items, resampled over pretraining seeds only: heads per primary
-    role, the share of heads prunable for a 5 % loss (Michel order), the finetuning gain (finetune
+    """Rows for the statistics without items, resampled over pretraining seeds only: the share of a
+    model's heads (the encoder's, for T5 / BART) with each primary role, the share of heads prunable for a 5 % loss (Michel order), the finetuning gain (finetune
     minus the scalar-mix frozen features, per task)."""
     per_stat: dict[tuple[str, str], dict[str, float]] = {}
     classes = load_table(run_dir, "heads_classes")
@@ -206,8 +206,9 @@ def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot:
             classes = classes[classes["weighting"].fillna("raw") == "raw"]
         prim = classes[classes["primary"]] if "primary" in classes.columns else classes
         counts = prim.groupby(["model", "role"]).size().unstack(fill_value=0)
-        for role in counts.columns:
-            per_stat["heads_" + role, ""] = counts[role].astype(float).to_dict()
+        shares = counts.div(counts.sum(axis=1), axis=0)  # systems differ in their number of heads
+        for role in shares.columns:
+            per_stat["heads_" + role, ""] = shares[role].astype(float).to_dict()
     prunable = load_table(run_dir, "prunable")
     if prunable is not None and len(prunable):
         p = prunable[(prunable["method"] == "michel") & np.isclose(prunable["tolerance"], 0.05)]

@@ -1,6 +1,6 @@
 """Figures of the Objectives page (the zoo: systems that differ only in their pretraining objective,
 with pretraining seeds; workbench/analyses/zoo.py): per task, the probing score by layer of every
-system with its multi-bootstrap band (Sellam et al. 2022, "The MultiBERTs"); the heads per primary
+system with its multi-bootstrap band (Sellam et al. 2022, "The MultiBERTs"); the share of heads per primary
 role of each system; linear CKA (Kornblith et al. 2019) between two systems' layers beside each
 system's seed-to-seed CKA, the yardstick a cross-system similarity is read against."""
 
@@ -54,7 +54,7 @@ def zoo_layer_figure(df: pd.DataFrame, task: str, x: Literal["layer", "depth"] =
 
 
 def zoo_roles_figure(df: pd.DataFrame) -> go.Figure:
-    """Stacked bars: per system (x), the mean number of heads per primary role over its seeds
+    """Stacked bars: per system (x), the mean share of its heads per primary role over its seeds
     (`views.zoo_role_composition`), one trace per role, error bars from the seeds-only interval."""
     fig = go.Figure()
     colors = role_colors(df["role"].astype(str))
@@ -64,8 +64,9 @@ def zoo_roles_figure(df: pd.DataFrame) -> go.Figure:
         err = dict(type="data", array=(g["ci_high"] - g["value"]).fillna(0),
                    arrayminus=(g["value"] - g["ci_low"]).fillna(0), thickness=1)
         fig.add_trace(go.Bar(x=systems, y=g["value"], name=role, marker_color=colors[str(role)], error_y=err))
-    return fig.update_layout(title="Heads per primary role (mean over seeds; error bars: seeds-only interval)",
-                             barmode="stack", xaxis_title="system", yaxis_title="heads", height=400)
+    return fig.update_layout(title="Share of heads per primary role (mean over seeds; error bars: seeds-only "
+                                   "interval)", barmode="stack", xaxis_title="system", yaxis_title="share of heads",
+                             height=400)
 
 
 def zoo_cka_figure(cross: np.ndarray, system_a: str, system_b: str, own_a: np.ndarray | None = None,

@@ -695,7 +695,7 @@ STATISTIC_NAMES = {"best_layer_score": "best-layer score", "e_delta": "E_delta",
 
 def _statistic_name(statistic: str) -> str:
     if statistic.startswith("heads_"):
-        return f"{statistic[len('heads_'):]} heads"
+        return f"share of {statistic[len('heads_'):]} heads"
     return STATISTIC_NAMES.get(statistic, statistic)
 
 
@@ -749,7 +749,7 @@ def objectives_section(run_dir: Path) -> Section:
     if fvf is not None:
         s.tables.append(("Finetuning gain (finetuned minus frozen scalar mix), seeds-only interval", fvf))
     if roles is not None:
-        s.tables.append(("Heads per primary role (mean over seeds, seeds-only interval)", roles))
+        s.tables.append(("Share of heads per primary role (mean over seeds, seeds-only interval)", roles))
     training = views.zoo_training_table(run_dir)
     if cka_table is not None:
         s.tables.append(("Linear CKA of the embeddings (first) and of the last layers (last) between two systems, "

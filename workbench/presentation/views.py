@@ -658,7 +658,7 @@ def zoo_fvf_table(run_dir: str | Path) -> pd.DataFrame | None:
 
 
 def zoo_role_composition(run_dir: str | Path) -> pd.DataFrame | None:
-    """system, role, value (mean heads per primary role over seeds), ci_low, ci_high (seeds-only),
+    """system, role, value (mean share of the heads with this primary role over seeds), ci_low, ci_high (seeds-only),
     n_seeds: the zoo's "heads_<role>" rows; None without them (e.g. a zoo of recurrent systems only)."""
     stats = _load(run_dir, "zoo_stats")
     if stats is None:

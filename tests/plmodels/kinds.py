@@ -32,3 +32,8 @@ def assert_store_is_the_hidden_states(path, root, kind: str, attentions: bool) -
     for l in range(L + 1):  # first-subword pooling, float16 in the store
         got = torch.from_numpy(store.layer(l)[store.sentence_rows(1)].astype("float32"))
         torch.testing.assert_close(got, hs[l][0, firsts], atol=2e-2, rtol=1e-2)
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    """Two state dicts with the same names and bit-identical tensors (a resumed run, a round trip)."""
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

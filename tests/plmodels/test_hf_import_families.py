@@ -15,16 +15,10 @@ import plmodels
 from plmodels.hf_families import import_hf
 from tests.plmodels import test_seq2seq_parity as s2s
 from tests.plmodels import test_xlnet as xl
+from tests.plmodels.kinds import assert_same_weights
 from tests.plmodels.test_hf_tokenizers import write_roberta_files
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:import_hf_")]
-
-
-def _same_state(a: torch.nn.Module, b: torch.nn.Module) -> None:
-    sa, sb = a.state_dict(), b.state_dict()
-    assert sa.keys() == sb.keys()
-    for k in sa:
-        assert torch.equal(sa[k], sb[k]), k
 
 
 def _seq2seq_logits(model, pad: int):
@@ -43,7 +37,7 @@ def test_seq2seq_folder_imports_and_round_trips(tmp_path, family):
     assert type(model).__name__ == "Seq2Seq" and not model.training
     torch.testing.assert_close(_seq2seq_logits(model, pad), _seq2seq_logits(hf, pad), atol=s2s.ATOL, rtol=0)
     back, _ = plmodels.load(tmp_path / "ours")
-    _same_state(model, back)
+    assert_same_weights(model.state_dict(), back.state_dict())
     report = json.loads((tmp_path / "ours" / "card.json").read_text())["import"]
     assert report["family"] == family and tok is None
     assert report["notes"] == ["tokenizer not loaded: the folder has no tokenizer files"]
@@ -70,7 +64,7 @@ def test_xlnet_folder_imports_and_round_trips(tmp_path):
     real = mask.bool()
     torch.testing.assert_close(ours[real], ref[real], atol=xl.ATOL, rtol=0)
     back, _ = plmodels.load(tmp_path / "ours")
-    _same_state(model, back)
+    assert_same_weights(model.state_dict(), back.state_dict())
     assert tok is None
 
 

@@ -17,7 +17,7 @@ from plmodels.training.config import BartArgs, T5Args
 from plmodels.training.data import bart_batch, sentinel_ids, t5_batch, with_sentinels
 from plmodels.training.loop import run_training
 from plmodels.training.masking import continuation_ids, step_generator, word_starts
-from tests.plmodels.kinds import assert_store_is_the_hidden_states, packed_rows
+from tests.plmodels.kinds import assert_same_weights, assert_store_is_the_hidden_states, packed_rows
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,8 +82,7 @@ def test_a_killed_t5_run_resumes_to_bit_identical_weights(corpus, tmp_path):
     killed = run_training(cfg, tmp_path / "b", stop_at_step=8)  # last checkpoint: step 8 (log-spaced)
     assert killed.path is None
     resumed = run_training(cfg, tmp_path / "b")
-    wa, wb = result.model.state_dict(), resumed.model.state_dict()
-    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert_same_weights(result.model.state_dict(), resumed.model.state_dict())
 
 
 def test_a_t5_batch_rebuilds_the_original_row(corpus):

@@ -20,7 +20,7 @@ from plmodels.training.loop import run_training
 from plmodels.training.masking import step_generator
 from plmodels.training.objectives import objective_for, plm_loss
 from plmodels.xlnet import XLNet, XLNetConfig
-from tests.plmodels.kinds import assert_store_is_the_hidden_states, packed_rows
+from tests.plmodels.kinds import assert_same_weights, assert_store_is_the_hidden_states, packed_rows
 from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
 from workbench.analyses.prune import prune_model_cli
 from workbench.core.paths import data_root
@@ -86,8 +86,7 @@ def test_a_killed_run_resumes_to_bit_identical_weights(corpus, tmp_path):
     killed = run_training(cfg, tmp_path / "b", stop_at_step=8)  # last checkpoint: step 8 (log-spaced)
     assert killed.path is None
     resumed = run_training(cfg, tmp_path / "b")
-    wa, wb = result.model.state_dict(), resumed.model.state_dict()
-    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert_same_weights(result.model.state_dict(), resumed.model.state_dict())
 
 
 def test_a_plm_batch_predicts_the_last_kth_of_the_words_and_never_the_specials(corpus):

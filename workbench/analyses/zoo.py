@@ -223,10 +223,8 @@ def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot:
     for (statistic, task), values in sorted(per_stat.items()):
         by_system = {}
         for system, seeds in systems.items():
+            # (a role a model's heads never take is a 0 share: `unstack(fill_value=0)` above)
             vals = [values[m] for m in (model_name(system, s) for s in seeds) if m in values]
-            if statistic.startswith("heads_") and vals == [] and any(model_name(system, s) in set(
-                    classes["model"]) for s in seeds):
-                vals = [0.0] * len(seeds)  # a system whose heads never take this role
             if vals:
                 by_system[system] = vals
                 stats.append(_row(statistic, task, system, -1, seeds_only(vals, **kw), None, "seeds-only"))

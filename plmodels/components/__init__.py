@@ -14,6 +14,7 @@ embeddings -> heads -> model, read top to bottom.
 | pruning.py        | `PrunableMixin`: `prune_heads`, `n_heads_per_layer`, the head-mask check   |
 | inputs.py         | the length check and `packing_for` (unpad=True)                            |
 | norms.py          | per-head value-vector norms ||f_h(x_j)|| (Kobayashi et al. 2020), `record_value_norms` |
+| cpu_linear.py     | `onednn_linear`: an inference forward's linear layers on oneDNN (2x MKL's fp32 GEMM on AMD CPUs) |
 
 Checkpoint I/O is shared too, one level up (checkpoint.py: a family registers its class in
 `MODEL_KINDS`). The name follows TransformerLens' `components/`; a subpackage, not more files at

@@ -5,10 +5,11 @@ Extraction streams length-sorted, token-budgeted batches (`batching`) through th
 unless attention is requested), pools with index_select / index_add over a flat token -> word map
 (`pooling`), converts attention to word level (`word_attention`, Clark et al. 2019) and `pwrite`s
 each sentence's rows at their global offsets, so RAM is bounded by one batch whatever the dataset
-size. It estimates the bytes first and refuses an extraction over budget (`budget`). It builds
-into a temporary sibling folder and renames it when complete: a killed extraction leaves no store,
-only a temp folder that the next run deletes (restart, not resume). The folder's name is its key
-(`keys`), its layout that of `store`.
+size. The linear layers run on oneDNN (`plmodels.components.cpu_linear`). It estimates the bytes
+first and refuses an extraction over budget (`budget`). It builds into a temporary sibling folder
+and renames it when complete: a killed extraction leaves no store, only a temp folder that the
+next run deletes (restart, not resume). The folder's name is its key (`keys`), its layout that of
+`store`.
 
 `attention_weighting="norm"` stores Kobayashi et al. 2020's norm-weighted attention instead of the
 probabilities ("Attention is Not Only a Weight: Analyzing Transformers with Vector Norms"): the
@@ -30,6 +31,7 @@ import numpy as np
 import torch
 
 import plmodels
+from plmodels.components.cpu_linear import onednn_linear
 from plmodels.components.norms import record_value_norms
 from plmodels.progress import progress as progress_bar
 from workbench.core.io import atomic_dir, atomic_write_json, clean_stale_tmp
@@ -50,12 +52,13 @@ def forward_layers(model, ids, mask, attentions: bool, precision: str = "fp32"):
     """The model's forward for extraction: every layer's hidden states (B, T, D), and its attention
     probabilities (B, H_l, T, T) when `attentions` (the eager path; SDPA otherwise). ids, mask:
     (B, T). precision "bf16" runs it under bf16 autocast (matmuls and softmax in bfloat16, as
-    `plmodels.training` trains), "fp32" in full precision."""
+    `plmodels.training` trains), "fp32" in full precision. Its linear layers run on oneDNN
+    (`plmodels.components.cpu_linear.onednn_linear`: about 2x MKL's fp32 GEMM on AMD CPUs)."""
     kw = dict(attention_mask=mask, output_hidden_states=True, output_attentions=attentions,
               attn_impl="eager" if attentions else "sdpa", unpad=True)  # padding rows are never read
     if getattr(model, "kind", "encoder") in ("decoder", "xlnet"):  # their LM heads run by default: not needed here
         kw["return_logits"] = False
-    with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"):
+    with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"), onednn_linear():
         return model(ids, **kw)
 
 

@@ -12,11 +12,17 @@
 Prints a table and writes benchmarks/results/extract.json.
 `--bf16` adds our extraction with precision="bf16" and HF under bf16 autocast (interleaved).
 
+Two controls split the gain: HF with its linear layers on oneDNN too (`onednn_linear`, the engine
+our extraction uses: what is left is our design), and our forward alone on the store's batches
+(built outside the timing: what is left is the work around the forward). Targets (issue 66): fp32
+>= 1.3x HF eager fp32, precision="bf16" >= 3x HF eager fp32, paired medians.
+
 Run: nice python benchmarks/bench_extract.py [--threads 2] [--reps 3] [--skip-ram] [--fixed] [--bf16]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -32,12 +38,14 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script from anywhere
 from meta import begin, write_result
 
+from plmodels.components.cpu_linear import onednn_linear
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.presets import preset
 from plmodels.tokenizer import Tokenizer
+from workbench.data.align import align_sentences
 from workbench.data.tasks import ud_sentences
-from workbench.store import Store, extract
-from workbench.store.batching import make_batches
+from workbench.store import Store, extract, forward_layers
+from workbench.store.batching import build_batch, make_batches
 
 RESULTS = Path(__file__).resolve().parent / "results" / "extract.json"
 
@@ -63,9 +71,10 @@ def _hf_bert(model: Encoder):
     return BertModel(cfg, add_pooling_layer=False).eval()
 
 
-def _hf_run(hf, batches: list[list[list[int]]], bf16: bool = False) -> float:
+def _hf_run(hf, batches: list[list[list[int]]], bf16: bool = False, onednn: bool = False) -> float:
     t0 = time.perf_counter()
-    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16), \
+            onednn_linear() if onednn else contextlib.nullcontext():
         for b in batches:
             T = max(map(len, b))
             ids = torch.zeros(len(b), T, dtype=torch.long)
@@ -74,6 +83,16 @@ def _hf_run(hf, batches: list[list[list[int]]], bf16: bool = False) -> float:
                 ids[i, : len(x)] = torch.tensor(x)
                 mask[i, : len(x)] = 1
             hf(ids, attention_mask=mask, output_hidden_states=True, output_attentions=True)
+    return time.perf_counter() - t0
+
+
+def _forward_only(model, batches, precision: str) -> float:
+    """Our extraction's forward (`forward_layers`, attentions on) over prepared batches: no
+    alignment, batching, pooling or writes."""
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b in batches:
+            forward_layers(model, b.ids, b.mask, True, precision)
     return time.perf_counter() - t0
 
 
@@ -87,31 +106,52 @@ def throughput(tok: Tokenizer, workdir: Path, reps: int = 3, fixed: bool = False
     sorted_b = [[ids[i] for i in b] for b in make_batches([SimpleNamespace(ids=x) for x in ids], 8192, None)]
     computed = sum(len(b) * len(b[0]) for b in sorted_b)  # B * T_max summed: real + padding
     _hf_run(hf, sorted_b[-2:])  # warm-up
+    _hf_run(hf, sorted_b[-2:], onednn=True)
     # The CPU is shared: interleave the methods (A, B, C, A, B, C, ...) and compare medians.
+    align = align_sentences(tok, sents, model.config.max_positions)
+    offsets = np.r_[0, np.cumsum(align.n_kept)]
+    prepared = [build_batch([align.pieces[i] for i in b], offsets, tok.pad_id or 0)
+                for b in make_batches(align.pieces, 8192, None)]
+    _forward_only(model, prepared[-2:], "fp32")  # warm-up
     t_sorted, t_ours, t_hid, t_hf16, t_ours16 = [], [], [], [], []
+    t_dnn, t_fwd, t_dnn16, t_fwd16 = [], [], [], []
     for r in range(reps):
         t_sorted.append(_hf_run(hf, sorted_b))
+        t_dnn.append(_hf_run(hf, sorted_b, onednn=True))
+        t_fwd.append(_forward_only(model, prepared, "fp32"))
         t0 = time.perf_counter()
         store = extract(model, tok, sents, workdir / f"a{r}", attentions=True, progress=False)
         t_ours.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         hid = extract(model, tok, sents, workdir / f"h{r}", attentions=False, progress=False)
         t_hid.append(time.perf_counter() - t0)
-        line = f"rep {r + 1}/{reps}: HF sorted {t_sorted[-1]:.1f}s, ours attn {t_ours[-1]:.1f}s, ours hidden {t_hid[-1]:.1f}s"
+        line = (f"rep {r + 1}/{reps}: HF sorted {t_sorted[-1]:.1f}s, ours attn {t_ours[-1]:.1f}s, "
+                f"ours hidden {t_hid[-1]:.1f}s, HF oneDNN {t_dnn[-1]:.1f}s, our forward {t_fwd[-1]:.1f}s")
         if bf16:  # the same two, both under bf16 autocast
             t_hf16.append(_hf_run(hf, sorted_b, bf16=True))
             t0 = time.perf_counter()
             extract(model, tok, sents, workdir / f"b{r}", attentions=True, precision="bf16", progress=False)
             t_ours16.append(time.perf_counter() - t0)
-            line += f", HF bf16 {t_hf16[-1]:.1f}s, ours attn bf16 {t_ours16[-1]:.1f}s"
+            t_dnn16.append(_hf_run(hf, sorted_b, bf16=True, onednn=True))
+            t_fwd16.append(_forward_only(model, prepared, "bf16"))
+            line += (f", HF bf16 {t_hf16[-1]:.1f}s, ours attn bf16 {t_ours16[-1]:.1f}s, "
+                     f"HF bf16 oneDNN {t_dnn16[-1]:.1f}s, our bf16 forward {t_fwd16[-1]:.1f}s")
         print(line, flush=True)
     med = lambda xs: float(np.median(xs))
     res = {"hf_sorted_s": t_sorted, "ours_attn_s_all": t_ours, "ours_hidden_s_all": t_hid,
-           "ours_vs_hf_paired": med([a / b for a, b in zip(t_sorted, t_ours)])}  # same-rep ratios
+           "ours_vs_hf_paired": med([a / b for a, b in zip(t_sorted, t_ours)]),  # same-rep ratios
+           "hf_onednn_s_all": t_dnn, "ours_forward_s_all": t_fwd,
+           "ours_vs_hf_onednn_paired": med([a / b for a, b in zip(t_dnn, t_ours)]),
+           "forward_share_fp32": med([a / b for a, b in zip(t_fwd, t_ours)])}
     if bf16:
         res.update(hf_bf16_s_all=t_hf16, ours_attn_bf16_s_all=t_ours16,
                    ours_bf16_vs_hf_fp32_paired=med([a / b for a, b in zip(t_sorted, t_ours16)]),
-                   ours_bf16_vs_hf_bf16_paired=med([a / b for a, b in zip(t_hf16, t_ours16)]))
+                   ours_bf16_vs_hf_bf16_paired=med([a / b for a, b in zip(t_hf16, t_ours16)]),
+                   hf_bf16_onednn_s_all=t_dnn16, ours_forward_bf16_s_all=t_fwd16,
+                   ours_bf16_vs_hf_bf16_onednn_paired=med([a / b for a, b in zip(t_dnn16, t_ours16)]),
+                   forward_share_bf16=med([a / b for a, b in zip(t_fwd16, t_ours16)]),
+                   # the most a faster preparation and write could give: HF fp32 over our forward alone
+                   bf16_bound_forward_only=med([a / b for a, b in zip(t_sorted, t_fwd16)]))
     t_sorted, t_ours, t_hid = med(t_sorted), med(t_ours), med(t_hid)
     if fixed:  # slow (corpus order pads every batch to its longest sentence); measured once
         res["hf_fixed32_tok_s"] = n_tok / _hf_run(hf, [ids[i: i + 32] for i in range(0, len(ids), 32)])
@@ -192,10 +232,10 @@ def main() -> None:
     for k, v in res.items():
         if not isinstance(v, list):
             print(f"{k:40s} {v:>14.2f}" if isinstance(v, float) else f"{k:40s} {str(v):>14s}")
-    ok = {"attn extraction >= HF eager (same sorted batches, paired median)": res["ours_vs_hf_paired"] >= 1.0,
+    ok = {"attn extraction >= 1.3x HF eager (same sorted batches, paired median)": res["ours_vs_hf_paired"] >= 1.3,
           "read-back >= 10x recompute": res["read_speedup"] >= 10}
     if "ours_bf16_vs_hf_fp32_paired" in res:
-        ok["attn extraction, precision bf16 >= HF eager fp32 (paired median)"] = res["ours_bf16_vs_hf_fp32_paired"] >= 1.0
+        ok["attn extraction, precision bf16 >= 3x HF eager fp32 (paired median)"] = res["ours_bf16_vs_hf_fp32_paired"] >= 3.0
     if "hf_fixed32_tok_s" in res:
         ok["attn extraction >= HF eager (fixed batches)"] = res["ours_attn_tok_s"] >= res["hf_fixed32_tok_s"]
     if "peak_rss_mib" in res:

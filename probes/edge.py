@@ -12,6 +12,15 @@ Architecture, for frozen per-word vectors from one layer (X: (N_words, D)) or fr
     P(y)     = softmax(logits)        single-label
     P(y_c)   = sigmoid(logits_c)      multi-label (Tenney's default: one binary classifier per label)
 
+Option `standardize` (not in Tenney et al.'s jiant probe, which reads the vectors as they come):
+each layer's features are z-scored, x -> (x - mean) / std with the mean and std of the words the
+training spans cover, before the scalar mix and the projection. A probe's optimisation (Adam steps,
+init, the tanh of the MLP) is not invariant to the scale of its inputs, so without it a model whose
+residual stream grows with depth (pre-LN: T5's goes from norm 16 to 503 across the mini zoo's
+layers) reads as losing information where it only grew; with it, the probe sees every layer, and
+every model, at unit scale, and the scalar mix's weights stop favouring the layers with the larger
+norms (Fayyaz et al. 2021's caveat on E_s). The arc and structural probes standardise likewise.
+
 Metrics: micro-F1 over labels (2TP / (2TP + FP + FN) on label-indicator matrices; equals accuracy in
 the single-label case) and accuracy (exact match of the label set in the multi-label case).
 
@@ -154,6 +163,44 @@ class _SpanFeatures:
 
 
 # ----------------------------------------------------------------------------- the module
+class Standardize(nn.Module):
+    """(x - mean) / scale over the last two axes (K, D): per layer and feature, fitted once, then fixed."""
+
+    def __init__(self, mean: torch.Tensor, scale: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean)    # (K, D)
+        self.register_buffer("scale", scale)  # (K, D)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.mean) / self.scale
+
+
+def span_word_stats(layers: list[np.ndarray], spans: list[np.ndarray],
+                    chunk: int = 16384) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and standard deviation, (K, D) float32 each, of every layer's features over the word rows
+    the spans cover (each row once). A feature whose deviation is ~0 gets scale 1 (as scikit-learn's
+    StandardScaler), so a constant feature becomes 0 instead of noise divided by ~0."""
+    n_words = layers[0].shape[0]
+    edges = np.zeros(n_words + 1, dtype=np.int64)
+    for s in spans:
+        np.add.at(edges, s[:, 0], 1)
+        np.add.at(edges, s[:, 1], -1)
+    rows = np.flatnonzero(np.cumsum(edges[:-1]) > 0)
+    mean = np.zeros((len(layers), layers[0].shape[1]))
+    var = np.zeros_like(mean)
+    for k, layer in enumerate(layers):
+        total, sq = np.zeros(mean.shape[1]), np.zeros(mean.shape[1])
+        for start in range(0, len(rows), chunk):
+            x = np.asarray(layer[rows[start:start + chunk]], dtype=np.float64)
+            total += x.sum(0)
+            sq += (x * x).sum(0)
+        mean[k] = total / max(len(rows), 1)
+        var[k] = np.maximum(sq / max(len(rows), 1) - mean[k] ** 2, 0.0)
+    std = np.sqrt(var)
+    std[std < 10 * np.finfo(np.float32).eps * np.maximum(1.0, np.abs(mean))] = 1.0
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
 def _mlp(d_in: int, hidden: int, dropout: float, n_out: int) -> nn.Module:
     return nn.Sequential(nn.Linear(d_in, hidden), nn.Tanh(), nn.LayerNorm(hidden),
                          nn.Dropout(dropout), nn.Linear(hidden, n_out))
@@ -181,6 +228,7 @@ class SpanProbeModule(nn.Module):
         self.pool = nn.ModuleList([make_pooler(pooling, d) for _ in range(n_spans)])
         d_cls = sum(p.out_dim for p in self.pool)
         self.classifier = CLASSIFIERS[classifier](d_cls, hidden, dropout, n_out)
+        self.standardize: Standardize | None = None  # set by EdgeProbe.fit(standardize=True)
 
     def _mix(self, x: torch.Tensor) -> torch.Tensor:
         return x.squeeze(-2) if self.mix is None else self.mix(x)  # (..., K, D) -> (..., D)
@@ -188,6 +236,8 @@ class SpanProbeModule(nn.Module):
     def encode(self, i: int, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Span i's pooled vector (B, P * d) from tokens (B, W, K, D) + mask, or pieces (B, P, K, D)."""
         pool = self.pool[i]
+        if self.standardize is not None:  # affine: commutes with the linear poolers' pre-pooled pieces
+            x = self.standardize(x)
         if mask is None or pool.linear:
             pieces = x if mask is None else pool.pieces(x, mask)      # (B, P, K, D)
             return self.proj[i](self._mix(pieces)).flatten(1)        # (B, P * d)
@@ -212,14 +262,17 @@ class EdgeProbe:
     `mix_lr` is the Adam step size of the scalar-mix logits and gamma (K > 1 only; larger than `lr`
     so that the weights move away from uniform within a few epochs).
     `classes` fixes the label set in advance (used by MDL probing, where early blocks miss labels).
+    `standardize` z-scores each layer's features on the training spans' words (module docstring);
+    learned then: mean_, scale_ ((K, D) numpy each).
     """
 
     def __init__(self, pooling: str = "self_attn", classifier: str = "mlp", hidden: int = 256,
                  dropout: float = 0.3, proj_dim: int | None = 256, multilabel: bool = False,
                  lr: float = 1e-3, batch_size: int = 1024, max_epochs: int = 10, patience: int = 2,
                  val_fraction: float = 0.1, weight_decay: float = 0.0, mix_lr: float = 1e-2,
-                 classes: Sequence[Any] | None = None, seed: int = 0, device: str = "cpu") -> None:
-        self.mix_lr = mix_lr
+                 classes: Sequence[Any] | None = None, seed: int = 0, device: str = "cpu",
+                 standardize: bool = False) -> None:
+        self.mix_lr, self.standardize = mix_lr, standardize
         self.pooling, self.classifier, self.hidden, self.dropout = pooling, classifier, hidden, dropout
         self.proj_dim, self.multilabel, self.lr, self.batch_size = proj_dim, multilabel, lr, batch_size
         self.max_epochs, self.patience, self.val_fraction = max_epochs, patience, val_fraction
@@ -229,7 +282,7 @@ class EdgeProbe:
         return {k: getattr(self, k) for k in ("pooling", "classifier", "hidden", "dropout", "proj_dim",
                                                "multilabel", "lr", "batch_size", "max_epochs", "patience",
                                                "val_fraction", "weight_decay", "mix_lr", "classes", "seed",
-                                               "device")}
+                                               "device", "standardize")}
 
     def set_params(self, **params: Any) -> "EdgeProbe":
         for k, v in params.items():
@@ -292,6 +345,12 @@ class EdgeProbe:
             self.module_ = SpanProbeModule(self.n_layers_, self.d_in_, self.n_spans_, len(self.classes_),
                                            self.pooling, self.classifier, self.hidden, self.dropout,
                                            self.proj_dim).to(self.device)
+            if self.standardize:
+                spans = [check_spans(sp, layers[0].shape[0], name, n) for sp, name in
+                         ((span1, "span1"), (span2, "span2")) if sp is not None]
+                self.mean_, self.scale_ = span_word_stats(layers, spans)
+                self.module_.standardize = Standardize(torch.from_numpy(self.mean_),
+                                                       torch.from_numpy(self.scale_)).to(self.device)
             with torch.no_grad():
                 feats = self._features(layers, span1, span2, n, "", cache=True)
             rng = np.random.default_rng(self.seed)
@@ -416,11 +475,11 @@ class LinearProbe(EdgeProbe):
     def __init__(self, pooling: str = "mean", multilabel: bool = False, lr: float = 1e-2,
                  batch_size: int = 1024, max_epochs: int = 10, patience: int = 2, val_fraction: float = 0.1,
                  weight_decay: float = 0.0, mix_lr: float = 1e-2, classes: Sequence[Any] | None = None,
-                 seed: int = 0, device: str = "cpu") -> None:
+                 seed: int = 0, device: str = "cpu", standardize: bool = False) -> None:
         super().__init__(pooling=pooling, classifier="linear", hidden=0, dropout=0.0, proj_dim=None,
                          multilabel=multilabel, lr=lr, batch_size=batch_size, max_epochs=max_epochs,
                          patience=patience, val_fraction=val_fraction, weight_decay=weight_decay,
-                         mix_lr=mix_lr, classes=classes, seed=seed, device=device)
+                         mix_lr=mix_lr, classes=classes, seed=seed, device=device, standardize=standardize)
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         return {k: v for k, v in super().get_params().items()

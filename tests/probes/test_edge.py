@@ -186,3 +186,46 @@ def test_explicit_validation_set_and_early_stopping_restores_best():
     idx = np.searchsorted(p.classes_, y[800:1000])
     nll = -np.mean(np.log(proba[np.arange(200), idx]))
     assert nll == pytest.approx(min(p.history_), rel=1e-3)
+
+
+def _scaled_task(seed=0, n_words=600):
+    """Label = sign of feature 0 (unit scale) next to 15 nuisance features; spans of 1-3 words."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n_words, 16)).astype(np.float32)
+    starts = rng.integers(0, n_words - 3, 300)
+    spans = np.stack([starts, starts + rng.integers(1, 4, 300)], 1)
+    y = np.array(["pos" if X[a:b, 0].mean() > 0 else "neg" for a, b in spans])
+    return X, y, spans
+
+
+@pytest.mark.parametrize("pooling", ["mean", "self_attn"])
+def test_standardize_makes_the_probe_blind_to_each_layers_scale(pooling):
+    """z-scored inputs: a layer multiplied by 300 and shifted by 5 gives the same probe. (Up to the
+    precision of the float16 cache of pre-pooled spans: a shift far above a layer's spread would
+    round its values away, as a float16 store would.)"""
+    X, y, spans = _scaled_task()
+    stacked = np.stack([X, X[::-1].copy()])  # two layers: the scalar mix path too
+    scale, shift = np.array([300.0, 0.01], dtype=np.float32), np.array([5.0, 0.0], dtype=np.float32)
+    moved = stacked * scale[:, None, None] + shift[:, None, None]
+    for Xa, Xb in ((X, 300.0 * X + 5.0), (stacked, moved)):
+        a = EdgeProbe(pooling=pooling, standardize=True, seed=0, **FAST).fit(Xa, y, spans)
+        b = EdgeProbe(pooling=pooling, standardize=True, seed=0, **FAST).fit(Xb, y, spans)
+        # equal up to float32 rounding carried through training
+        np.testing.assert_allclose(a.predict_proba(Xa, spans), b.predict_proba(Xb, spans), atol=2e-3)
+        assert a.score(Xa, y, spans)["accuracy"] > 0.85
+        raw_a = EdgeProbe(pooling=pooling, seed=0, **FAST).fit(Xa, y, spans).predict_proba(Xa, spans)
+        raw_b = EdgeProbe(pooling=pooling, seed=0, **FAST).fit(Xb, y, spans).predict_proba(Xb, spans)
+        assert np.abs(raw_a - raw_b).max() > 0.05  # without it, the scale changes the probe
+
+
+def test_standardize_moments_are_those_of_the_covered_words():
+    X, y, spans = _scaled_task(seed=1)
+    covered = np.unique(np.concatenate([np.arange(a, b) for a, b in spans]))
+    X[np.setdiff1d(np.arange(len(X)), covered)] = 1e6  # words no span covers must not count
+    X[:, 3] = 2.5                                       # a constant feature gets scale 1
+    p = LinearProbe(standardize=True, max_epochs=2).fit(X, y, spans)
+    np.testing.assert_allclose(p.mean_[0], X[covered].mean(0), rtol=1e-5)
+    want = X[covered].std(0)
+    want[3] = 1.0
+    np.testing.assert_allclose(p.scale_[0], want, rtol=1e-4)
+    assert "standardize" in p.get_params() and not hasattr(EdgeProbe().fit(X[:, :4], y, spans), "mean_")

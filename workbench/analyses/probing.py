@@ -105,6 +105,7 @@ class ProbeRunConfig(Config):
     store_max_bytes: int | None = 4 * 2**30  # disk budget of one store extraction
     batch_tokens: int = 8192            # extraction batch size in tokens
     keep_items: bool = False            # write per-item results of single and cumulative probes (probe_items)
+    standardize: bool = False           # z-score each layer on the training words first (not Tenney's; see probes.edge)
 
     def __post_init__(self) -> None:
         for name in ("tasks", "probes", "modes", "seeds"):
@@ -219,7 +220,7 @@ def load_split(model, tokenizer, task: str, split: str, cfg: ProbeRunConfig, sto
 def probe_params(name: str, cfg: ProbeRunConfig, span_pooling: str) -> dict:
     """The config's probe settings that probe `name` accepts (the linear probe has no hidden layer)."""
     wanted = dict(pooling=span_pooling, max_epochs=cfg.max_epochs, patience=cfg.patience, hidden=cfg.hidden,
-                  proj_dim=cfg.proj_dim, batch_size=cfg.batch_size)
+                  proj_dim=cfg.proj_dim, batch_size=cfg.batch_size, standardize=cfg.standardize)
     accepted = make_probe(name).get_params()
     return {k: v for k, v in wanted.items() if k in accepted}
 

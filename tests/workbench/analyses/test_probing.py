@@ -18,6 +18,7 @@ from workbench.analyses.probing import (
     ProbeRunConfig,
     load_split,
     probe_model,
+    probe_params,
     random_baseline_checkpoint,
     select_records,
     structural_data,
@@ -226,3 +227,10 @@ def test_random_baseline_keeps_architecture_and_tokenizer(ckpt, tmp_path):
     again = random_baseline_checkpoint(ckpt, tmp_path / "rand2", seed=3)
     s2 = plmodels.load(again)[0].state_dict()
     assert all(torch.equal(s1[k], s2[k]) for k in s1)  # same seed, same weights
+
+
+@pytest.mark.parametrize("name", ["edge", "linear"])
+def test_standardize_reaches_both_probes(name):
+    """ProbeRunConfig.standardize (off by default, as Tenney et al.'s probe) is passed to the probe."""
+    assert probe_params(name, ProbeRunConfig(), "mean")["standardize"] is False
+    assert probe_params(name, ProbeRunConfig(standardize=True), "mean")["standardize"] is True

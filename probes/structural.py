@@ -510,19 +510,38 @@ class StructuralData(LayeredData):
 
 
 STRUCTURAL_TASKS = {"structural_distance": (DistanceProbe, "distance"), "structural_depth": (DepthProbe, "depth")}
+# the metric of each task that per-item counts carry (`item_counts`): UUAS, root accuracy
+ITEM_METRICS = {"structural_distance": "uuas", "structural_depth": "root_acc"}
+
+
+def item_counts(metric: str, items: np.ndarray) -> np.ndarray:
+    """Per-sentence items of `uuas` or `root_acc` as (N, 4) [correct, tp, fp, fn] counts whose
+    micro-F1 2 tp / (2 tp + fp + fn) is the metric, so the edge probes' item statistics (the
+    multi-bootstrap of `probes.multibootstrap`) read them unchanged. UUAS: tp = matched edges,
+    fp = fn = gold edges - matched (the MST has as many edges as the gold tree), correct = the
+    sentence's own UUAS; root accuracy: tp = correct = 1 if the root is found, fp = fn = 1 - tp."""
+    items = np.asarray(items, dtype=np.float64)
+    if metric == "uuas":
+        matched, gold = items[:, 0], items[:, 1]
+        return np.stack([matched / gold, matched, gold - matched, gold - matched], 1)
+    if metric == "root_acc":
+        return np.stack([items, items, 1.0 - items, 1.0 - items], 1)
+    raise ValueError(f"metric: expected one of {sorted(ITEM_METRICS.values())}, got {metric!r}")
 
 
 def structural_layer_scores(train: StructuralData, test: StructuralData, *, layers: Sequence[int] | None = None,
                             rank: int | None = None, seeds: Sequence[int] = (0,), model: str = "",
                             task: str = "structural_distance", probe_params: dict | None = None,
-                            n_boot: int = 0, boot_seed: int = 0) -> LayerResult:
+                            n_boot: int = 0, boot_seed: int = 0, items_out: dict | None = None) -> LayerResult:
     """One structural probe per layer and seed (mode "single"), rows in PROBING_COLUMNS: metrics "uuas" and
     "dspr" for task "structural_distance", "root_acc" and "nspr" for "structural_depth"; with more than
     one seed a seed = -1 mean row per metric (t interval over seeds).
 
     With n_boot > 0 each per-seed row's ci_low / ci_high is the 95% percentile bootstrap interval over test
     *sentences* (`probes.stats.bootstrap_ci` on the probe's `score_items`), drawn with seed boot_seed + the
-    probe's seed (boot_seed = 0: the probe's seed, as the other probes do); with n_boot = 0 they are nan."""
+    probe's seed (boot_seed = 0: the probe's seed, as the other probes do); with n_boot = 0 they are nan.
+    `items_out` (a dict) receives {("single", layer, seed): (N, 4) counts} of the task's `ITEM_METRICS`
+    metric per test sentence (`item_counts`), as the edge probes' `items_out`."""
     if task not in STRUCTURAL_TASKS:
         raise ValueError(f"task: expected one of {sorted(STRUCTURAL_TASKS)}, got {task!r}")
     if n_boot < 0:
@@ -543,4 +562,6 @@ def structural_layer_scores(train: StructuralData, test: StructuralData, *, laye
                 else:       # no interval asked for, or no sentence the metric is defined on (value nan)
                     value, lo, hi = stat(items), float("nan"), float("nan")
                 rows.append({**base, "metric": metric, "value": value, "seed": seed, "ci_low": lo, "ci_high": hi})
+                if items_out is not None and metric == ITEM_METRICS[task]:
+                    items_out[("single", l, seed)] = item_counts(metric, items)
     return LayerResult(_frame(_seed_aggregates(rows), PROBING_COLUMNS))

@@ -28,6 +28,7 @@ from pathlib import Path
 from plmodels import recipes
 from plmodels.config import Config, merge, read_json_object
 from plmodels.training.config import read_config_file
+from workbench.analyses.probing import RECORDS_OF
 from workbench.analyses.zoo import model_name
 from workbench.pipeline import run_pipeline
 
@@ -44,7 +45,7 @@ class ZooConfig(Config):
     budget_minutes: float = 15.0                # wall-clock pretraining budget per checkpoint
     training: dict = field(default_factory=dict)  # pretraining overrides shared by every system
     results_root: str = "runs"
-    tasks: tuple[str, ...] = ("pos", "deps", "ner")   # edge-probing tasks built and probed
+    tasks: tuple[str, ...] = ("pos", "deps", "ner")   # probing tasks (edge and structural) built and probed
     probe: dict = field(default_factory=dict)   # ProbeRunConfig fields (keep_items is set)
     heads: dict | None = field(default_factory=dict)   # HeadRunConfig fields; None: no head analysis
     prune: dict | None = None                   # {"methods": [...], "config": {...}}
@@ -106,7 +107,7 @@ def expand_zoo(zoo: ZooConfig) -> dict:
                 seq2seq.append(name)
     names = list(models)
     cfg: dict = {"name": zoo.name, "seed": zoo.seeds[0], "results_root": zoo.results_root, "models": models,
-                 "tasks": {"tasks": list(zoo.tasks)},
+                 "tasks": {"tasks": list(dict.fromkeys(RECORDS_OF.get(t, t) for t in zoo.tasks))},
                  "probe": {"models": names, "tasks": list(zoo.tasks), "config": {**zoo.probe, "keep_items": True}},
                  "zoo": {"systems": {s: list(zoo.seeds) for s in systems}, "cka": zoo.cka, "stats": zoo.stats},
                  "report": {}}

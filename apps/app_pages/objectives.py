@@ -8,13 +8,15 @@ import streamlit as st
 
 from apps import common
 from workbench.figures import zoo as Z
+from workbench.presentation import views
 
 X_OPTIONS = {"layer": "layer", "relative depth (layer / L)": "depth"}
 
 
 def layers(run: str, task: str) -> None:
     x = common.choose("x axis", X_OPTIONS, "obj_x")
-    st.plotly_chart(Z.zoo_layer_figure(common.view("zoo_layer_scores", run, task), task, x), width="stretch")
+    st.plotly_chart(Z.zoo_layer_figure(common.view("zoo_layer_scores", run, task), task, x,
+                                       metric=views.zoo_metric_name(task)), width="stretch")
     summary = common.view("zoo_summary_table", run)
     st.dataframe(summary[summary["task"] == task].round(4), hide_index=True, width="stretch")
     if "e_s" in summary:

@@ -7,13 +7,14 @@ import pytest
 from scipy.stats import rankdata
 
 from probes.layers import PROBING_COLUMNS
-from probes.stats import bootstrap_ci
+from probes.stats import bootstrap_ci, micro_f1_from_counts
 from probes.structural import (
     DepthProbe,
     DistanceProbe,
     StructuralData,
     dspr,
     dspr_items,
+    item_counts,
     mst_edges,
     nspr,
     nspr_items,
@@ -414,3 +415,24 @@ def test_structural_layer_scores_bootstrap_over_test_sentences(planted):
     assert (row["value"], row["ci_low"], row["ci_high"]) == bootstrap_ci(items, stat, n_boot=100, seed=4)
     with pytest.raises(ValueError, match="n_boot: expected an int >= 0"):
         structural_layer_scores(tr, te, n_boot=-1, **kw)
+
+
+@pytest.mark.parametrize("task,metric", [("structural_distance", "uuas"), ("structural_depth", "root_acc")])
+def test_item_counts_give_back_the_metric_per_layer_and_seed(planted, task, metric):
+    """The zoo's per-item counts: their micro-F1 over all sentences is the probing table's UUAS / root
+    accuracy, for every layer and seed; a sentence's own counts by hand."""
+    train, test = planted
+    small = lambda d, n: StructuralData(np.stack([d.X, d.X[:, ::-1].copy()]), d.bounds[:n], d.heads[:n],
+                                        d.punct_mask[:n])
+    items: dict = {}
+    df = structural_layer_scores(small(train, 40), small(test, 30), layers=[0, 1], seeds=(0, 1), task=task,
+                                 probe_params={**FAST, "max_epochs": 2}, items_out=items).probing
+    assert sorted(items) == [("single", l, s) for l in (0, 1) for s in (0, 1)]
+    for (_, l, s), counts in items.items():
+        want = df[(df.layer == l) & (df.seed == s) & (df.metric == metric)]["value"].item()
+        assert counts.shape[1] == 4 and micro_f1_from_counts(counts[:, 1:]) == pytest.approx(want, abs=1e-12)
+    np.testing.assert_array_equal(item_counts("uuas", np.array([[3, 4], [0, 2]])),
+                                  [[0.75, 3, 1, 1], [0, 0, 2, 2]])
+    np.testing.assert_array_equal(item_counts("root_acc", np.array([True, False])), [[1, 1, 0, 0], [0, 0, 1, 1]])
+    with pytest.raises(ValueError, match="metric: expected one of"):
+        item_counts("dspr", np.zeros(3))

@@ -76,11 +76,22 @@ def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
     assert set(stats.loc[stats.statistic == "prunable_share", "system"]) == {"bert", "t5"}  # ELMo has no heads
     assert (stats.loc[stats.statistic == "prunable_share", "interval"] == "seeds-only").all()
     comps = load_table(run, "zoo_comparisons")
-    best = comps[comps.statistic == "best_layer_score"]
+    best = comps[(comps.statistic == "best_layer_score") & (comps.task == "pos")]
     assert len(best) == 3 and set(best["claim"]) <= {"A > B", "B > A", "no claim"}
     claimed = best[best["claim"] != "no claim"]
     assert ((claimed["ci_low"] > 0) | (claimed["ci_high"] < 0)).all()
     assert (best["n_seed_pairs"] == 4).all() and best["flips"].between(0, 4).all()
+    # the structural probe's UUAS, carried as counts whose micro F1 it is, for every system (no E_delta:
+    # no cumulative structural probes)
+    probing = load_table(run, "probing")
+    for system, seeds in SYSTEMS.items():
+        single, layers = item_arrays(items, [f"{system}-s{k}" for k in seeds], "structural_distance", "single")
+        uuas = probing[(probing.task == "structural_distance") & (probing.metric == "uuas")
+                       & (probing.model == f"{system}-s0") & (probing.seed == 0)].sort_values("layer")
+        np.testing.assert_allclose([score(single[0, i], "micro_f1") for i in range(len(layers))], uuas["value"])
+    structural = stats[stats.task == "structural_distance"]
+    assert set(structural.loc[structural.statistic == "best_layer_score", "system"]) == set(SYSTEMS)
+    assert "e_delta" not in set(structural["statistic"])
     cka = load_table(run, "zoo_cka")
     assert len(cka.groupby(["model_a", "model_b"])) == 15  # every pair of the six checkpoints
     assert cka["value"].between(-1e-6, 1 + 1e-6).all()

@@ -367,15 +367,21 @@ def probe_structural(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, lay
     """A structural probe (distance or depth) per layer and seed, with `cfg.n_boot` bootstrap resamples
     of the test sentences for each per-seed interval (seeded by the probe's seed, as the other tasks'
     intervals over test items are); counts as len(probes) x len(modes) units of `bar`, as the other
-    tasks do. Sentences cut by the model's length are left out (logged)."""
+    tasks do. Sentences cut by the model's length are left out (logged). With `keep_items`, the
+    per-sentence counts of UUAS (distance) or root accuracy (depth) go to `probe_items`
+    (`probes.structural.item_counts`: their micro-F1 is the metric)."""
     (tr, cut_tr), (te, cut_te) = structural_data(train), structural_data(test)
     if cut_tr or cut_te:
         log.info(f"probe {task}: {cut_tr} train / {cut_te} test sentences left out (cut by the model's length)")
+    items: dict | None = {} if cfg.keep_items else None
     res = structural_layer_scores(tr, te, layers=layers, seeds=cfg.seeds, model=model_name, task=task,
-                                  n_boot=cfg.n_boot)
+                                  n_boot=cfg.n_boot, items_out=items)
     if bar is not None:
         bar.update(len(cfg.probes) * len(cfg.modes))
-    return {"probing": [res.probing], "probing_summary": [], "mix_weights": []}
+    out = {"probing": [res.probing], "probing_summary": [], "mix_weights": [], "probe_items": []}
+    if items:
+        out["probe_items"].append(item_frame(items, model_name, task, STRUCTURAL_TASKS[task][1]))
+    return out
 
 
 def _word_level(split) -> bool:

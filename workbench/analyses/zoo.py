@@ -178,7 +178,7 @@ def probing_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]]
             stats.append(_row("best_layer_score", task, system, -1, best_layer_score(single, METRIC, **kw),
                               best_layer_score(single, METRIC, resample_seeds=False, **kw), "multi-bootstrap"))
             best[system] = single[:, int(np.argmax([iv.value for iv in curve]))]
-            if (items["mode"] == "cumulative").any():
+            if ((items["task"] == task) & (items["mode"] == "cumulative")).any():  # not structural tasks
                 cum, cum_layers = item_arrays(items, models, task, "cumulative")
                 stats.append(_row("e_delta", task, system, -1,
                                   expected_layer_delta(cum, METRIC, layer_ids=cum_layers, **kw),

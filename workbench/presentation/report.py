@@ -721,7 +721,8 @@ def objectives_section(run_dir: Path) -> Section:
     cka_clause, cka_table = _objectives_cka(run_dir, s)
     clauses.append(cka_clause)
     for task in views.zoo_tasks(run_dir):
-        s.figs.append(zoo_figures.zoo_layer_figure(views.zoo_layer_scores(run_dir, task), task))
+        s.figs.append(zoo_figures.zoo_layer_figure(views.zoo_layer_scores(run_dir, task), task,
+                                                   metric=views.zoo_metric_name(task)))
     if roles is not None:
         s.figs.append(zoo_figures.zoo_roles_figure(roles))
     s.findings = [c for c in clauses if c]
@@ -732,8 +733,9 @@ def objectives_section(run_dir: Path) -> Section:
                                                          summary["e_delta_high"])])
     if "mdl_layer" in table:
         table["mdl_layer"] = [str(int(x)) if np.isfinite(x) else "" for x in table["mdl_layer"]]
-    caption = ("Per task and system: best-layer micro F1 (best, multi-bootstrap 95% interval over pretraining seeds "
-               "x test items) and E_delta (center of gravity of the cumulative probes, in layers)")
+    caption = ("Per task and system: best-layer score (best: micro F1; UUAS and root accuracy for the structural "
+               "probes; multi-bootstrap 95% interval over pretraining seeds x test items) and E_delta (center of "
+               "gravity of the cumulative probes, in layers)")
     if "e_s" in table:
         caption += ("; E_s (expected layer of the scalar mix) compares layers within a system only: it misleads "
                     "across models whose layer norms differ (Fayyaz et al. 2021)")
@@ -767,8 +769,9 @@ def _objectives_task_clause(task: str, t: pd.DataFrame) -> str:
     intervals over 2 pretraining seeds x 146 test items); E_delta: elmo 0.50 [-1.00, 1.96], ...'."""
     scores = ", ".join(f"{r.system} {_ci(r.best, r.best_low, r.best_high)}" for r in t.itertuples())
     seeds, items = int(t["n_seeds"].max()), int(t["n_items"].max())
-    text = (f"on {task}, the best-layer micro F1 is {scores} (95% multi-bootstrap intervals over {seeds} pretraining "
-            f"seeds x {items} test items)")
+    unit = "test sentences" if task in views.ZOO_METRIC_NAMES else "test items"
+    text = (f"on {task}, the best-layer {views.zoo_metric_name(task)} is {scores} (95% multi-bootstrap intervals "
+            f"over {seeds} pretraining seeds x {items} {unit})")
     e = t.dropna(subset=["e_delta"])
     if len(e):
         text += "; E_delta " + ", ".join(f"{r.system} {_ci(r.e_delta, r.e_delta_low, r.e_delta_high, 2)}"

@@ -141,6 +141,14 @@ def training_curves(run_dir: str | Path) -> pd.DataFrame | None:
 STRUCTURAL_METRICS: dict[str, tuple[str, str]] = {"structural_distance": ("uuas", "dspr"),
                                                   "structural_depth": ("root_acc", "nspr")}
 HEADLINE_METRICS = ("accuracy", "micro_f1", "uuas", "root_acc")
+# what a zoo statistic of each task scores (`probes.structural.item_counts` carries UUAS and root
+# accuracy as counts whose micro F1 they are); every edge-probing task scores micro F1
+ZOO_METRIC_NAMES = {"structural_distance": "UUAS", "structural_depth": "root accuracy"}
+
+
+def zoo_metric_name(task: str) -> str:
+    """The metric a zoo task's scores are in: "UUAS", "root accuracy", else "micro F1"."""
+    return ZOO_METRIC_NAMES.get(task, "micro F1")
 
 
 def probing_metrics(run_dir: str | Path) -> list[str]:
@@ -596,7 +604,7 @@ def _zoo_probing_extras(run_dir: str | Path) -> pd.DataFrame | None:
 
 def zoo_summary_table(run_dir: str | Path) -> pd.DataFrame | None:
     """Per task and system: n_layers, best (best-layer score: the maximum over layers of the seed-mean
-    micro F1, an in-sample maximum)
+    score, micro F1 or the structural task's metric (`zoo_metric_name`), an in-sample maximum)
     with best_low, best_high, e_delta (the cumulative probes' center of gravity, in layers) with
     e_delta_low, e_delta_high (multi-bootstrap intervals), n_seeds, n_items, and the e_s, mdl_compression,
     mdl_layer columns when the run has them (`_zoo_probing_extras`). E_s misleads across models whose

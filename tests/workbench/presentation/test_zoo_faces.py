@@ -106,6 +106,9 @@ def test_summary_comparisons_roles_cka_and_extras(zoo_run, tmp_path):
     es = ps[["model", "task"]].drop_duplicates().assign(metric="expected_layer", value=1.5)
     results.write_table(run, "probing_summary", pd.concat([ps, es], ignore_index=True))
     extra = views.zoo_summary_table(run)
+    structural = extra["task"].isin(list(views.ZOO_METRIC_NAMES))  # no scalar mix for a structural probe
+    assert structural.any() and extra.loc[structural, "e_s"].isna().all()
+    extra = extra[~structural]
     assert (extra["e_s"] == 1.5).all() and (extra["mdl_layer"] == extra["n_layers"]).all()
     assert (extra["mdl_compression"] == 1.0 + extra["n_layers"]).all()
     s = report.objectives_section(run)
@@ -138,6 +141,8 @@ def test_objectives_section_states_intervals_and_only_claimed_orders(zoo_run):
     for task in views.zoo_tasks(zoo_run):   # each task's clause gives every system's score with its interval
         clause = next(c for c in s.findings if c.startswith(f"on {task}, the best-layer"))
         assert all(re.search(rf"{sy} \d\.\d{{3}} \[", clause) for sy in SYSTEMS), clause
+        unit = "UUAS is" if task == "structural_distance" else "micro F1 is"   # each task in its own metric
+        assert clause.startswith(f"on {task}, the best-layer {unit}"), clause
     layer_figs = [f for f in s.figs if "by layer" in f.layout.title.text]
     assert len(layer_figs) == len(views.zoo_tasks(zoo_run)) and all(_lines(f) == SYSTEMS for f in layer_figs)
     md = report.render_markdown("zoo", [s])

@@ -141,6 +141,13 @@ def extract_speed_bf16(d: Result) -> tuple[str, str]:
     return text, met(d["ours_bf16_vs_hf_fp32_paired"] >= 3.0)
 
 
+def suite(d: Result) -> tuple[str, str]:
+    parts = ", ".join(f"{k.replace('_', ' ')} {v:.0f} s" for k, v in d["seconds"].items())
+    models = d["models"] if isinstance(d["models"], str) else " and ".join(d["models"])
+    return (f"**{d['total_s']:.0f} s** ({parts}); `{d['config']}` settings, tasks {', '.join(d['tasks'])}; "
+            f"checkpoints: {models}", met(d["total_s"] <= d["target_s"]))
+
+
 def extract_read(d: Result) -> tuple[str, str]:
     return (f"**{d['read_speedup']:,.0f}x** ({d['read_layer_s']:.4f} s vs {d['recompute_hidden_s']:.2f} s)",
             met(d["read_speedup"] >= 10))
@@ -282,6 +289,9 @@ TARGETS = (
         "python benchmarks/bench_extract.py", extract_speed),
     Row("the same extraction with `precision=\"bf16\"` >= 3x HF BertModel eager fp32 (#66)", "extract.json",
         "python benchmarks/bench_extract.py --bf16", extract_speed_bf16),
+    Row("the zoo's analysis suite for one mini checkpoint (probes with controls and structural probes, heads, "
+        "importance and pruning, CKA against one other) within 5 min (300 s) (#66)", "suite.json",
+        "python benchmarks/bench_suite.py", suite),
     Row("reading a layer back >= 10x faster than recomputing it (#4)", "extract.json",
         "python benchmarks/bench_extract.py", extract_read),
     Row("peak RAM extracting all 7 layers of EWT train, 6 x 384 model, < 2 GB (2,048 MiB) (#4)", "extract.json",

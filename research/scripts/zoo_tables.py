@@ -19,7 +19,8 @@ NAMES = {"bert": "BERT", "electra": "ELECTRA", "elmo": "ELMo", "elmo-transformer
 def main(run: Path) -> None:
     stats, comps = load_table(run, "zoo_stats"), load_table(run, "zoo_comparisons")
     best = stats[stats.statistic == "best_layer_score"].set_index(["system", "task"])
-    tasks = [t for t in ("pos", "deps", "ner") if t in set(best.index.get_level_values(1))]
+    order = ("pos", "deps", "ner", "const", "coref", "structural_distance", "structural_depth")
+    tasks = [t for t in order if t in set(best.index.get_level_values(1))]
     print("| system | " + " | ".join(tasks) + " | POS items only |")
     for system in best.index.get_level_values(0).unique():
         cells = [f"{best.loc[(system, t), 'value']:.3f} [{best.loc[(system, t), 'ci_low']:.3f}, "
@@ -39,6 +40,10 @@ def main(run: Path) -> None:
     ed = stats[stats.statistic == "e_delta"]
     print("\nE_delta:")
     print(ed[["task", "system", "value", "ci_low", "ci_high"]].to_string(index=False))
+    gain = stats[stats.statistic == "finetuning_gain"]
+    if len(gain):
+        print("\nfinetuning gain (seeds-only):")
+        print(gain[["task", "system", "value", "ci_low", "ci_high", "n_seeds"]].to_string(index=False))
     print("\nwidth POS multi vs items (BERT):",
           best.loc[("bert", "pos"), "ci_high"] - best.loc[("bert", "pos"), "ci_low"],
           best.loc[("bert", "pos"), "item_ci_high"] - best.loc[("bert", "pos"), "item_ci_low"])

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from workbench.core.results import load_table
-from workbench.zoo import expand_zoo, load_zoo, run_zoo
+from workbench.zoo import ZooConfig, expand_zoo, load_zoo, run_zoo, step_budget_overrides
 
 
 def seeds_arg(text: str) -> list[int]:
@@ -31,17 +31,18 @@ def seeds_arg(text: str) -> list[int]:
     return [int(s) for s in text.split(",") if s]
 
 
-def replay_overrides(cpu_run: Path, systems: list[str]) -> dict:
-    """{"systems": {s: {"overrides": {"max_steps": n, "schedule_clock": "steps"}}}} from the CPU zoo's
-    zoo_training table; a system the CPU run lacks is an error naming it."""
+def replay_overrides(cpu_run: Path, zoo: ZooConfig) -> dict:
+    """`workbench.zoo.step_budget_overrides` with each system's median steps in the CPU zoo's
+    zoo_training table (max_steps, the schedule in steps with the CPU run's warmup share, no time
+    limit); a system the CPU run lacks is an error naming it."""
     training = load_table(cpu_run, "zoo_training")
     if training is None:
         raise FileNotFoundError(f"{cpu_run}/tables/zoo_training.parquet is missing: run the CPU zoo first")
     steps = training.groupby("system")["steps"].median()
-    missing = [s for s in systems if s not in steps.index]
+    missing = [s for s in zoo.systems if s not in steps.index]
     if missing:
         raise ValueError(f"{cpu_run}: the CPU zoo has no checkpoints of {missing}")
-    return {"systems": {s: {"overrides": {"max_steps": int(steps[s]), "schedule_clock": "steps"}} for s in systems}}
+    return step_budget_overrides(zoo, {s: int(steps[s]) for s in zoo.systems})
 
 
 def main() -> None:
@@ -53,8 +54,8 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="print the models and their step counts only")
     a = ap.parse_args()
     zoo = load_zoo(a.config)
-    over = replay_overrides(a.cpu_run, list(zoo.systems))
-    over.update({"seeds": a.seeds, "budget_minutes": 24 * 60.0, "name": f"{zoo.name}-gpu"})
+    over = replay_overrides(a.cpu_run, zoo)
+    over.update({"seeds": a.seeds, "name": f"{zoo.name}-gpu"})
     first = next(iter(expand_zoo(zoo)["models"]))  # the model whose tokenizer every other one reads
     tokenizer = a.cpu_run / "models" / first / "tokenizer"
     if tokenizer.is_dir():  # the same tokens as the CPU zoo

@@ -445,12 +445,17 @@ def step_keys(cfg: dict, steps: list[Step] | None = None) -> dict[str, str]:
     return keys
 
 
+NO_TIME_LIMIT = 24 * 60.0  # minutes: a pretraining budget this long stands for "no time limit" (step budgets)
+
+
 def _estimate(step: Step, seconds_by_kind: dict[str, list[float]]) -> float | None:
     """Seconds a step will take: a pretraining step its wall-clock budget (+10 % for evaluation and
-    saving), another the mean of the finished steps of its kind in this run, else None (unknown)."""
+    saving), another (or a pretraining step budgeted in updates, NO_TIME_LIMIT) the mean of the
+    finished steps of its kind in this run, else None (unknown)."""
     if step.name.startswith("pretrain:"):
         minutes = (step.params.get("overrides") or {}).get("max_minutes")
-        return None if minutes is None else 66.0 * float(minutes)
+        if minutes is None or float(minutes) < NO_TIME_LIMIT:
+            return None if minutes is None else 66.0 * float(minutes)
     done = seconds_by_kind.get(step.name.split(":")[0])
     return sum(done) / len(done) if done else None
 

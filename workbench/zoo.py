@@ -22,15 +22,16 @@ an estimate of the time left for the whole study.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from plmodels import recipes
 from plmodels.config import Config, merge, read_json_object
-from plmodels.training.config import read_config_file
+from plmodels.training.config import PretrainConfig, read_config_file
 from workbench.analyses.probing import RECORDS_OF
 from workbench.analyses.zoo import model_name
-from workbench.pipeline import run_pipeline
+from workbench.pipeline import NO_TIME_LIMIT, run_pipeline
 
 NO_HEADS = ("bilm",)  # kinds without attention heads: no head analysis, importance or pruning
 
@@ -54,6 +55,8 @@ class ZooConfig(Config):
     emergence: dict | None = None               # emergence config (needs log-spaced checkpoints)
     cka: dict | None = field(default_factory=dict)   # {"sentences": 500, "max_words": 40}; None: none
     stats: dict = field(default_factory=dict)   # {"n_boot": 1000, "seed": 0}
+    # where a config's step budgets came from (scripts/zoo_calibrate.py: CPU, rates); not read by the run
+    calibration: dict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seeds", tuple(self.seeds))
@@ -123,6 +126,28 @@ def expand_zoo(zoo: ZooConfig) -> dict:
     if zoo.emergence is not None:
         cfg["emergence"] = {"models": names, "config": zoo.emergence}
     return cfg
+
+
+def step_budget_overrides(zoo: ZooConfig, steps: Mapping[str, int]) -> dict:
+    """Overrides that give each system a fixed number of updates instead of the wall-clock budget,
+    so that a study can run on other machines (or over sessions on CPUs that differ) and train the
+    same models: `max_steps` = steps[system], the schedule counted in steps with its warmup the same
+    share of the run as under the wall-clock schedule (warmup_steps / max_steps of the system's
+    resolved config: the time clock maps the budget's used share onto max_steps), and no time limit.
+    A system missing from `steps` is a ValueError naming it."""
+    missing = [s for s in zoo.systems if s not in steps]
+    if missing:
+        raise ValueError(f"no step count for the systems {missing}")
+    out = {}
+    for system, spec in zoo.systems.items():
+        resolved = merge(read_config_file(recipes.find("pretrain", spec["recipe"])),
+                         merge(zoo.training, spec.get("overrides", {})))
+        share = resolved.get("warmup_steps", PretrainConfig.warmup_steps) / resolved.get("max_steps",
+                                                                                          PretrainConfig.max_steps)
+        n = int(steps[system])
+        out[system] = {"overrides": {"max_steps": n, "schedule_clock": "steps",
+                                     "warmup_steps": max(1, round(share * n))}}
+    return {"systems": out, "budget_minutes": NO_TIME_LIMIT}
 
 
 def load_zoo(path: str | Path, overrides: dict | None = None) -> ZooConfig:

@@ -17,7 +17,16 @@ import pytest
 
 from plmodels.recipes import RECIPES
 from workbench.core.paths import data_root
-from workbench.pipeline import build_steps, load_run_config, run_pipeline, step_keys
+from workbench.pipeline import (
+    NO_TIME_LIMIT,
+    Step,
+    _estimate,
+    _eta,
+    build_steps,
+    load_run_config,
+    run_pipeline,
+    step_keys,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = REPO / "configs" / "tiny.json"
@@ -148,3 +157,19 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
     assert set(a) == set(b)
     for name in set(a) - TIMED:
         pd.testing.assert_frame_equal(a[name], b[name], check_exact=False, rtol=1e-5, atol=1e-6, obj=name)
+
+
+def test_the_eta_reads_a_time_budget_and_otherwise_the_finished_steps_of_a_kind():
+    """A pretraining step with a wall-clock budget is estimated from it (+10 %); one budgeted in
+    updates (max_minutes = NO_TIME_LIMIT, a zoo's step budgets) and every other kind from the mean of
+    the finished steps of their kind, else unknown."""
+    def step(name, minutes=None):
+        return Step(name, {"overrides": {} if minutes is None else {"max_minutes": minutes}}, lambda ctx: {})
+
+    done = {"pretrain": [600.0, 800.0], "probe": [30.0]}
+    assert _estimate(step("pretrain:a", 15.0), done) == pytest.approx(990.0)
+    assert _estimate(step("pretrain:a", NO_TIME_LIMIT), done) == 700.0
+    assert _estimate(step("pretrain:a", NO_TIME_LIMIT), {}) is None
+    assert _estimate(step("pretrain:a"), done) is None
+    assert _estimate(step("probe:a"), done) == 30.0 and _estimate(step("heads:a"), done) is None
+    assert _eta([step("pretrain:a", 15.0), step("probe:a")], 0, done) == "about 17 min left"

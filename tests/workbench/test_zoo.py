@@ -17,7 +17,7 @@ from workbench.analyses.zoo import item_arrays
 from workbench.core.results import load_table
 from workbench.presentation import views
 from workbench.presentation.report import heads_section
-from workbench.zoo import ZooConfig, expand_zoo, load_zoo, run_zoo
+from workbench.zoo import NO_TIME_LIMIT, ZooConfig, expand_zoo, load_zoo, run_zoo, step_budget_overrides
 
 ZOO_TINY = Path(__file__).resolve().parents[2] / "configs" / "zoo-tiny.json"
 SYSTEMS = {"bert": [0, 1], "elmo": [0, 1], "t5": [0, 1]}
@@ -121,12 +121,28 @@ def test_the_gpu_replay_fixes_each_systems_steps_to_the_cpu_zoos(zoo_run):
     replay = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(replay)
     assert replay.seeds_arg("0-3") == [0, 1, 2, 3] and replay.seeds_arg("2,5") == [2, 5]
-    over = replay.replay_overrides(zoo_run, list(SYSTEMS))
+    over = replay.replay_overrides(zoo_run, load_zoo(ZOO_TINY))
     assert {s: o["overrides"]["max_steps"] for s, o in over["systems"].items()} == {s: 20 for s in SYSTEMS}
     cfg = expand_zoo(load_zoo(ZOO_TINY, {**over, "seeds": [0, 1, 2]}))
     assert len(cfg["models"]) == 9 and cfg["models"]["t5-s2"]["overrides"]["schedule_clock"] == "steps"
     with pytest.raises(ValueError, match="no checkpoints of"):
-        replay.replay_overrides(zoo_run, ["xlnet"])
+        replay.replay_overrides(zoo_run, load_zoo(ZOO_TINY, {"systems": {"xlnet": {"recipe": "xlnet-tiny"}}}))
+
+
+def test_a_step_budget_keeps_the_wall_clock_schedules_warmup_share():
+    """zoo.json warms up for 2,000 of 20,000 scheduled steps on the clock (10 %), RoBERTa for 500 (2.5 %):
+    fixed to 3,000 and 1,000 updates they warm up for 300 and 25, counted in steps, with no time limit."""
+    zoo = load_zoo(ZOO_TINY.parent / "zoo.json")
+    steps = {s: 3000 for s in zoo.systems} | {"roberta": 1000}
+    over = step_budget_overrides(zoo, steps)
+    cfg = expand_zoo(load_zoo(ZOO_TINY.parent / "zoo.json", over))
+    bert, roberta = cfg["models"]["bert-s0"]["overrides"], cfg["models"]["roberta-s4"]["overrides"]
+    assert (bert["max_steps"], bert["warmup_steps"], bert["schedule_clock"]) == (3000, 300, "steps")
+    assert (roberta["max_steps"], roberta["warmup_steps"]) == (1000, 25)
+    assert bert["max_minutes"] == roberta["max_minutes"] == NO_TIME_LIMIT
+    assert bert["model"]["position"] == "rope"  # the system's own overrides stay
+    with pytest.raises(ValueError, match=r"no step count for the systems \['gpt'\]"):
+        step_budget_overrides(zoo, {s: 10 for s in zoo.systems if s != "gpt"})
 
 
 @pytest.mark.slow
@@ -146,3 +162,21 @@ def test_the_encoder_decoders_cross_heads_reach_the_report_and_the_heads_page(zo
     assert not at.exception
     assert "Cross-attention heads" in [h.value for h in at.subheader]
     assert len(at.dataframe[-1].value) == len(best)
+
+
+def test_the_calibration_reads_the_rate_after_the_warm_up(tmp_path):
+    """scripts/zoo_calibrate.py: updates per second over the second half of a short run (a slow start,
+    compilation or the first evaluation, is left out), and a run too short to read one is refused."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("zoo_calibrate", ZOO_TINY.parents[1] / "scripts" / "zoo_calibrate.py")
+    calibrate = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(calibrate)
+    rows = [{"step": 0, "split": "eval", "metric": "loss", "value": 9.0, "time": 0.0}]
+    rows += [{"step": s, "split": "train", "metric": "loss", "value": 5.0, "time": t}
+             for s, t in ((10, 50.0), (20, 55.0), (30, 60.0), (50, 70.0), (70, 80.0))]  # 2 / s after a slow start
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert calibrate.update_rate(metrics, 100.0) == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="too few training rows after 75 s"):
+        calibrate.update_rate(metrics, 100.0 * 1.5)

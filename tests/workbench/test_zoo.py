@@ -106,11 +106,21 @@ def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
 
 def test_zoo_configs_expand(tmp_path):
     """The shipped zoo configs are valid and expand (no training)."""
-    for name in ("zoo-small.json", "zoo.json"):
+    for name in ("zoo-small.json", "zoo.json", "zoo-steps.json"):
         cfg = expand_zoo(load_zoo(ZOO_TINY.parent / name))
         assert cfg["probe"]["config"]["keep_items"] and cfg["zoo"]["systems"]
         assert len(cfg["models"]) == sum(len(v) for v in cfg["zoo"]["systems"].values())
         assert isinstance(pd.DataFrame(cfg["models"]).T, pd.DataFrame)
+    # zoo-steps.json is zoo.json with each system's budget in updates (scripts/zoo_calibrate.py)
+    wall, steps = (expand_zoo(load_zoo(ZOO_TINY.parent / n)) for n in ("zoo.json", "zoo-steps.json"))
+    assert list(wall["models"]) == list(steps["models"]) and wall["probe"] == steps["probe"]
+    for name, spec in steps["models"].items():
+        over = spec["overrides"]
+        assert over["schedule_clock"] == "steps" and over["max_minutes"] == NO_TIME_LIMIT
+        assert 0 < over["warmup_steps"] < over["max_steps"]
+        assert {k: v for k, v in over.items() if k not in ("max_steps", "warmup_steps", "schedule_clock", "max_minutes")} \
+            == {k: v for k, v in wall["models"][name]["overrides"].items()
+                if k not in ("max_steps", "warmup_steps", "schedule_clock", "max_minutes")}
 
 
 @pytest.mark.slow

@@ -895,8 +895,7 @@ def attention_for_words(words: list[str], arcs: list[tuple[int, int, str]], mode
     if norms is None:
         word, _ = word_attention_maps(att, tok_word, slot, n, len(names))   # (L, 1, H, n, n)
     else:
-        R, P = word_maps(tok_word, slot, n, len(names))
-        word, _ = renormalised_word_maps(weighted, att, R, P, n)
+        word, _ = renormalised_word_maps(weighted, att, word_maps(tok_word, slot, n, len(names)))
     arcs = [a for a in arcs if max(a[:2]) < n]
     return SentenceAttention(list(words), word[:, 0].numpy().astype(np.float32), arcs)
 

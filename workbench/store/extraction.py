@@ -35,6 +35,7 @@ from plmodels.components.cpu_linear import onednn_linear
 from plmodels.components.norms import record_value_norms
 from plmodels.progress import progress as progress_bar
 from workbench.core.io import atomic_dir, atomic_write_json, clean_stale_tmp
+from workbench.core.memory import HeapTrimmer
 from workbench.data import tasks
 from workbench.data.align import align_sentences
 from workbench.store.batching import Batch, build_batch, make_batches, row_runs
@@ -90,12 +91,12 @@ def _write_attention(batch: Batch, atts, tokenizer_slots: dict[int, int], n_spec
     alloc = np.empty if all(a.shape[1] == n_heads for a in atts) else partial(np.full, fill_value=np.nan)
     word = alloc((L, B, n_heads, n_max, n_max), dtype=np.float32)
     special = alloc((L, B, n_heads, n_max, n_special), dtype=np.float32)
-    R, P = word_maps(tok_word, slot, n_max, n_special)  # once per batch, shared by every layer
+    maps = word_maps(tok_word, slot, n_max, n_special)  # once per batch, shared by every layer
     for l, a in enumerate(atts):  # layer by layer (no stacked copy); pruned layers' missing heads stay NaN
         if norms is None or a.shape[1] == 0:
-            w, sp = apply_word_maps(a.float(), R, P, n_max)  # (B, H_l, n, n), (B, H_l, n, K)
+            w, sp = apply_word_maps(a.float(), maps)  # (B, H_l, n, n), (B, H_l, n, K)
         else:  # Kobayashi et al. 2020: alpha_ij ||f_h(x_j)||, norms broadcast over the attending rows i
-            w, sp = renormalised_word_maps(a.float() * norms[l][:, :, None, :], a.float(), R, P, n_max)
+            w, sp = renormalised_word_maps(a.float() * norms[l][:, :, None, :], a.float(), maps)
         word[l, :, : a.shape[1]] = w.numpy()
         special[l, :, : a.shape[1]] = sp.numpy()
     for b, p in enumerate(batch.pieces):
@@ -206,6 +207,7 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                     os.ftruncate(special_fd, N * L * H * K * ATTN_BYTES)
                 total = sum(len(p.ids) for p in align.pieces)
                 pool = POOLINGS[pooling]
+                trim = HeapTrimmer()  # batches of ever-different shapes: keep the resident set flat
                 with progress_bar(total, "extract", "tok", scale=True, disable=not progress) as bar:
                     for idx in batches:
                         batch = build_batch([align.pieces[i] for i in idx], sent_offsets, pad_id)
@@ -224,6 +226,7 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
                                              None if norms is None else [None if n is None else n.cpu()
                                                                          for n in norms])
                         del out, pooled, norms
+                        trim()
                         bar.update(int(batch.mask.sum()))
             finally:
                 for fd in fds + ([attn_fd, special_fd] if attentions else []):

@@ -108,11 +108,11 @@ def test_renormalised_rows_sum_to_one_and_an_empty_row_takes_the_raw_row():
     raw = torch.softmax(torch.randn(1, 2, 5, 5), -1)
     norms = torch.rand(1, 2, 5) + 0.1
     norms[0, 1] = 0.0  # head 1: every vector zero, so every row has no mass
-    R, P = word_maps(tok_word, slot, 2, 2)
-    word, special = renormalised_word_maps(raw * norms[:, :, None, :], raw, R, P, 2)
+    maps = word_maps(tok_word, slot, 2, 2)
+    word, special = renormalised_word_maps(raw * norms[:, :, None, :], raw, maps)
     assert torch.isfinite(word).all() and torch.isfinite(special).all()
     torch.testing.assert_close(word.sum(-1) + special.sum(-1), torch.ones(1, 2, 2))
-    raw_word, raw_special = renormalised_word_maps(raw, raw, R, P, 2)  # raw rows already sum to 1
+    raw_word, raw_special = renormalised_word_maps(raw, raw, maps)  # raw rows already sum to 1
     torch.testing.assert_close(word[:, 1], raw_word[:, 1])
     torch.testing.assert_close(special[:, 1], raw_special[:, 1])
     # head 0 by hand: word 0's row is the mean of its two subwords' rows of alpha * norm, rescaled

@@ -107,12 +107,13 @@ def throughput(tok: Tokenizer, workdir: Path, reps: int = 3, fixed: bool = False
     computed = sum(len(b) * len(b[0]) for b in sorted_b)  # B * T_max summed: real + padding
     _hf_run(hf, sorted_b[-2:])  # warm-up
     _hf_run(hf, sorted_b[-2:], onednn=True)
-    # The CPU is shared: interleave the methods (A, B, C, A, B, C, ...) and compare medians.
+    # our forward alone: the store's own batches, built here, outside the timing
     align = align_sentences(tok, sents, model.config.max_positions)
     offsets = np.r_[0, np.cumsum(align.n_kept)]
     prepared = [build_batch([align.pieces[i] for i in b], offsets, tok.pad_id or 0)
                 for b in make_batches(align.pieces, 8192, None)]
     _forward_only(model, prepared[-2:], "fp32")  # warm-up
+    # The CPU is shared: interleave the methods (A, B, C, A, B, C, ...) and compare medians.
     t_sorted, t_ours, t_hid, t_hf16, t_ours16 = [], [], [], [], []
     t_dnn, t_fwd, t_dnn16, t_fwd16 = [], [], [], []
     for r in range(reps):

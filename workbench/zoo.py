@@ -76,11 +76,16 @@ class ZooConfig(Config):
                 raise ValueError(f"ZooConfig.systems.{system}.teacher={spec['teacher']!r} is not a system of the zoo")
 
 
+def system_recipe(spec: dict, training: dict | None = None) -> dict:
+    """A system's pretraining config as a dict: its recipe file, the zoo's shared `training`, then
+    the system's own overrides (a distillation recipe is only complete once its teacher exists)."""
+    return merge(read_config_file(recipes.find("pretrain", spec["recipe"])),
+                 merge(training or {}, spec.get("overrides", {})))
+
+
 def system_kind(spec: dict) -> str:
-    """The model kind a system's recipe trains (encoder, decoder, bilm, tbilm, seq2seq, xlnet), read
-    from the recipe file (a distillation recipe is only complete once its teacher exists)."""
-    d = merge(read_config_file(recipes.find("pretrain", spec["recipe"])), spec.get("overrides"))
-    return d.get("kind", "encoder")
+    """The model kind a system's recipe trains (encoder, decoder, bilm, tbilm, seq2seq, xlnet)."""
+    return system_recipe(spec).get("kind", "encoder")
 
 
 def expand_zoo(zoo: ZooConfig) -> dict:
@@ -140,10 +145,9 @@ def step_budget_overrides(zoo: ZooConfig, steps: Mapping[str, int]) -> dict:
         raise ValueError(f"no step count for the systems {missing}")
     out = {}
     for system, spec in zoo.systems.items():
-        resolved = merge(read_config_file(recipes.find("pretrain", spec["recipe"])),
-                         merge(zoo.training, spec.get("overrides", {})))
-        share = resolved.get("warmup_steps", PretrainConfig.warmup_steps) / resolved.get("max_steps",
-                                                                                          PretrainConfig.max_steps)
+        resolved = system_recipe(spec, zoo.training)
+        share = (resolved.get("warmup_steps", PretrainConfig.warmup_steps)
+                 / resolved.get("max_steps", PretrainConfig.max_steps))
         n = int(steps[system])
         out[system] = {"overrides": {"max_steps": n, "schedule_clock": "steps",
                                      "warmup_steps": max(1, round(share * n))}}

@@ -4,6 +4,7 @@ pipeline really wrote, the statistics against a recomputation from the written p
 a second run that skips every step."""
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -21,6 +22,14 @@ from workbench.zoo import NO_TIME_LIMIT, ZooConfig, expand_zoo, load_zoo, run_zo
 
 ZOO_TINY = Path(__file__).resolve().parents[2] / "configs" / "zoo-tiny.json"
 SYSTEMS = {"bert": [0, 1], "elmo": [0, 1], "t5": [0, 1]}
+
+
+def _script(name: str):
+    """scripts/<name>.py as a module (the scripts folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ZOO_TINY.parents[1] / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_the_expansion_shares_one_tokenizer_and_skips_heads_where_there_are_none():
@@ -125,11 +134,7 @@ def test_zoo_configs_expand(tmp_path):
 
 @pytest.mark.slow
 def test_the_gpu_replay_fixes_each_systems_steps_to_the_cpu_zoos(zoo_run):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("zoo_replay", ZOO_TINY.parents[1] / "scripts" / "zoo_replay.py")
-    replay = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(replay)
+    replay = _script("zoo_replay")
     assert replay.seeds_arg("0-3") == [0, 1, 2, 3] and replay.seeds_arg("2,5") == [2, 5]
     over = replay.replay_overrides(zoo_run, load_zoo(ZOO_TINY))
     assert {s: o["overrides"]["max_steps"] for s, o in over["systems"].items()} == {s: 20 for s in SYSTEMS}
@@ -177,11 +182,7 @@ def test_the_encoder_decoders_cross_heads_reach_the_report_and_the_heads_page(zo
 def test_the_calibration_reads_the_rate_after_the_warm_up(tmp_path):
     """scripts/zoo_calibrate.py: updates per second over the second half of a short run (a slow start,
     compilation or the first evaluation, is left out), and a run too short to read one is refused."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("zoo_calibrate", ZOO_TINY.parents[1] / "scripts" / "zoo_calibrate.py")
-    calibrate = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(calibrate)
+    calibrate = _script("zoo_calibrate")
     rows = [{"step": 0, "split": "eval", "metric": "loss", "value": 9.0, "time": 0.0}]
     rows += [{"step": s, "split": "train", "metric": "loss", "value": 5.0, "time": t}
              for s, t in ((10, 50.0), (20, 55.0), (30, 60.0), (50, 70.0), (70, 80.0))]  # 2 / s after a slow start

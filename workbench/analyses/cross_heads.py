@@ -73,11 +73,18 @@ def denoising_objective(model_path: Path) -> tuple[str, T5Args | BartArgs, str]:
     if name not in OBJECTIVE_ARGS:
         raise ValueError(f"{model_path}: card.json's objective_name is {name!r}; the analyses replay one of "
                          f"{sorted(OBJECTIVE_ARGS)}")
+    return (name, *run_objective_args(model_path, name, OBJECTIVE_ARGS[name]))
+
+
+def run_objective_args(model_path: Path, objective: str, cls):
+    """(the arguments `objective` was pretrained with, where they came from): the `objective_args`
+    of the run's config.resolved.json beside the checkpoint when that run's objective is
+    `objective`, else `cls()`'s defaults ("defaults")."""
     resolved = model_path.parent / "config.resolved.json"
     pretrain = _read_json(resolved).get("pretrain", {})
-    if pretrain.get("objective") == name:
-        return name, OBJECTIVE_ARGS[name].from_dict(pretrain.get("objective_args") or {}), str(resolved)
-    return name, OBJECTIVE_ARGS[name](), "defaults"
+    if pretrain.get("objective") == objective:
+        return cls.from_dict(pretrain.get("objective_args") or {}), str(resolved)
+    return cls(), "defaults"
 
 
 def noise_rows(rows: list[torch.Tensor], tok: Tokenizer, objective: str, args: T5Args | BartArgs,

@@ -70,7 +70,7 @@ from probes.pruning import (
     random_pruning_curves,
     roles_vs_importance,
 )
-from workbench.analyses.cross_heads import denoising_objective, noise_rows
+from workbench.analyses.cross_heads import denoising_objective, noise_rows, run_objective_args
 from workbench.analyses.probing import default_model_name
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import dataset_dir
@@ -372,11 +372,8 @@ def build_objective(path: Path, cfg: PruneRunConfig):
         raise ValueError(f"eval_data={source!r} gave no sequences")
     if model.kind == "seq2seq":
         return model, tok, seq2seq_objective(model, tok, path, seqs, cfg, source)
-    plm = None
-    if model.kind == "xlnet":  # the run's partial prediction (objective_args), else PLMArgs' default
-        resolved = path.parent / "config.resolved.json"
-        pre = json.loads(resolved.read_text()).get("pretrain", {}) if resolved.is_file() else {}
-        plm = PLMArgs.from_dict(pre.get("objective_args") or {}) if pre.get("objective") == "plm" else PLMArgs()
+    # XLNet: the run's partial prediction (objective_args), else PLMArgs' default
+    plm = run_objective_args(path, "plm", PLMArgs)[0] if model.kind == "xlnet" else None
     return model, tok, lm_objective(model, tok, seqs, cfg, source, plm)
 
 

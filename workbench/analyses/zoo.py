@@ -20,8 +20,8 @@ these three steps then read the run's tables across systems:
   2022 ("The MultiBERTs", `probes.multibootstrap`), kept apart from the items-only interval (which
   treats one seed's checkpoint as if it were the system). Statistics with per-item results (probing:
   the score at each layer, the best-layer score, E_delta of the cumulative probes) get both; those
-  without (share of heads per primary role, prunable share of heads, finetuning gain) are resampled over seeds
-  only. A comparison "A > B" is claimed only when its multi-bootstrap interval excludes 0, and
+  without (share of heads per primary role, prunable share of heads, finetuning gain) are resampled
+  over seeds only. A comparison "A > B" is claimed only when its multi-bootstrap interval excludes 0, and
   `flips` counts the (seed of A, seed of B) pairs that order the two systems the other way.
 """
 from __future__ import annotations
@@ -197,8 +197,9 @@ def _per_model(df: pd.DataFrame | None, value: str) -> dict[str, float]:
 def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot: int = 1000,
                     seed: int = 0) -> tuple[list[dict], list[dict]]:
     """Rows for the statistics without items, resampled over pretraining seeds only: the share of a
-    model's heads (the encoder's, for T5 / BART) with each primary role, the share of heads prunable for a 5 % loss (Michel order), the finetuning gain (finetune
-    minus the scalar-mix frozen features, per task)."""
+    model's heads (the encoder's, for T5 / BART) with each primary role, the share of heads prunable
+    for a 5 % loss (Michel order), the finetuning gain (finetune minus the scalar-mix frozen
+    features, per task)."""
     per_stat: dict[tuple[str, str], dict[str, float]] = {}
     classes = load_table(run_dir, "heads_classes")
     if classes is not None and len(classes):

@@ -68,7 +68,7 @@ def word_maps(tok_word: torch.Tensor, special_slot: torch.Tensor, n_words: int, 
     col = np.where(tw >= 0, tw, np.where(sl >= 0, n_words + sl, C))
     row = np.where(tw >= 0, tw, n_words)
     count = np.zeros((len(tw), n_words + 1), dtype=np.float64)
-    np.add.at(count, (np.arange(len(tw))[:, None].repeat(tw.shape[1], 1), row), 1.0)
+    np.add.at(count, (np.arange(len(tw))[:, None], row), 1.0)
     count = np.maximum(count[:, :n_words], 1.0)
     return WordMaps(torch.from_numpy(np.ascontiguousarray(col)).to(device),
                     torch.from_numpy(np.ascontiguousarray(row)).to(device),

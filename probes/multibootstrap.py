@@ -25,8 +25,26 @@ same seed and item resample, so curves are coherent.
 
 - `multi_bootstrap`: the seed mean of a score (also items-only or seeds-only on request).
 - `layer_curve`, `best_layer_score`, `expected_layer_delta` (E_delta of Tenney et al. 2019b): layers.
-- `compare`: A - B with paired items and independent seeds, a claim, and seed-pair sign flips.
+- `held_out_best`: the best layer chosen on held-out items (cross-fitting over two halves of the items,
+  as `probes.layers.cross_fit_best` does for the main job), so that the best-layer score is not scored
+  on the items that chose it.
+- `compare`, `compare_e_delta`: A - B with paired items and independent seeds, a p-value, a claim, and
+  seed-pair sign flips.
 - `seeds_only`, `compare_seeds_only`: statistics with no test items (one scalar per seed).
+- `holm`: Holm's (1979) step-down adjustment of a family of p-values.
+
+Few seeds. A bootstrap of the mean of S values has the variance of the plug-in (divide-by-S) estimate,
+(S - 1) / S of the unbiased one: with S = 2 the seed half of the interval is built on half the seed
+variance, with 3 on two thirds, with 4 on three quarters. So no comparison is claimed with fewer than
+`MIN_SEEDS` = 3 seeds a system (the interval is still given), and a caller marks claims made at 3 or
+4 seeds (`FEW_SEEDS`).
+
+p-values. A comparison's p-value is two-sided, from a Wald test whose standard error is the standard
+deviation of the bootstrap replicates of delta: p = 2 Phi(-|delta| / sd(delta*)) (Efron & Tibshirani
+1993, ch. 16; when the replicates are normal it is the level at which the percentile interval just
+touches 0). Counting the replicates beyond 0 instead would floor p at about 2 / B, too coarse for a
+family of a hundred comparisons (Holm's first threshold 0.05 / 100 needs B > 4,000 replicates per
+comparison just to be reachable).
 """
 from __future__ import annotations
 
@@ -35,10 +53,14 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from scipy.stats import norm
+
 from probes.layers import center_of_gravity, differential_scores
 from probes.stats import micro_f1_from_counts
 
 CHUNK_ELEMS = 4_000_000  # item-count matrix entries (replicates x N) drawn at once
+MIN_SEEDS = 3   # fewest seeds a system for a claim on a statistic with seed variance (module docstring)
+FEW_SEEDS = 5   # claims with fewer seeds than this (3 or 4) are marked: the seed variance is under-estimated
 
 
 @dataclass(frozen=True)
@@ -59,7 +81,9 @@ class Comparison:
     """delta = stat(A) - stat(B) on all seeds and items, its percentile interval, the share of
     replicates with delta* > 0, and the seed-pair check: of the n_seed_pairs pairs (seed i of A,
     seed j of B), `flips` is how many have score(A_i) - score(B_j) of another sign than `delta`.
-    `claim` is "A > B" (low > 0), "B > A" (high < 0) or "no claim"."""
+    `claim` is "A > B" (low > 0), "B > A" (high < 0) or "no claim" (also whenever either system has
+    fewer than `min_seeds` seeds). `p_value` is the two-sided Wald p-value with the bootstrap standard
+    error (module docstring; nan when it cannot be formed); `n_seeds` the smaller system's seed count."""
 
     delta: float
     low: float
@@ -68,6 +92,8 @@ class Comparison:
     n_seed_pairs: int
     flips: int
     claim: str
+    p_value: float = float("nan")
+    n_seeds: int = 0
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -189,11 +215,24 @@ def _seed_scores(x: np.ndarray, metric: str) -> np.ndarray:
 
 
 def _claim(low: float, high: float) -> str:
+    """The percentile interval's verdict; nan bounds make no claim."""
     if low > 0:
         return "A > B"
     if high < 0:
         return "B > A"
     return "no claim"
+
+
+def _p_value(delta: float, boots: np.ndarray) -> float:
+    """Two-sided p = 2 Phi(-|delta| / sd(finite replicates)); nan without a finite delta or spread, 0 for
+    a non-zero delta whose replicates do not vary, 1 for delta = 0."""
+    ok = boots[np.isfinite(boots)]
+    if not np.isfinite(delta) or ok.size < 2 or 2 * ok.size < boots.size:
+        return float("nan")
+    sd = float(ok.std(ddof=1))
+    if sd == 0.0:
+        return 1.0 if delta == 0 else 0.0
+    return float(2 * norm.sf(abs(delta) / sd))
 
 
 def _flips(a_scores: np.ndarray, b_scores: np.ndarray, delta: float) -> int:
@@ -246,8 +285,9 @@ def best_layer_score(items: np.ndarray, metric: str = "accuracy", *, n_boot: int
     """max over layers of the seed-mean score, items (S, L, N, 4), with a multi-bootstrap interval.
 
     Per replicate: the maximum over layers of the replicate's per-layer seed-mean scores. This is the
-    in-sample maximum (the layer is picked on the items it is scored on), so it is optimistic; the
-    bias is the same procedure for every system, so comparisons of it are fair, absolute values not.
+    in-sample maximum (the layer is picked on the items it is scored on), so it is optimistic, and more
+    so for a system with more layers or noisier ones; the zoo scores the layer chosen on held-out items
+    instead (`held_out_best`).
     """
     _check_args(n_boot, level)
     x = _as_layer_items(items, "best_layer_score")
@@ -287,28 +327,64 @@ def expected_layer_delta(cumulative: np.ndarray, metric: str = "accuracy", layer
     return Interval(value, *_percentiles(boots, level), x.shape[0], x.shape[2])
 
 
+PerSeed = Callable[[np.ndarray], np.ndarray]   # per-layer scores (..., S, L) -> a statistic per seed (..., S)
+
+
+def _compare(xa: np.ndarray, xb: np.ndarray, stat_a: PerSeed, stat_b: PerSeed, metric: str, n_boot: int, seed: int,
+             level: float, min_seeds: int) -> Comparison:
+    """A - B of the seed means of stat_a / stat_b on xa (S_a, L_a, N, 4) and xb (S_b, L_b, N, 4): one item
+    resample per replicate for both, each system's seeds drawn on their own (`_replicates`)."""
+    sa, sb = stat_a(_seed_scores(xa, metric)), stat_b(_seed_scores(xb, metric))
+    delta = float(sa.mean() - sb.mean())
+    ra, rb = _replicates([xa, xb], metric, n_boot, seed, True, True)
+    boots = stat_a(ra).mean(axis=1) - stat_b(rb).mean(axis=1)   # (B,)
+    lo, hi = _percentiles(boots, level)
+    ok = np.isfinite(boots)
+    n_seeds = min(xa.shape[0], xb.shape[0])
+    claim = _claim(lo, hi) if n_seeds >= min_seeds else "no claim"
+    return Comparison(delta, lo, hi, float((boots[ok] > 0).mean()) if ok.any() else float("nan"), sa.size * sb.size,
+                      _flips(sa, sb, delta), claim, _p_value(delta, boots), n_seeds)
+
+
+def _layer_zero(scores: np.ndarray) -> np.ndarray:
+    return scores[..., 0]
+
+
 def compare(a: np.ndarray, b: np.ndarray, metric: str = "accuracy", *, n_boot: int = 1000, seed: int = 0,
-            level: float = 0.95) -> Comparison:
+            level: float = 0.95, min_seeds: int = MIN_SEEDS) -> Comparison:
     """A - B on the seed-mean score, a (S_a, N, 4) and b (S_b, N, 4) on the same N test items
     (Sellam et al. 2022, paired items, unpaired seeds).
 
     Each replicate applies ONE item resample to both systems and resamples A's and B's seeds
     independently; delta* = mean over A's resampled seeds - mean over B's. p_a_gt_b is the share of
-    replicates with delta* > 0. `flips` counts the seed pairs (A_i, B_j) whose difference on all items
-    has another sign than `delta`; a claim with flips > 0 still stands, but a caller should flag it:
-    some pairs of single checkpoints would have shown the opposite. To compare one layer, slice it.
+    replicates with delta* > 0, p_value the two-sided Wald p-value with the replicates' standard error.
+    `flips` counts the seed pairs (A_i, B_j) whose difference on all items has another sign than
+    `delta`; a claim with flips > 0 still stands, but a caller should flag it: some pairs of single
+    checkpoints would have shown the opposite. With fewer than `min_seeds` seeds on either side the
+    interval is given but no claim is made (module docstring). To compare one layer, slice it.
     """
     _check_args(n_boot, level)
     xa, xb = _as_items(a, "compare: a"), _as_items(b, "compare: b")
     if xa.shape[1] != xb.shape[1]:
         raise ValueError(f"compare: a and b must score the same test items, got a {xa.shape} and b {xb.shape}")
-    sa, sb = _seed_scores(xa[:, None], metric)[:, 0], _seed_scores(xb[:, None], metric)[:, 0]
-    delta = float(sa.mean() - sb.mean())
-    ra, rb = _replicates([xa[:, None], xb[:, None]], metric, n_boot, seed, True, True)
-    boots = ra[:, :, 0].mean(axis=1) - rb[:, :, 0].mean(axis=1)
-    lo, hi = _percentiles(boots, level)
-    return Comparison(delta, lo, hi, float((boots > 0).mean()), sa.size * sb.size, _flips(sa, sb, delta),
-                      _claim(lo, hi))
+    return _compare(xa[:, None], xb[:, None], _layer_zero, _layer_zero, metric, n_boot, seed, level, min_seeds)
+
+
+def compare_e_delta(a: np.ndarray, b: np.ndarray, metric: str = "accuracy", layer_ids_a: Sequence[int] | None = None,
+                    layer_ids_b: Sequence[int] | None = None, *, n_boot: int = 1000, seed: int = 0,
+                    level: float = 0.95, min_seeds: int = MIN_SEEDS) -> Comparison:
+    """E_delta(A) - E_delta(B) of cumulative probes, a (S_a, L_a, N, 4) and b (S_b, L_b, N, 4) on the same
+    N items, each the mean of its per-seed E_delta (`expected_layer_delta`), resampled as `compare`.
+    Replicates where a resampled seed's E_delta is undefined are skipped (more than half: nan interval)."""
+    _check_args(n_boot, level)
+    xa, xb = _as_layer_items(a, "compare_e_delta: a"), _as_layer_items(b, "compare_e_delta: b")
+    if xa.shape[2] != xb.shape[2]:
+        raise ValueError(f"compare_e_delta: a and b must score the same test items, got a {xa.shape} and b {xb.shape}")
+    for ids, x, side in ((layer_ids_a, xa, "a"), (layer_ids_b, xb, "b")):
+        if ids is not None and len(ids) != x.shape[1]:
+            raise ValueError(f"compare_e_delta: {len(ids)} layer_ids_{side} for {x.shape[1]} layers")
+    return _compare(xa, xb, lambda s: _e_delta(s, layer_ids_a), lambda s: _e_delta(s, layer_ids_b), metric, n_boot,
+                    seed, level, min_seeds)
 
 
 def _as_values(values: Sequence[float], name: str) -> np.ndarray:
@@ -336,22 +412,65 @@ def seeds_only(values: Sequence[float], *, n_boot: int = 1000, seed: int = 0, le
 
 
 def compare_seeds_only(a_values: Sequence[float], b_values: Sequence[float], *, n_boot: int = 1000, seed: int = 0,
-                       level: float = 0.95, min_seeds: int = 3) -> Comparison:
+                       level: float = 0.95, min_seeds: int = MIN_SEEDS) -> Comparison:
     """mean(A) - mean(B) of per-seed scalars with independent seed resamples (unpaired seeds), as
-    `compare` without items. With fewer than 2 values on either side low = high = p_a_gt_b = nan and
-    the claim is "no claim"; `flips` is computed all the same. With fewer than `min_seeds` values on
+    `compare` without items. With fewer than 2 values on either side low = high = p_a_gt_b = p_value = nan
+    and the claim is "no claim"; `flips` is computed all the same. With fewer than `min_seeds` values on
     either side the interval is given but no claim is made: a bootstrap of two values has three
-    possible means, and two equal seeds would give a zero-width interval."""
+    possible means, two equal seeds would give a zero-width interval, and the bootstrap variance of a
+    mean of S values is (S - 1) / S of the unbiased one (module docstring)."""
     _check_args(n_boot, level)
     a, b = _as_values(a_values, "compare_seeds_only: a"), _as_values(b_values, "compare_seeds_only: b")
     if a.size == 0 or b.size == 0:
         raise ValueError(f"compare_seeds_only: need values on both sides, got {a.size} and {b.size}")
     delta = float(a.mean() - b.mean())
-    flips = _flips(a, b, delta)
-    if a.size < 2 or b.size < 2:
-        return Comparison(delta, float("nan"), float("nan"), float("nan"), a.size * b.size, flips, "no claim")
+    flips, n_seeds = _flips(a, b, delta), min(a.size, b.size)
+    if n_seeds < 2:
+        return Comparison(delta, float("nan"), float("nan"), float("nan"), a.size * b.size, flips, "no claim",
+                          float("nan"), n_seeds)
     rng = np.random.default_rng(seed)
     boots = _seed_means(a, rng, n_boot) - _seed_means(b, rng, n_boot)
     lo, hi = _percentiles(boots, level)
-    claim = _claim(lo, hi) if min(a.size, b.size) >= min_seeds else "no claim"
-    return Comparison(delta, lo, hi, float((boots > 0).mean()), a.size * b.size, flips, claim)
+    claim = _claim(lo, hi) if n_seeds >= min_seeds else "no claim"
+    return Comparison(delta, lo, hi, float((boots > 0).mean()), a.size * b.size, flips, claim,
+                      _p_value(delta, boots), n_seeds)
+
+
+# ----------------------------------------------------------------------------- selection and families
+def held_out_best(items: np.ndarray, metric: str = "accuracy") -> tuple[int, np.ndarray]:
+    """The best layer chosen on held-out items, items (S, L, N, 4) -> (layer, (S, N, 4)).
+
+    The procedure of `probes.layers.cross_fit_best` (the main job's "best" rows), scored with `metric`:
+    split the N items into a first and a second half (items come in sentence order); on each half pick
+    the layer with the best seed-mean score (ties -> the lower layer) and take the OTHER half's items
+    at that layer. Every item is then scored at a layer chosen without it, so the maximum over layers
+    does not over-state the score (the in-sample `best_layer_score` does). Returns the layer both
+    halves chose, or -1 when they disagree, and the cross-fitted per-item counts, which the
+    multi-bootstrap then resamples as any other (S, N, 4) array.
+    """
+    x = _as_layer_items(items, "held_out_best")
+    n = x.shape[2]
+    if n < 2:
+        raise ValueError(f"held_out_best: need at least 2 test items to choose a layer on held-out items, got {n}")
+    halves = [np.arange(n // 2), np.arange(n // 2, n)]
+    picks = [int(np.argmax(_seed_scores(x[:, :, h], metric).mean(axis=0))) for h in halves]
+    out = np.empty_like(x[:, 0])
+    out[:, halves[1]] = x[:, picks[0]][:, halves[1]]   # chosen on the first half, scored on the second
+    out[:, halves[0]] = x[:, picks[1]][:, halves[0]]
+    return (picks[0] if picks[0] == picks[1] else -1), out
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm's (1979) step-down adjusted p-values of one family: sorted p_(1) <= ... <= p_(m),
+    adj_(i) = max_{j <= i} min(1, (m - j + 1) p_(j)); "claim where adj <= alpha" keeps the chance of
+    any false claim in the family at most alpha whatever the dependence between the comparisons (they
+    share systems and items). nan p-values are left out of the family and stay nan."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    if ok.size == 0:
+        return out
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = order.size
+    out[order] = np.minimum(1.0, np.maximum.accumulate((m - np.arange(m)) * p[order]))
+    return out

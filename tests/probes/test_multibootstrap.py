@@ -10,8 +10,11 @@ from probes.multibootstrap import (
     _micro_f1_from_sums,
     best_layer_score,
     compare,
+    compare_e_delta,
     compare_seeds_only,
     expected_layer_delta,
+    held_out_best,
+    holm,
     layer_curve,
     multi_bootstrap,
     score,
@@ -138,12 +141,135 @@ def test_paired_items_narrow_the_comparison():
     base = (rng.random(n) < 0.7).astype(float)
     worse = base.copy()
     worse[np.flatnonzero(base)[:100]] = 0.0  # B loses 100 of A's correct items, same item set
-    a, b = (np.stack([np.stack([x, x, 1 - x, 1 - x], axis=1)] * 2) for x in (base, worse))
+    a, b = (np.stack([np.stack([x, x, 1 - x, 1 - x], axis=1)] * 3) for x in (base, worse))
     c = compare(a, b)
     ia, ib = multi_bootstrap(a), multi_bootstrap(b)
     assert c.delta == pytest.approx(100 / n)
     assert width(c) < 2 / 3 * (width(ia) / 2 + width(ib) / 2)
     assert c.claim == "A > B"
+
+
+def test_compare_resamples_each_systems_seeds_independently():
+    """Seed s of A has nothing to do with seed s of B: each replicate draws A's seeds and B's seeds apart.
+    A's seeds score 0.6, 0.7, 0.8 and B's 0.05 less each, on their own items. Drawn apart, delta* has the
+    variance of two seed means, 2 x (plug-in variance 0.02 / 3) / 3, plus the items': a 95% interval about
+    0.26 wide. One draw shared by A and B would pair seed k of A with seed k of B, whose difference is
+    0.05 for every k, and leave only the items' width (about 0.04): issue 75's mutation."""
+    n = 3000
+    a, b = system([0.6, 0.7, 0.8], n, 30), system([0.55, 0.65, 0.75], n, 31)
+    c = compare(a, b, n_boot=4000, seed=1)
+    seeds_var = 2 * (np.var([0.6, 0.7, 0.8]) / 3)
+    items_var = (0.7 * 0.3 + 0.65 * 0.35) / n     # two independent item sets, each seed mean over 3 seeds
+    assert width(c) == pytest.approx(2 * 1.96 * np.sqrt(seeds_var + items_var / 3), rel=0.15)
+    assert width(c) > 4 * width(multi_bootstrap(a, resample_seeds=False, n_boot=2000))
+    assert c.claim == "no claim" and c.n_seeds == 3
+
+
+def test_fewer_than_three_seeds_a_system_make_no_claim():
+    """A bootstrap of the mean of S seeds has (S - 1) / S of the unbiased seed variance: at two seeds, half.
+    A planted gap of 0.1 on 3,000 items with two seeds a side: the interval excludes 0, the p-value is
+    small, but no claim; the same systems with a third seed: the claim."""
+    a, b = system([0.80, 0.81], 3000, 32), system([0.70, 0.71], 3000, 33)
+    c = compare(a, b)
+    assert c.low > 0 and c.p_value < 1e-6 and c.n_seeds == 2
+    assert c.claim == "no claim"
+    a3, b3 = system([0.80, 0.81, 0.80], 3000, 32), system([0.70, 0.71, 0.70], 3000, 33)
+    assert compare(a3, b3).claim == "A > B" and compare(a3, b3).n_seeds == 3
+    assert compare(a3, b).claim == "no claim"                      # the smaller system decides
+    assert compare_seeds_only([5.0, 6.0], [1.0, 1.5]).claim == "no claim"
+    assert compare_seeds_only([5.0, 6.0, 5.5], [1.0, 1.5, 1.2]).claim == "A > B"
+
+
+def test_p_value_is_the_wald_p_of_the_replicates():
+    """p = 2 Phi(-|delta| / sd(delta*)): on per-seed scalars with a fixed seed, recomputed from the same
+    replicates by hand; p < 0.05 exactly where a normal-ish interval excludes 0."""
+    from scipy.stats import norm
+    a, b = [1.0, 2.0, 1.5, 1.8], [0.9, 1.1, 1.6, 1.2]
+    c = compare_seeds_only(a, b, n_boot=3000, seed=7)
+    rng = np.random.default_rng(7)
+    va, vb = np.asarray(a), np.asarray(b)
+    boots = va[rng.integers(0, 4, (3000, 4))].mean(1) - vb[rng.integers(0, 4, (3000, 4))].mean(1)
+    assert c.p_value == pytest.approx(2 * norm.sf(abs(c.delta) / boots.std(ddof=1)))
+    assert (c.p_value < 0.05) == (c.claim != "no claim")
+
+
+def test_held_out_best_does_not_reward_noise():
+    """Twelve layers of the same planted accuracy 0.5: the in-sample maximum over layers reads above 0.5
+    (the best of twelve noisy scores), the layer chosen on one half and scored on the other does not.
+    A real best layer (0.8 among 0.5s) is found and scored at its level."""
+    rng = np.random.default_rng(34)
+    in_sample, held_out = [], []
+    for _ in range(30):
+        x = (rng.random((3, 12, 400, 1)) < 0.5).astype(float)
+        x = np.concatenate([x, x, 1 - x, 1 - x], axis=3)
+        in_sample.append(best_layer_score(x, n_boot=1).value)
+        held_out.append(held_out_best(x)[1].mean(axis=1)[:, 0].mean())
+    assert np.mean(in_sample) > 0.5 + 0.02
+    assert np.mean(held_out) == pytest.approx(0.5, abs=0.006)
+    x = layered([0.5, 0.5, 0.5, 0.5], 1000, 3, 35)
+    x[:, 2] = layered([0.8], 1000, 3, 36)[:, 0]
+    layer, chosen = held_out_best(x)
+    assert layer == 2 and chosen.shape == (3, 1000, 4)
+    assert multi_bootstrap(chosen, n_boot=50).value == pytest.approx(0.8, abs=0.03)
+
+
+def test_held_out_best_scores_each_half_at_the_other_halfs_choice():
+    """Layer 0 is best on the first half of the items, layer 1 on the second: each half is scored at the
+    layer the other half chose (the worse one for it), and the halves disagree: layer -1."""
+    n = 100
+    first = np.r_[np.ones(n // 2), np.zeros(n // 2)]
+    x = np.stack([first, 1 - first])[None, :, :, None] * np.array([1, 1, 0, 0]) \
+        + np.stack([1 - first, first])[None, :, :, None] * np.array([0, 0, 1, 1])   # (1, 2, N, 4)
+    layer, chosen = held_out_best(x)
+    assert layer == -1
+    assert score(chosen[0]) == 0.0          # every item scored at the layer the other half chose
+    with pytest.raises(ValueError, match="at least 2 test items"):
+        held_out_best(np.zeros((1, 2, 1, 4)))
+
+
+def test_holm_by_hand():
+    p = [0.01, 0.04, 0.03, 0.005, float("nan")]
+    # sorted 0.005 x 4 = 0.02, 0.01 x 3 = 0.03, 0.03 x 2 = 0.06, 0.04 x 1 -> max(0.06, 0.04) = 0.06
+    np.testing.assert_allclose(holm(p), [0.03, 0.06, 0.06, 0.02, np.nan])
+    np.testing.assert_allclose(holm([0.3, 0.02]), [0.3, 0.04])
+    assert holm([0.9, 0.8]).tolist() == [1.0, 1.0] and holm([]).size == 0
+
+
+def test_holm_keeps_false_claims_in_a_family_of_planted_nulls():
+    """100 families of 15 comparisons of two systems drawn from the same procedure (4 seeds with a seed
+    effect, shared item difficulty, 150 items): each comparison's p < 0.05 about 5% of the time, so
+    claiming every p < 0.05 makes a false claim in about half of the families (1 - 0.95^15 = 0.54); Holm's
+    adjusted p < 0.05 in about 5% of them. On exactly uniform null p-values Holm's share of families
+    with a false claim is 1 - (1 - 0.05 / 20)^20 = 0.049 (its bound is tight for independent tests)."""
+    rng = np.random.default_rng(37)
+
+    def sample(u, base):
+        shift = rng.normal(0, 0.03, 4)
+        uu = np.where(rng.random((4, u.size)) < 0.1, rng.random((4, u.size)), u[None])
+        c = (uu < base + shift[:, None]).astype(float)
+        return np.stack([c, c, 1 - c, 1 - c], axis=2)
+
+    ps = np.array([[compare(sample(u, base), sample(u, base), n_boot=200, seed=f * 15 + k).p_value
+                    for k, (base, u) in enumerate((rng.uniform(0.5, 0.8), rng.random(150)) for _ in range(15))]
+                   for f in range(100)])                                        # (families, comparisons)
+    assert (ps < 0.05).mean() == pytest.approx(0.05, abs=0.025)
+    assert (ps.min(axis=1) < 0.05).mean() > 0.35
+    assert (np.apply_along_axis(holm, 1, ps).min(axis=1) < 0.05).mean() <= 0.08
+    uniform = rng.random((4000, 20))
+    share = (np.apply_along_axis(holm, 1, uniform).min(axis=1) < 0.05).mean()
+    assert share == pytest.approx(1 - (1 - 0.05 / 20) ** 20, abs=0.012)
+
+
+def test_compare_e_delta_planted_centres():
+    """A gains everything at layer 2, B at layer 1: E_delta 2 and 1, delta 1 with three seeds a side."""
+    a = layered([0.5, 0.5, 0.9, 0.9], 1000, 3, 38)
+    b = layered([0.5, 0.9, 0.9, 0.9], 1000, 3, 39)
+    c = compare_e_delta(a, b, n_boot=200)
+    assert c.delta == pytest.approx(1.0) and c.claim == "A > B" and c.low > 0.5
+    c = compare_e_delta(a, b[:, :3], layer_ids_b=[0, 2, 4], n_boot=50)
+    assert c.delta == pytest.approx(0.0)     # B's gain at its second layer, named layer 2
+    with pytest.raises(ValueError, match="2 layer_ids_b for 3 layers"):
+        compare_e_delta(a, b[:, :3], layer_ids_b=[0, 1])
 
 
 def test_compare_rejects_different_item_sets():

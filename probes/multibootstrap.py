@@ -237,9 +237,12 @@ def _p_value(delta: float, boots: np.ndarray) -> float:
 
 def _flips(a_scores: np.ndarray, b_scores: np.ndarray, delta: float) -> int:
     """Pairs (i, j) with sign(a_i - b_j) != sign(delta): a tied pair counts against a non-zero delta,
-    and every untied pair against delta = 0."""
-    signs = np.sign(a_scores[:, None] - b_scores[None, :])
-    return int((signs != np.sign(delta)).sum())
+    and every untied pair against delta = 0. Pairs with an undefined score (an E_delta of nan) and an
+    undefined delta count none."""
+    if not np.isfinite(delta):
+        return 0
+    diffs = a_scores[:, None] - b_scores[None, :]
+    return int(((np.sign(diffs) != np.sign(delta)) & np.isfinite(diffs)).sum())
 
 
 # ----------------------------------------------------------------------------- public API

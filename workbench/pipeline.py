@@ -355,7 +355,7 @@ def _zoo_cka_step(ctx: Context) -> dict:
 def _zoo_stats_step(ctx: Context) -> dict:
     opts = ctx.params.get("stats") or {}
     tables = zoo_statistics(ctx.run_dir, _zoo_systems(ctx.params), n_boot=opts.get("n_boot", 1000),
-                            seed=opts.get("seed", 0))
+                            seed=opts.get("seed", 0), primary=ctx.params.get("primary"))
     for name, df in tables.items():
         write_table(ctx.run_dir, name, df)
     comps = tables["zoo_comparisons"]

@@ -2,8 +2,9 @@
 pretraining seeds, and every analysis on every checkpoint, as one cached, resumable study.
 
 A zoo config names systems (a shipped pretraining recipe each, e.g. `bert-mini`, `electra-mini`,
-`t5-mini`), the pretraining seeds, one wall-clock budget per checkpoint and the training settings
-they share; `expand_zoo` turns it into the run config of an ordinary study (workbench/pipeline.py)
+`t5-mini`, and arms that change one architecture field, e.g. BERT with learned positions), the
+pretraining seeds, one wall-clock budget per checkpoint, the training settings they share and each
+task's primary statistic (the family whose claims Holm's correction controls); `expand_zoo` turns it into the run config of an ordinary study (workbench/pipeline.py)
 with one model "<system>-s<seed>" per system and seed:
 
 - every model reads the tokenizer (and the token cache) of the first system's first seed
@@ -29,8 +30,8 @@ from pathlib import Path
 from plmodels import recipes
 from plmodels.config import Config, merge, read_json_object
 from plmodels.training.config import PretrainConfig, read_config_file
-from workbench.analyses.probing import RECORDS_OF
-from workbench.analyses.zoo import model_name
+from workbench.analyses.probing import RECORDS_OF, STRUCTURAL_TASKS
+from workbench.analyses.zoo import PRIMARY_STATISTICS, model_name
 from workbench.pipeline import NO_TIME_LIMIT, run_pipeline
 
 NO_HEADS = ("bilm",)  # kinds without attention heads: no head analysis, importance or pruning
@@ -55,6 +56,9 @@ class ZooConfig(Config):
     emergence: dict | None = None               # emergence config (needs log-spaced checkpoints)
     cka: dict | None = field(default_factory=dict)   # {"sentences": 500, "max_words": 40}; None: none
     stats: dict = field(default_factory=dict)   # {"n_boot": 1000, "seed": 0}
+    # task -> the statistic its comparisons are judged on (PRIMARY_STATISTICS; a task not named:
+    # "best_layer_score"); the family whose claims Holm's correction controls (docs/zoo.md)
+    primary: dict[str, str] = field(default_factory=dict)
     # where a config's step budgets came from (scripts/zoo_calibrate.py: CPU, rates); not read by the run
     calibration: dict | None = None
 
@@ -74,6 +78,17 @@ class ZooConfig(Config):
                                  f"unknown keys {sorted(unknown)}")
             if spec.get("teacher") is not None and spec["teacher"] not in self.systems:
                 raise ValueError(f"ZooConfig.systems.{system}.teacher={spec['teacher']!r} is not a system of the zoo")
+        self._check_primary()
+
+    def _check_primary(self) -> None:
+        for task, statistic in self.primary.items():
+            if task not in self.tasks:
+                raise ValueError(f"ZooConfig.primary.{task}: not one of the zoo's tasks {list(self.tasks)}")
+            if statistic not in PRIMARY_STATISTICS:
+                raise ValueError(f"ZooConfig.primary.{task}={statistic!r}: choose one of {list(PRIMARY_STATISTICS)}")
+            if statistic == "e_delta" and task in STRUCTURAL_TASKS:
+                raise ValueError(f"ZooConfig.primary.{task}: a structural probe has no cumulative probes, "
+                                 "so no e_delta")
 
 
 def system_recipe(spec: dict, training: dict | None = None) -> dict:
@@ -117,7 +132,8 @@ def expand_zoo(zoo: ZooConfig) -> dict:
     cfg: dict = {"name": zoo.name, "seed": zoo.seeds[0], "results_root": zoo.results_root, "models": models,
                  "tasks": {"tasks": list(dict.fromkeys(RECORDS_OF.get(t, t) for t in zoo.tasks))},
                  "probe": {"models": names, "tasks": list(zoo.tasks), "config": {**zoo.probe, "keep_items": True}},
-                 "zoo": {"systems": {s: list(zoo.seeds) for s in systems}, "cka": zoo.cka, "stats": zoo.stats},
+                 "zoo": {"systems": {s: list(zoo.seeds) for s in systems}, "cka": zoo.cka, "stats": zoo.stats,
+                         "primary": zoo.primary},
                  "report": {}}
     if zoo.heads is not None and with_heads:
         cfg["heads"] = {"models": with_heads, "config": zoo.heads}

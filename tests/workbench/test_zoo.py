@@ -1,7 +1,8 @@
-"""`workbench zoo` on configs/zoo-tiny.json (three systems: a BERT, an ELMo and a T5, two pretraining
-seeds each, a few steps): the expansion, every step of the study, the zoo's tables on what the
-pipeline really wrote, the statistics against a recomputation from the written per-item results, and
-a second run that skips every step."""
+"""`workbench zoo` on configs/zoo-tiny.json (four systems: a BERT, the same BERT with RoPE instead of
+learned positions, an ELMo and a T5, two pretraining seeds each, a few steps): the expansion, every step
+of the study, the zoo's tables on what the pipeline really wrote, the statistics against a
+recomputation from the written per-item results, no claim at two seeds a system, each comparison's
+contrast and compute, and a second run that skips every step."""
 from __future__ import annotations
 
 import importlib.util
@@ -12,16 +13,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from probes.multibootstrap import layer_curve, score
+from probes.multibootstrap import held_out_best, holm, layer_curve, multi_bootstrap, score
 from tests.apps.fixtures import app_page
-from workbench.analyses.zoo import item_arrays
+from workbench.analyses.zoo import COMPARISON_COLUMNS, adjust_claims, contrast, item_arrays
 from workbench.core.results import load_table
 from workbench.presentation import views
 from workbench.presentation.report import heads_section
 from workbench.zoo import NO_TIME_LIMIT, ZooConfig, expand_zoo, load_zoo, run_zoo, step_budget_overrides
 
 ZOO_TINY = Path(__file__).resolve().parents[2] / "configs" / "zoo-tiny.json"
-SYSTEMS = {"bert": [0, 1], "elmo": [0, 1], "t5": [0, 1]}
+SYSTEMS = {"bert": [0, 1], "bert-rope": [0, 1], "elmo": [0, 1], "t5": [0, 1]}
 
 
 def _script(name: str):
@@ -38,10 +39,12 @@ def test_the_expansion_shares_one_tokenizer_and_skips_heads_where_there_are_none
     assert list(cfg["models"]) == names
     assert all(cfg["models"][n].get("tokenizer_from") == "bert-s0" for n in names[1:])
     assert "tokenizer_from" not in cfg["models"]["bert-s0"]
-    assert [cfg["models"][n]["overrides"]["seed"] for n in names] == [0, 1] * 3
+    assert [cfg["models"][n]["overrides"]["seed"] for n in names] == [0, 1] * len(SYSTEMS)
     assert cfg["probe"]["config"]["keep_items"] is True and cfg["probe"]["models"] == names
-    assert cfg["heads"]["models"] == cfg["prune"]["models"] == ["bert-s0", "bert-s1", "t5-s0", "t5-s1"]
+    assert cfg["heads"]["models"] == cfg["prune"]["models"] == ["bert-s0", "bert-s1", "bert-rope-s0", "bert-rope-s1",
+                                                                "t5-s0", "t5-s1"]
     assert cfg["zoo"]["systems"] == SYSTEMS
+    assert cfg["zoo"]["primary"] == {"pos": "best_layer_score", "structural_distance": "best_layer_score"}
 
 
 def test_a_teacher_trains_first_and_bad_configs_name_the_field():
@@ -56,6 +59,13 @@ def test_a_teacher_trains_first_and_bad_configs_name_the_field():
         ZooConfig.from_dict({"name": "z", "seeds": [0, 0], "systems": {"a": {"recipe": "bert-tiny"}}})
     with pytest.raises(ValueError, match="systems.a: needs 'recipe'"):
         ZooConfig.from_dict({"name": "z", "systems": {"a": {"recipes": "bert-tiny"}}})
+    one = {"name": "z", "tasks": ["pos", "structural_depth"], "systems": {"a": {"recipe": "bert-tiny"}}}
+    with pytest.raises(ValueError, match=r"primary.ner: not one of the zoo's tasks \['pos', 'structural_depth'\]"):
+        ZooConfig.from_dict({**one, "primary": {"ner": "best_layer_score"}})
+    with pytest.raises(ValueError, match=r"primary.pos='mdl': choose one of \['best_layer_score', 'e_delta'\]"):
+        ZooConfig.from_dict({**one, "primary": {"pos": "mdl"}})
+    with pytest.raises(ValueError, match="primary.structural_depth: a structural probe has no cumulative"):
+        ZooConfig.from_dict({**one, "primary": {"structural_depth": "e_delta"}})
 
 
 @pytest.mark.slow
@@ -81,15 +91,39 @@ def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
         assert ((got["ci_high"] - got["ci_low"]) >= (got["item_ci_high"] - got["item_ci_low"]) - 1e-9).all()
         per_seed = [score(single[k, -1], "micro_f1") for k in range(len(seeds))]
         assert got["value"].iloc[-1] == pytest.approx(np.mean(per_seed))
+        # the best layer chosen on held-out items: the cross-fitted items recomputed, their seed mean
+        layer, chosen = held_out_best(single, "micro_f1")
+        row = stats[(stats.statistic == "best_layer_score") & (stats.task == "pos") & (stats.system == system)].iloc[0]
+        assert row["layer"] == (layers[layer] if layer >= 0 else -1)
+        assert row["value"] == pytest.approx(multi_bootstrap(chosen, "micro_f1", n_boot=1).value)
     assert set(stats["statistic"]) >= {"layer_score", "best_layer_score", "e_delta", "prunable_share"}
-    assert set(stats.loc[stats.statistic == "prunable_share", "system"]) == {"bert", "t5"}  # ELMo has no heads
+    assert set(stats.loc[stats.statistic == "prunable_share", "system"]) == {"bert", "bert-rope", "t5"}  # not ELMo
     assert (stats.loc[stats.statistic == "prunable_share", "interval"] == "seeds-only").all()
     comps = load_table(run, "zoo_comparisons")
+    assert list(comps.columns) == COMPARISON_COLUMNS
     best = comps[(comps.statistic == "best_layer_score") & (comps.task == "pos")]
-    assert len(best) == 3 and set(best["claim"]) <= {"A > B", "B > A", "no claim"}
-    claimed = best[best["claim"] != "no claim"]
-    assert ((claimed["ci_low"] > 0) | (claimed["ci_high"] < 0)).all()
-    assert (best["n_seed_pairs"] == 4).all() and best["flips"].between(0, 4).all()
+    assert len(best) == 6 and (best["n_seed_pairs"] == 4).all() and best["flips"].between(0, 4).all()
+    # two seeds a system: no comparison is claimed, on any statistic, before or after Holm's correction,
+    # while the intervals and p-values are there
+    assert (comps["claim"] == "no claim").all() and (comps["claim_unadjusted"] == "no claim").all()
+    assert (comps["n_seeds"] == 2).all() and comps.loc[comps["statistic"] == "best_layer_score", "ci_low"].notna().all()
+    assert set(comps.loc[comps.statistic == "e_delta", "task"]) == {"pos"}   # no cumulative structural probes
+    primary = comps[comps["family"] == "primary"]
+    assert set(primary["statistic"]) == {"best_layer_score"} and len(primary) == 12
+    np.testing.assert_allclose(primary["p_holm"], holm(primary["p_value"]))
+    # what each pair differs in, from the checkpoints: the positions arm is the architecture alone
+    pair = comps[(comps.system_a == "bert") & (comps.system_b == "bert-rope")].iloc[0]
+    assert (pair["contrast"], pair["architecture_diff"]) == ("architecture only", "position: learned vs rope")
+    pair = comps[(comps.system_a == "bert") & (comps.system_b == "t5")].iloc[0]
+    assert (pair["contrast"], pair["architecture_diff"]) == ("objective + architecture", "kind: encoder vs seq2seq")
+    # compute beside every comparison: each system's seed means of zoo_training, the flag above 25%
+    per_system = training.groupby("system")[["steps", "tokens", "flops_6nd"]].mean()
+    for r in comps.itertuples():
+        a, b = per_system.loc[r.system_a], per_system.loc[r.system_b]
+        assert (r.steps_a, r.tokens_a, r.flops_a, r.flops_b) == (a.steps, a.tokens, a.flops_6nd, b.flops_6nd)
+        assert r.compute_ratio == pytest.approx(max(a.flops_6nd, b.flops_6nd) / min(a.flops_6nd, b.flops_6nd))
+        assert r.budget_differs == (r.compute_ratio > 1.25)
+    assert comps.loc[(comps.system_a == "bert") & (comps.system_b == "t5"), "budget_differs"].all()
     # the structural probe's UUAS, carried as counts whose micro F1 it is, for every system (no E_delta:
     # no cumulative structural probes)
     probing = load_table(run, "probing")
@@ -102,7 +136,7 @@ def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
     assert set(structural.loc[structural.statistic == "best_layer_score", "system"]) == set(SYSTEMS)
     assert "e_delta" not in set(structural["statistic"])
     cka = load_table(run, "zoo_cka")
-    assert len(cka.groupby(["model_a", "model_b"])) == 15  # every pair of the six checkpoints
+    assert len(cka.groupby(["model_a", "model_b"])) == 28  # every pair of the eight checkpoints
     assert cka["value"].between(-1e-6, 1 + 1e-6).all()
     # a second run: every step unchanged
     capfd.readouterr()
@@ -111,6 +145,29 @@ def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
     ran = [line for line in err.splitlines() if ": running" in line]
     assert not ran, ran
     assert json.loads((run / "run.json").read_text())["steps"]["zoo:stats"]["status"] == "done"
+
+
+def test_holm_claims_within_each_family():
+    """adjust_claims on a hand-made table: the primary family is each task's declared statistic (best-layer
+    score where none is declared), Holm within each family, a claim only where the adjusted p <= 0.05."""
+    rows = [("best_layer_score", "pos", 0.001, "A > B"), ("best_layer_score", "ner", 0.03, "B > A"),
+            ("e_delta", "pos", 0.004, "A > B"), ("e_delta", "ner", 0.02, "A > B"),
+            ("heads_syntactic", "", 0.3, "no claim")]
+    df = pd.DataFrame([{"statistic": st, "task": t, "p_value": p, "claim": c} for st, t, p, c in rows])
+    out = adjust_claims(df, {"ner": "e_delta"})
+    assert out["family"].tolist() == ["primary", "secondary", "secondary", "primary", "secondary"]
+    np.testing.assert_allclose(out["p_holm"], [0.002, 0.06, 0.012, 0.02, 0.3])
+    assert out["claim"].tolist() == ["A > B", "no claim", "A > B", "A > B", "no claim"]
+    assert out["claim_unadjusted"].tolist() == df["claim"].tolist()
+
+
+def test_contrast_reads_the_objective_and_the_model_config():
+    enc = {"objective": "mlm", "architecture": {"kind": "encoder", "position": "rope", "n_layers": 4}}
+    assert contrast(enc, {**enc, "objective": "rtd"}) == ("objective only", "")
+    learned = {**enc, "architecture": {**enc["architecture"], "position": "learned"}}
+    assert contrast(enc, learned) == ("architecture only", "position: rope vs learned")
+    assert contrast(enc, {**learned, "objective": "rtd"})[0] == "objective + architecture"
+    assert contrast(enc, enc) == ("training only", "")
 
 
 def test_zoo_configs_expand(tmp_path):
@@ -139,7 +196,7 @@ def test_the_gpu_replay_fixes_each_systems_steps_to_the_cpu_zoos(zoo_run):
     over = replay.replay_overrides(zoo_run, load_zoo(ZOO_TINY))
     assert {s: o["overrides"]["max_steps"] for s, o in over["systems"].items()} == {s: 20 for s in SYSTEMS}
     cfg = expand_zoo(load_zoo(ZOO_TINY, {**over, "seeds": [0, 1, 2]}))
-    assert len(cfg["models"]) == 9 and cfg["models"]["t5-s2"]["overrides"]["schedule_clock"] == "steps"
+    assert len(cfg["models"]) == 3 * len(SYSTEMS) and cfg["models"]["t5-s2"]["overrides"]["schedule_clock"] == "steps"
     with pytest.raises(ValueError, match="no checkpoints of"):
         replay.replay_overrides(zoo_run, load_zoo(ZOO_TINY, {"systems": {"xlnet": {"recipe": "xlnet-tiny"}}}))
 
@@ -156,6 +213,13 @@ def test_a_step_budget_keeps_the_wall_clock_schedules_warmup_share():
     assert (roberta["max_steps"], roberta["warmup_steps"]) == (1000, 25)
     assert bert["max_minutes"] == roberta["max_minutes"] == NO_TIME_LIMIT
     assert bert["model"]["position"] == "rope"  # the system's own overrides stay
+    # the positions ablation: BERT's recipe and overrides but learned positions, BERT's updates in zoo-steps
+    learned = cfg["models"]["bert-learned-s0"]["overrides"]
+    assert learned["model"] == {**bert["model"], "position": "learned"}
+    assert {k: v for k, v in learned.items() if k != "model"} == {k: v for k, v in bert.items() if k != "model"} | {
+        "seed": 0, "name": "bert-learned-s0"}
+    steps = load_zoo(ZOO_TINY.parent / "zoo-steps.json")
+    assert steps.systems["bert-learned"]["overrides"]["max_steps"] == steps.systems["bert"]["overrides"]["max_steps"]
     with pytest.raises(ValueError, match=r"no step count for the systems \['gpt'\]"):
         step_budget_overrides(zoo, {s: 10 for s in zoo.systems if s != "gpt"})
 

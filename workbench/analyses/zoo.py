@@ -19,10 +19,18 @@ these three steps then read the run's tables across systems:
   procedure-level interval, the multi-bootstrap over pretraining seeds x test items of Sellam et al.
   2022 ("The MultiBERTs", `probes.multibootstrap`), kept apart from the items-only interval (which
   treats one seed's checkpoint as if it were the system). Statistics with per-item results (probing:
-  the score at each layer, the best-layer score, E_delta of the cumulative probes) get both; those
-  without (share of heads per primary role, prunable share of heads, finetuning gain) are resampled
-  over seeds only. A comparison "A > B" is claimed only when its multi-bootstrap interval excludes 0, and
-  `flips` counts the (seed of A, seed of B) pairs that order the two systems the other way.
+  the score at each layer, the best-layer score of the layer chosen on held-out items, E_delta of the
+  cumulative probes) get both; those without (share of heads per primary role, prunable share of
+  heads, finetuning gain) are resampled over seeds only.
+
+A comparison is claimed ("A > B") only when both systems have at least three seeds (a bootstrap of S
+seeds carries (S - 1) / S of the seed variance), its 95% interval excludes 0, and its p-value survives
+Holm's correction within its family (`adjust_claims`: the primary family is each task's comparisons on
+the statistic the zoo config declares primary, the secondary family the rest); `flips` counts the
+(seed of A, seed of B) pairs that order the two systems the other way. Beside each comparison: what
+the two systems differ in (`contrast`: objective only, architecture only, or both, from their
+checkpoints' cards and model configs) and what each got from the budget (updates, tokens, 6 N D FLOPs,
+flagged when the FLOPs differ by more than 25%).
 """
 from __future__ import annotations
 
@@ -39,11 +47,14 @@ from probes.cka import cka_matrix
 from probes.multibootstrap import (
     Comparison,
     Interval,
-    best_layer_score,
     compare,
+    compare_e_delta,
     compare_seeds_only,
     expected_layer_delta,
+    held_out_best,
+    holm,
     layer_curve,
+    multi_bootstrap,
     seeds_only,
 )
 from workbench.core.results import load_table
@@ -56,8 +67,19 @@ TRAINING_COLUMNS = ["system", "seed", "model", "kind", "objective", "steps", "to
 CKA_COLUMNS = ["model_a", "model_b", "system_a", "system_b", "seed_a", "seed_b", "layer_a", "layer_b", "value"]
 STATS_COLUMNS = ["statistic", "task", "system", "layer", "value", "ci_low", "ci_high", "item_ci_low", "item_ci_high",
                  "interval", "n_seeds", "n_items"]
-COMPARISON_COLUMNS = ["statistic", "task", "system_a", "system_b", "delta", "ci_low", "ci_high", "p_a_gt_b",
-                      "n_seed_pairs", "flips", "claim", "interval"]
+COMPARED_COLUMNS = ["statistic", "task", "system_a", "system_b", "delta", "ci_low", "ci_high", "p_a_gt_b",
+                    "n_seed_pairs", "flips", "claim", "interval", "n_seeds", "p_value"]   # one `compare` each
+COMPARISON_COLUMNS = COMPARED_COLUMNS + ["family", "p_holm", "claim_unadjusted", "contrast", "architecture_diff",
+                                         "steps_a", "steps_b", "tokens_a", "tokens_b", "flops_a", "flops_b",
+                                         "compute_ratio", "budget_differs"]
+# the statistics a task's comparisons can be judged on (`ZooConfig.primary`); the rest of the table is a
+# second, exploratory family
+PRIMARY_STATISTICS = ("best_layer_score", "e_delta")
+FAMILY_ALPHA = 0.05       # family-wise error rate of each family's claims (Holm), the 95% intervals' level
+BUDGET_TOLERANCE = 1.25   # two systems' FLOPs differ by more than 25%: `budget_differs`
+# model-config fields that are not the architecture: regularisation, a padding id, and BERT's NSP head,
+# which belongs to the objective (`contrast`)
+NOT_ARCHITECTURE = ("dropout", "pad_token_id", "use_nsp")
 
 
 def model_name(system: str, seed: int) -> str:
@@ -154,18 +176,26 @@ def _row(statistic: str, task: str, system: str, layer: int, iv: Interval, items
 def _cmp_row(statistic: str, task: str, a: str, b: str, c: Comparison, interval: str) -> dict:
     return {"statistic": statistic, "task": task, "system_a": a, "system_b": b, "delta": c.delta, "ci_low": c.low,
             "ci_high": c.high, "p_a_gt_b": c.p_a_gt_b, "n_seed_pairs": c.n_seed_pairs, "flips": c.flips,
-            "claim": c.claim, "interval": interval}
+            "claim": c.claim, "interval": interval, "n_seeds": c.n_seeds, "p_value": c.p_value}
 
 
 def probing_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]], n_boot: int = 1000,
                        seed: int = 0) -> tuple[list[dict], list[dict]]:
     """Rows of zoo_stats and zoo_comparisons from `probe_items`: per task and system the score at each
     layer, the best-layer score and E_delta (multi-bootstrap and items-only intervals); per task and pair
-    of systems the difference of best-layer scores, each system at its own best layer (paired items)."""
+    of systems the difference of best-layer scores and of E_delta (paired items).
+
+    The best layer is chosen on held-out items (`probes.multibootstrap.held_out_best`, the main job's
+    cross-fitting over two halves of the test items): each item is scored at the layer the other half
+    chose, the row's `layer` is the choice of both halves (-1 when they differ), and the multi-bootstrap
+    resamples those cross-fitted items. Choosing the layer inside each replicate instead would still
+    pick and score on the same (resampled) items: the replicates would carry the optimism of the
+    maximum, not remove it."""
     kw = dict(n_boot=n_boot, seed=seed)
     stats, comps = [], []
     for task in sorted(items["task"].unique()):
         best: dict[str, np.ndarray] = {}
+        cumulative: dict[str, tuple[np.ndarray, list[int]]] = {}
         for system, seeds in systems.items():
             models = [model_name(system, s) for s in seeds]
             if not set(models) <= set(items["model"]):
@@ -175,17 +205,23 @@ def probing_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]]
             items_curve = layer_curve(single, METRIC, resample_seeds=False, **kw)
             stats += [_row("layer_score", task, system, l, iv, it, "multi-bootstrap")
                       for l, iv, it in zip(layers, curve, items_curve)]
-            stats.append(_row("best_layer_score", task, system, -1, best_layer_score(single, METRIC, **kw),
-                              best_layer_score(single, METRIC, resample_seeds=False, **kw), "multi-bootstrap"))
-            best[system] = single[:, int(np.argmax([iv.value for iv in curve]))]
+            layer, best[system] = held_out_best(single, METRIC)
+            stats.append(_row("best_layer_score", task, system, layers[layer] if layer >= 0 else -1,
+                              multi_bootstrap(best[system], METRIC, **kw),
+                              multi_bootstrap(best[system], METRIC, resample_seeds=False, **kw), "multi-bootstrap"))
             if ((items["task"] == task) & (items["mode"] == "cumulative")).any():  # not structural tasks
                 cum, cum_layers = item_arrays(items, models, task, "cumulative")
+                cumulative[system] = cum, cum_layers
                 stats.append(_row("e_delta", task, system, -1,
                                   expected_layer_delta(cum, METRIC, layer_ids=cum_layers, **kw),
                                   expected_layer_delta(cum, METRIC, layer_ids=cum_layers, resample_seeds=False, **kw),
                                   "multi-bootstrap"))
         for a, b in combinations(sorted(best), 2):
             comps.append(_cmp_row("best_layer_score", task, a, b, compare(best[a], best[b], METRIC, **kw),
+                                  "multi-bootstrap"))
+        for a, b in combinations(sorted(cumulative), 2):
+            (ca, la), (cb, lb) = cumulative[a], cumulative[b]
+            comps.append(_cmp_row("e_delta", task, a, b, compare_e_delta(ca, cb, METRIC, la, lb, **kw),
                                   "multi-bootstrap"))
     return stats, comps
 
@@ -235,14 +271,93 @@ def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot:
     return stats, comps
 
 
+def system_profiles(run_dir: Path, systems: Mapping[str, Sequence[int]]) -> dict[str, dict]:
+    """Per system, from its checkpoints: `objective` (the card's description of it, with its arguments:
+    BERT's "+ NSP", ALBERT's "+ SOP" and RoBERTa's neither are three objectives though all are "mlm") and
+    `architecture` (the model kind and its config.json `config`, less NOT_ARCHITECTURE), from the first
+    seed that has a checkpoint; systems without one are left out."""
+    out = {}
+    for system, seeds in systems.items():
+        for seed in seeds:
+            final = run_dir / "models" / model_name(system, seed) / "final"
+            if (final / "config.json").is_file() and (final / "card.json").is_file():
+                meta = json.loads((final / "config.json").read_text())
+                card = json.loads((final / "card.json").read_text())
+                arch = {k: v for k, v in meta["config"].items() if k not in NOT_ARCHITECTURE}
+                out[system] = {"objective": card.get("objective", card.get("objective_name")),
+                               "architecture": {"kind": meta["kind"], **arch}}
+                break
+    return out
+
+
+def contrast(a: Mapping, b: Mapping) -> tuple[str, str]:
+    """What two systems' profiles (`system_profiles`) differ in: "objective only", "architecture only",
+    "objective + architecture" or "training only" (same objective and architecture: the training settings
+    differ), and the architecture fields that differ ("position: learned vs rope"; for two kinds of model
+    only the kind, their other fields are not comparable)."""
+    arch_a, arch_b = a["architecture"], b["architecture"]
+    if arch_a["kind"] != arch_b["kind"]:
+        diff = [f"kind: {arch_a['kind']} vs {arch_b['kind']}"]
+    else:
+        diff = [f"{k}: {arch_a.get(k)} vs {arch_b.get(k)}" for k in sorted(set(arch_a) | set(arch_b))
+                if arch_a.get(k) != arch_b.get(k)]
+    label = {(True, True): "objective + architecture", (True, False): "objective only",
+             (False, True): "architecture only", (False, False): "training only"}[
+        (a["objective"] != b["objective"], bool(diff))]
+    return label, "; ".join(diff)
+
+
+def _describe(comps: pd.DataFrame, profiles: Mapping[str, dict], training: pd.DataFrame) -> pd.DataFrame:
+    """The contrast and the compute columns of every comparison: each system's seed-mean updates, tokens
+    and FLOPs (`zoo_training`: 6 N D), their ratio (larger / smaller FLOPs) and the flag above
+    BUDGET_TOLERANCE."""
+    per_system = training.groupby("system")[["steps", "tokens", "flops_6nd"]].mean() if len(training) else None
+    labels = [contrast(profiles[a], profiles[b]) if a in profiles and b in profiles else ("", "")
+              for a, b in zip(comps["system_a"], comps["system_b"])]
+    comps = comps.assign(contrast=[x for x, _ in labels], architecture_diff=[d for _, d in labels])
+    for side in ("a", "b"):
+        got = (per_system.reindex(comps[f"system_{side}"]) if per_system is not None
+               else pd.DataFrame(np.nan, index=comps[f"system_{side}"], columns=["steps", "tokens", "flops_6nd"]))
+        comps[f"steps_{side}"] = got["steps"].to_numpy(float)
+        comps[f"tokens_{side}"] = got["tokens"].to_numpy(float)
+        comps[f"flops_{side}"] = got["flops_6nd"].to_numpy(float)
+    lo = np.minimum(comps["flops_a"], comps["flops_b"])
+    comps["compute_ratio"] = np.maximum(comps["flops_a"], comps["flops_b"]) / lo.where(lo > 0)
+    comps["budget_differs"] = comps["compute_ratio"] > BUDGET_TOLERANCE
+    return comps
+
+
+def adjust_claims(comps: pd.DataFrame, primary: Mapping[str, str] | None = None,
+                  alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
+    """Holm's correction (`probes.multibootstrap.holm`) over each family of a comparisons table: the
+    "primary" family holds each task's comparisons on its primary statistic (`primary`: task ->
+    statistic; "best_layer_score" for a task it does not name), the "secondary" family everything else
+    (the other statistic of a task, the seeds-only ones). `claim_unadjusted` keeps the interval's claim
+    (never made below three seeds a system); `claim` stands only where also the Holm-adjusted p-value
+    `p_holm` <= alpha, so each family's chance of any false claim is at most alpha."""
+    primary = primary or {}
+    is_primary = [st == primary.get(t, "best_layer_score") for st, t in zip(comps["statistic"], comps["task"])]
+    comps = comps.assign(family=np.where(is_primary, "primary", "secondary"), p_holm=np.nan,
+                         claim_unadjusted=comps["claim"])
+    for family, idx in comps.groupby("family").groups.items():
+        comps.loc[idx, "p_holm"] = holm(comps.loc[idx, "p_value"].to_numpy(float))
+    keep = comps["p_holm"] <= alpha
+    comps["claim"] = comps["claim_unadjusted"].where(keep, "no claim")
+    return comps
+
+
 def zoo_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot: int = 1000,
-                   seed: int = 0) -> dict[str, pd.DataFrame]:
-    """{"zoo_stats", "zoo_comparisons"} of a zoo run (module docstring)."""
+                   seed: int = 0, primary: Mapping[str, str] | None = None) -> dict[str, pd.DataFrame]:
+    """{"zoo_stats", "zoo_comparisons"} of a zoo run (module docstring): the comparisons with their
+    families and Holm-adjusted claims (`adjust_claims`), contrast and compute (`_describe`)."""
     stats, comps = [], []
     items = load_table(run_dir, "probe_items")
     if items is not None and len(items):
         s, c = probing_statistics(items, systems, n_boot, seed)
         stats, comps = stats + s, comps + c
     s, c = seed_statistics(run_dir, systems, n_boot, seed)
+    table = pd.DataFrame(comps + c, columns=COMPARED_COLUMNS)
+    table = _describe(adjust_claims(table, primary), system_profiles(run_dir, systems),
+                      training_table(run_dir, systems))
     return {"zoo_stats": pd.DataFrame(stats + s, columns=STATS_COLUMNS),
-            "zoo_comparisons": pd.DataFrame(comps + c, columns=COMPARISON_COLUMNS)}
+            "zoo_comparisons": table[COMPARISON_COLUMNS]}

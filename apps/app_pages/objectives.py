@@ -1,7 +1,8 @@
 """Objectives: systems that differ only in their pretraining objective, each with pretraining seeds
 (`workbench zoo CONFIG`). Per task the score by layer of every system with its multi-bootstrap band
-(Sellam et al. 2022), the summary and the comparisons (a claim only where the interval excludes 0,
-the seed pairs that disagree flagged), share of heads per primary role, and CKA between two systems' layers
+(Sellam et al. 2022), the summary and the comparisons (a claim only with three seeds a system, an
+interval that excludes 0 and Holm's correction; the seed pairs that disagree, the contrast and the
+compute beside each), share of heads per primary role, and CKA between two systems' layers
 beside each system's seed-to-seed CKA (Kornblith et al. 2019)."""
 
 import streamlit as st
@@ -35,11 +36,15 @@ def comparisons(run: str, task: str) -> None:
         st.warning(f"{len(flipped)} of {len(df)} comparisons have seed pairs that order the two systems the other "
                    "way (column disagree).")
     if (df["claim"] == "no claim").all():
-        st.caption("No comparison is claimed: every interval of a difference includes 0.")
-    cols = ["statistic", "task", "system_a", "system_b", "delta", "ci_low", "ci_high", "finding", "disagree",
-            "p_a_gt_b", "n_seed_pairs", "interval"]
+        st.caption("No comparison is claimed (column seeds: fewer than 3 seeds a system make no claim).")
+    cols = ["statistic", "task", "system_a", "system_b", "delta", "ci_low", "ci_high", "finding", "unadjusted",
+            "p_holm", "family", "seeds", "contrast", "architecture_diff", "compute", "disagree", "n_seed_pairs",
+            "interval"]
     st.dataframe(df[cols].round(4), hide_index=True, width="stretch")
-    st.caption("delta = A - B with its 95% interval; a claim only where the interval excludes 0.")
+    st.caption("delta = A - B with its 95% interval. finding: a claim only with 3 seeds a system or more, an "
+               "interval that excludes 0 and Holm's p_holm <= 0.05 in its family (unadjusted: the interval alone); "
+               "seeds 'few': 3 or 4, the seed variance under-stated; contrast: objective only, architecture only "
+               "or both; compute: 6 N D FLOPs per checkpoint, flagged where they differ by more than 25%.")
 
 
 def roles(run: str) -> None:

@@ -12,7 +12,7 @@ from tests.apps.fixtures import app_page
 from workbench.core import results
 from workbench.presentation import views
 
-SYSTEMS = ["bert", "elmo", "t5"]   # configs/zoo-tiny.json
+SYSTEMS = ["bert", "bert-rope", "elmo", "t5"]   # configs/zoo-tiny.json
 
 
 def _page(monkeypatch, root: Path):
@@ -38,6 +38,8 @@ def test_the_page_draws_every_system_of_the_zoo(monkeypatch, zoo_run):
     assert sorted(shown[shown["disagree"] != ""]["disagree"]) == sorted(
         f"{f} of {n} seed pairs disagree" for f, n in zip(raw["flips"], raw["n_seed_pairs"]) if f > 0)
     assert bool(at.warning) == bool((raw["flips"] > 0).any())
+    assert {"finding", "unadjusted", "p_holm", "seeds", "contrast", "compute"} <= set(shown.columns)
+    assert (shown["seeds"] == "2: too few to claim").all() and (shown["finding"] == "no claim").all()
     assert "seed-averaged" in cka_tab.get("plotly_chart")[0].proto.spec
     for task in views.zoo_tasks(zoo_run):
         at.selectbox(key="obj_task").select(task).run()

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
+from probes.multibootstrap import MIN_SEEDS
 from probes.pruning import METRICS, heads_to_prune_for_loss
 from workbench import figures
 from workbench.core import results
@@ -743,10 +744,14 @@ def objectives_section(run_dir: Path) -> Section:
     if comps is not None:
         shown = comps.assign(delta=[_ci(v, lo, hi) for v, lo, hi in zip(comps["delta"], comps["ci_low"],
                                                                            comps["ci_high"])])
-        s.tables.append(("Comparisons (delta = A - B with its interval; a claim only where the interval excludes 0; "
-                         "disagree: seed pairs ordering the two systems the other way)",
-                         shown[["statistic", "task", "system_a", "system_b", "delta", "finding", "disagree",
-                                "p_a_gt_b", "interval"]]))
+        s.tables.append(("Comparisons (delta = A - B with its interval; finding: the claim where both systems have "
+                         "3 seeds or more, the interval excludes 0 and Holm's adjusted p_holm <= 0.05 in its family "
+                         "(primary: each task's declared statistic; secondary: the rest), unadjusted: the interval's "
+                         "claim alone; seeds: the smaller system's seeds, 'few' below 5; contrast: what the two "
+                         "systems differ in; compute: 6 N D FLOPs per checkpoint; disagree: seed pairs ordering the "
+                         "two systems the other way)",
+                         shown[["statistic", "task", "system_a", "system_b", "delta", "finding", "unadjusted",
+                                "p_holm", "family", "seeds", "contrast", "compute", "disagree", "interval"]]))
     fvf = views.zoo_fvf_table(run_dir)
     if fvf is not None:
         s.tables.append(("Finetuning gain (finetuned minus frozen scalar mix), seeds-only interval", fvf))
@@ -792,18 +797,25 @@ def _objectives_claims(comps: pd.DataFrame) -> list[str]:
         win, lose = (r.system_a, r.system_b) if sign > 0 else (r.system_b, r.system_a)
         lo, hi = sorted((sign * r.ci_low, sign * r.ci_high))
         where = f"on {r.task}, " if r.task else ""
-        flips = f" ({r.disagree})" if r.disagree else ""
+        notes = [x for x in (r.disagree, f"{r.n_seeds} seeds, few" if r.seeds.endswith("few") else "",
+                             r.contrast, r.compute if r.budget_differs else "") if x]
         out.append(f"{where}{win} > {lose} in {_statistic_name(r.statistic)}: {win} minus {lose} "
-                   f"{_ci(sign * r.delta, lo, hi)} ({r.interval} interval){flips}")
+                   f"{_ci(sign * r.delta, lo, hi)} ({r.interval} interval, Holm p {r.p_holm:.3g}, {r.family})"
+                   + (f" ({'; '.join(notes)})" if notes else ""))
     none = comps[comps["claim"] == "no claim"]
     if not len(none):
         return out
+    few = int((none["n_seeds"] < MIN_SEEDS).sum())
+    covers = int(((none["n_seeds"] >= MIN_SEEDS) & (none["claim_unadjusted"] == "no claim")).sum())
+    holm_only = len(none) - few - covers
+    why = "; ".join(x for x in (f"{few} have fewer than {MIN_SEEDS} seeds a system" if few else "",
+                                f"{covers} have an interval that includes 0" if covers else "",
+                                f"{holm_only} do not survive Holm's correction" if holm_only else "") if x)
     if len(none) == len(comps):
-        out.insert(0, f"no comparison between systems is claimed: the interval of every one of the {len(comps)} "
-                      "differences includes 0")
+        out.insert(0, f"no comparison between systems is claimed: of the {len(comps)} differences, {why}")
     else:
         flipped = int((none["flips"] > 0).sum())
-        out.append(f"{len(none)} of {len(comps)} comparisons make no claim (their intervals include 0)"
+        out.append(f"{len(none)} of {len(comps)} comparisons make no claim ({why})"
                    + (f"; in {flipped} of them some seed pairs order the systems the other way" if flipped else ""))
     return out
 

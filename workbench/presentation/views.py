@@ -31,6 +31,7 @@ from spacy.tokens import Doc
 import plmodels
 from plmodels.components.norms import record_value_norms
 from probes.heads import DEFAULT_WEIGHTING, table_weightings, weighting_rows
+from probes.multibootstrap import FEW_SEEDS, MIN_SEEDS
 from workbench.core import results
 from workbench.store import INDEX_FILE, Store, special_token_columns, word_attention_maps
 from workbench.store.word_attention import renormalised_word_maps, word_maps
@@ -642,14 +643,36 @@ def claim_text(claim: str, system_a: str, system_b: str) -> str:
     return {"A > B": f"{system_a} > {system_b}", "B > A": f"{system_b} > {system_a}"}.get(claim, claim)
 
 
+def seeds_text(n_seeds: int) -> str:
+    """The seed-count marker of a comparison: "2: too few to claim" (below MIN_SEEDS), "3: few" (below
+    FEW_SEEDS: the bootstrap under-states the seed variance by 1/S), else the count."""
+    n = int(n_seeds)
+    return f"{n}: too few to claim" if n < MIN_SEEDS else f"{n}: few" if n < FEW_SEEDS else str(n)
+
+
+def compute_text(flops_a: float, flops_b: float, ratio: float, differs: bool) -> str:
+    """'1.2e+13 vs 9.8e+12 FLOPs' and, when the budgets differ by more than 25%, ' (x1.31: budgets differ)'."""
+    if not (np.isfinite(flops_a) and np.isfinite(flops_b)):
+        return ""
+    return f"{flops_a:.2g} vs {flops_b:.2g} FLOPs" + (f" (x{ratio:.2f}: budgets differ)" if differs else "")
+
+
 def zoo_comparisons_table(run_dir: str | Path) -> pd.DataFrame | None:
     """The run's `zoo_comparisons` (statistic, task, system_a, system_b, delta = A - B, ci_low, ci_high,
-    p_a_gt_b, n_seed_pairs, flips, claim, interval) with `finding` (the claim in the systems' names:
-    "elmo > t5" or "no claim") and `disagree` ("2 of 4 seed pairs disagree" where flips > 0)."""
+    p_a_gt_b, n_seed_pairs, flips, claim, interval, n_seeds, p_value, family, p_holm, claim_unadjusted,
+    contrast, architecture_diff, the compute columns) with `finding` (the claim after Holm's correction in
+    the systems' names: "elmo > t5" or "no claim"), `unadjusted` (the interval's claim, the same way),
+    `seeds` (`seeds_text`), `compute` (`compute_text`) and `disagree` ("2 of 4 seed pairs disagree" where
+    flips > 0)."""
     df = _load(run_dir, "zoo_comparisons")
     if df is None:
         return None
     df = df.assign(finding=[claim_text(c, a, b) for c, a, b in zip(df["claim"], df["system_a"], df["system_b"])],
+                   unadjusted=[claim_text(c, a, b) for c, a, b in zip(df["claim_unadjusted"], df["system_a"],
+                                                                      df["system_b"])],
+                   seeds=[seeds_text(n) for n in df["n_seeds"]],
+                   compute=[compute_text(*r) for r in zip(df["flops_a"], df["flops_b"], df["compute_ratio"],
+                                                          df["budget_differs"])],
                    disagree=[flips_text(f, n) for f, n in zip(df["flips"], df["n_seed_pairs"])])
     return df.sort_values(["statistic", "task"], kind="stable").reset_index(drop=True)
 

@@ -16,7 +16,7 @@ from workbench.core import results
 from workbench.figures import zoo as Z
 from workbench.presentation import report, views
 
-SYSTEMS = ["bert", "elmo", "t5"]   # configs/zoo-tiny.json, in its order
+SYSTEMS = ["bert", "bert-rope", "elmo", "t5"]   # configs/zoo-tiny.json, in its order
 
 
 def _lines(fig) -> list[str]:
@@ -70,6 +70,10 @@ def test_summary_comparisons_roles_cka_and_extras(zoo_run, tmp_path):
         assert (r.disagree == f"{r.flips} of {r.n_seed_pairs} seed pairs disagree") if r.flips > 0 else r.disagree == ""
         assert r.finding == {"A > B": f"{r.system_a} > {r.system_b}", "B > A": f"{r.system_b} > {r.system_a}",
                              "no claim": "no claim"}[r.claim]
+        assert r.seeds == "2: too few to claim"                  # zoo-tiny's two seeds a system
+        assert r.compute.startswith(f"{r.flops_a:.2g} vs {r.flops_b:.2g} FLOPs")
+        assert r.compute.endswith("budgets differ)") == r.budget_differs
+    assert [views.seeds_text(n) for n in (2, 3, 4, 5)] == ["2: too few to claim", "3: few", "4: few", "5"]
 
     assert (views.zoo_fvf_table(zoo_run) is None) == (not (stats["statistic"] == "finetuning_gain").any())
     roles = views.zoo_role_composition(zoo_run)
@@ -81,7 +85,8 @@ def test_summary_comparisons_roles_cka_and_extras(zoo_run, tmp_path):
     # CKA: the seed-averaged matrix by hand, its transpose the other way round, the seed yardstick symmetric
     cka = results.load_table(zoo_run, "zoo_cka")
     pairs = views.zoo_cka_system_pairs(zoo_run)
-    assert pairs == [("bert", "elmo"), ("bert", "t5"), ("elmo", "t5")]
+    assert pairs == [("bert", "bert-rope"), ("bert", "elmo"), ("bert", "t5"), ("bert-rope", "elmo"),
+                     ("bert-rope", "t5"), ("elmo", "t5")]
     for a, b in pairs:
         g = cka[(cka["system_a"] == a) & (cka["system_b"] == b)]
         hand = g.groupby(["layer_a", "layer_b"])["value"].mean().unstack().to_numpy()
@@ -137,7 +142,11 @@ def test_objectives_section_states_intervals_and_only_claimed_orders(zoo_run):
     for r in claimed[claimed["flips"] > 0].itertuples():
         assert f"({r.flips} of {r.n_seed_pairs} seed pairs disagree)" in text
     if (comps["claim"] == "no claim").all():
-        assert "no comparison between systems is claimed" in text
+        assert f"no comparison between systems is claimed: of the {len(comps)} differences, {len(comps)} have fewer " \
+               "than 3 seeds a system" in text
+    shown = next(t for c, t in s.tables if c.startswith("Comparisons"))
+    assert {"finding", "unadjusted", "p_holm", "seeds", "contrast", "compute"} <= set(shown.columns)
+    assert len(shown) == len(comps)
     for task in views.zoo_tasks(zoo_run):   # each task's clause gives every system's score with its interval
         clause = next(c for c in s.findings if c.startswith(f"on {task}, the best-layer"))
         assert all(re.search(rf"{sy} \d\.\d{{3}} \[", clause) for sy in SYSTEMS), clause

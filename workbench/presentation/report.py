@@ -787,6 +787,10 @@ def _objectives_task_clause(task: str, t: pd.DataFrame) -> str:
     return text
 
 
+def _verb(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
 def _objectives_claims(comps: pd.DataFrame) -> list[str]:
     """One clause per claimed comparison, the winner first with the winner-minus-loser interval (and the
     seed pairs that disagree); the comparisons without a claim in one clause; all of them plainly when
@@ -808,9 +812,10 @@ def _objectives_claims(comps: pd.DataFrame) -> list[str]:
     few = int((none["n_seeds"] < MIN_SEEDS).sum())
     covers = int(((none["n_seeds"] >= MIN_SEEDS) & (none["claim_unadjusted"] == "no claim")).sum())
     holm_only = len(none) - few - covers
-    why = "; ".join(x for x in (f"{few} have fewer than {MIN_SEEDS} seeds a system" if few else "",
-                                f"{covers} have an interval that includes 0" if covers else "",
-                                f"{holm_only} do not survive Holm's correction" if holm_only else "") if x)
+    reasons = ((few, f"{_verb(few, 'has', 'have')} fewer than {MIN_SEEDS} seeds a system"),
+               (covers, f"{_verb(covers, 'has', 'have')} an interval that includes 0"),
+               (holm_only, f"{_verb(holm_only, 'does', 'do')} not survive Holm's correction"))
+    why = "; ".join(f"{n} {text}" for n, text in reasons if n)
     if len(none) == len(comps):
         out.insert(0, f"no comparison between systems is claimed: of the {len(comps)} differences, {why}")
     else:

@@ -171,3 +171,32 @@ def test_a_run_without_the_zoo_gets_the_notice_not_an_error(tmp_path):
     assert not s.findings and not s.figs and not s.tables
     assert report.missing_notices(s) == ["No zoo_stats, zoo_training tables yet: run `workbench zoo CONFIG`."]
     assert "## Objectives" in report.render_markdown("bare", report.build_sections(run))
+
+
+def test_claims_say_few_seeds_the_contrast_and_a_budget_gap(tmp_path):
+    """A hand-made zoo_comparisons table: a claim at three seeds is marked few, a claim between systems whose
+    FLOPs differ by more than 25% says so, and the comparisons without a claim are counted by their reason
+    (fewer than three seeds, an interval over 0, Holm's correction)."""
+    from workbench.analyses.zoo import COMPARISON_COLUMNS
+
+    base = dict(statistic="best_layer_score", task="pos", delta=0.05, ci_low=0.02, ci_high=0.08, p_a_gt_b=1.0,
+                n_seed_pairs=9, flips=0, interval="multi-bootstrap", p_value=0.001, family="primary", p_holm=0.004,
+                architecture_diff="", steps_a=100.0, steps_b=100.0, tokens_a=1e6, tokens_b=1e6, flops_a=3e12,
+                flops_b=2e12, compute_ratio=1.5, budget_differs=True)
+    rows = [dict(base, system_a="bert", system_b="roberta", claim="A > B", claim_unadjusted="A > B", n_seeds=3,
+                 contrast="objective only"),
+            dict(base, system_a="bert", system_b="gpt", claim="A > B", claim_unadjusted="A > B", n_seeds=5,
+                 contrast="objective + architecture", flops_b=2.9e12, compute_ratio=3 / 2.9, budget_differs=False),
+            dict(base, system_a="gpt", system_b="roberta", claim="no claim", claim_unadjusted="A > B", n_seeds=5,
+                 contrast="objective + architecture", p_holm=0.2),
+            dict(base, system_a="elmo", system_b="gpt", claim="no claim", claim_unadjusted="no claim", n_seeds=2,
+                 contrast="objective + architecture")]
+    run = tmp_path / "hand"
+    results.write_table(run, "zoo_comparisons", pd.DataFrame(rows)[COMPARISON_COLUMNS])
+    clauses = report._objectives_claims(views.zoo_comparisons_table(run))
+    few, five, rest = clauses
+    assert few.startswith("on pos, bert > roberta in best-layer score: bert minus roberta 0.050 [0.020, 0.080]")
+    assert "3 seeds, few" in few and "objective only" in few and "3e+12 vs 2e+12 FLOPs (x1.50: budgets differ)" in few
+    assert "few" not in five and "budgets differ" not in five and "objective + architecture" in five
+    assert rest == ("2 of 4 comparisons make no claim (1 has fewer than 3 seeds a system; 1 does not survive Holm's "
+                    "correction)")

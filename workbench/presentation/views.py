@@ -667,6 +667,9 @@ def zoo_comparisons_table(run_dir: str | Path) -> pd.DataFrame | None:
     df = _load(run_dir, "zoo_comparisons")
     if df is None:
         return None
+    if "claim_unadjusted" not in df:   # its claims were made at two seeds, without a correction
+        raise ValueError(f"{run_dir}: zoo_comparisons was written before the three-seed rule and Holm's correction; "
+                         "re-run `workbench zoo CONFIG` on this run (the zoo:stats step is recomputed)")
     df = df.assign(finding=[claim_text(c, a, b) for c, a, b in zip(df["claim"], df["system_a"], df["system_b"])],
                    unadjusted=[claim_text(c, a, b) for c, a, b in zip(df["claim_unadjusted"], df["system_a"],
                                                                       df["system_b"])],

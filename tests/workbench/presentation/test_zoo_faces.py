@@ -200,3 +200,11 @@ def test_claims_say_few_seeds_the_contrast_and_a_budget_gap(tmp_path):
     assert "few" not in five and "budgets differ" not in five and "objective + architecture" in five
     assert rest == ("2 of 4 comparisons make no claim (1 has fewer than 3 seeds a system; 1 does not survive Holm's "
                     "correction)")
+
+
+def test_a_comparisons_table_from_before_the_three_seed_rule_is_refused(tmp_path):
+    run = tmp_path / "old"
+    results.write_table(run, "zoo_comparisons", pd.DataFrame([{"statistic": "best_layer_score", "task": "pos",
+                                                               "system_a": "a", "system_b": "b", "claim": "A > B"}]))
+    with pytest.raises(ValueError, match="written before the three-seed rule.*re-run `workbench zoo CONFIG`"):
+        views.zoo_comparisons_table(run)

@@ -1,7 +1,8 @@
 """Removing a property from a layer's vectors, for amnesic probing (Elazar, Ravfogel, Jacovi &
 Goldberg 2021, "Amnesic Probing: Behavioral Explanation with Amnesic Counterfactuals"): erase what a
 linear probe reads of the property, put the erased vectors back into the model, and see what the
-model loses. Three erasers, shaped like scikit-learn transformers (`fit(X, y)`, `transform(X)`):
+model loses. Two erasers and three controls, shaped like scikit-learn transformers (`fit(X, y)`,
+`transform(X)`):
 
 - `LeaceEraser` (Belrose, Schneider-Joseph, Ravfogel, Cotterell, Raff & Biderman 2023, "LEACE:
   Perfect linear concept erasure in closed form"; following EleutherAI/concept-erasure's
@@ -15,15 +16,52 @@ model loses. Three erasers, shaped like scikit-learn transformers (`fit(X, y)`, 
   Theorem 3.1), and among the affine erasers with that property it moves x the least in the
   whitened norm. Rank: at most K - 1.
 - `INLPEraser` (Ravfogel, Elazar, Gonen, Twiton & Goldberg 2020, "Null It Out: Guarding Protected
-  Attributes by Iterative Nullspace Projection"; following shauli-ravfogel/nullspace_projection):
-  `n_iter` times, fit a linear classifier on the projected vectors and add the row space of its
-  weights to the removed space; P = I - the projection on the span of every removed direction
-  (`get_projection_to_intersection_of_nullspaces`), x -> P x. Stops early when the classifier's
-  held-out accuracy falls to `min_accuracy` (default: the majority class's share + 0.01). The
-  classifier is `probes.logreg.LogisticRegressionLBFGS` (the reference uses scikit-learn's SGD or
-  LinearSVC); a multiclass classifier removes K directions per iteration, as the reference does.
-- `RandomEraser`: the control of the same rank (Elazar et al.: a projection removing as many random
-  directions), x -> x - Q Q^T (x - mu) with Q random orthonormal (D, r).
+  Attributes by Iterative Nullspace Projection"; following shauli-ravfogel/nullspace_projection's
+  `get_debiasing_projection`): `n_iter` times, fit a linear classifier on the projected training
+  vectors, score it on held-out *dev* vectors, and add the row space of its weights to the removed
+  space; P = I - the projection on the span of every removed direction
+  (`get_projection_to_intersection_of_nullspaces`), x -> P x. It stops when the classifier's dev
+  accuracy falls to `min_accuracy` (default: the dev majority class's share + 0.01). The dev set is
+  the reference's: `fit(X, y, X_dev, y_dev)`; without one, a seeded `dev_fraction` of the rows is
+  held out (the classifiers are then fitted on the rest). Training accuracy is no stopping rule: a
+  classifier with as many weights as there are rows separates any labels on its own training data,
+  so it would keep removing directions long after nothing is left to find (`train_accuracies_` keeps
+  it beside `accuracies_`, the dev accuracies). The reference skips a classifier under the floor and
+  draws the next one (its SGD runs differ); ours is deterministic, so it stops. The classifier
+  is `probes.logreg.LogisticRegressionLBFGS` (the reference uses scikit-learn's SGD or LinearSVC); a
+  multiclass classifier removes K directions per iteration, as the reference does.
+
+Controls (what an eraser's effect is compared with):
+
+- `MatchedRandomEraser`: random directions that move the vectors as far as the eraser does: an
+  orthogonal projection around the mean off `rank` random directions, whose mean squared move on the
+  fitting data, E||x - x'||^2, equals a target (the eraser's: `displacement(eraser, X)`). Why it is
+  needed: damage to a model grows with how far its vectors are moved, and LEACE's oblique projection
+  moves x much further than an orthogonal projection of the same rank (on MiniLM's embedding layer,
+  POS, rank 16: 2.4x the mean distance, 5.2x the squared one), because the directions a property
+  lives in carry more variance than random ones. The choice: directions drawn from N(0, S^gamma)
+  (S = Cov(X)), orthonormalised, with the one number gamma set by bisection so that the move matches.
+  gamma = 0 is the control of Elazar et al. (uniformly random directions of the same rank); gamma > 0
+  tilts the draw towards the data's high-variance directions (gamma = 1 draws them like the centred
+  data vectors themselves), gamma < 0 away from them. The move tr(Q^T S Q) of the projection on
+  span(Q) lies between the sums of the r smallest and the r largest eigenvalues of S (Ky Fan), and so
+  does every rank-r projection's that removes a subspace (LEACE's is tr(U^T S U) for the orthonormal
+  U of its whitened space), so the target can be reached (at the edges only in the limit: `gamma_`
+  stops at +-`max_gamma` and `displacement_` records what was reached). The alternatives, and why not:
+  scaling a random projection, x - s Q Q^T (x - mu) with s = 2.3, overshoots (it flips the component
+  instead of removing it, so the directions are not erased); a random subspace V in LEACE's whitened
+  space, x - W^+ P_V W (x - mu), moves x by tr(V^T S V) on average, the same law as a uniformly
+  random orthogonal projection, so it is no bigger. The controls of the same size follow Hewitt &
+  Liang 2019 ("Designing and interpreting probes with control tasks"): a control must match what the
+  compared quantity depends on other than the property, here the size of the move.
+- `RandomEraser`: the control of Elazar et al. (a projection removing as many random directions),
+  x -> x - Q Q^T (x - mu) with Q uniformly random orthonormal (D, r): the same rank only, which moves
+  the vectors less than LEACE does; kept as the `same_rank` control of the amnesic table.
+- `ShuffledLabelEraser`: an eraser fitted on permuted labels (LEACE on shuffled POS tags): the same
+  estimator with the tie between vectors and labels cut, the control task of Hewitt & Liang applied to
+  the eraser. It removes as many directions, none of them the property's.
+
+`displacement(eraser, X)` gives (mean ||x - x'||, mean ||x - x'||^2) over the rows of X.
 
 All work in float64 internally and return float32 (the store's precision).
 """
@@ -53,7 +91,7 @@ def _check_xy(X: np.ndarray, y: Any) -> tuple[np.ndarray, np.ndarray]:
     return X, y
 
 
-class _Eraser(OneLayerEstimator):
+class Eraser(OneLayerEstimator):
     """transform(X) = X - (X - mean_) @ right_.T @ left_.T (float32); `rank_` directions removed."""
 
     def transform(self, X: Any) -> np.ndarray:
@@ -69,7 +107,7 @@ class _Eraser(OneLayerEstimator):
         return np.eye(self.d_in_) - self.left_ @ self.right_
 
 
-class LeaceEraser(_Eraser):
+class LeaceEraser(Eraser):
     """LEACE: the least-squares affine eraser after which no linear probe beats a constant."""
 
     _PARAMS = ("tol",)
@@ -97,7 +135,7 @@ class LeaceEraser(_Eraser):
         return self
 
 
-class RandomEraser(_Eraser):
+class RandomEraser(Eraser):
     """The control: remove `rank` random orthonormal directions around the mean."""
 
     _PARAMS = ("rank", "seed")
@@ -116,7 +154,7 @@ class RandomEraser(_Eraser):
         return self
 
 
-def _orth(rows: np.ndarray, tol: float = 1e-10) -> np.ndarray:
+def _orth(rows: np.ndarray, tol: float = 1e-5) -> np.ndarray:
     """(r, D) orthonormal basis of the row space of `rows`."""
     if rows.size == 0:
         return rows
@@ -124,31 +162,45 @@ def _orth(rows: np.ndarray, tol: float = 1e-10) -> np.ndarray:
     return vt[s > tol * max(float(s.max()), 1e-300)]
 
 
-class INLPEraser(_Eraser):
-    """INLP: remove, iteration by iteration, the directions a linear classifier uses."""
+class INLPEraser(Eraser):
+    """INLP: remove, iteration by iteration, the directions a linear classifier uses, while that
+    classifier still beats the floor on held-out (dev) vectors."""
 
-    _PARAMS = ("n_iter", "min_accuracy", "C", "seed", "max_iter")
+    _PARAMS = ("n_iter", "min_accuracy", "C", "seed", "max_iter", "dev_fraction")
 
     def __init__(self, n_iter: int = 20, min_accuracy: float | None = None, C: float = 1.0, seed: int = 0,
-                 max_iter: int = 200) -> None:
+                 max_iter: int = 200, dev_fraction: float = 0.2) -> None:
         self.n_iter, self.min_accuracy, self.C, self.seed, self.max_iter = n_iter, min_accuracy, C, seed, max_iter
+        self.dev_fraction = dev_fraction
 
     def fit(self, X: Any, y: Any, X_dev: Any = None, y_dev: Any = None) -> INLPEraser:
+        """X (N, D), y (N,): the classifiers' training rows; X_dev (M, D), y_dev (M,): the rows their
+        accuracy is read on (the stopping rule). Without them, a seeded `dev_fraction` of X is held out."""
         X, y = _check_xy(np.asarray(self._layer(X), dtype=np.float64), y)
         self.d_in_ = X.shape[1]
+        if (X_dev is None) != (y_dev is None):
+            raise ValueError("INLPEraser.fit: give both X_dev and y_dev, or neither")
         if X_dev is None:
-            X_dev, y_dev = X, y
+            if not 0 < self.dev_fraction < 1:
+                raise ValueError(f"INLPEraser: dev_fraction {self.dev_fraction} not in (0, 1)")
+            order = np.random.default_rng(self.seed).permutation(len(X))
+            n_dev = max(1, int(round(self.dev_fraction * len(X))))
+            X_dev, y_dev, X, y = X[order[:n_dev]], y[order[:n_dev]], X[order[n_dev:]], y[order[n_dev:]]
         X_dev = np.asarray(self._layer(X_dev), dtype=np.float64)
         y_dev = np.asarray(y_dev)
+        if y_dev.shape != (len(X_dev),):
+            raise ValueError(f"y_dev: need one label per row of X_dev ({len(X_dev)}), got shape {y_dev.shape}")
         floor = self.min_accuracy
         if floor is None:
             floor = float(np.max(np.unique(y_dev, return_counts=True)[1]) / len(y_dev)) + 0.01
         basis = np.zeros((0, self.d_in_))
-        self.accuracies_: list[float] = []
+        self.accuracies_: list[float] = []  # dev accuracy of each iteration's classifier (the stopping rule)
+        self.train_accuracies_: list[float] = []  # its training accuracy, for comparison only
         for i in range(self.n_iter):
             p = np.eye(self.d_in_) - basis.T @ basis
             clf = LogisticRegressionLBFGS(C=self.C, max_iter=self.max_iter)
             clf.fit((X @ p).astype(np.float32), y)
+            self.train_accuracies_.append(float((clf.predict((X @ p).astype(np.float32)) == y).mean()))
             acc = float((clf.predict((X_dev @ p).astype(np.float32)) == y_dev).mean())
             self.accuracies_.append(acc)
             if acc <= floor:
@@ -157,4 +209,95 @@ class INLPEraser(_Eraser):
         self.n_iter_ = len(self.accuracies_)
         # INLP's projection is linear (x -> P x): no centering, so mean_ is 0
         self.mean_, self.left_, self.right_, self.rank_ = np.zeros(self.d_in_), basis.T, basis, len(basis)
+        return self
+
+
+def displacement(eraser: Eraser, X: Any) -> tuple[float, float]:
+    """(mean ||x - x'||, mean ||x - x'||^2) over the rows of X (N, D), x' = eraser.transform(x), in
+    float64 (the move itself, before the float32 rounding of `transform`)."""
+    X = np.asarray(eraser._layer(X), dtype=np.float64)
+    move = (X - eraser.mean_) @ eraser.right_.T @ eraser.left_.T  # (N, D) = x - x'
+    sq = (move ** 2).sum(1)
+    return float(np.sqrt(sq).mean()), float(sq.mean())
+
+
+class MatchedRandomEraser(Eraser):
+    """The control of the same size: remove `rank` random directions, drawn from N(0, S^gamma) and
+    orthonormalised, with gamma chosen so that the mean squared move on the fitting data equals
+    `target` (module docstring: why this family, and the alternatives)."""
+
+    _PARAMS = ("rank", "target", "seed", "rtol", "max_gamma", "tol")
+
+    def __init__(self, rank: int = 1, target: float = 0.0, seed: int = 0, rtol: float = 1e-9,
+                 max_gamma: float = 64.0, tol: float = 1e-6) -> None:
+        self.rank, self.target, self.seed, self.rtol, self.max_gamma, self.tol = rank, target, seed, rtol, max_gamma, tol
+
+    def fit(self, X: Any, y: Any = None) -> MatchedRandomEraser:
+        X = np.asarray(self._layer(X), dtype=np.float64)
+        self.d_in_ = X.shape[1]
+        if not 0 <= self.rank <= self.d_in_:
+            raise ValueError(f"MatchedRandomEraser: rank {self.rank} not in [0, {self.d_in_}]")
+        if not self.target >= 0:
+            raise ValueError(f"MatchedRandomEraser: target {self.target} must be a mean squared move >= 0")
+        self.mean_ = X.mean(0)
+        xc = X - self.mean_
+        cov = xc.T @ xc / len(X)  # (D, D); the move of the projection on span(Q) is tr(Q^T S Q)
+        evals, evecs = np.linalg.eigh(cov)
+        # log-eigenvalues, floored, so S^(gamma/2) is formed without overflow for any gamma
+        log_ev = np.log(np.maximum(evals, self.tol * max(float(evals.max()), 1e-300)))
+        draw = evecs.T @ np.random.default_rng(self.seed).standard_normal((self.d_in_, max(self.rank, 1)))
+
+        def basis(gamma: float) -> np.ndarray:  # (D, r) orthonormal: Q = orth(S^(gamma/2) G)
+            w = 0.5 * gamma * log_ev
+            q, _ = np.linalg.qr(evecs @ (np.exp(w - w.max())[:, None] * draw))
+            return q[:, : self.rank]
+
+        def move(gamma: float) -> float:
+            q = basis(gamma)
+            return float(np.einsum("dr,de,er->", q, cov, q))
+
+        lo = hi = 0.0
+        if self.rank and move(0.0) < self.target:  # tilt towards the high-variance directions
+            hi = 1.0
+            while move(hi) < self.target and hi < self.max_gamma:
+                lo, hi = hi, min(2 * hi, self.max_gamma)
+        elif self.rank and move(0.0) > self.target:  # or away from them
+            lo = -1.0
+            while move(lo) > self.target and lo > -self.max_gamma:
+                lo, hi = max(2 * lo, -self.max_gamma), lo
+        if self.rank and not lo == hi:
+            for _ in range(200):  # bisection: move(lo) <= target <= move(hi), or an end of the range
+                mid = 0.5 * (lo + hi)
+                m = move(mid)
+                if abs(m - self.target) <= self.rtol * self.target or hi - lo < 1e-12:
+                    lo = hi = mid
+                    break
+                lo, hi = (mid, hi) if m < self.target else (lo, mid)
+        self.gamma_ = 0.5 * (lo + hi)
+        q = basis(self.gamma_)
+        self.left_, self.right_, self.rank_ = q, q.T, self.rank
+        self.displacement_ = move(self.gamma_) if self.rank else 0.0  # mean squared move reached on X
+        return self
+
+
+class ShuffledLabelEraser(Eraser):
+    """The eraser `base` (unfitted; LEACE by default) fitted on labels permuted by `seed`: as many
+    directions removed, none of them the property's. A dev set's labels (INLP) are permuted too."""
+
+    _PARAMS = ("base", "seed")
+
+    def __init__(self, base: Eraser | None = None, seed: int = 0) -> None:
+        self.base, self.seed = base, seed
+
+    def fit(self, X: Any, y: Any, X_dev: Any = None, y_dev: Any = None) -> ShuffledLabelEraser:
+        X, y = _check_xy(np.asarray(self._layer(X), dtype=np.float64), y)
+        rng = np.random.default_rng(self.seed)
+        inner = type(self.base)(**self.base.get_params()) if self.base is not None else LeaceEraser()
+        if X_dev is None:
+            inner.fit(X, rng.permutation(y))
+        else:
+            inner.fit(X, rng.permutation(y), X_dev, rng.permutation(np.asarray(y_dev)))
+        self.eraser_ = inner
+        self.d_in_, self.mean_, self.left_, self.right_, self.rank_ = (
+            inner.d_in_, inner.mean_, inner.left_, inner.right_, inner.rank_)
         return self

@@ -1,10 +1,13 @@
 """Erasers for amnesic probing (probes/amnesic.py): a property written into a few directions is
 removed by LEACE exactly (a probe falls to chance, the cross-covariance is 0) and by INLP, while a
-random projection of the same rank leaves it."""
+random projection of the same rank leaves it; the controls: random directions moved exactly as far
+as LEACE moves the vectors, and LEACE fitted on shuffled labels, which leaves the property; INLP
+stops on its dev set, not on its training accuracy."""
 import numpy as np
 import pytest
 
-from probes.amnesic import INLPEraser, LeaceEraser, RandomEraser
+from probes.amnesic import (INLPEraser, LeaceEraser, MatchedRandomEraser, RandomEraser, ShuffledLabelEraser,
+                            displacement)
 from probes.logreg import LogisticRegressionLBFGS
 
 
@@ -80,6 +83,55 @@ def test_inlp_removes_the_planted_directions_iteratively():
     assert probe_accuracy(inlp.transform(X), y, Xe, yte) < 0.62
 
 
+def test_inlp_stops_on_its_dev_set_where_training_accuracy_would_not_stop_it():
+    # 300 rows in 200 dimensions with labels independent of X: a classifier separates its own
+    # training rows (accuracy ~1.0) and is at chance on dev rows. Stopping on dev removes nothing;
+    # stopping on training accuracy (the dev set = the training set) removes a direction per iteration.
+    rng = np.random.default_rng(0)
+    X, y = rng.standard_normal((300, 200)).astype(np.float32), rng.integers(0, 2, 300)
+    Xd, yd = rng.standard_normal((3000, 200)).astype(np.float32), rng.integers(0, 2, 3000)
+    dev = INLPEraser(n_iter=5).fit(X, y, Xd, yd)
+    assert dev.train_accuracies_[0] > 0.95 and dev.accuracies_[0] < 0.52  # train and dev disagree
+    assert dev.n_iter_ == 1 and dev.rank_ == 0
+    on_train = INLPEraser(n_iter=5).fit(X, y, X, y)
+    assert on_train.n_iter_ == 5 and on_train.rank_ == 5  # the old behaviour: five spurious directions
+    # without a dev set, a held-out share of the rows is the dev set (never the training rows)
+    held = INLPEraser(n_iter=5, dev_fraction=0.5).fit(X, y)
+    assert held.rank_ <= 1 and held.train_accuracies_[0] > 0.95
+
+
+def test_the_matched_control_moves_vectors_exactly_as_far_as_leace():
+    # LEACE's oblique projection moves planted vectors ~17x as far (squared) as a projection off as
+    # many uniformly random directions; the matched control, of the same rank, moves them as far on
+    # the fitting data to 1e-6, and about as far on held-out data
+    X, y = planted()
+    Xte, _ = planted(seed=1)
+    leace = LeaceEraser().fit(X, y)
+    target = displacement(leace, X)[1]
+    same_rank = RandomEraser(rank=leace.rank_, seed=0).fit(X)
+    assert displacement(same_rank, X)[1] < target / 5  # the old control is far smaller
+    for seed in range(3):
+        m = MatchedRandomEraser(rank=leace.rank_, target=target, seed=seed).fit(X)
+        assert m.rank_ == leace.rank_ and np.allclose(m.right_ @ m.left_, np.eye(m.rank_))  # a projection
+        assert displacement(m, X)[1] == pytest.approx(target, rel=1e-6)
+        assert m.displacement_ == pytest.approx(target, rel=1e-6)
+        assert displacement(m, Xte)[1] == pytest.approx(displacement(leace, Xte)[1], rel=0.1)
+    # a target below the uniform draw's move tilts the draw towards low-variance directions
+    low = MatchedRandomEraser(rank=2, target=displacement(same_rank, X)[1] / 3, seed=0).fit(X)
+    assert low.gamma_ < 0 and displacement(low, X)[1] == pytest.approx(displacement(same_rank, X)[1] / 3, rel=1e-6)
+
+
+def test_the_shuffled_label_control_leaves_a_planted_property_decodable():
+    X, y = planted()
+    Xte, yte = planted(seed=1)
+    for seed in range(3):
+        shuffled = ShuffledLabelEraser(LeaceEraser(), seed=seed).fit(X, y)
+        assert shuffled.rank_ == 2  # as many directions as LEACE on the true labels
+        assert probe_accuracy(shuffled.transform(X), y, shuffled.transform(Xte), yte) > 0.9
+    inlp = ShuffledLabelEraser(INLPEraser(n_iter=3), seed=0).fit(X, y, Xte, yte)
+    assert inlp.rank_ == 0  # a classifier of shuffled labels is at chance on dev: INLP removes nothing
+
+
 def test_bad_input_is_refused():
     X, y = planted(n=50)
     with pytest.raises(ValueError, match="one label per row"):
@@ -90,6 +142,10 @@ def test_bad_input_is_refused():
         LeaceEraser().fit(X, y).transform(X[:, :5])
     with pytest.raises(ValueError, match="rank"):
         RandomEraser(rank=100).fit(X)
+    with pytest.raises(ValueError, match="rank"):
+        MatchedRandomEraser(rank=100, target=1.0).fit(X)
+    with pytest.raises(ValueError, match="X_dev and y_dev"):
+        INLPEraser().fit(X, y, X)
 
 
 def test_leace_equals_the_reference_implementation():

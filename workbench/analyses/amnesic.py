@@ -4,9 +4,19 @@ each word-level property (POS; the dependency label of the word; its NER type, "
 entities) and layer l:
 
 1. fit an eraser on layer l's word vectors of the train split (`probes.amnesic`: LEACE, closed
-   form; INLP, iterative) and a random eraser of the same rank (the control);
+   form; INLP, iterative, stopping on a dev part of the train words: the last `inlp_dev_fraction` of
+   them, whole sentences but the first, as the reference stops on a dev split), and its controls
+   (`controls`, each drawn `draws` times, seeds 0..draws-1 in the `seed` column):
+   - `matched`: random directions that move the vectors as far as the eraser does
+     (`MatchedRandomEraser`: the same rank and the same mean squared move E||x - x'||^2 on the train
+     words). The control the gap is read against.
+   - `shuffled`: the eraser fitted on permuted labels (`ShuffledLabelEraser`).
+   - `same_rank`: Elazar et al.'s control, an orthogonal projection off as many uniformly random
+     directions (`RandomEraser`); it moves the vectors less than LEACE does (on MiniLM's embedding
+     layer, POS, 2.4x less far), so a gap against it overstates what the property costs;
 2. check the removal: a probe for the property trained and tested on erased vectors (`probe_acc`,
-   chance when the removal worked);
+   chance when the removal worked), and how far each map moves the test words' vectors
+   (`displacement`, mean ||x - x'||, and `displacement_sq`, mean ||x - x'||^2);
 3. apply the eraser inside the model through a hook on layer l's output (`embed` for l = 0,
    `blocks.{l-1}.resid_post` after), at every token, and measure what the model loses: its masked-LM
    loss (encoders; a fixed 15% mask) or next-token loss (decoders) on held-out sentences
@@ -18,21 +28,22 @@ An encoder whose MLM head was freshly initialised at import (an imported sentenc
 all-MiniLM-L6-v2: its card says so) gets no LM-loss rows, since its MLM loss would be noise; the
 probe rows stand.
 
-The finding is the gap between an eraser and its random control: a property the model uses costs
-more loss when erased than as many random directions do (Elazar et al.'s amnesic vs. random
-comparison). Where this differs from the paper: the paper erases with INLP only and reports LM
+The finding is the gap between an eraser and its matched control: a property the model uses costs
+more loss when erased than random directions that move the vectors as far (Elazar et al.'s amnesic
+vs. random comparison, with a control of the same size). Where this differs from the paper: the paper erases with INLP only and reports LM
 accuracy and the KL divergence of the LM distribution; here LEACE is the default (exact and in closed
 form) and the loss is the cross-entropy.
 
-`amnesic_model(path, out_dir, config)` -> {"amnesic": (model, task, layer, eraser, metric, value)};
-eraser in none | leace | leace_random | inlp | inlp_random; metric in rank | probe_acc | lm_loss |
-lm_loss_delta | last_layer_acc | majority_acc (the test words' majority-label share: where probe_acc
-falls when the removal works) (docs/design.md).
+`amnesic_model(path, out_dir, config)` -> {"amnesic": (model, task, layer, eraser, metric, seed, value)};
+eraser in none | leace | inlp | {leace,inlp}_{matched,shuffled,same_rank}; metric in rank | probe_acc |
+displacement | displacement_sq | lm_loss | lm_loss_delta | last_layer_acc | majority_acc (the test
+words' majority-label share: where probe_acc falls when the removal works); seed: the control's draw,
+-1 for rows without one (docs/design.md).
 """
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,15 +58,17 @@ from plmodels.elmo import BILM_KINDS, bilm_loss
 from plmodels.progress import progress as progress_bar
 from plmodels.training.distil import has_trained_mlm_head
 from plmodels.training.masking import IGNORE_INDEX, MaskingConfig, causal_lm_labels, mask_tokens, step_generator
-from probes.amnesic import INLPEraser, LeaceEraser, RandomEraser
+from probes.amnesic import (Eraser, INLPEraser, LeaceEraser, MatchedRandomEraser, RandomEraser, ShuffledLabelEraser,
+                            displacement)
 from probes.logreg import LogisticRegressionLBFGS
 from workbench.analyses.probing import ProbeRunConfig, TaskSplit, default_model_name, load_split
 from workbench.core.io import atomic_write_json
 from workbench.core.results import write_tables
 
-COLUMNS = ["model", "task", "layer", "eraser", "metric", "value"]
+COLUMNS = ["model", "task", "layer", "eraser", "metric", "seed", "value"]
 FILL = {"ner": "O"}  # words outside every target span get this label (None: left out)
 ERASERS = ("leace", "inlp")
+CONTROLS = ("matched", "shuffled", "same_rank")
 
 
 @dataclass(frozen=True)
@@ -64,8 +77,11 @@ class AmnesicRunConfig(Config):
 
     tasks: tuple[str, ...] = ("pos", "deps", "ner")  # word-level properties (deps: each word's relation)
     layers: tuple[int, ...] | None = None  # layers 0..L to erase at (None: all)
-    erasers: tuple[str, ...] = ERASERS  # leace | inlp; each with its random control
+    erasers: tuple[str, ...] = ERASERS  # leace | inlp; each with its controls
+    controls: tuple[str, ...] = CONTROLS  # matched (the same rank and move) | shuffled (labels) | same_rank
+    draws: int = 2  # draws of each control (seeds 0..draws-1)
     inlp_iter: int = 20  # INLP's iterations at most
+    inlp_dev_fraction: float = 0.2  # the last share of the train words: INLP's dev set (its stopping rule)
     max_train_targets: int = 20000  # words to fit the erasers and probes on
     max_eval_targets: int = 4000  # words to test the probes on
     lm_sentences: int = 300  # held-out sentences (the eval split's) for the LM loss
@@ -77,7 +93,12 @@ class AmnesicRunConfig(Config):
         bad = [e for e in self.erasers if e not in ERASERS]
         if bad or not self.erasers:
             raise ValueError(f"AmnesicRunConfig.erasers: {bad or '[]'}; choose from {ERASERS}")
-        for name in ("inlp_iter", "max_train_targets", "max_eval_targets", "lm_sentences", "batch_size"):
+        bad = [c for c in self.controls if c not in CONTROLS]
+        if bad or not self.controls:
+            raise ValueError(f"AmnesicRunConfig.controls: {bad or '[]'}; choose from {CONTROLS}")
+        if not 0 < self.inlp_dev_fraction < 1:
+            raise ValueError(f"AmnesicRunConfig.inlp_dev_fraction must be in (0, 1), got {self.inlp_dev_fraction}")
+        for name in ("draws", "inlp_iter", "max_train_targets", "max_eval_targets", "lm_sentences", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"AmnesicRunConfig.{name} must be >= 1, got {getattr(self, name)}")
 
@@ -197,6 +218,51 @@ def _probe_acc(Xtr, ytr, Xte, yte, C: float) -> float:
     return float((clf.predict(np.asarray(Xte, dtype=np.float32)) == yte).mean())
 
 
+@dataclass(frozen=True)
+class EraserKind:
+    """How to build an eraser of the config (`make`), and whether it stops on a dev set (INLP)."""
+
+    make: Callable[[AmnesicRunConfig], Eraser]
+    uses_dev: bool
+
+
+ERASER_KINDS: dict[str, EraserKind] = {
+    "leace": EraserKind(lambda cfg: LeaceEraser(), uses_dev=False),
+    "inlp": EraserKind(lambda cfg: INLPEraser(n_iter=cfg.inlp_iter, C=cfg.C, seed=cfg.seed), uses_dev=True),
+}
+
+
+def fit_eraser(name: str, est: Eraser, X: np.ndarray, y: np.ndarray, cfg: AmnesicRunConfig) -> Eraser:
+    """Fit `est` (an eraser of kind `name`, or a control wrapping one) on the train words X (N, D), y
+    (N,); an eraser that stops on a dev set (INLP) is fitted on the first 1 - inlp_dev_fraction of the
+    rows and stops on the rest (the words are in sentence order, so these are later sentences)."""
+    if not ERASER_KINDS[name].uses_dev:
+        return est.fit(X, y)
+    n_dev = max(1, int(round(cfg.inlp_dev_fraction * len(X))))
+    return est.fit(X[:-n_dev], y[:-n_dev], X[-n_dev:], y[-n_dev:])
+
+
+def _matched(name: str, eraser: Eraser, X, y, cfg: AmnesicRunConfig, seed: int) -> Eraser:
+    return MatchedRandomEraser(rank=eraser.rank_, target=displacement(eraser, X)[1], seed=seed).fit(X)
+
+
+def _shuffled(name: str, eraser: Eraser, X, y, cfg: AmnesicRunConfig, seed: int) -> Eraser:
+    return fit_eraser(name, ShuffledLabelEraser(ERASER_KINDS[name].make(cfg), seed=seed), X, y, cfg)
+
+
+def _same_rank(name: str, eraser: Eraser, X, y, cfg: AmnesicRunConfig, seed: int) -> Eraser:
+    return RandomEraser(rank=eraser.rank_, seed=seed).fit(X)
+
+
+# control -> fn(eraser kind, the fitted eraser, train X, train y, config, seed) -> the fitted control
+CONTROL_FITS: dict[str, Callable[..., Eraser]] = {"matched": _matched, "shuffled": _shuffled, "same_rank": _same_rank}
+
+
+def control_seed(cfg: AmnesicRunConfig, layer: int, draw: int) -> int:
+    """The random seed of a control's draw at a layer (distinct per layer and draw, fixed by cfg.seed)."""
+    return int(np.random.SeedSequence([cfg.seed, layer, draw]).generate_state(1)[0])
+
+
 def amnesic_task(model, tok, train: TaskSplit, test: TaskSplit, task: str, cfg: AmnesicRunConfig,
                  model_name: str, layers: list[int], bar=None, lm: bool = True) -> pd.DataFrame:
     """The rows of one property at every layer of `layers` (without the LM-loss rows when `lm` is
@@ -226,24 +292,28 @@ def amnesic_task(model, tok, train: TaskSplit, test: TaskSplit, task: str, cfg: 
 
     base_loss, base_last = run_erased(model, data, [])
     majority = float(pd.Series(yte).value_counts(normalize=True).iloc[0]) if len(yte) else float("nan")
-    rows = [(model_name, task, -1, "none", "majority_acc", majority),  # what a removed property leaves
-            (model_name, task, -1, "none", "lm_loss", base_loss),
-            (model_name, task, -1, "none", "last_layer_acc", last_layer_acc(base_last))]
+    rows = [(model_name, task, -1, "none", "majority_acc", -1, majority),  # what a removed property leaves
+            (model_name, task, -1, "none", "lm_loss", -1, base_loss),
+            (model_name, task, -1, "none", "last_layer_acc", -1, last_layer_acc(base_last))]
     for layer in layers:
         Xtr, Xte = np.asarray(st_tr.layer(layer)[tr_rows]), np.asarray(st_te.layer(layer)[te_rows])
-        rows.append((model_name, task, layer, "none", "probe_acc", _probe_acc(Xtr, ytr, Xte, yte, cfg.C)))
+        rows.append((model_name, task, layer, "none", "probe_acc", -1, _probe_acc(Xtr, ytr, Xte, yte, cfg.C)))
+
+        def measure(label: str, e: Eraser, seed: int) -> list[tuple]:
+            acc = _probe_acc(e.transform(Xtr), ytr, e.transform(Xte), yte, cfg.C)
+            dist, dist_sq = displacement(e, Xte)  # on the test words: held out from every fit
+            loss, last = run_erased(model, data, [(hook_site(layer), eraser_hook(e))])
+            return [(model_name, task, layer, label, metric, seed, value) for metric, value in (
+                ("rank", float(e.rank_)), ("probe_acc", acc), ("displacement", dist), ("displacement_sq", dist_sq),
+                ("lm_loss", loss), ("lm_loss_delta", loss - base_loss), ("last_layer_acc", last_layer_acc(last)))]
+
         for name in cfg.erasers:
-            eraser = (LeaceEraser().fit(Xtr, ytr) if name == "leace" else
-                      INLPEraser(n_iter=cfg.inlp_iter, C=cfg.C, seed=cfg.seed).fit(Xtr, ytr))
-            control = RandomEraser(rank=eraser.rank_, seed=cfg.seed + layer).fit(Xtr)
-            for label, e in ((name, eraser), (f"{name}_random", control)):
-                acc = _probe_acc(e.transform(Xtr), ytr, e.transform(Xte), yte, cfg.C)
-                loss, last = run_erased(model, data, [(hook_site(layer), eraser_hook(e))])
-                rows += [(model_name, task, layer, label, "rank", float(e.rank_)),
-                         (model_name, task, layer, label, "probe_acc", acc),
-                         (model_name, task, layer, label, "lm_loss", loss),
-                         (model_name, task, layer, label, "lm_loss_delta", loss - base_loss),
-                         (model_name, task, layer, label, "last_layer_acc", last_layer_acc(last))]
+            eraser = fit_eraser(name, ERASER_KINDS[name].make(cfg), Xtr, ytr, cfg)
+            rows += measure(name, eraser, -1)
+            for control in cfg.controls:
+                for draw in range(cfg.draws):
+                    fitted = CONTROL_FITS[control](name, eraser, Xtr, ytr, cfg, control_seed(cfg, layer, draw))
+                    rows += measure(f"{name}_{control}", fitted, draw)
             if bar is not None:
                 bar.update(1)
     return without_lm_rows(pd.DataFrame(rows, columns=COLUMNS), lm)

@@ -121,23 +121,27 @@ def structural_figure(summary: pd.DataFrame) -> go.Figure:
 
 def amnesic_figure(summary: pd.DataFrame) -> go.Figure:
     """Amnesic probing (Elazar et al. 2021) from `views.amnesic_summary_frame`: a panel per property
-    with the LM-loss increase per layer when the property is erased (solid) and when as many random
-    directions are erased (dashed, same colour): the gap is the evidence that the model uses it. A
-    model without LM rows (its LM head is untrained) is drawn with the downstream probe instead: the
-    intact model's last-layer probe read on the erased run."""
+    with the LM-loss increase per layer when the property is erased (solid), when random directions
+    that move the vectors as far are erased (the matched control, dashed, same colour) and, where the
+    run has it, when as many uniformly random directions are (same rank only, dotted): the gap to the
+    matched control is the evidence that the model uses it. A model without LM rows (its LM head is
+    untrained) is drawn with the downstream probe instead: the intact model's last-layer probe read on
+    the erased run."""
     metric = "lm_loss_delta" if summary["lm_loss_delta"].notna().any() else "last_layer_acc"
     tasks = sorted(summary["task"].unique())
     fig = make_subplots(rows=1, cols=len(tasks), subplot_titles=tasks, shared_yaxes=True)
     for c, task in enumerate(tasks, start=1):
         for i, ((model, eraser), g) in enumerate(summary.groupby(["model", "eraser"])):
             g = g[g["task"] == task].sort_values("layer")
-            for col, label, dash in ((metric, eraser, None), (f"{metric}_random", f"{eraser} random", "dash")):
+            lines = ((metric, eraser, None), (f"{metric}_matched", f"{eraser} matched random", "dash"),
+                     (f"{metric}_same_rank", f"{eraser} random, same rank", "dot"))
+            for col, label, dash in (line for line in lines if line[0] in g):
                 fig.add_trace(go.Scatter(x=g["layer"], y=g[col], mode="lines+markers", name=f"{model} {label}",
                                          legendgroup=f"{model} {label}", showlegend=c == 1,
                                          line=dict(color=_color(i), dash=dash)), 1, c)
         fig.update_xaxes(title_text="layer erased", row=1, col=c)
     what = "LM-loss increase" if metric == "lm_loss_delta" else "last-layer probe accuracy"
-    return fig.update_layout(title=f"Amnesic probing: {what}, property erased vs random directions",
+    return fig.update_layout(title=f"Amnesic probing: {what}, property erased vs random directions moved as far",
                              yaxis_title=metric, height=380)
 
 

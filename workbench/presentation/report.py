@@ -594,8 +594,8 @@ def _structural_clause(model: str, g: pd.DataFrame) -> str:
 
 def amnesic_section(run_dir: Path) -> Section:
     """Amnesic probing (Elazar et al. 2021): per model and property, the layer where erasing the
-    property costs the LM most beyond erasing as many random directions, and what a probe still
-    finds in the erased vectors."""
+    property costs the LM most beyond random directions that move the vectors as far (the matched
+    control), and what a probe still finds in the erased vectors."""
     s = Section("Amnesic probing", n_key=1)
     df = views.amnesic_summary(run_dir)
     if df is None:
@@ -604,25 +604,28 @@ def amnesic_section(run_dir: Path) -> Section:
     s.figs.append(analysis_figures.amnesic_figure(df))
     s.findings = [_amnesic_clause(model, task, eraser, g)
                   for (model, task, eraser), g in df.groupby(["model", "task", "eraser"])]
-    s.tables.append(("Amnesic probing (gap = lm_loss_delta minus that of the random eraser of the same rank)", df))
+    s.tables.append(("Amnesic probing (gap = lm_loss_delta minus that of the matched control: random directions "
+                     "moved as far, mean over draws; displacement = mean ||x - x'||)", df))
     return s
 
 
 def _amnesic_clause(model: str, task: str, eraser: str, g: pd.DataFrame) -> str:
     if g["gap"].isna().all():  # no LM rows (an untrained LM head): the downstream probe instead
-        drop = g["last_layer_acc_random"] - g["last_layer_acc"]
+        drop = g["last_layer_acc_matched"] - g["last_layer_acc"]
         top = g.loc[drop.idxmax()]
         return (f"erasing {task} from {model} ({eraser}; no LM loss: its LM head is untrained) costs the intact "
                 f"model's last-layer {task} probe most at layer {int(top['layer'])}: it reads "
-                f"{_f(top['last_layer_acc'])} against {_f(top['last_layer_acc_random'])} after the random erasure; "
+                f"{_f(top['last_layer_acc'])} against {_f(top['last_layer_acc_matched'])} after random directions "
+                f"moved as far (displacement {_f(top['displacement'])} and {_f(top['displacement_matched'])}); "
                 f"a probe on the erased vectors scores {_f(top['probe_acc'])} (intact {_f(top['probe_acc_intact'])})")
     top = g.loc[g["gap"].idxmax()]
     n_pos = int((g["gap"] > 0).sum())
-    return (f"erasing {task} from {model} ({eraser}) raises the LM loss most beyond random directions at layer "
-            f"{int(top['layer'])}: by {_f(top['lm_loss_delta'])} against {_f(top['lm_loss_delta_random'])} "
-            f"(gap {_f(top['gap'])}; positive at {n_pos} of {len(g)} layers); there a probe on the erased vectors "
+    return (f"erasing {task} from {model} ({eraser}) raises the LM loss most beyond random directions moved as far "
+            f"at layer {int(top['layer'])}: by {_f(top['lm_loss_delta'])} against {_f(top['lm_loss_delta_matched'])} "
+            f"(gap {_f(top['gap'])}; positive at {n_pos} of {len(g)} layers; displacement {_f(top['displacement'])} "
+            f"and {_f(top['displacement_matched'])}); there a probe on the erased vectors "
             f"scores {_f(top['probe_acc'])}, against {_f(top['probe_acc_intact'])} intact and "
-            f"{_f(top['probe_acc_random'])} after the random erasure")
+            f"{_f(top['probe_acc_matched'])} after the matched random erasure")
 
 
 def gating_section(run_dir: Path) -> Section:

@@ -377,30 +377,43 @@ def structural_summary(run_dir: str | Path) -> pd.DataFrame | None:
     return None if df is None else structural_summary_frame(df)
 
 
+AMNESIC_CONTROLS = ("matched", "shuffled", "same_rank")  # workbench.analyses.amnesic.CONTROLS, in this order
+
+
 def amnesic_summary_frame(amnesic: pd.DataFrame) -> pd.DataFrame | None:
     """Amnesic probing (Elazar et al. 2021) per model, task, layer and eraser (leace | inlp): rank,
-    probe_acc_intact (no eraser), probe_acc after the eraser and after its random control
-    (probe_acc_random), lm_loss_delta of each, gap = lm_loss_delta - lm_loss_delta_random (> 0: erasing
-    the property costs the model more than erasing as many random directions; NaN without LM rows: a model whose
-    LM head is untrained), last_layer_acc(_random)."""
+    displacement (mean ||x - x'|| on the test words), probe_acc_intact (no eraser), probe_acc,
+    lm_loss_delta and last_layer_acc after the eraser, the same four after each control
+    (`displacement_matched`, `probe_acc_matched`, ...; controls: matched = random directions moved as
+    far, shuffled = the eraser fitted on shuffled labels, same_rank = as many uniformly random
+    directions; each the mean over its draws, `n_draws`), and gap = lm_loss_delta -
+    lm_loss_delta_matched (> 0: erasing the property costs the model more than moving its vectors as
+    far in random directions; NaN without LM rows: a model whose LM head is untrained)."""
     df = amnesic[amnesic["layer"] >= 0]
-    wide = df.pivot_table(index=["model", "task", "layer", "eraser"], columns="metric", values="value")
+    wide = df.pivot_table(index=["model", "task", "layer", "eraser"], columns="metric", values="value")  # mean over draws
     wide = wide.rename_axis(columns=None).reset_index()
     keys = ["model", "task", "layer"]
     intact = wide[wide["eraser"] == "none"][keys + ["probe_acc"]].rename(columns={"probe_acc": "probe_acc_intact"})
-    erased = wide[~wide["eraser"].isin(["none"]) & ~wide["eraser"].str.endswith("_random")]
-    control = wide[wide["eraser"].str.endswith("_random")].assign(eraser=lambda d: d["eraser"].str[:-len("_random")])
+    kind = wide["eraser"].str.split("_", n=1).str
+    erased = wide[(wide["eraser"] != "none") & kind[1].isna()]
     if not len(erased):
         return None
-    cols = [c for c in ("probe_acc", "lm_loss_delta", "last_layer_acc") if c in wide]
-    out = (erased.merge(intact, on=keys, how="left")
-           .merge(control[keys + ["eraser"] + cols], on=keys + ["eraser"], how="left", suffixes=("", "_random")))
-    for c in ("lm_loss_delta", "lm_loss_delta_random"):  # absent when the LM head is untrained (imported)
+    cols = [c for c in ("displacement", "probe_acc", "lm_loss_delta", "last_layer_acc") if c in wide]
+    out = erased.merge(intact, on=keys, how="left")
+    draws = df[df["seed"] >= 0].groupby(keys + ["eraser"])["seed"].nunique() if "seed" in df else None
+    for control in AMNESIC_CONTROLS:
+        c = wide[kind[1] == control].assign(eraser=lambda d: d["eraser"].str.split("_", n=1).str[0])
+        if len(c):
+            out = out.merge(c[keys + ["eraser"] + cols].rename(columns={m: f"{m}_{control}" for m in cols}),
+                            on=keys + ["eraser"], how="left")
+    for c in ("lm_loss_delta", "lm_loss_delta_matched"):  # absent when the LM head is untrained (imported)
         if c not in out:
             out[c] = float("nan")
-    out["gap"] = out["lm_loss_delta"] - out["lm_loss_delta_random"]
-    order = ["rank", "probe_acc_intact", "probe_acc", "probe_acc_random", "lm_loss_delta", "lm_loss_delta_random",
-             "gap", "last_layer_acc", "last_layer_acc_random"]
+    out["gap"] = out["lm_loss_delta"] - out["lm_loss_delta_matched"]
+    out["n_draws"] = 0 if draws is None or not len(draws) else int(draws.max())
+    order = ["rank", "displacement", "probe_acc_intact", "probe_acc", "lm_loss_delta", "last_layer_acc"] + [
+        f"{m}_{c}" for c in AMNESIC_CONTROLS for m in ("displacement", "probe_acc", "lm_loss_delta", "last_layer_acc")
+    ] + ["gap", "n_draws"]
     out = out[keys + ["eraser"] + [c for c in order if c in out]]
     return out.sort_values(keys + ["eraser"], ignore_index=True)
 

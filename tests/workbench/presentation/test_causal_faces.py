@@ -51,7 +51,7 @@ def build_causal_run(run: Path) -> Path:
                                                               lm_sentences=16, batch_size=12, C=0.05))
     amnesic_model(path, out_dir=run, progress=False, config=dict(
         tasks=["pos"], layers=[0, 2], erasers=["leace"], max_train_targets=500, max_eval_targets=300,
-        lm_sentences=16, C=0.05))
+        lm_sentences=16, C=0.05, draws=2))
     probe_model(path, tasks=["structural_distance", "structural_depth"], out_dir=run / "probe", run_dir=run,
                 progress=False, config=dict(seeds=[0, 1], max_train_targets=500, max_eval_targets=300, n_boot=0,
                                             modes=["single"]))
@@ -83,17 +83,21 @@ def _raw(run: Path, name: str) -> pd.DataFrame:
 
 # ---------------------------------------------------------------------------------------- views
 def test_amnesic_summary_is_the_raw_table_regrouped(run):
-    raw = _raw(run, "amnesic").set_index(["layer", "eraser", "metric"])["value"]
+    raw = _raw(run, "amnesic").groupby(["layer", "eraser", "metric"])["value"].mean()  # controls: over the draws
     s = views.amnesic_summary(run)
-    assert list(s.columns) == ["model", "task", "layer", "eraser", "rank", "probe_acc_intact", "probe_acc",
-                               "probe_acc_random", "lm_loss_delta", "lm_loss_delta_random", "gap", "last_layer_acc",
-                               "last_layer_acc_random"]
+    assert list(s.columns) == ["model", "task", "layer", "eraser", "rank", "displacement", "probe_acc_intact",
+                               "probe_acc", "lm_loss_delta", "last_layer_acc"] + [
+        f"{m}_{c}" for c in ("matched", "shuffled", "same_rank")
+        for m in ("displacement", "probe_acc", "lm_loss_delta", "last_layer_acc")] + ["gap", "n_draws"]
     assert set(s["eraser"]) == {"leace"} and sorted(s["layer"]) == [0, 2]   # intact (-1) and controls are columns
     r = s[s["layer"] == 2].iloc[0]
-    assert r["probe_acc_intact"] == raw[(2, "none", "probe_acc")]
-    assert r["probe_acc"] == raw[(2, "leace", "probe_acc")] and r["probe_acc_random"] == raw[(2, "leace_random", "probe_acc")]
-    assert r["lm_loss_delta_random"] == raw[(2, "leace_random", "lm_loss_delta")]
-    assert r["gap"] == pytest.approx(raw[(2, "leace", "lm_loss_delta")] - raw[(2, "leace_random", "lm_loss_delta")])
+    assert r["probe_acc_intact"] == raw[(2, "none", "probe_acc")] and r["n_draws"] == 2
+    assert r["probe_acc"] == raw[(2, "leace", "probe_acc")]
+    assert r["probe_acc_matched"] == pytest.approx(raw[(2, "leace_matched", "probe_acc")])
+    assert r["probe_acc_shuffled"] == pytest.approx(raw[(2, "leace_shuffled", "probe_acc")])
+    assert r["lm_loss_delta_same_rank"] == pytest.approx(raw[(2, "leace_same_rank", "lm_loss_delta")])
+    assert r["displacement_matched"] == pytest.approx(raw[(2, "leace_matched", "displacement")])
+    assert r["gap"] == pytest.approx(raw[(2, "leace", "lm_loss_delta")] - raw[(2, "leace_matched", "lm_loss_delta")])
     assert r["rank"] == raw[(2, "leace", "rank")] and r["last_layer_acc"] == raw[(2, "leace", "last_layer_acc")]
 
 
@@ -159,9 +163,11 @@ def test_figures_draw_the_summaries(run, tmp_path):
     am = views.amnesic_summary(run)
     fig = AF.amnesic_figure(am)
     erased = next(t for t in fig.data if t.name == "tiny leace")
-    control = next(t for t in fig.data if t.name == "tiny leace random")
-    assert list(erased.y) == list(am["lm_loss_delta"]) and list(control.y) == list(am["lm_loss_delta_random"])
-    assert control.line.dash == "dash"
+    control = next(t for t in fig.data if t.name == "tiny leace matched random")
+    same_rank = next(t for t in fig.data if t.name == "tiny leace random, same rank")
+    assert list(erased.y) == list(am["lm_loss_delta"]) and list(control.y) == list(am["lm_loss_delta_matched"])
+    assert list(same_rank.y) == list(am["lm_loss_delta_same_rank"])
+    assert control.line.dash == "dash" and same_rank.line.dash == "dot"
     st = AF.structural_figure(views.structural_summary(run))
     uuas = next(t for t in st.data if t.name == "tiny uuas")
     assert len(st.data) == 4 and list(uuas.x) == [0, 1, 2]
@@ -195,8 +201,9 @@ def test_report_sections_carry_the_tables_numbers(run, md):
     am = views.amnesic_summary(run)
     top = am.loc[am["gap"].idxmax()]
     text = _section(md, "Amnesic probing")
-    assert (f"at layer {top['layer']}: by {_f(top['lm_loss_delta'])} against {_f(top['lm_loss_delta_random'])} "
+    assert (f"at layer {top['layer']}: by {_f(top['lm_loss_delta'])} against {_f(top['lm_loss_delta_matched'])} "
             f"(gap {_f(top['gap'])}") in text
+    assert f"displacement {_f(top['displacement'])} and {_f(top['displacement_matched'])}" in text
     assert f"scores {_f(top['probe_acc'])}, against {_f(top['probe_acc_intact'])} intact" in text
 
     p = views.head_passport(run)
@@ -239,5 +246,5 @@ def test_amnesic_faces_without_lm_rows(run, tmp_path):
     assert [list(t.y) for t in fig.data][0] == list(s.sort_values("layer")["last_layer_acc"])
     results.write_table(tmp_path, "amnesic", no_lm)
     text = " ".join(report.amnesic_section(tmp_path).findings)
-    top = s.loc[(s["last_layer_acc_random"] - s["last_layer_acc"]).idxmax()]
+    top = s.loc[(s["last_layer_acc_matched"] - s["last_layer_acc"]).idxmax()]
     assert "its LM head is untrained" in text and _f(top["last_layer_acc"]) in text

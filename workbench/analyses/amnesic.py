@@ -13,7 +13,7 @@ entities) and layer l:
    - `shuffled`: the eraser fitted on permuted labels (`ShuffledLabelEraser`).
    - `same_rank`: Elazar et al.'s control, an orthogonal projection off as many uniformly random
      directions (`RandomEraser`); it moves the vectors less than LEACE does (on MiniLM's embedding
-     layer, POS, 2.4x less far), so a gap against it overstates what the property costs;
+     layer, POS, half as far), so a gap against it overstates what the property costs;
 2. check the removal: a probe for the property trained and tested on erased vectors (`probe_acc`,
    chance when the removal worked), and how far each map moves the test words' vectors
    (`displacement`, mean ||x - x'||, and `displacement_sq`, mean ||x - x'||^2);

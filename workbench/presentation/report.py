@@ -610,22 +610,31 @@ def amnesic_section(run_dir: Path) -> Section:
 
 
 def _amnesic_clause(model: str, task: str, eraser: str, g: pd.DataFrame) -> str:
-    if g["gap"].isna().all():  # no LM rows (an untrained LM head): the downstream probe instead
-        drop = g["last_layer_acc_matched"] - g["last_layer_acc"]
+    # the matched control (random directions moved as far); a table written before it has only the
+    # same-rank one, which moves the vectors less: the clause then says so
+    ctl, what = (("matched", "random directions moved as far") if "probe_acc_matched" in g else
+                 ("same_rank", "as many random directions (same rank, not moved as far: this run has no matched "
+                  "control)"))
+    def moved(top: pd.Series) -> str:  # tables written before the displacement rows have none
+        if f"displacement_{ctl}" not in top or "displacement" not in top:
+            return ""
+        return f"; displacement {_f(top['displacement'])} and {_f(top[f'displacement_{ctl}'])}"
+
+    if g["lm_loss_delta"].isna().all():  # no LM rows (an untrained LM head): the downstream probe instead
+        drop = g[f"last_layer_acc_{ctl}"] - g["last_layer_acc"]
         top = g.loc[drop.idxmax()]
         return (f"erasing {task} from {model} ({eraser}; no LM loss: its LM head is untrained) costs the intact "
                 f"model's last-layer {task} probe most at layer {int(top['layer'])}: it reads "
-                f"{_f(top['last_layer_acc'])} against {_f(top['last_layer_acc_matched'])} after random directions "
-                f"moved as far (displacement {_f(top['displacement'])} and {_f(top['displacement_matched'])}); "
-                f"a probe on the erased vectors scores {_f(top['probe_acc'])} (intact {_f(top['probe_acc_intact'])})")
-    top = g.loc[g["gap"].idxmax()]
-    n_pos = int((g["gap"] > 0).sum())
-    return (f"erasing {task} from {model} ({eraser}) raises the LM loss most beyond random directions moved as far "
-            f"at layer {int(top['layer'])}: by {_f(top['lm_loss_delta'])} against {_f(top['lm_loss_delta_matched'])} "
-            f"(gap {_f(top['gap'])}; positive at {n_pos} of {len(g)} layers; displacement {_f(top['displacement'])} "
-            f"and {_f(top['displacement_matched'])}); there a probe on the erased vectors "
+                f"{_f(top['last_layer_acc'])} against {_f(top[f'last_layer_acc_{ctl}'])} after {what}"
+                f"{moved(top)}; a probe on the erased vectors scores {_f(top['probe_acc'])} (intact {_f(top['probe_acc_intact'])})")
+    gap = g["lm_loss_delta"] - g[f"lm_loss_delta_{ctl}"]
+    top = g.loc[gap.idxmax()]
+    return (f"erasing {task} from {model} ({eraser}) raises the LM loss most beyond {what} "
+            f"at layer {int(top['layer'])}: by {_f(top['lm_loss_delta'])} against {_f(top[f'lm_loss_delta_{ctl}'])} "
+            f"(gap {_f(gap[top.name])}; positive at {int((gap > 0).sum())} of {len(g)} layers{moved(top)}); "
+            f"there a probe on the erased vectors "
             f"scores {_f(top['probe_acc'])}, against {_f(top['probe_acc_intact'])} intact and "
-            f"{_f(top['probe_acc_matched'])} after the matched random erasure")
+            f"{_f(top[f'probe_acc_{ctl}'])} after the {ctl.replace('_', '-')} random erasure")
 
 
 def gating_section(run_dir: Path) -> Section:

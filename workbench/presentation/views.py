@@ -392,6 +392,8 @@ def amnesic_summary_frame(amnesic: pd.DataFrame) -> pd.DataFrame | None:
     df = amnesic[amnesic["layer"] >= 0]
     wide = df.pivot_table(index=["model", "task", "layer", "eraser"], columns="metric", values="value")  # mean over draws
     wide = wide.rename_axis(columns=None).reset_index()
+    # tables written before the matched control called the same-rank control "{eraser}_random"
+    wide["eraser"] = wide["eraser"].str.replace(r"_random$", "_same_rank", regex=True)
     keys = ["model", "task", "layer"]
     intact = wide[wide["eraser"] == "none"][keys + ["probe_acc"]].rename(columns={"probe_acc": "probe_acc_intact"})
     kind = wide["eraser"].str.split("_", n=1).str
@@ -409,7 +411,7 @@ def amnesic_summary_frame(amnesic: pd.DataFrame) -> pd.DataFrame | None:
     for c in ("lm_loss_delta", "lm_loss_delta_matched"):  # absent when the LM head is untrained (imported)
         if c not in out:
             out[c] = float("nan")
-    out["gap"] = out["lm_loss_delta"] - out["lm_loss_delta_matched"]
+    out["gap"] = out["lm_loss_delta"] - out["lm_loss_delta_matched"]  # NaN in a table without the matched control
     out["n_draws"] = 0 if draws is None or not len(draws) else int(draws.max())
     order = ["rank", "displacement", "probe_acc_intact", "probe_acc", "lm_loss_delta", "last_layer_acc"] + [
         f"{m}_{c}" for c in AMNESIC_CONTROLS for m in ("displacement", "probe_acc", "lm_loss_delta", "last_layer_acc")

@@ -248,3 +248,21 @@ def test_amnesic_faces_without_lm_rows(run, tmp_path):
     text = " ".join(report.amnesic_section(tmp_path).findings)
     top = s.loc[(s["last_layer_acc_matched"] - s["last_layer_acc"]).idxmax()]
     assert "its LM head is untrained" in text and _f(top["last_layer_acc"]) in text
+
+
+def test_an_amnesic_table_from_before_the_matched_control_reads_as_same_rank(run):
+    """A table written before the matched control (eraser "leace_random" = the same-rank control, no
+    seed or displacement rows): the view names its control same_rank, the gap stays NaN, and the
+    report's clause says the control is not moved as far, with the same-rank numbers."""
+    raw = _raw(run, "amnesic")
+    old = raw[raw["eraser"].isin(["none", "leace", "leace_same_rank"])
+              & ~raw["metric"].isin(["displacement", "displacement_sq"]) & (raw["seed"] <= 0)]
+    old = old.drop(columns="seed").replace({"eraser": {"leace_same_rank": "leace_random"}})
+    s = views.amnesic_summary_frame(old)
+    assert "probe_acc_matched" not in s and s["gap"].isna().all()
+    first = raw[(raw["eraser"] == "leace_same_rank") & (raw["seed"] == 0) & (raw["metric"] == "lm_loss_delta")]
+    assert list(s["lm_loss_delta_same_rank"]) == list(first.sort_values("layer")["value"])
+    text = report._amnesic_clause("tiny", "pos", "leace", s)
+    top = s.loc[(s["lm_loss_delta"] - s["lm_loss_delta_same_rank"]).idxmax()]
+    assert "same rank, not moved as far: this run has no matched control" in text
+    assert f"by {_f(top['lm_loss_delta'])} against {_f(top['lm_loss_delta_same_rank'])}" in text

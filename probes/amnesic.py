@@ -156,7 +156,9 @@ class RandomEraser(Eraser):
 
 
 def _orth(rows: np.ndarray, tol: float = 1e-5) -> np.ndarray:
-    """(r, D) orthonormal basis of the row space of `rows`."""
+    """(r, D) orthonormal basis of the row space of `rows`. The tolerance is relative and suits float32
+    classifiers: a multinomial classifier's K rows sum to zero up to rounding (a binary one's two rows
+    are +w and -w), so their K-th singular value is rounding noise, not a direction to remove."""
     if rows.size == 0:
         return rows
     _, s, vt = np.linalg.svd(rows, full_matrices=False)

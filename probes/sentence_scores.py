@@ -1,0 +1,336 @@
+"""Which of two sentences does a language model prefer? Sentence scores for minimal pairs, one exact
+definition per model kind (docs/behaviour.md "Scoring").
+
+A pair (good words, bad words, critical word index) is scored as (s_good, s_bad); the model prefers
+the grammatical sentence when s_good > s_bad. Sentences are pre-split words, turned into subword ids
+by the tokenizer's `encode_words` (the activation store's rule: specials included, [CLS] .. [SEP] for
+WordPiece, a BOS for byte-level BPE, words after the first with a leading space). The *body* is the
+tokens inside the word spans (no specials); log-probabilities are natural logs, summed over tokens.
+
+| scorer | kinds | s(sentence) | paper |
+|---|---|---|---|
+| `clm` | decoder | sum_t log p(x_t \\| x_<t), t over the body, BOS as context | Marvin & Linzen 2018 |
+| `pll` | encoder (trained MLM head) | sum_t log p(x_t \\| x_\\t), each body token masked alone | Salazar et al. 2020, "Masked Language Model Scoring" |
+| `pll_word_l2r` | encoder | as `pll`, and the pieces of the same word right of t masked too | Kauf & Ivanova 2023, "A Better Way to Do Masked Language Model Scoring" |
+| `masked_word` | encoder | log p(w \\| context) of the critical word alone masked, good vs bad form; single-piece contrasts only (else NaN) | Goldberg 2019, "Assessing BERT's Syntactic Abilities" |
+| `rtd` | encoder with an RTD head (ELECTRA) | sum_t log sigmoid(-d_t): every body token judged original | Clark et al. 2020 (our use of the discriminator) |
+| `bilm` | bilm, tbilm | forward sum_t log p(x_t \\| x_<t) + backward sum_t log p(x_t \\| x_>t), [CLS]/[SEP] as context | Peters et al. 2018 |
+| `xlnet_l2r` | xlnet | sum_t log p(x_t \\| x_<t) under the left-to-right factorisation order, [CLS] and [SEP] in the context | Yang et al. 2019 |
+| `t5_target` | seq2seq with sentinels | encoder reads [CLS] <extra_id_0> [SEP]; sum of log p of the body in the target <extra_id_0> body [SEP] | Raffel et al. 2020 |
+| `t5_sentinel` | seq2seq with sentinels | the critical word's pieces behind <extra_id_0> in the input (T5's own span corruption of that word); log p of its pieces and the closing sentinel in the target | Raffel et al. 2020 |
+| `bart_target` | seq2seq without sentinels | encoder reads [CLS] [MASK] [SEP] (the body as one infilled span); sum of log p of the body in the target [CLS] body [SEP] | Lewis et al. 2020 |
+
+`KIND_SCORERS` maps a model kind to its scorers; each `Scorer` also says whether it applies to a
+given model and tokenizer (an RTD head, sentinels in the vocabulary), so no caller branches on a kind.
+Rows are batched by equal length (no padding, hence no attention mask and exact scores), at most
+`batch_tokens` tokens per forward.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from plmodels.tokenizer import Tokenizer, WordEncoding
+from plmodels.training.data import sentinel_ids
+from plmodels.training.denoising import t5_span_corruption
+from plmodels.training.plm import permutation_batch
+
+Pair = tuple[Sequence[str], Sequence[str], int]  # (good words, bad words, critical word index)
+BATCH_TOKENS = 8192
+
+
+def _body(enc: WordEncoding) -> tuple[int, int]:
+    return enc.word_spans[0][0], enc.word_spans[-1][1]
+
+
+def _equal_length_batches(rows: list[list[int]], batch_tokens: int) -> list[list[int]]:
+    """Indices of `rows` grouped by length, each group cut to at most batch_tokens tokens."""
+    by_len: dict[int, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        by_len[len(r)].append(i)
+    out = []
+    for T, idx in sorted(by_len.items()):
+        step = max(1, batch_tokens // max(T, 1))
+        out += [idx[k:k + step] for k in range(0, len(idx), step)]
+    return out
+
+
+def _token_logp(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """(N, V) logits, (N,) ids -> (N,) log-probabilities (float32)."""
+    return torch.log_softmax(logits.float(), -1).gather(-1, targets[:, None])[:, 0]
+
+
+# ---------------------------------------------------------------- sentence scorers (one score each)
+@torch.no_grad()
+def clm_scores(model: nn.Module, encs: list[WordEncoding], batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """Causal LM: sum over body tokens of log p(x_t | x_<t) (the token before the body is context)."""
+    out = np.zeros(len(encs))
+    for idx in _equal_length_batches([e.ids for e in encs], batch_tokens):
+        ids = torch.tensor([encs[i].ids for i in idx])
+        logp = torch.log_softmax(model(ids).logits.float(), -1)  # (B, T, V)
+        for b, i in enumerate(idx):
+            s, e = _body(encs[i])
+            if s == 0:
+                raise ValueError("clm scoring needs a context token before the first word (a BOS); "
+                                 "the tokenizer adds none")
+            out[i] = float(logp[b, torch.arange(s - 1, e - 1), ids[b, s:e]].sum())
+    return out
+
+
+def _masked_rows(encs: list[WordEncoding], mask_id: int, within_word_l2r: bool) -> tuple[list, list, list]:
+    """One row per body token: (ids with that token masked [and its word's later pieces], sentence, position)."""
+    rows, owner, pos = [], [], []
+    for i, e in enumerate(encs):
+        for s, t in e.word_spans:
+            for p in range(s, t):
+                ids = list(e.ids)
+                for q in range(p, t if within_word_l2r else p + 1):
+                    ids[q] = mask_id
+                rows.append(ids)
+                owner.append(i)
+                pos.append(p)
+    return rows, owner, pos
+
+
+@torch.no_grad()
+def _mlm_logp_at(model: nn.Module, rows: list[list[int]], pos: list[int], targets: list[int],
+                 batch_tokens: int) -> np.ndarray:
+    """log p(targets[r] at pos[r] | rows[r]) for each row, with the MLM head, exact (no padding)."""
+    out = np.zeros(len(rows))
+    for idx in _equal_length_batches(rows, batch_tokens):
+        ids = torch.tensor([rows[r] for r in idx])
+        select = torch.zeros_like(ids, dtype=torch.bool)
+        select[torch.arange(len(idx)), torch.tensor([pos[r] for r in idx])] = True
+        logits = model.mlm_logits(model.masked_hidden(ids, select))  # (B, V): one selected position a row
+        out[idx] = _token_logp(logits, torch.tensor([targets[r] for r in idx])).numpy()
+    return out
+
+
+def pll_scores(model: nn.Module, encs: list[WordEncoding], mask_id: int, within_word_l2r: bool = False,
+               batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """Pseudo-log-likelihood (Salazar et al. 2020; `within_word_l2r`: Kauf & Ivanova 2023's PLL-word-l2r)."""
+    rows, owner, pos = _masked_rows(encs, mask_id, within_word_l2r)
+    targets = [encs[o].ids[p] for o, p in zip(owner, pos)]
+    logp = _mlm_logp_at(model, rows, pos, targets, batch_tokens)
+    return np.bincount(np.asarray(owner, dtype=np.int64), weights=logp, minlength=len(encs))
+
+
+@torch.no_grad()
+def rtd_scores(model: nn.Module, encs: list[WordEncoding], batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """ELECTRA's discriminator: sum over body tokens of log P(original) = log sigmoid(-logit)."""
+    out = np.zeros(len(encs))
+    for idx in _equal_length_batches([e.ids for e in encs], batch_tokens):
+        ids = torch.tensor([encs[i].ids for i in idx])
+        logits = model.rtd_logits(model(ids).last_hidden_state).float()  # (B, T)
+        for b, i in enumerate(idx):
+            s, e = _body(encs[i])
+            out[i] = float(F.logsigmoid(-logits[b, s:e]).sum())
+    return out
+
+
+@torch.no_grad()
+def bilm_scores(model: nn.Module, encs: list[WordEncoding], batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """biLM: forward LM log p(x_t | x_<t) plus backward LM log p(x_t | x_>t), summed over body tokens."""
+    out = np.zeros(len(encs))
+    P = model.config.d_proj
+    for idx in _equal_length_batches([e.ids for e in encs], batch_tokens):
+        ids = torch.tensor([encs[i].ids for i in idx])
+        h = model(ids).last_hidden_state  # (B, T, 2P): [forward; backward]
+        fwd = torch.log_softmax(model.lm_logits(h[..., :P]).float(), -1)  # state t predicts t+1
+        bwd = torch.log_softmax(model.lm_logits(h[..., P:]).float(), -1)  # state t predicts t-1
+        for b, i in enumerate(idx):
+            s, e = _body(encs[i])
+            if s == 0 or e == len(encs[i].ids):
+                raise ValueError("bilm scoring needs a context token on both sides of the body ([CLS] .. [SEP])")
+            t = torch.arange(s, e)
+            out[i] = float(fwd[b, t - 1, ids[b, t]].sum() + bwd[b, t + 1, ids[b, t]].sum())
+    return out
+
+
+@torch.no_grad()
+def xlnet_l2r_scores(model: nn.Module, encs: list[WordEncoding], batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """XLNet, left-to-right: the factorisation order is the specials, then the body left to right, and
+    every body token is a target (one forward: the query stream at target t sees the content of the
+    specials and of the body before t; `plmodels.training.plm.permutation_batch` builds the masks)."""
+    out = np.zeros(len(encs))
+    for idx in _equal_length_batches([e.ids for e in encs], batch_tokens):
+        T = len(encs[idx[0]].ids)
+        s, e = _body(encs[idx[0]])
+        ids = torch.tensor([encs[i].ids for i in idx])
+        order = torch.tensor([p for p in range(T) if not s <= p < e] + list(range(s, e)))
+        predictable = torch.zeros_like(ids, dtype=torch.bool)
+        predictable[:, s:e] = True
+        pb = permutation_batch(ids, n_predict=e - s, order=order, predictable=predictable)
+        logits = model(ids, perm_mask=pb.perm_mask, target_mapping=pb.target_mapping).logits  # (B, P, V)
+        logp = torch.log_softmax(logits.float(), -1).gather(-1, pb.labels[..., None])[..., 0]  # (B, P)
+        out[idx] = logp.sum(1).numpy()
+    return out
+
+
+@torch.no_grad()
+def _seq2seq_target_logp(model: nn.Module, inputs: list[list[int]], targets: list[list[int]], start_id: int,
+                         scored: list[list[bool]], batch_tokens: int) -> np.ndarray:
+    """sum of log p(target_t) over the scored target positions, teacher forcing from `start_id`.
+    Rows are grouped by (input length, target length), so no padding."""
+    out = np.zeros(len(inputs))
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for i in range(len(inputs)):
+        groups[(len(inputs[i]), len(targets[i]))].append(i)
+    for (Te, Td), members in sorted(groups.items()):
+        step = max(1, batch_tokens // (Te + Td))
+        for k in range(0, len(members), step):
+            idx = members[k:k + step]
+            x = torch.tensor([inputs[i] for i in idx])
+            y = torch.tensor([targets[i] for i in idx])
+            dec = torch.cat([torch.full((len(idx), 1), start_id), y[:, :-1]], 1)
+            logp = torch.log_softmax(model(x, decoder_input_ids=dec).logits.float(), -1)
+            tok = logp.gather(-1, y[..., None])[..., 0]  # (B, Td)
+            mask = torch.tensor([scored[i] for i in idx])
+            out[idx] = (tok * mask).sum(1).numpy()
+    return out
+
+
+def t5_target_scores(model: nn.Module, encs: list[WordEncoding], tok: Tokenizer,
+                     batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """T5: the whole body as one noise span; log p of the body in the target <extra_id_0> body [SEP]."""
+    x0 = sentinel_ids(tok, 1)[0]
+    inputs, targets, scored = [], [], []
+    for e in encs:
+        s, t = _body(e)
+        body = list(e.ids[s:t])
+        inputs.append([tok.cls_id, x0, tok.sep_id])
+        targets.append([x0] + body + [tok.sep_id])
+        scored.append([False] + [True] * len(body) + [False])
+    return _seq2seq_target_logp(model, inputs, targets, tok.pad_id, scored, batch_tokens)  # t5_batch starts from [PAD]
+
+
+def bart_target_scores(model: nn.Module, encs: list[WordEncoding], tok: Tokenizer,
+                       batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """BART: the body infilled from one [MASK]; log p of the body in the target [CLS] body [SEP]
+    (the decoder starts from [SEP], BART's </s>, as bart_batch trains it)."""
+    inputs, targets, scored = [], [], []
+    for e in encs:
+        s, t = _body(e)
+        inputs.append([tok.cls_id, tok.mask_id, tok.sep_id])
+        targets.append(list(e.ids))
+        scored.append([s <= p < t for p in range(len(e.ids))])
+    return _seq2seq_target_logp(model, inputs, targets, tok.sep_id, scored, batch_tokens)
+
+
+# ---------------------------------------------------------------- pair scorers (need both sentences)
+def masked_word_pairs(model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
+                      batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """Goldberg 2019: the critical word masked (one [MASK]), log p(good form) vs log p(bad form) at
+    that position; NaN for pairs where either form is not a single piece in its sentence."""
+    out = np.full((len(pairs), 2), np.nan)
+    rows, pos, good, bad, which = [], [], [], [], []
+    for k, (g, b, c) in enumerate(pairs):
+        eg, eb = tok.encode_words_batch([list(g), list(b)])
+        (s, t), (s2, t2) = eg.word_spans[c], eb.word_spans[c]
+        if t - s != 1 or t2 - s2 != 1:
+            continue
+        ids = list(eg.ids)
+        ids[s] = tok.mask_id
+        rows.append(ids)
+        pos.append(s)
+        good.append(eg.ids[s])
+        bad.append(eb.ids[s])
+        which.append(k)
+    if rows:
+        out[which, 0] = _mlm_logp_at(model, rows, pos, good, batch_tokens)
+        out[which, 1] = _mlm_logp_at(model, rows, pos, bad, batch_tokens)
+    return out
+
+
+def t5_sentinel_pairs(model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
+                      batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """T5 with the critical word behind a sentinel: T5's own span corruption of the body with the
+    word's pieces as the one noise span (the encoder reads the rest, [CLS] first); log p of the
+    target tokens from the word's first piece to the sentinel after it (the word and where it ends)."""
+    sentinels = sentinel_ids(tok, 2)
+    inputs, targets, scored = [], [], []
+    for g, b, c in pairs:
+        for words in (g, b):
+            e = tok.encode_words(list(words))
+            s, t = _body(e)
+            ws, we = e.word_spans[c]
+            body = torch.tensor(e.ids[s:t])
+            noise = torch.zeros(len(body), dtype=torch.bool)
+            noise[ws - s:we - s] = True
+            cor = t5_span_corruption(body, noise_mask=noise, sentinel_ids=sentinels, eos_id=tok.sep_id)
+            y = cor.targets.tolist()
+            first = 1 if y[0] in sentinels else 0  # the sentinel that stands for the kept text before the word
+            inputs.append([tok.cls_id] + cor.inputs.tolist())
+            targets.append(y)
+            scored.append([first <= p <= first + (we - ws) and p < len(y) - 1 for p in range(len(y))])
+    logp = _seq2seq_target_logp(model, inputs, targets, tok.pad_id, scored, batch_tokens)
+    return logp.reshape(len(pairs), 2)
+
+
+# ---------------------------------------------------------------- the registry
+SentenceFn = Callable[[nn.Module, list[WordEncoding], Tokenizer, int], np.ndarray]
+
+
+@dataclass(frozen=True)
+class Scorer:
+    """A scoring rule: its name, whether it applies to a model and tokenizer, and either a sentence
+    scorer (called on the distinct sentences) or a pair scorer (called on the pairs)."""
+
+    name: str
+    applies: Callable[[nn.Module, Tokenizer], bool]
+    sentence: SentenceFn | None = None
+    pair: Callable[[nn.Module, Tokenizer, Sequence[Pair], int], np.ndarray] | None = None
+    needs_lm_head: bool = True  # False: reads no LM head (ELECTRA's RTD head)
+
+    def score_pairs(self, model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
+                    batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+        """(N, 2) scores (good, bad) of the pairs; NaN where the rule does not apply to a pair."""
+        if self.pair is not None:
+            return self.pair(model, tok, pairs, batch_tokens)
+        sents = sorted({tuple(w) for g, b, _ in pairs for w in (g, b)})
+        index = {s: i for i, s in enumerate(sents)}
+        scores = self.sentence(model, tok.encode_words_batch([list(s) for s in sents]), tok, batch_tokens)
+        return np.array([[scores[index[tuple(g)]], scores[index[tuple(b)]]] for g, b, _ in pairs]).reshape(-1, 2)
+
+
+def _has_sentinels(tok: Tokenizer) -> bool:
+    return tok.hf.token_to_id("<extra_id_0>") is not None
+
+
+_always = lambda model, tok: True  # noqa: E731
+
+SCORERS: dict[str, Scorer] = {s.name: s for s in (
+    Scorer("clm", _always, sentence=lambda m, e, t, bt: clm_scores(m, e, bt)),
+    Scorer("pll", _always, sentence=lambda m, e, t, bt: pll_scores(m, e, t.mask_id, False, bt)),
+    Scorer("pll_word_l2r", _always, sentence=lambda m, e, t, bt: pll_scores(m, e, t.mask_id, True, bt)),
+    Scorer("masked_word", _always, pair=masked_word_pairs),
+    Scorer("rtd", lambda m, t: getattr(m, "rtd", None) is not None, sentence=lambda m, e, t, bt: rtd_scores(m, e, bt),
+           needs_lm_head=False),
+    Scorer("bilm", _always, sentence=lambda m, e, t, bt: bilm_scores(m, e, bt)),
+    Scorer("xlnet_l2r", _always, sentence=lambda m, e, t, bt: xlnet_l2r_scores(m, e, bt)),
+    Scorer("t5_target", lambda m, t: _has_sentinels(t), sentence=t5_target_scores),
+    Scorer("t5_sentinel", lambda m, t: _has_sentinels(t), pair=t5_sentinel_pairs),
+    Scorer("bart_target", lambda m, t: not _has_sentinels(t), sentence=bart_target_scores),
+)}
+KIND_SCORERS: dict[str, tuple[str, ...]] = {
+    "decoder": ("clm",),
+    "encoder": ("pll", "pll_word_l2r", "masked_word", "rtd"),
+    "bilm": ("bilm",),
+    "tbilm": ("bilm",),
+    "xlnet": ("xlnet_l2r",),
+    "seq2seq": ("t5_target", "t5_sentinel", "bart_target"),
+}
+
+
+def scorers_for(model: nn.Module, tok: Tokenizer, lm_head_trained: bool = True) -> list[Scorer]:
+    """The scorers of the model's kind that apply to it (an untrained LM head drops those that read it)."""
+    if model.kind not in KIND_SCORERS:
+        raise ValueError(f"no minimal-pair scorer for model kind {model.kind!r}; known: {sorted(KIND_SCORERS)}")
+    found = [SCORERS[n] for n in KIND_SCORERS[model.kind] if SCORERS[n].applies(model, tok)]
+    return [s for s in found if lm_head_trained or not s.needs_lm_head]

@@ -135,6 +135,13 @@ def _cross_heads(a: argparse.Namespace) -> None:
     print(f"cross-attention head tables: {sorted(tables)} in {a.out / 'tables'}")
 
 
+def _pairs(a: argparse.Namespace) -> None:
+    from workbench.analyses.minimal_pairs import resolve_config, score_pairs_model
+
+    tables = score_pairs_model(a.model, out_dir=a.out, config=resolve_config(a.config, _overrides(a)))
+    print(f"minimal-pair tables: {sorted(tables)} in {a.out / 'tables'}")
+
+
 def _heads(a: argparse.Namespace) -> None:
     from workbench.analyses.heads import analyse_heads, resolve_config
     from workbench.presentation.analysis_figures import write_analysis_figures
@@ -329,6 +336,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "into the same run) or from --set heads_classes=<parquet>")
     _config_args(s, "head-gating")
     s.set_defaults(fn=_gate)
+
+    s = _command(sub, "pairs", "targeted syntactic evaluation: which sentence of each minimal pair (agreement, "
+                               "reflexives, NPIs; from UD and templates) the model prefers, beside its floors")
+    s.add_argument("model", type=Path, help=MODEL_HELP)
+    s.add_argument("--out", type=Path, default=Path("runs/pairs"), help=OUT_HELP)
+    _config_args(s, "minimal-pairs")
+    s.set_defaults(fn=_pairs)
 
     s = _command(sub, "heads", "attention-head roles (positional, syntactic, rare-token, ...)")
     s.add_argument("model", type=Path, help=MODEL_HELP)

@@ -1,0 +1,145 @@
+"""`workbench pairs`: the accuracy table with its four floors, a planted model at 1.0, the frequency
+floor by hand, the score cache, the scorers an untrained LM head leaves, and the CLI."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import plmodels
+from plmodels import Decoder, DecoderConfig, Encoder, EncoderConfig
+from plmodels.tokenizer import Tokenizer
+from probes.ngram import BigramLM
+from probes.sentence_scores import Scorer
+from workbench.analyses import minimal_pairs as mp
+from workbench.cli import main
+from workbench.data.pair_templates import INTRANSITIVE, NOUNS, OTHER_NOUNS
+
+CFG = {"suites": ["templates"], "max_pairs_per_condition": 6, "n_per_template": 24, "n_boot": 200}
+
+
+def _texts() -> list[str]:
+    nouns = " ".join(w for pair in NOUNS + OTHER_NOUNS for w in pair)
+    return [f"The {nouns} near behind beside with that said ever No have has been himself themselves ."] * 30
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A text corpus in which only the singular verb forms occur (the frequency floor's planted answer)."""
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    sing = " ".join(v[0] for v in INTRANSITIVE)
+    path.write_text("\n\n".join(_texts()[:3] + [f"The author {sing} ."] * 5) + "\n", encoding="utf-8")
+    return path
+
+
+def _save(model, tok, folder, corpus, **card) -> str:
+    plmodels.save(model, tok, folder, card={"data": {"train": [str(corpus), None]}, **card})
+    return str(folder)
+
+
+@pytest.fixture(scope="module")
+def decoder_ckpt(tmp_path_factory, corpus):
+    tok = Tokenizer.train_bpe(_texts(), vocab_size=300)
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
+                                  max_positions=64)).eval()
+    return _save(model, tok, tmp_path_factory.mktemp("dec") / "ckpt", corpus)
+
+
+def test_the_table_holds_every_scorer_and_floor_with_intervals(decoder_ckpt, tmp_path):
+    tables = mp.score_pairs_model(decoder_ckpt, tmp_path, CFG, progress=False)
+    t = tables["minimal_pairs"]
+    assert set(t["scorer"]) == {"clm", "floor:chance", "floor:frequency", "floor:bigram", "floor:random_init:clm"}
+    assert set(t["phenomenon"]) == {"agreement_pp", "agreement_obj_rel", "agreement_sent_comp", "reflexive",
+                                    "reflexive_obj_rel", "npi", "npi_obj_rel"}
+    assert ((t["ci_low"] <= t["value"]) & (t["value"] <= t["ci_high"])).all()
+    pooled = t[(t["condition"] == "all") & (t["scorer"] == "clm")].set_index("phenomenon")["n_items"]
+    per = t[(t["condition"] != "all") & (t["scorer"] == "clm")].groupby("phenomenon")["n_items"].sum()
+    assert pooled.sort_index().equals(per.sort_index())  # "all" pools the conditions
+    chance = t[t["scorer"] == "floor:chance"]
+    assert (chance["value"] == 0.5).all() and (chance["ci_low"] < 0.5).all() and (chance["ci_high"] > 0.5).all()
+    items = tables["minimal_pair_items"]
+    clm = items[items["scorer"] == "clm"]
+    assert set(clm["correct"]) <= {0.0, 1.0} and (clm["correct"] == (clm["good"] > clm["bad"])).all()
+    saved = pd.read_parquet(tmp_path / "tables" / "minimal_pairs.parquet")
+    assert len(saved) == len(t) and json.loads((tmp_path / "minimal_pairs_run.json").read_text())["n_pairs"] > 0
+
+
+def test_the_frequency_floor_chooses_the_form_the_corpus_holds(decoder_ckpt, tmp_path):
+    """Only the singular verbs occur in the corpus: the floor wins every singular-subject agreement pair
+    and loses every plural one."""
+    t = mp.score_pairs_model(decoder_ckpt, None, {**CFG, "floors": ["frequency"]}, progress=False)["minimal_pairs"]
+    agr = t[(t["scorer"] == "floor:frequency") & (t["phenomenon"] == "agreement_pp") & (t["condition"] != "all")]
+    values = dict(zip(agr["condition"], agr["value"]))
+    assert values == {"sing_match": 1.0, "sing_mismatch": 1.0, "plur_match": 0.0, "plur_mismatch": 0.0}
+
+
+def test_a_planted_model_scores_one_on_every_phenomenon(decoder_ckpt, monkeypatch):
+    """A hook on the decoder's output that makes the grammatical sentences' next tokens certain."""
+    model, tok = plmodels.load(decoder_ckpt)
+    good = [tok.encode_words(list(r.good)).ids for r in mp.select_pairs(mp.resolve_config(CFG))]
+    prefixes: dict[tuple, set] = {}
+    for g in good:
+        for t in range(1, len(g)):
+            prefixes.setdefault(tuple(g[:t]), set()).add(g[t])
+
+    def plant(module, args, out):
+        ids = args[0].tolist()
+        logits = torch.zeros_like(out.logits)
+        for b, row in enumerate(ids):
+            for t in range(len(row)):
+                nxt = prefixes.get(tuple(row[: t + 1]))
+                if nxt:
+                    logits[b, t] = -1e4
+                    logits[b, t, sorted(nxt)] = 0.0
+        out.logits = logits
+        return out
+
+    model.register_forward_hook(plant)
+    monkeypatch.setattr(mp.plmodels, "load", lambda path: (model, tok))
+    t = mp.score_pairs_model(decoder_ckpt, None, {**CFG, "floors": ["chance"]}, progress=False)["minimal_pairs"]
+    assert (t.loc[t["scorer"] == "clm", "value"] == 1.0).all()
+
+
+def test_scores_are_cached_per_checkpoint_and_suite_version(decoder_ckpt, tmp_path, monkeypatch):
+    cfg = {**CFG, "floors": ["chance"]}
+    first = mp.score_pairs_model(decoder_ckpt, tmp_path, cfg, progress=False)["minimal_pair_items"]
+    def refuse(*args, **kwargs):
+        raise AssertionError("not cached")
+
+    monkeypatch.setattr(Scorer, "score_pairs", refuse)
+    again = mp.score_pairs_model(decoder_ckpt, tmp_path, cfg, progress=False)["minimal_pair_items"]
+    pd.testing.assert_frame_equal(first, again)
+    monkeypatch.setattr(mp, "SUITE_VERSION", "another")
+    with pytest.raises(AssertionError, match="not cached"):
+        mp.score_pairs_model(decoder_ckpt, tmp_path, cfg, progress=False)
+
+
+def test_an_untrained_mlm_head_leaves_only_the_rtd_scorer(tmp_path, corpus):
+    tok = Tokenizer.train_wordpiece(_texts(), vocab_size=200)
+    torch.manual_seed(0)
+    model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=1, n_heads=2, d_ff=32,
+                                  max_positions=64, use_rtd=True)).eval()
+    electra = _save(model, tok, tmp_path / "electra", corpus, objective_name="electra")
+    mlm = _save(model, tok, tmp_path / "mlm", corpus, objective_name="mlm")
+    assert not mp.lm_head_trained(electra) and mp.lm_head_trained(mlm)
+    t = mp.score_pairs_model(electra, None, {**CFG, "floors": ["chance"]}, progress=False)["minimal_pairs"]
+    assert set(t["scorer"]) == {"rtd", "floor:chance"}
+
+
+def test_the_bigram_floor_is_witten_bell_by_hand():
+    lm = BigramLM(4).fit(np.array([0, 1, 0, 1, 0, 2]))
+    # context 0: c(0) = 3, followers {1, 2}: T = 2; p_uni(1) = (2 + 1) / (6 + 4)
+    assert np.exp(lm.logprob([0, 1])[0]) == pytest.approx((2 + 2 * 0.3) / (3 + 2))
+    assert np.exp(lm.logprob([3, 1])[0]) == pytest.approx(0.3)  # unseen context: the unigram
+    p = np.exp([lm.logprob([0, b])[0] for b in range(4)])
+    assert p.sum() == pytest.approx(1.0)
+
+
+def test_the_cli_names_a_bad_floor_in_one_line(decoder_ckpt, tmp_path, capsys):
+    assert main(["pairs", decoder_ckpt, "--out", str(tmp_path), "--set", 'floors=["coin"]']) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "floors" in err[0] and "coin" in err[0]

@@ -1,0 +1,294 @@
+"""Targeted syntactic evaluation of one checkpoint on the minimal-pair suites (docs/behaviour.md):
+does the model prefer the grammatical sentence of each pair (Linzen et al. 2016; Marvin & Linzen
+2018; Warstadt et al. 2020), and by how much more than its floors?
+
+`score_pairs_model(path, out_dir, config)` scores every suite with each scorer of the model's kind
+(`probes.sentence_scores.scorers_for`; an encoder whose MLM head was not trained, an imported
+sentence encoder or an ELECTRA discriminator, keeps only the scorers that read no LM head) and
+writes two tidy tables:
+
+- `minimal_pairs`: model, suite, phenomenon, condition ("all" = the phenomenon's pooled items),
+  variant, scorer, metric ("accuracy"), value, ci_low, ci_high (percentile bootstrap over items),
+  n_items, seed. The floors are rows with scorer `floor:chance` (0.5; the interval is the 2.5-97.5 %
+  range of a fair coin's accuracy over the same n items), `floor:frequency` (choose the form more
+  frequent in the pretraining corpus), `floor:bigram` (`probes.ngram.BigramLM` on the pretraining
+  corpus, in the model's own tokens) and `floor:random_init:<scorer>` (the same architecture,
+  freshly initialised with `seed`, scored the same way).
+- `minimal_pair_items`: model, id, scorer, good, bad (the two scores), correct (1, 0, or 0.5 for a
+  tie: a model that cannot tell the sentences apart sits at chance).
+
+A pair is won when s(good) > s(bad). Pairs a scorer does not apply to (the masked-word comparison
+of a multi-piece contrast) are left out of its rows (n_items says how many count). Items are
+sampled per (suite, phenomenon, condition) with `max_pairs_per_condition`, the same items for the
+original and the nonce variant. Scores are cached per (checkpoint hash, suite version, scorer,
+sampled items) under `out_dir/cache/minimal_pairs/`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy import stats as _st
+
+import plmodels
+from plmodels.checkpoint import CARD_FILE, CONFIG_FILE, build_model
+from plmodels.config import Config
+from plmodels.progress import progress as progress_bar
+from plmodels.training.config import resolve_path
+from plmodels.training.corpus import iter_texts
+from plmodels.training.distil import has_trained_mlm_head
+from probes.ngram import BigramLM
+from probes.sentence_scores import BATCH_TOKENS, scorers_for
+from probes.stats import bootstrap_ci
+from workbench.analyses.probing import default_model_name
+from workbench.core.io import atomic_write_json
+from workbench.core.results import write_tables
+from workbench.data.minimal_pairs import SUITE_VERSION, PairRecord, build_suites
+
+COLUMNS = ["model", "suite", "phenomenon", "condition", "variant", "scorer", "metric", "value", "ci_low", "ci_high",
+           "n_items", "seed"]
+ITEM_COLUMNS = ["model", "id", "scorer", "good", "bad", "correct"]
+FLOORS = ("chance", "frequency", "bigram", "random_init")
+# objectives whose analysed model's MLM head gets no gradient (ELECTRA: the generator's head is trained)
+UNTRAINED_MLM_HEAD_OBJECTIVES = ("electra",)
+WORD = re.compile(r"\w+|[^\w\s]")
+
+
+@dataclass(frozen=True)
+class PairsRunConfig(Config):
+    """A minimal-pairs run (defaults: what configs would hold)."""
+
+    suites: tuple[str, ...] = ("ud", "templates")  # which suites to score
+    max_pairs_per_condition: int = 200  # items per (suite, phenomenon, condition), seeded sample
+    n_per_template: int = 300  # distinct pairs drawn per template
+    floors: tuple[str, ...] = FLOORS  # chance | frequency | bigram | random_init
+    corpus: str | None = None  # corpus for the frequency and bigram floors (None: the card's train source)
+    corpus_split: str | None = None  # its split (None: the card's train split)
+    corpus_chars: int = 20_000_000  # the floors count the first this many characters of the corpus
+    batch_tokens: int = BATCH_TOKENS  # tokens per forward
+    n_boot: int = 1000  # bootstrap resamples over items
+    seed: int = 0  # item sample, nonce words, templates, bootstrap and the random-init model
+
+    def __post_init__(self) -> None:
+        bad = [f for f in self.floors if f not in FLOORS]
+        if bad:
+            raise ValueError(f"PairsRunConfig.floors: {bad} unknown; choose from {FLOORS}")
+        bad = [s for s in self.suites if s not in ("ud", "templates")]
+        if bad or not self.suites:
+            raise ValueError(f"PairsRunConfig.suites: {bad or '[]'}; choose from ('ud', 'templates')")
+        for name in ("max_pairs_per_condition", "n_per_template", "corpus_chars", "batch_tokens", "n_boot"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"PairsRunConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+def resolve_config(config=None, overrides: dict | None = None) -> PairsRunConfig:
+    """None -> the defaults; a dict; a JSON path; or a PairsRunConfig; `overrides` apply last."""
+    return PairsRunConfig.resolve(config, overrides)
+
+
+def select_pairs(cfg: PairsRunConfig) -> list[PairRecord]:
+    """The scored items: per (suite, phenomenon, condition) at most max_pairs_per_condition base items
+    (seeded), each with all its variants."""
+    records, _ = build_suites(cfg.seed, cfg.n_per_template)
+    base = lambda r: r.id.removesuffix(":nonce")  # noqa: E731
+    cells: dict[tuple, list[str]] = {}
+    for r in records:
+        if r.suite in cfg.suites:
+            ids = cells.setdefault((r.suite, r.phenomenon, r.condition), [])
+            if not ids or ids[-1] != base(r):
+                ids.append(base(r))
+    keep = set()
+    for key, ids in sorted(cells.items()):
+        ids = sorted(set(ids))
+        keep.update(ids if len(ids) <= cfg.max_pairs_per_condition else
+                    random.Random(f"{cfg.seed}:{key}").sample(ids, cfg.max_pairs_per_condition))
+    return [r for r in records if r.suite in cfg.suites and base(r) in keep]
+
+
+def correct(scores: np.ndarray) -> np.ndarray:
+    """(N, 2) (good, bad) scores -> (N,) 1 when good wins, 0 when bad wins, 0.5 on a tie, NaN if unscored."""
+    g, b = scores[:, 0], scores[:, 1]
+    out = np.where(g > b, 1.0, np.where(g < b, 0.0, 0.5))
+    return np.where(np.isfinite(g) & np.isfinite(b), out, np.nan)
+
+
+def accuracy_rows(items: pd.DataFrame, pairs: list[PairRecord], model: str, cfg: PairsRunConfig) -> pd.DataFrame:
+    """The tidy accuracy rows of an items table (one scorer or floor per `scorer`), per condition and
+    pooled per phenomenon ("all"), each with a bootstrap interval over items."""
+    meta = pd.DataFrame([(r.id, r.suite, r.phenomenon, r.condition, r.variant) for r in pairs],
+                        columns=["id", "suite", "phenomenon", "condition", "variant"])
+    df = items.merge(meta, on="id").dropna(subset=["correct"])
+    pooled = df.assign(condition="all")
+    rows = []
+    for keys, g in pd.concat([df, pooled]).groupby(["suite", "phenomenon", "condition", "variant", "scorer"]):
+        x = g["correct"].to_numpy(float)
+        if keys[4] == "floor:chance":  # a fair coin over the same n items
+            lo, hi = _st.binom.ppf([0.025, 0.975], len(x), 0.5) / len(x)
+            value = 0.5
+        else:
+            value, lo, hi = bootstrap_ci(x, np.mean, n_boot=cfg.n_boot, seed=cfg.seed)
+        rows.append((model, *keys[:4], keys[4], "accuracy", float(value), float(lo), float(hi), len(x), cfg.seed))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _as_pairs(pairs: list[PairRecord]) -> list[tuple]:
+    return [(r.good, r.bad, r.critical) for r in pairs]
+
+
+def _items(model: str, pairs: list[PairRecord], scorer: str, scores: np.ndarray) -> pd.DataFrame:
+    return pd.DataFrame({"model": model, "id": [r.id for r in pairs], "scorer": scorer, "good": scores[:, 0],
+                         "bad": scores[:, 1], "correct": correct(scores)}, columns=ITEM_COLUMNS)
+
+
+def _cached(cache: Path | None, key: str, compute) -> np.ndarray:
+    """compute() -> (N, 2) array, kept as cache/<key>.npy when a cache folder is given."""
+    if cache is None:
+        return compute()
+    path = cache / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npy"
+    if path.is_file():
+        return np.load(path)
+    out = compute()
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.npy")
+    np.save(tmp, out)
+    tmp.replace(path)
+    return out
+
+
+def lm_head_trained(model_path: str | Path) -> bool:
+    """False for an imported encoder whose MLM head was freshly initialised and for an objective whose
+    analysed model's MLM head is never trained (ELECTRA's discriminator)."""
+    card_path = Path(model_path) / CARD_FILE
+    card = json.loads(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
+    return has_trained_mlm_head(model_path) and card.get("objective_name") not in UNTRAINED_MLM_HEAD_OBJECTIVES
+
+
+def corpus_of(model_path: str | Path, cfg: PairsRunConfig) -> tuple[Path, str | None]:
+    """The pretraining corpus of a checkpoint (its card's data.train) unless the config names one."""
+    if cfg.corpus is not None:
+        return resolve_path(cfg.corpus, "${WORKBENCH_DATA}"), cfg.corpus_split
+    card_path = Path(model_path) / CARD_FILE
+    card = json.loads(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
+    train = (card.get("data") or {}).get("train")
+    if not train:
+        raise ValueError(f"{card_path}: no data.train in the card to count the frequency and bigram floors on; "
+                         "set corpus=<folder> (--set corpus=gutenberg_pd)")
+    return resolve_path(train[0], "${WORKBENCH_DATA}"), cfg.corpus_split or train[1]
+
+
+def corpus_counts(source: Path, split: str | None, tok, max_chars: int) -> tuple[Counter, np.ndarray]:
+    """(word-form counts, token id stream) of the first max_chars characters of a corpus: words by a
+    \\w+ | punctuation split (lower-cased when the tokenizer lower-cases), ids by the tokenizer, each
+    document followed by its separator id (`doc_sep_id`), as the pretraining corpus cache."""
+    words, ids, n = Counter(), [], 0
+    for text in iter_texts(source, split):
+        text = text[: max_chars - n]
+        n += len(text)
+        words.update(WORD.findall(text.lower() if tok.lowercase else text))
+        ids.extend(tok.encode(text, add_special=False))
+        ids.append(tok.doc_sep_id)
+        if n >= max_chars:
+            break
+    return words, np.asarray(ids, dtype=np.int64)
+
+
+def frequency_scores(pairs: list[PairRecord], words: Counter, lowercase: bool) -> np.ndarray:
+    """(N, 2): the corpus counts of the good and the bad form of the critical word."""
+    f = (lambda w: w.lower()) if lowercase else (lambda w: w)
+    return np.array([[words[f(r.good_word)], words[f(r.bad_word)]] for r in pairs], dtype=float).reshape(-1, 2)
+
+
+def bigram_scores(pairs: list[PairRecord], lm: BigramLM, tok) -> np.ndarray:
+    """(N, 2): the bigram LM's log-probability of each sentence's body, the separator as context."""
+    def one(words):
+        e = tok.encode_words(list(words))
+        s, t = e.word_spans[0][0], e.word_spans[-1][1]
+        return float(lm.logprob([tok.doc_sep_id] + list(e.ids[s:t])).sum())
+    return np.array([[one(r.good), one(r.bad)] for r in pairs]).reshape(-1, 2)
+
+
+def random_init_model(model_path: str | Path, seed: int) -> torch.nn.Module:
+    """The checkpoint's architecture, freshly initialised with torch seed `seed`, in eval mode."""
+    meta = json.loads((Path(model_path) / CONFIG_FILE).read_text(encoding="utf-8"))
+    torch.manual_seed(seed)
+    return build_model(meta["kind"], meta["config"]).eval()
+
+
+def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
+                      config: PairsRunConfig | Mapping | str | Path | None = None, model_name: str | None = None,
+                      progress: bool = True) -> dict[str, pd.DataFrame]:
+    """Score every suite on one checkpoint -> {"minimal_pairs", "minimal_pair_items"} (module
+    docstring); with out_dir, the tables are upserted into out_dir/tables and the run's config and
+    timings go to out_dir/minimal_pairs_run.json."""
+    cfg = resolve_config(config)
+    model, tok = plmodels.load(model_path)
+    if tok is None:
+        raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; minimal pairs need one")
+    name = model_name or default_model_name(model_path)
+    scorers = scorers_for(model, tok, lm_head_trained=lm_head_trained(model_path))
+    if not scorers:
+        raise ValueError(f"{model_path}: no minimal-pair scorer applies (its LM head is untrained and it has "
+                         "no replaced-token-detection head)")
+    pairs = select_pairs(cfg)
+    too_long = [r.id for r in pairs if len(tok.encode_words(list(r.good)).ids) + 4 > _max_positions(model)]
+    pairs = [r for r in pairs if r.id not in set(too_long)]
+    cache = None if out_dir is None else Path(out_dir) / "cache" / "minimal_pairs"
+    ckpt = plmodels.checkpoint_hash(model_path)
+    item_key = hashlib.sha256("\n".join(r.id for r in pairs).encode()).hexdigest()[:16]
+    frames, seconds = [], {}
+    jobs = [(s, "model") for s in scorers] + ([(s, "random_init") for s in scorers] if "random_init" in cfg.floors else [])
+    baseline = random_init_model(model_path, cfg.seed) if "random_init" in cfg.floors else None
+    with progress_bar(len(jobs), f"minimal pairs {name}", "scorer", disable=not progress) as bar:
+        for sc, which in jobs:
+            t0 = time.perf_counter()
+            m, label = (model, sc.name) if which == "model" else (baseline, f"floor:random_init:{sc.name}")
+            key = f"{ckpt}:{SUITE_VERSION}:{label}:{item_key}:{cfg.seed}"
+            with torch.inference_mode():
+                scores = _cached(cache, key, lambda: sc.score_pairs(m, tok, _as_pairs(pairs), cfg.batch_tokens))
+            frames.append(_items(name, pairs, label, scores))
+            seconds[label] = round(time.perf_counter() - t0, 1)
+            bar.update(1)
+    frames += _corpus_floors(model_path, pairs, tok, cfg, name, seconds)
+    items = pd.concat(frames, ignore_index=True)
+    table = accuracy_rows(items, pairs, name, cfg)
+    tables = {"minimal_pairs": table, "minimal_pair_items": items}
+    if out_dir is not None:
+        write_tables(out_dir, tables)
+        atomic_write_json(Path(out_dir) / "minimal_pairs_run.json",
+                          {"config": cfg.to_dict(), "suite_version": SUITE_VERSION, "model": name,
+                           "checkpoint_hash": ckpt, "n_pairs": len(pairs), "skipped_too_long": len(too_long),
+                           "seconds": seconds})
+    return tables
+
+
+def _max_positions(model) -> int:
+    return int(getattr(model.config, "max_positions", 1 << 30))
+
+
+def _corpus_floors(model_path, pairs, tok, cfg, name, seconds) -> list[pd.DataFrame]:
+    """Items of the chance, frequency and bigram floors asked for in cfg.floors."""
+    out = []
+    if "chance" in cfg.floors:
+        out.append(_items(name, pairs, "floor:chance", np.zeros((len(pairs), 2))))
+    if not {"frequency", "bigram"} & set(cfg.floors):
+        return out
+    t0 = time.perf_counter()
+    source, split = corpus_of(model_path, cfg)
+    words, ids = corpus_counts(source, split, tok, cfg.corpus_chars)
+    if "frequency" in cfg.floors:
+        out.append(_items(name, pairs, "floor:frequency", frequency_scores(pairs, words, tok.lowercase)))
+    if "bigram" in cfg.floors:
+        out.append(_items(name, pairs, "floor:bigram", bigram_scores(pairs, BigramLM(tok.vocab_size).fit(ids), tok)))
+    seconds["corpus_floors"] = round(time.perf_counter() - t0, 1)
+    return out
+

@@ -53,7 +53,7 @@ from probes.stats import bootstrap_ci
 from workbench.analyses.probing import default_model_name
 from workbench.core.io import atomic_write_json
 from workbench.core.results import write_tables
-from workbench.data.minimal_pairs import SUITE_VERSION, PairRecord, build_suites
+from workbench.data.minimal_pairs import SUITE_VERSION, PairRecord, cached_suites
 
 COLUMNS = ["model", "suite", "phenomenon", "condition", "variant", "scorer", "metric", "value", "ci_low", "ci_high",
            "n_items", "seed"]
@@ -96,10 +96,10 @@ def resolve_config(config=None, overrides: dict | None = None) -> PairsRunConfig
     return PairsRunConfig.resolve(config, overrides)
 
 
-def select_pairs(cfg: PairsRunConfig) -> list[PairRecord]:
+def select_pairs(cfg: PairsRunConfig, cache_dir: str | Path | None = None) -> list[PairRecord]:
     """The scored items: per (suite, phenomenon, condition) at most max_pairs_per_condition base items
-    (seeded), each with all its variants."""
-    records, _ = build_suites(cfg.seed, cfg.n_per_template)
+    (seeded), each with all its variants; the suites are kept in `cache_dir` when given."""
+    records = cached_suites(cache_dir, cfg.seed, cfg.n_per_template)
     base = lambda r: r.id.removesuffix(":nonce")  # noqa: E731
     cells: dict[tuple, list[str]] = {}
     for r in records:
@@ -239,10 +239,10 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
     if not scorers:
         raise ValueError(f"{model_path}: no minimal-pair scorer applies (its LM head is untrained and it has "
                          "no replaced-token-detection head)")
-    pairs = select_pairs(cfg)
+    cache = None if out_dir is None else Path(out_dir) / "cache" / "minimal_pairs"
+    pairs = select_pairs(cfg, cache)
     too_long = [r.id for r in pairs if len(tok.encode_words(list(r.good)).ids) + 4 > _max_positions(model)]
     pairs = [r for r in pairs if r.id not in set(too_long)]
-    cache = None if out_dir is None else Path(out_dir) / "cache" / "minimal_pairs"
     ckpt = plmodels.checkpoint_hash(model_path)
     item_key = hashlib.sha256("\n".join(r.id for r in pairs).encode()).hexdigest()[:16]
     frames, seconds = [], {}

@@ -35,6 +35,7 @@ Skipped UD candidates are counted by reason (`Skips`): nothing is dropped withou
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import random
 from collections import Counter, defaultdict
@@ -294,6 +295,23 @@ def build_suites(seed: int = 0, n_per_template: int = 300) -> tuple[tuple[PairRe
     """Every pair of both suites (memoised) and the UD skip counts."""
     ud, skips = ud_pairs(seed=seed)
     return tuple(ud + template_pairs(n_per_template, seed)), skips.as_dict()
+
+
+def cached_suites(cache_dir: str | Path | None, seed: int = 0, n_per_template: int = 300) -> list[PairRecord]:
+    """`build_suites` through a JSON-lines file in `cache_dir`, keyed by the suite version, the seed, the
+    template count and the treebank files' sizes and mtimes (reading the treebanks takes ~30 s)."""
+    if cache_dir is None:
+        return list(build_suites(seed, n_per_template)[0])
+    files = [UD_TREEBANKS[tb](sp) for tb in ("ewt", "gum") for sp in SPLITS]
+    stamp = ";".join(f"{f.name}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    key = hashlib.sha256(f"{SUITE_VERSION}|{seed}|{n_per_template}|{stamp}".encode()).hexdigest()[:16]
+    path = Path(cache_dir) / f"pairs-v{SUITE_VERSION}-{key}.jsonl"
+    if path.is_file():
+        return [PairRecord.from_dict(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines()]
+    records = list(build_suites(seed, n_per_template)[0])
+    Path(cache_dir).mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "".join(json.dumps(r.to_dict()) + "\n" for r in records))
+    return records
 
 
 def suite_counts(records: Iterable[PairRecord]) -> pd.DataFrame:

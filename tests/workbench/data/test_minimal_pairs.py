@@ -11,6 +11,7 @@ from workbench.data.minimal_pairs import (
     Lexicon,
     PairRecord,
     build_suites,
+    cached_suites,
     det_agreement,
     nonce_words,
     suite_counts,
@@ -122,3 +123,12 @@ def test_templates_give_distinct_seeded_pairs_of_each_template():
     assert all(r.attractors == (r.condition.endswith("mismatch")) for r in agr)
     table = suite_counts(a)
     assert table["pairs"].sum() == 7 * 300
+
+
+@needs_data
+def test_the_suite_cache_reads_back_the_same_records(suites, tmp_path):
+    built = cached_suites(tmp_path)
+    [path] = tmp_path.glob("pairs-v*.jsonl")
+    assert built == list(suites[0]) and cached_suites(tmp_path) == built
+    path.write_text(path.read_text().splitlines()[0] + "\n")  # a read, not a rebuild
+    assert len(cached_suites(tmp_path)) == 1

@@ -245,18 +245,19 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
     pairs = [r for r in pairs if r.id not in set(too_long)]
     ckpt = plmodels.checkpoint_hash(model_path)
     item_key = hashlib.sha256("\n".join(r.id for r in pairs).encode()).hexdigest()[:16]
-    frames, seconds = [], {}
+    frames, seconds, cpu = [], {}, {}
     jobs = [(s, "model") for s in scorers] + ([(s, "random_init") for s in scorers] if "random_init" in cfg.floors else [])
     baseline = random_init_model(model_path, cfg.seed) if "random_init" in cfg.floors else None
     with progress_bar(len(jobs), f"minimal pairs {name}", "scorer", disable=not progress) as bar:
         for sc, which in jobs:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             m, label = (model, sc.name) if which == "model" else (baseline, f"floor:random_init:{sc.name}")
             key = f"{ckpt}:{SUITE_VERSION}:{label}:{item_key}:{cfg.seed}"
             with torch.inference_mode():
                 scores = _cached(cache, key, lambda: sc.score_pairs(m, tok, _as_pairs(pairs), cfg.batch_tokens))
             frames.append(_items(name, pairs, label, scores))
             seconds[label] = round(time.perf_counter() - t0, 1)
+            cpu[label] = round(time.process_time() - c0, 1)  # CPU seconds, all threads: wall time on a shared machine
             bar.update(1)
     frames += _corpus_floors(model_path, pairs, tok, cfg, name, seconds)
     items = pd.concat(frames, ignore_index=True)
@@ -267,7 +268,7 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
         atomic_write_json(Path(out_dir) / "minimal_pairs_run.json",
                           {"config": cfg.to_dict(), "suite_version": SUITE_VERSION, "model": name,
                            "checkpoint_hash": ckpt, "n_pairs": len(pairs), "skipped_too_long": len(too_long),
-                           "seconds": seconds})
+                           "seconds": seconds, "cpu_seconds": cpu})
     return tables
 
 

@@ -340,7 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(sub, "pairs", "targeted syntactic evaluation: which sentence of each minimal pair (agreement, "
                                "reflexives, NPIs; from UD and templates) the model prefers, beside its floors")
     s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--out", type=Path, default=Path("runs/pairs"), help=OUT_HELP)
+    s.add_argument("--out", type=Path, default=Path("runs/pairs"),
+                   help="folder to write tables/ (minimal_pairs, minimal_pair_items) and the score cache into")
     _config_args(s, "minimal-pairs")
     s.set_defaults(fn=_pairs)
 

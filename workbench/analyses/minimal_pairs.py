@@ -21,7 +21,7 @@ A pair is won when s(good) > s(bad). Pairs a scorer does not apply to (the maske
 of a multi-piece contrast) are left out of its rows (n_items says how many count). Items are
 sampled per (suite, phenomenon, condition) with `max_pairs_per_condition`, the same items for the
 original and the nonce variant. Scores are cached per (checkpoint hash, suite version, scorer,
-sampled items) under `out_dir/cache/minimal_pairs/`.
+sampled items, seed) under `out_dir/cache/minimal_pairs/`, beside the built suites.
 """
 from __future__ import annotations
 

@@ -120,6 +120,20 @@ def test_head_to_dependent_scores_the_transposed_map_per_dependent():
     assert np.array_equal(st.base_hits_[0], st.base_hits_[1])
 
 
+def test_head_to_dependent_argmax_excludes_the_diagonal():
+    # issue 75: word 0 (an amod dependent of word 1) attends to itself most, and word 1 attends to
+    # it too. Column 0's largest entry is the diagonal; the word attending most to word 0 *other
+    # than itself* is word 1, its head. Keeping the diagonal picks word 0 itself: accuracy 0.
+    heads, rels = np.array([1, -1, 1]), ["amod", "root", "punct"]
+    rows = [[1.0, 0.0, 0.0],    # word 0 -> itself
+            [0.6, 0.4, 0.0],    # word 1 -> its dependent 0
+            [0.0, 1.0, 0.0]]    # word 2 -> word 1
+    sent = Sentence(*_one_head(rows), heads=heads, deprels=rels)
+    assert HeadStats(CFG).update(sent).score_arrays()["syntactic_acc:amod:head2dep"][0, 0] == 1.0
+    variant = HeadStats(replace(CFG, syntactic_exclude_self=False)).update(sent).score_arrays()
+    assert variant["syntactic_acc:amod:head2dep"][0, 0] == 0.0
+
+
 def test_confidence_is_over_words_not_special_tokens():
     # Voita et al. 2019: the head's largest weight excluding the end-of-sentence symbol; a head that
     # parks 0.9 on [SEP] is not confident about any word

@@ -34,8 +34,22 @@ Decisions (documented once, here):
   acc - baseline >= ``syntactic_margin`` over >= ``syntactic_min_count`` cases. Clark's code also
   clamps offsets that leave the sentence to its ends; here they are simply wrong.
 - **Rare-token** (Voita): share of words whose argmax is the least frequent word of the sentence.
-  Ties: every word sharing the minimum frequency is a target; a sentence where all words tie is
-  skipped (counted). Words missing from a frequency dict get frequency 0.
+  Ties: when k words share the minimum frequency, pointing at one of them earns 1/k, so a head
+  whose argmax is random over the n words scores 1/n per sentence whatever the ties (crediting each
+  tied word fully would give it k/n); a sentence where all words tie is skipped (counted). Words
+  missing from a frequency dict get frequency 0.
+- **Floors** (`floor_sources`, `combine_floors`, `HeadStats.floor_check`): a head gets a role only
+  if its role score beats what a head with no mechanism scores *on the same sentences*: a uniform
+  head (the subword-uniform row converted to words as real maps are, so long words draw more
+  attention), a head whose argmax is random over the words, and the heads of the same architecture
+  at random initialisation (their maximum). The floor is the largest of these (for the syntactic
+  margins also 0, the offset baseline the margin is measured against). The check: point score >=
+  floor + ``floor_margin`` and the lower end of a percentile bootstrap interval over sentences
+  (``floor_ci``, `bootstrap_ratio`) > floor, on top of the absolute threshold of the role. A uniform
+  head scores exactly its own floor, so it is never rare-token (or any other floor-checked role) at
+  any vocabulary size. "broad" is exempt: it is the role of heads that attend like the uniform one
+  (its floor is stored, not enforced). Without floors (``finalize(floor_sources=None)``) roles use
+  the thresholds alone.
 - **Induction** (Olsson et al. 2022) on the word level: for word i with earlier occurrences j <= i-2
   of the same word (form or id), the score is the attention from i to the set {j+1}, averaged over
   such words. A synthetic repeated random sequence is just a `Sentence` whose ``words`` repeat.
@@ -88,13 +102,17 @@ class HeadConfig(Config):
     precedence: tuple[str, ...] = ("syntactic", "induction", "rare_token", "positional",
                                    "previous_token", "sink", "broad")  # primary-role order
     syntactic_exclude_self: bool = True  # Clark et al.'s code: a word attaches to another word
+    floor_margin: float = 0.05           # role score - floor needed (point estimate), floors given
+    floor_ci: float = 0.95               # the bootstrap interval's low end must lie above the floor
 
     def __post_init__(self) -> None:
         for name in ("row_tolerance", "positional", "rare_token", "sink", "broad",
-                     "previous_token", "induction"):
+                     "previous_token", "induction", "floor_margin"):
             v = getattr(self, name)
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"HeadConfig.{name} must be in [0, 1], got {v}")
+        if not 0.0 < self.floor_ci < 1.0:
+            raise ValueError(f"HeadConfig.floor_ci must be in (0, 1), got {self.floor_ci}")
         if not 0 <= self.syntactic_margin <= 1:
             raise ValueError(f"HeadConfig.syntactic_margin must be in [0, 1], got {self.syntactic_margin}")
         for name in ("positional_window", "baseline_max_offset", "syntactic_min_count"):
@@ -192,6 +210,7 @@ class HeadStats:
         self._keep = set(cfg.keep_subtypes)
         self._rel_cache: dict[str, int] = {}  # deprel -> relation index (-1: not analysed)
         self.per_sentence_: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self.role_parts_: list[tuple[np.ndarray, np.ndarray]] = []  # per sentence: (Q, L, H) num, (Q,) den
 
     # ---------------------------------------------------------------- accumulation
     def _allocate(self, L: int, H: int) -> None:
@@ -234,6 +253,7 @@ class HeadStats:
         if n == 0:
             self.skipped_["empty_sentence"] += 1
             return self
+        before = self._role_totals() if self.keep_per_sentence else None
         am = A.argmax(-1)  # (L, H, n) most-attended word, specials excluded
         self._update_generic(A, P, am)
         self._update_punct(s, A, n, where)
@@ -244,7 +264,24 @@ class HeadStats:
             self._update_syntactic(s, B.argmax(-1), np.swapaxes(B, -1, -2).argmax(-1), n, where)
         else:
             self._update_syntactic(s, am, np.swapaxes(A, -1, -2).argmax(-1), n, where)
+        if before is not None:  # this sentence's share of each role score, for the bootstrap
+            after = self._role_totals()
+            self.role_parts_.append((np.stack([after[k][0] - before[k][0] for k in after]).astype(np.float32),
+                                     np.array([after[k][1] - before[k][1] for k in after], dtype=np.float64)))
         return self
+
+    def _role_totals(self) -> dict[str, tuple[np.ndarray, float]]:
+        """{role score: (numerator (L, H) copy, denominator)} of the ratio scores that roles are
+        checked against floors with (syntactic margins come from `per_sentence_`)."""
+        t = {f"positional_share:{_offset_name(d)}": (self.pos_hits_[..., j].copy(), float(self.pos_den_[j]))
+             for j, d in enumerate(self._offsets)}
+        t["previous_token"] = (self.prev_sum_.copy(), float(self.n_prev_))
+        for j, name in enumerate(self.special_names):
+            t[f"attn_to_{name}"] = (self.special_sum_[..., j].copy(), float(self.n_words_))
+        t["attn_to_punct"] = (self.punct_sum_.copy(), float(self.n_punct_words_))
+        t["rare_token"] = (self.rare_hits_.copy(), float(self.n_rare_))
+        t["induction"] = (self.ind_sum_.copy(), float(self.n_ind_))
+        return t
 
     def _update_generic(self, A: np.ndarray, P: np.ndarray, am: np.ndarray) -> None:
         L, H, n, _ = A.shape
@@ -303,7 +340,7 @@ class HeadStats:
         if target.all():
             self.skipped_["rare_token:all_tied"] += 1
             return
-        self.rare_hits_ += target[am].sum(-1)
+        self.rare_hits_ += target[am].sum(-1) / target.sum()  # 1/k for each of k tied rarest words
         self.n_rare_ += n
 
     def _update_induction(self, s: Sentence, A: np.ndarray, n: int, where: str) -> None:
@@ -406,11 +443,84 @@ class HeadStats:
                 out[f"syntactic_margin:{rel}:{dname}"] = acc - base_acc[di, ri]
         return out
 
-    def roles(self) -> tuple[list[list[str]], list[str]]:
-        """(roles[l*H+h] sorted list, primary[l*H+h]) from the config thresholds and precedence."""
+    def _parts(self, score: str) -> tuple[np.ndarray, np.ndarray]:
+        """Per-sentence (numerator (S, L, H), denominator (S, 1, 1)) of one role score, whose ratio of
+        sums is the score; a syntactic margin's numerator is the head's hits minus the hits of the
+        best fixed offset (picked on all sentences, as in `baseline`)."""
+        if score.startswith("syntactic_margin:"):
+            rel, dname = score[len("syntactic_margin:"):].rsplit(":", 1)
+            di, ri = DIRECTIONS.index(dname), self.config.relations.index(rel)
+            if not self.per_sentence_:
+                return np.zeros((0, *self.shape_)), np.zeros((0, 1, 1))
+            best = self.base_hits_[di, ri].argmax()
+            hits = np.stack([h[:, :, di, ri] for h, _, _ in self.per_sentence_]).astype(np.float64)
+            base = np.array([b[di, ri, best] for _, _, b in self.per_sentence_], dtype=np.float64)
+            cnt = np.array([c[di, ri] for _, c, _ in self.per_sentence_], dtype=np.float64)
+            return hits - base[:, None, None], cnt[:, None, None]
+        names = list(self._role_totals())
+        if score not in names:
+            raise ValueError(f"HeadStats: no floor check for score {score!r}; checked scores: {names}")
+        q = names.index(score)
+        if not self.role_parts_:
+            return np.zeros((0, *self.shape_)), np.zeros((0, 1, 1))
+        num = np.stack([nm[q] for nm, _ in self.role_parts_]).astype(np.float64)
+        den = np.array([d[q] for _, d in self.role_parts_], dtype=np.float64)
+        return num, den[:, None, None]
+
+    def floor_check(self, score: str, candidates: np.ndarray, floor: float, n_boot: int = 1000,
+                    seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(passes, ci_low, ci_high), each (L, H): does a head's `score` beat `floor`?
+
+        passes = candidates & (score >= floor + floor_margin) & (ci_low > floor), the interval a
+        percentile bootstrap over sentences (`bootstrap_ratio`, level ``floor_ci``, `seed`) of the
+        ratio of summed per-sentence parts, computed only for the candidates that pass the point
+        margin (NaN elsewhere). A NaN floor passes nothing. Needs ``keep_per_sentence=True``.
+        ``n_boot=0`` skips the interval and keeps the point check only (for fast screens such as
+        `workbench compare`'s role changes; intervals stay NaN).
+        """
+        L, H = self._require()
+        if not self.keep_per_sentence:
+            raise ValueError("HeadStats.floor_check needs keep_per_sentence=True (the bootstrap resamples sentences)")
+        point = self.score_arrays()[score]
+        low, high = np.full((L, H), np.nan), np.full((L, H), np.nan)
+        if not np.isfinite(floor):
+            return np.zeros((L, H), bool), low, high
+        todo = np.asarray(candidates, bool) & (np.nan_to_num(point, nan=-np.inf) >= floor + self.config.floor_margin)
+        if n_boot == 0:
+            return todo, low, high
+        if todo.any():
+            num, den = self._parts(score)
+            if len(num):
+                flat = np.flatnonzero(todo)
+                lo, hi = bootstrap_ratio(num.reshape(len(num), -1)[:, flat],
+                                         np.broadcast_to(den.reshape(len(den), 1), (len(den), flat.size)),
+                                         n_boot=n_boot, seed=seed, ci=self.config.floor_ci)
+                low.flat[flat], high.flat[flat] = lo, hi
+        return todo & (np.nan_to_num(low, nan=-np.inf) > floor), low, high
+
+    def roles(self, floors: Mapping[str, float] | None = None, n_boot: int = 1000,
+              seed: int = 0) -> tuple[list[list[str]], list[str]]:
+        """(roles[l*H+h] sorted list, primary[l*H+h]) from the config thresholds and precedence;
+        with `floors` ({score: floor}, `combine_floors`) each role also needs `floor_check` on the
+        score it was found with (every family but the exempt "broad")."""
+        roles, primary, _ = self._roles(floors, n_boot, seed)
+        return roles, primary
+
+    def _roles(self, floors: Mapping[str, float] | None, n_boot: int, seed: int):
         L, H = self._require()
         scores = self.score_arrays()
-        found = {fam: ROLE_FAMILIES[fam](scores, self) for fam in ROLE_FAMILIES}
+        intervals: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        found = {}
+        for fam, family in ROLE_FAMILIES.items():
+            found[fam] = []
+            for role, items, strength in family(scores, self):
+                mask = np.zeros((L, H), bool)
+                for score, m in items:
+                    if floors is not None and fam not in FLOOR_EXEMPT:
+                        m, lo, hi = self.floor_check(score, m, floors.get(score, np.nan), n_boot, seed)
+                        intervals[score] = (lo, hi)
+                    mask |= m
+                found[fam].append((role, mask, strength))
         roles: list[list[str]] = [[] for _ in range(L * H)]
         primary = ["none"] * (L * H)
         for fam in ROLE_FAMILIES:
@@ -423,16 +533,28 @@ class HeadStats:
                 if cands:
                     primary[flat] = max(cands)[1]
                     break
-        return [sorted(r) for r in roles], primary
+        return [sorted(r) for r in roles], primary, intervals
 
-    def finalize(self, model: str = "model") -> "HeadReport":
-        """Tables: ``heads`` (model, layer, head, score, value) and ``heads_classes`` (model, layer,
-        head, role, primary); a head without a role gets the single row role="none"."""
+    def finalize(self, model: str = "model", floor_sources: Mapping[str, Mapping[str, float]] | None = None,
+                 n_boot: int = 1000, seed: int = 0) -> "HeadReport":
+        """Tables: ``heads`` (model, layer, head, score, value, floor, floor_<source> for each of
+        FLOOR_SOURCES, ci_low, ci_high) and ``heads_classes`` (model, layer, head, role, primary); a
+        head without a role gets the single row role="none". `floor_sources` ({source: {score:
+        value}}, see `floor_scores`) turns the floor check on; the floors are NaN without it, and
+        ci_low / ci_high are filled only where `floor_check` computed them."""
         L, H = self._require()
         layer, head = np.divmod(np.arange(L * H), H)
-        frames = [pd.DataFrame({"model": model, "layer": layer, "head": head, "score": name,
-                                "value": arr.reshape(-1)}) for name, arr in self.score_arrays().items()]
-        roles, primary = self.roles()
+        floors = None if floor_sources is None else combine_floors(floor_sources)
+        roles, primary, intervals = self._roles(floors, n_boot, seed)
+        nan = np.full(L * H, np.nan)
+        frames = []
+        for name, arr in self.score_arrays().items():
+            lo, hi = intervals.get(name, (nan, nan))
+            cols = {"model": model, "layer": layer, "head": head, "score": name, "value": arr.reshape(-1),
+                    "floor": (floors or {}).get(name, np.nan)}
+            for src in FLOOR_SOURCES:
+                cols[f"floor_{src}"] = (floor_sources or {}).get(src, {}).get(name, np.nan)
+            frames.append(pd.DataFrame({**cols, "ci_low": np.reshape(lo, -1), "ci_high": np.reshape(hi, -1)}))
         rows = [(model, int(layer[f]), int(head[f]), role, role == primary[f])
                 for f in range(L * H) for role in (roles[f] or ["none"])]
         self._warn_missing_relations()
@@ -491,9 +613,82 @@ def _offset_name(d: int) -> str:
     return "self" if d == 0 else f"{d:+d}"
 
 
+# ---------------------------------------------------------------- floors
+# Heads with no mechanism, scored on the same sentences as the model (module docstring, "Floors"):
+FLOOR_SOURCES = ("uniform", "random_argmax", "random_init")
+HEAD_COLUMNS = ["model", "layer", "head", "score", "value", "floor", *(f"floor_{s}" for s in FLOOR_SOURCES),
+                "ci_low", "ci_high"]  # the `heads` table (docs/design.md)
+FLOOR_EXEMPT = ("broad",)  # the role of heads that attend like the uniform one: floor stored, not enforced
+
+
+def null_heads(pieces: Sequence[int], special_pieces: Sequence[int], draws: int = 8, seed: int = 0,
+               **annotation) -> Sentence:
+    """A `Sentence` of n = len(pieces) words whose attention is 1 + `draws` heads with no mechanism,
+    (1, 1 + draws, n, n), with the given `annotation` (heads, deprels, upos, punct, freqs, words, sid).
+
+    Head 0 is **uniform over the sentence's tokens**: a token row of 1/T over all T tokens (the
+    words' subword pieces, ``pieces`` (n,), and the special tokens, ``special_pieces`` (k,) per
+    special kind) converted to words as the store converts real maps (Clark et al. 2019: attention to
+    a word sums over its pieces, from a word averages over them), i.e. row i = pieces / T, special
+    shares special_pieces / T. Its argmax is the word with the most pieces (ties to the lowest
+    index), which is why long, rare words win without any mechanism. Heads 1.. are **random-argmax**
+    heads: rows uniform over the words times (1 + 1e-3 u), u ~ U(0, 1) (seeded), so each row's argmax
+    is uniform over the words, no specials. With the model's sentences' annotation these heads are
+    scored exactly as the model's are.
+    """
+    c = np.asarray(pieces, dtype=np.float64)
+    n = c.size
+    sp = np.asarray(special_pieces, dtype=np.float64).reshape(-1)
+    if c.ndim != 1 or (c < 1).any() or (sp < 0).any():
+        raise ValueError(f"null_heads: pieces must be (n={n},) counts >= 1 and special_pieces >= 0, "
+                         f"got {c.tolist()} and {sp.tolist()}")
+    T = c.sum() + sp.sum()
+    attn = np.zeros((1, 1 + draws, n, n), np.float32)
+    special = np.zeros((1, 1 + draws, n, sp.size), np.float32)
+    attn[0, 0] = c / T
+    special[0, 0] = sp / T
+    u = 1.0 + 1e-3 * np.random.default_rng(seed).random((draws, n, n))
+    attn[0, 1:] = u / u.sum(-1, keepdims=True)
+    return Sentence(attn, special, **annotation)
+
+
+def floor_scores(stats: HeadStats, heads: np.ndarray | None = None, how: str = "mean") -> dict[str, float]:
+    """{score: floor} from the null heads of `stats`: of the (L, H) heads selected by the bool mask
+    `heads` (all if None), the mean score (``how="mean"``: a sample of random-argmax heads) or the
+    largest (``how="max"``: the heads of a random-initialisation model). NaN where none counted."""
+    reduce = {"mean": np.nanmean, "max": np.nanmax}
+    if how not in reduce:
+        raise ValueError(f"floor_scores: how={how!r}, use one of {sorted(reduce)}")
+    out = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN scores
+        for name, arr in stats.score_arrays().items():
+            vals = arr if heads is None else arr[np.asarray(heads, bool)]
+            out[name] = float(reduce[how](vals)) if np.size(vals) else float("nan")
+    return out
+
+
+def combine_floors(sources: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    """{score: the largest floor over the sources (NaNs ignored)}; a syntactic margin's floor is at
+    least 0, the fixed-offset baseline it is measured against. Sources must be from FLOOR_SOURCES."""
+    unknown = set(sources) - set(FLOOR_SOURCES)
+    if unknown:
+        raise ValueError(f"combine_floors: unknown floor sources {sorted(unknown)}; valid: {FLOOR_SOURCES}")
+    out: dict[str, float] = {}
+    for vals in sources.values():
+        for name, v in vals.items():
+            if np.isfinite(v):
+                out[name] = max(out.get(name, -np.inf), float(v))
+    for name in list(out) + [k for vals in sources.values() for k in vals]:
+        if name.startswith("syntactic_margin:"):
+            out[name] = max(out.get(name, 0.0), 0.0)
+    return out
+
+
 # ---------------------------------------------------------------- role registry
-# Each family maps (scores, stats) -> [(role, mask (L, H) bool, strength (L, H))]; strength orders
-# roles of one family when choosing the primary role.
+# Each family maps (scores, stats) -> [(role, [(score, mask (L, H) bool)], strength (L, H))]: a head
+# has the role if it passes the threshold on any of the listed scores (and, with floors, that
+# score's floor check); strength orders roles of one family when choosing the primary role.
 def _ge(a: np.ndarray, t: float) -> np.ndarray:
     return np.nan_to_num(a, nan=-np.inf) >= t
 
@@ -501,30 +696,30 @@ def _ge(a: np.ndarray, t: float) -> np.ndarray:
 def _syntactic_roles(scores: dict, st: HeadStats) -> list:
     cfg, out = st.config, []
     for ri, rel in enumerate(cfg.relations):
+        names = [f"syntactic_margin:{rel}:{d}" for d in DIRECTIONS]
         margins = [np.where(st.syn_count_[di, ri] >= max(cfg.syntactic_min_count, 1),
-                            np.nan_to_num(scores[f"syntactic_margin:{rel}:{d}"], nan=-np.inf), -np.inf)
-                   for di, d in enumerate(DIRECTIONS)]
-        best = np.maximum(*margins)
-        out.append((f"syntactic:{rel}", best >= cfg.syntactic_margin, best))
+                            np.nan_to_num(scores[name], nan=-np.inf), -np.inf) for di, name in enumerate(names)]
+        out.append((f"syntactic:{rel}", [(name, m >= cfg.syntactic_margin) for name, m in zip(names, margins)],
+                    np.maximum(*margins)))
     return out
 
 
 def _positional_roles(scores: dict, st: HeadStats) -> list:
     out = []
     for d in st._offsets:
-        share = scores[f"positional_share:{_offset_name(d)}"]
-        out.append((f"positional:{_offset_name(d)}", _ge(share, st.config.positional), share))
+        name = f"positional_share:{_offset_name(d)}"
+        out.append((f"positional:{_offset_name(d)}", [(name, _ge(scores[name], st.config.positional))], scores[name]))
     return out
 
 
 def _sink_roles(scores: dict, st: HeadStats) -> list:
-    return [(f"{name}_sink", _ge(scores[f"attn_to_{name}"], st.config.sink), scores[f"attn_to_{name}"])
-            for name in (*st.special_names, "punct")]
+    return [(f"{name}_sink", [(f"attn_to_{name}", _ge(scores[f"attn_to_{name}"], st.config.sink))],
+             scores[f"attn_to_{name}"]) for name in (*st.special_names, "punct")]
 
 
 def _single(score: str, threshold: str, role: str | None = None) -> Callable:
     def family(scores: dict, st: HeadStats) -> list:
-        return [(role or score, _ge(scores[score], getattr(st.config, threshold)), scores[score])]
+        return [(role or score, [(score, _ge(scores[score], getattr(st.config, threshold)))], scores[score])]
     return family
 
 

@@ -7,7 +7,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from probes.heads import HeadConfig, HeadStats, Sentence, best_heads_per_relation, bootstrap_ratio, relation_base
+from probes.heads import (FLOOR_SOURCES, HEAD_COLUMNS, HeadConfig, HeadStats, Sentence, best_heads_per_relation, bootstrap_ratio,
+                          combine_floors, floor_scores, null_heads, relation_base)
 
 CFG = HeadConfig(syntactic_min_count=1)
 
@@ -166,6 +167,19 @@ def test_rare_token_head_and_tied_sentences_skipped():
     assert "rare_token" in roles[0] and "rare_token" not in roles[1]
 
 
+def test_rare_token_ties_credit_one_over_k_by_hand():
+    # sentence 1: words 1 and 2 tie as the rarest (k = 2); sentence 2: word 0 alone is the rarest
+    st = HeadStats(CFG)
+    for f, to in ((np.array([4, 1, 1, 9]), 1), (np.array([1, 3, 3]), 0)):
+        n = len(f)
+        attn, spec = onehot_attn(np.stack([np.full(n, to), np.full(n, n - 1)]))
+        st.update(Sentence(attn, spec, freqs=f))
+    sc = st.score_arrays()
+    # head 0: 4 words x 1/2 + 3 words x 1 over 7 words; head 1 points at a non-rarest word both times
+    assert sc["rare_token"][0, 0] == pytest.approx((4 * 0.5 + 3 * 1.0) / 7)
+    assert sc["rare_token"][0, 1] == 0.0
+
+
 def test_frequency_dict_lookup_matches_explicit_freqs():
     attn, spec = onehot_attn(np.array([[2, 2, 2]]))
     a = HeadStats(CFG, freq={"the": 100, "cat": 5}).update(Sentence(attn, spec, words=["the", "cat", "zyx"]))
@@ -304,7 +318,9 @@ def test_finalize_tables_follow_the_schema():
     attn, spec = onehot_attn(np.array([[0, 0, 1], [0, 1, 2]]))
     st.update(Sentence(np.concatenate([attn, attn]), np.concatenate([spec, spec])))
     rep = st.finalize("tiny")
-    assert list(rep.heads.columns) == ["model", "layer", "head", "score", "value"]
+    assert list(rep.heads.columns) == ["model", "layer", "head", "score", "value", "floor",
+                                       *[f"floor_{src}" for src in FLOOR_SOURCES], "ci_low", "ci_high"] == HEAD_COLUMNS
+    assert rep.heads["floor"].isna().all()   # no floor sources given: thresholds alone
     assert list(rep.classes.columns) == ["model", "layer", "head", "role", "primary"]
     assert set(zip(rep.heads["layer"], rep.heads["head"])) == {(0, 0), (0, 1), (1, 0), (1, 1)}
     assert rep.classes.groupby(["layer", "head"]).primary.sum().eq(1).all()   # one primary per head
@@ -339,3 +355,125 @@ def test_update_is_vectorised_over_layers_and_heads():
         assert one.keys() == full.keys()
         for k in full:
             np.testing.assert_allclose(full[k][l, h], one[k][0, 0], rtol=1e-6, atol=1e-9, err_msg=k)  # float32 sums
+
+
+# ---------------------------------------------------------------- floors (issue 74)
+def _corpus(n_sent: int = 120, seed: int = 0, ties: bool = True):
+    """Sentences where the rarest word is also the longest in pieces (the length bias a uniform head
+    turns into rare-token share), with ties among the rarest in a third of them; UD-style trees."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in range(n_sent):
+        n = int(rng.integers(5, 12))
+        f = rng.integers(5, 1000, n).astype(float)
+        rare = rng.choice(n, size=2 if ties and k % 3 == 0 else 1, replace=False)
+        f[rare] = 1.0
+        pieces = np.where(f == 1.0, 3, rng.choice([1, 2, 3], n, p=[0.6, 0.3, 0.1]))  # rare words: 3 pieces
+        heads = np.r_[-1, rng.integers(0, np.arange(1, n))]
+        deprels = ["root"] + list(rng.choice(["det", "amod", "nsubj", "obj", "case"], n - 1))
+        s = Sentence(np.full((1, 1, n, n), 1.0 / n, np.float32), np.zeros((1, 1, n, 2), np.float32), heads=heads,
+                     deprels=deprels, upos=["PUNCT" if i == n - 1 else "NOUN" for i in range(n)], freqs=f,
+                     words=[f"w{i}" for i in range(n)], sid=str(k))
+        out.append((s, pieces))
+    return out
+
+
+def _floors_of(corpus, draws=8):
+    st = HeadStats(CFG, keep_per_sentence=True)
+    for s, pieces in corpus:
+        st.update(null_heads(pieces, [1, 1], draws=draws, seed=int(s.sid), heads=s.heads, deprels=s.deprels,
+                             upos=s.upos, freqs=s.freqs, words=s.words))
+    uni = np.zeros((1, 1 + draws), bool)
+    uni[0, 0] = True
+    return st, {"uniform": floor_scores(st, uni), "random_argmax": floor_scores(st, ~uni, "mean")}
+
+
+@pytest.mark.filterwarnings("ignore:HeadStats. relations absent")
+def test_planted_rarest_word_head_is_rare_token_with_share_one_beside_its_floor():
+    corpus = _corpus(ties=False)   # with k tied rarest words a planted head earns 1/k, not 1
+    _, sources = _floors_of(corpus)
+    st = HeadStats(CFG, keep_per_sentence=True)
+    for s, _ in corpus:
+        n = s.attn.shape[-1]
+        attn, spec = onehot_attn(np.stack([np.full(n, int(np.argmin(s.freqs))), np.arange(n)]))
+        st.update(Sentence(attn, spec, heads=s.heads, deprels=s.deprels, upos=s.upos, freqs=s.freqs, words=s.words))
+    rep = st.finalize("m", floor_sources=sources, n_boot=200)
+    v = rep.heads[rep.heads["score"] == "rare_token"].set_index("head")
+    assert v.loc[0, "value"] == 1.0 and v.loc[0, "floor"] == pytest.approx(sources["uniform"]["rare_token"])
+    assert v.loc[0, "floor"] > CFG.rare_token       # the uniform head alone would pass the old threshold
+    assert v.loc[0, "ci_low"] > v.loc[0, "floor"]
+    roles = rep.classes.groupby("head")["role"].apply(set)
+    assert "rare_token" in roles[0] and "rare_token" not in roles[1]
+
+
+@pytest.mark.filterwarnings("ignore:HeadStats. relations absent")
+def test_uniform_head_is_not_rare_token_at_any_length_bias_and_null_heads_get_no_role_but_broad():
+    corpus = _corpus()
+    st, sources = _floors_of(corpus)
+    sc = st.score_arrays()
+    # rare words carry 3 pieces: the uniform head's argmax often lands on them, above the 0.5 threshold ...
+    assert sc["rare_token"][0, 0] > CFG.rare_token
+    # ... while a random argmax scores 1/n per sentence whatever the ties
+    expect = len(corpus) / sum(s.attn.shape[-1] for s, _ in corpus)
+    assert np.mean(sc["rare_token"][0, 1:]) == pytest.approx(expect, abs=0.02)
+    rep = st.finalize("null", floor_sources=sources, n_boot=200)
+    assert set(rep.classes["role"]) <= {"broad", "none"}
+    without = st.roles()[0]   # thresholds alone: the uniform head is called rare-token
+    assert "rare_token" in without[0]
+
+
+def test_floor_check_refuses_a_head_whose_interval_touches_the_floor():
+    cfg = replace(CFG, floor_margin=0.0)
+    st = HeadStats(cfg, keep_per_sentence=True)
+    n = 4
+    for k in range(20):
+        i = np.arange(n)
+        prev = np.where(i > 0, i - 1, 0)
+        # head 0: the previous word in every sentence; head 1: in even sentences only (share 0.5,
+        # wide interval); head 2: the previous word from words 1 and 2, itself from word 3 (2/3
+        # in every sentence: an interval of one point)
+        half = prev if k % 2 == 0 else i
+        steady = np.where(i == 3, 3, prev)
+        st.update(Sentence(*onehot_attn(np.stack([prev, half, steady]))))
+    share = st.score_arrays()["positional_share:-1"][0]
+    assert share.tolist() == pytest.approx([1.0, 0.5, 2 / 3])
+    ok, lo, hi = st.floor_check("positional_share:-1", np.ones((1, 3), bool), floor=0.4, n_boot=500)
+    assert ok[0].tolist() == [True, False, True] and lo[0, 1] <= 0.4 < hi[0, 1]
+    ok, lo, _ = st.floor_check("positional_share:-1", np.ones((1, 3), bool), floor=2 / 3, n_boot=500)
+    assert lo[0, 2] == pytest.approx(2 / 3) and not ok[0, 2]          # touching is not beating
+    with pytest.raises(ValueError, match="keep_per_sentence"):
+        HeadStats(cfg).update(Sentence(*onehot_attn(np.array([[0, 0]])))).floor_check(
+            "positional_share:-1", np.ones((1, 1), bool), 0.1)
+
+
+def test_combine_floors_takes_the_largest_source_and_zero_for_syntactic_margins():
+    f = combine_floors({"uniform": {"rare_token": 0.3, "syntactic_margin:det:dep2head": -0.2},
+                        "random_init": {"rare_token": 0.45, "syntactic_margin:det:dep2head": float("nan")}})
+    assert f == {"rare_token": 0.45, "syntactic_margin:det:dep2head": 0.0}
+    with pytest.raises(ValueError, match="unknown floor sources"):
+        combine_floors({"bogus": {}})
+
+
+def test_syntactic_margin_interval_resamples_head_hits_minus_the_offset_baseline():
+    # the det corpus above, repeated: head 0 is right on every det, the +1 offset on 3 of 5 per copy
+    corpus = [([1, -1], ["det", "root"]), ([2, 2, -1], ["det", "amod", "root"]),
+              ([3, 3, 3, -1, 3], ["det", "amod", "amod", "root", "punct"]), ([1, -1, 3, 1], ["det", "root", "det", "obj"])]
+    to_head = lambda h, d: np.stack([np.where(h >= 0, h, np.arange(len(h))), np.arange(len(h))])  # noqa: E731
+    st = HeadStats(CFG, keep_per_sentence=True)
+    for _ in range(10):
+        for heads, rels in corpus:
+            st.update(tree_sentence(heads, rels, to_head))
+    num, den = st._parts("syntactic_margin:det:dep2head")
+    assert num.sum(0)[0, 0] / den.sum() == pytest.approx(2 / 5)      # the point margin, from the parts
+    ok, lo, hi = st.floor_check("syntactic_margin:det:dep2head", np.ones((1, 2), bool), floor=0.0, n_boot=300)
+    assert ok[0].tolist() == [True, False] and 0.0 < lo[0, 0] <= 2 / 5 <= hi[0, 0]
+
+
+def test_floor_check_without_resamples_keeps_the_point_check_only():
+    st = HeadStats(replace(CFG, floor_margin=0.1), keep_per_sentence=True)
+    for k in range(4):
+        st.update(Sentence(*onehot_attn(np.array([[0, 0, 1], [0, 1, 2]]))))   # -1 shares 2/2 and 0/2
+    ok, lo, hi = st.floor_check("positional_share:-1", np.ones((1, 2), bool), floor=0.85, n_boot=0)
+    assert ok[0].tolist() == [True, False] and np.isnan(lo).all() and np.isnan(hi).all()
+    ok, _, _ = st.floor_check("positional_share:-1", np.ones((1, 2), bool), floor=0.95, n_boot=0)
+    assert not ok.any()   # 1.0 < 0.95 + 0.1

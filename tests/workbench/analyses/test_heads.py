@@ -12,17 +12,19 @@ from tokenizers import pre_tokenizers
 from plmodels.decoder import Decoder, DecoderConfig
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
-from probes.heads import RELATION_COLUMNS, HeadConfig, HeadStats, Sentence
+from probes.heads import HEAD_COLUMNS, RELATION_COLUMNS, HeadConfig, HeadStats, Sentence, null_heads
 from workbench.analyses.heads import (
     HeadRunConfig,
     analyse_loaded,
     fits,
     positional_ceiling,
     sentence_attention,
+    sentence_pieces,
     token_positional_shares,
+    ud_tokens,
 )
 from workbench.data.tasks import ud_sentences as _ud_sentences
-from workbench.store import Store
+from workbench.store import Store, special_token_columns, word_attention_maps
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,7 +122,7 @@ def test_positional_ceiling_by_hand(tmp_path):
 
 def test_tables_schemas(forced):
     _, _, t = forced
-    assert list(t["heads"].columns) == ["model", "layer", "head", "score", "value", "weighting"]
+    assert list(t["heads"].columns) == HEAD_COLUMNS + ["weighting"]
     assert list(t["heads_classes"].columns[:4]) == ["model", "layer", "head", "role"]
     assert t["heads_classes"].columns[-1] == "weighting"
     assert list(t["relations"].columns) == RELATION_COLUMNS + ["weighting"]
@@ -285,3 +287,59 @@ def test_a_planted_dependent_to_head_head_is_found_syntactic_with_accuracy_one(p
     acc = planted_syntax["heads"]
     row = acc[(acc.layer == 1) & (acc["head"] == 0) & (acc.score == "syntactic_acc:det:dep2head")]
     assert float(row["value"].iloc[0]) == 1.0
+
+
+# ---------------------------------------------------------------- floors and frequencies (issue 74)
+def test_forced_head_beats_its_floors_which_are_stored_beside_its_score(forced):
+    out, _, t = forced
+    h = t["heads"].set_index(["layer", "head", "score"])
+    row = h.loc[(1, 0, "positional_share:-1")]
+    rec = json.loads((out / "heads_run.json").read_text())
+    floors = rec["floors"]["raw"]
+    assert set(floors) == {"uniform", "random_argmax", "random_init"}
+    assert row["floor"] == pytest.approx(max(floors[s]["positional_share:-1"] for s in floors))
+    assert row["floor_uniform"] == pytest.approx(floors["uniform"]["positional_share:-1"])
+    assert row["ci_low"] > row["floor"] and row["ci_low"] <= row["value"] <= row["ci_high"]
+    assert 0.0 <= rec["frequency_unknown_share"] < 0.05   # frequencies from the same dev words
+
+
+def test_uniform_null_head_is_the_store_conversion_of_a_uniform_token_map(tmp_path):
+    vocab = tmp_path / "vocab.txt"
+    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "##s", "sat",
+                                 "un", "##der", "##neath"]) + "\n")
+    tok = Tokenizer.from_bert_vocab(vocab, lowercase=False)
+    words = ["cats", "the", "underneath", "sat"]
+    (pieces, special), = sentence_pieces(tok, [words])
+    assert pieces.tolist() == [2, 1, 3, 1] and special.tolist() == [1, 1]
+    enc = tok.encode_words(words)
+    names, slots = special_token_columns(tok)
+    T = len(enc.ids)
+    tok_word = torch.full((1, T), -1)
+    for w, (a, b) in enumerate(enc.word_spans):
+        tok_word[0, a:b] = w
+    slot = torch.tensor([[slots.get(t, -1) if tok_word[0, i] < 0 else -1 for i, t in enumerate(enc.ids)]])
+    word, spec = word_attention_maps(torch.full((1, 1, T, T), 1.0 / T), tok_word, slot, len(words), len(names))
+    null = null_heads(pieces, special, draws=0)
+    np.testing.assert_allclose(null.attn[0, 0], word[0, 0].numpy(), atol=1e-7)
+    np.testing.assert_allclose(null.special[0, 0], spec[0, 0].numpy(), atol=1e-7)
+    assert int(null.attn[0, 0, 0].argmax()) == 2   # "underneath", the word with the most pieces
+
+
+def test_ud_tokens_cut_text_as_the_treebank_does():
+    assert ud_tokens("I don't know U.S. policy... it's 1,000.5 -- can't!!") == [
+        "i", "do", "n't", "know", "u.s.", "policy", "...", "it", "'s", "1,000.5", "--", "ca", "n't", "!!"]
+
+
+def test_ud_tokens_recover_the_gold_tokens_of_ewt_dev_text():
+    from collections import Counter
+
+    from workbench.data.tasks import UD_TREEBANKS
+    texts, gold = [], []
+    for line in UD_TREEBANKS["ewt"]("dev").read_text(encoding="utf-8").splitlines():
+        if line.startswith("# text = "):
+            texts.append(line[len("# text = "):])
+    for s in ud_sentences("ewt", "dev"):
+        gold.append(Counter(w.lower() for w in s.words))
+    assert len(texts) == len(gold)
+    found = sum(sum((Counter(ud_tokens(t)) & g).values()) for t, g in zip(texts, gold))
+    assert found / sum(sum(g.values()) for g in gold) > 0.975   # measured 0.982; \\w+|[^\\w\\s]: 0.956

@@ -191,8 +191,9 @@ class HeadStats:
     sentence, then ``score_arrays()`` -> {score name: (L, H)}, ``roles()`` and ``finalize(model)``
     -> `HeadReport` with the ``heads`` and ``heads_classes`` tables of docs/design.md.
     ``freq`` maps word -> corpus count for rare-token heads when sentences carry ``words`` but not
-    ``freqs``. ``keep_per_sentence=True`` also keeps per-sentence syntactic hits for the bootstrap in
-    `best_heads_per_relation`.
+    ``freqs``. ``keep_per_sentence=True`` also keeps per-sentence syntactic hits (for the bootstrap in
+    `best_heads_per_relation`) and each sentence's part of the other role scores (for `floor_check`,
+    which ``finalize(floor_sources=...)`` runs on every role).
     """
 
     def __init__(self, config: HeadConfig | None = None, special_names: Sequence[str] = ("cls", "sep"),
@@ -619,6 +620,19 @@ FLOOR_SOURCES = ("uniform", "random_argmax", "random_init")
 HEAD_COLUMNS = ["model", "layer", "head", "score", "value", "floor", *(f"floor_{s}" for s in FLOOR_SOURCES),
                 "ci_low", "ci_high"]  # the `heads` table (docs/design.md)
 FLOOR_EXEMPT = ("broad",)  # the role of heads that attend like the uniform one: floor stored, not enforced
+
+
+def is_role_score(score: str) -> bool:
+    """Whether a role is found on this `heads` score (and so checked against its floor; broad's
+    entropy_normalized is stored beside its floor but exempt): positional shares on words,
+    previous_token, attention to a special token or punctuation, rare_token, induction (also the
+    synthetic ``induction:repeated_random``), entropy_normalized and the syntactic margins."""
+    if score.startswith("positional_share:"):
+        return not score.endswith(":tokens")
+    if score.startswith("attn_to_"):
+        return score != "attn_to_self"
+    return score.startswith("syntactic_margin:") or score in (
+        "previous_token", "rare_token", "induction", "induction:repeated_random", "entropy_normalized")
 
 
 def null_heads(pieces: Sequence[int], special_pieces: Sequence[int], draws: int = 8, seed: int = 0,

@@ -326,6 +326,11 @@ def heads_section(run_dir: Path) -> Section:
         if grid is not None:
             s.figs.append(figures.head_grid_figure(grid, title=f"{model}: primary role of each head"))
             parts.append(_roles_clause(model, grid))
+        floors = views.head_floors(run_dir, model)
+        if floors is not None:
+            s.tables.append((f"{model}: each role score's best head beside the floors a head with no mechanism scores on "
+                             "the same sentences (uniform, random argmax, random initialisation; n_pass: heads whose "
+                             "95% interval lies above the floor)", floors))
         best = views.best_heads(run_dir, model) if rel is not None else None
         best = best.dropna(subset=["test_acc"]) if best is not None else None
         if best is not None and len(best):

@@ -30,7 +30,7 @@ from spacy.tokens import Doc
 
 import plmodels
 from plmodels.components.norms import record_value_norms
-from probes.heads import DEFAULT_WEIGHTING, table_weightings, weighting_rows
+from probes.heads import DEFAULT_WEIGHTING, is_role_score, table_weightings, weighting_rows
 from probes.multibootstrap import FEW_SEEDS, MIN_SEEDS
 from workbench.core import results
 from workbench.store import INDEX_FILE, Store, special_token_columns, word_attention_maps
@@ -290,6 +290,37 @@ def score_grid(heads: pd.DataFrame, model: str, score: str, weighting: str = DEF
     heads = weighting_rows(heads, weighting)
     df = heads[(heads["model"] == model) & (heads["score"] == score)]
     return HeadGrid(model, score, _grid(df, "value")) if len(df) else None
+
+
+def head_floors_frame(heads: pd.DataFrame, model: str, weighting: str = DEFAULT_WEIGHTING) -> pd.DataFrame | None:
+    """Each role score (`probes.heads.is_role_score`) of `model` beside its floors (`probes.heads`,
+    "Floors"): score, floor_uniform,
+    floor_random_argmax, floor_random_init, floor (their maximum), best (the largest score over the
+    heads), best_layer, best_head, ci_low, ci_high (that head's interval, where the floor check
+    computed one) and n_pass (heads whose interval lies above the floor: those the role was given
+    on this score). Syntactic margins are left to the relations table. None for a table written
+    before floors, or without any."""
+    heads = weighting_rows(heads, weighting)
+    if "floor" not in heads.columns:
+        return None
+    role = heads["score"].map(is_role_score) & ~heads["score"].str.startswith("syntactic")
+    df = heads[(heads["model"] == model) & heads["floor"].notna() & role]
+    if not len(df):
+        return None
+    rows = []
+    for score, g in df.groupby("score", sort=False):
+        top = g.loc[g["value"].fillna(-np.inf).idxmax()]
+        rows.append({"score": score, **{c: top[c] for c in g.columns if c.startswith("floor")},
+                     "best": top["value"], "best_layer": int(top["layer"]), "best_head": int(top["head"]),
+                     "ci_low": top["ci_low"], "ci_high": top["ci_high"],
+                     "n_pass": int((g["ci_low"] > g["floor"]).sum())})
+    return pd.DataFrame(rows)
+
+
+def head_floors(run_dir: str | Path, model: str, weighting: str = DEFAULT_WEIGHTING) -> pd.DataFrame | None:
+    """`head_floors_frame` of the run's `heads` table."""
+    df = _load(run_dir, "heads")
+    return None if df is None else head_floors_frame(df, model, weighting)
 
 
 def head_grid(run_dir: str | Path, model: str, score: str, weighting: str = DEFAULT_WEIGHTING) -> HeadGrid | None:

@@ -130,3 +130,21 @@ def test_continuation_is_greedy(run_dir):
         first = int(model(torch.tensor([ids])).logits[0, -1].argmax())
     assert top["prob"].is_monotonic_decreasing and len(top) == 4
     assert tok.decode([first]) == top["token"].iloc[0] and text.startswith(tok.decode([first]))
+
+
+def test_head_floors_put_each_role_scores_best_head_beside_its_floors():
+    base = dict(model="m", weighting="raw", floor_uniform=0.47, floor_random_argmax=0.06, floor_random_init=0.49,
+                floor=0.49)
+    heads = pd.DataFrame([
+        dict(base, layer=0, head=0, score="rare_token", value=0.60, ci_low=0.55, ci_high=0.65),   # beats 0.49
+        dict(base, layer=0, head=1, score="rare_token", value=0.52, ci_low=0.47, ci_high=0.57),   # touches it
+        dict(base, layer=1, head=0, score="rare_token", value=0.40, ci_low=np.nan, ci_high=np.nan),
+        dict(base, layer=0, head=0, score="syntactic_margin:det:dep2head", value=0.3, ci_low=0.2, ci_high=0.4),
+        dict(base, layer=0, head=0, score="confidence", value=0.9, ci_low=np.nan, ci_high=np.nan),  # no role
+        dict(model="m", weighting="raw", layer=0, head=0, score="entropy", value=1.0)])
+    f = views.head_floors_frame(heads, "m").set_index("score")
+    assert list(f.index) == ["rare_token"]   # syntactic margins: the relations table; no role, no floor: left out
+    r = f.loc["rare_token"]
+    assert (r["best"], r["best_layer"], r["best_head"], r["n_pass"]) == (0.60, 0, 0, 1)
+    assert (r["floor"], r["floor_uniform"], r["ci_low"]) == (0.49, 0.47, 0.55)
+    assert views.head_floors_frame(heads.drop(columns=[c for c in heads if c.startswith("floor")]), "m") is None

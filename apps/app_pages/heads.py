@@ -1,5 +1,5 @@
 """Heads: the layer x head grid coloured by role or by any score, the best head per relation, the
-head similarity map, and the attention of any head on a corpus or typed sentence. When the run's
+head similarity map, each role score beside its floors, and the attention of any head on a corpus or typed sentence. When the run's
 head tables hold norm-weighted attention too (`workbench heads MODEL --set weightings='["raw","norm"]'`,
 Kobayashi et al. 2020), the grid and the sentence's map are drawn both ways, side by side."""
 
@@ -47,6 +47,12 @@ def grid_section(run: str) -> bool:
             common.no_results("heads", "head-similarity map")
         else:
             st.plotly_chart(F.head_map_figure(hmap), width="stretch")
+    floors = common.view("head_floors", run, model, weighting)
+    if floors is not None:
+        st.caption("Each role score's best head beside its floors: what a uniform head, a random-argmax head and "
+                   "the same architecture at random initialisation score on the same sentences. A head has a role "
+                   "only if its interval (ci_low, ci_high) lies above the floor; n_pass counts those heads.")
+        st.dataframe(floors, hide_index=True, width="stretch")
     return both
 
 

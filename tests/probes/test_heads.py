@@ -477,3 +477,24 @@ def test_floor_check_without_resamples_keeps_the_point_check_only():
     assert ok[0].tolist() == [True, False] and np.isnan(lo).all() and np.isnan(hi).all()
     ok, _, _ = st.floor_check("positional_share:-1", np.ones((1, 2), bool), floor=0.95, n_boot=0)
     assert not ok.any()   # 1.0 < 0.95 + 0.1
+
+
+@pytest.mark.filterwarnings("ignore:HeadStats. relations absent")
+@pytest.mark.parametrize("rare_pieces, other_p", [(1, [1.0, 0.0, 0.0]),          # a word-level vocabulary
+                                                  (2, [0.5, 0.4, 0.1]),
+                                                  (3, [0.9, 0.1, 0.0])])        # rare words always longest
+def test_uniform_head_gets_no_floor_checked_role_whatever_the_vocabulary(rare_pieces, other_p):
+    rng = np.random.default_rng(1)
+    st = HeadStats(CFG, keep_per_sentence=True)
+    for k in range(80):
+        n = int(rng.integers(4, 10))
+        f = rng.integers(2, 500, n).astype(float)
+        f[rng.integers(n)] = 1.0
+        pieces = np.where(f == 1.0, rare_pieces, rng.choice([1, 2, 3], n, p=other_p))
+        st.update(null_heads(pieces, [1, 1], draws=4, seed=k, freqs=f, heads=np.r_[-1, np.zeros(n - 1, int)],
+                             deprels=["root"] + ["det"] * (n - 1)))
+    uni = np.zeros((1, 5), bool)
+    uni[0, 0] = True
+    rep = st.finalize("null", floor_sources={"uniform": floor_scores(st, uni),
+                                             "random_argmax": floor_scores(st, ~uni)}, n_boot=200)
+    assert set(rep.classes["role"]) <= {"broad", "none"}

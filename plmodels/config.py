@@ -98,18 +98,41 @@ def parse_overrides(values: list[str] | None) -> dict:
     return out
 
 
-def _describe(e: ValidationError, cls: type, source: str) -> str:
-    lines = []
+def _from_overrides(loc: tuple, overrides: Mapping | None) -> bool:
+    """Whether the field at `loc` (or a dict above it) was set by `overrides`."""
+    node: Any = overrides
+    for part in loc:
+        if not isinstance(node, Mapping) or str(part) not in node:
+            return False
+        node = node[str(part)]
+        if not isinstance(node, Mapping):
+            return True
+    return True
+
+
+def _describe(e: ValidationError, cls: type, source: str, overrides: Mapping | None = None,
+              prefix: str = "") -> str:
+    """One line per error; a field whose value came from `overrides` is named as the `--set` flag
+    that gave it (`--set lr: ...`), the others under `source` (the file). `prefix` is the dotted
+    path of the config inside its parent (e.g. "model." for a pretraining config's model fields)."""
+    lines, from_flag = [], []
     for err in e.errors():
-        field = ".".join(str(p) for p in err["loc"])
+        field = prefix + ".".join(str(p) for p in err["loc"])
+        flag = bool(err["loc"]) and _from_overrides(err["loc"], overrides)
+        where = f"--set {field}" if flag else field
         if err["type"] == "unexpected_keyword_argument":
             known = ", ".join(f.name for f in dataclasses.fields(cls))
-            lines.append(f"unknown key {field!r} (known: {known})")
+            lines.append(f"--set {field}: unknown key (known: {known})" if flag
+                         else f"unknown key {field!r} (known: {known})")
         elif err["type"] == "value_error":   # a __post_init__ check: its own message names the field
             lines.append(str(err["ctx"]["error"]) if "ctx" in err else err["msg"])
         else:
-            lines.append(f"{field}: {err['msg'].lower()}, got {json.dumps(err.get('input'), default=str)}")
-    head = f"{source}: " if source else f"{cls.__name__}: "
+            lines.append(f"{where}: {err['msg'].lower()}, got {json.dumps(err.get('input'), default=str)}")
+        from_flag.append(flag)
+    if from_flag and all(from_flag):   # the file is not to blame: the flag names itself
+        head = ""
+    else:
+        head = f"{source}: " if source else f"{cls.__name__}: "
     return head + ("; ".join(lines) if len(lines) < 2 else "\n  " + "\n  ".join(lines))
 
 
@@ -119,15 +142,17 @@ def _adapter(cls: type) -> TypeAdapter:
     return cls._adapter
 
 
-def build(cls: type[C], d: Mapping, source: str | None = None) -> C:
+def build(cls: type[C], d: Mapping, source: str | None = None, overrides: Mapping | None = None,
+          prefix: str = "") -> C:
     """Validate `d` against the fields' types of the config class `cls` and build it; every error is
-    a ConfigError naming `source` (a file, a flag) and the field."""
+    a ConfigError naming `source` (a file, a flag) and the field, or the `--set` flag when the
+    field's value came from `overrides` (the part of `d` given on the command line)."""
     if not isinstance(d, Mapping):
         raise ConfigError(f"{source or cls.__name__}: expected a JSON object, got {type(d).__name__}")
     try:
         return _adapter(cls).validate_json(json.dumps(dict(d), default=str))
     except ValidationError as e:
-        raise ConfigError(_describe(e, cls, source or "")) from None
+        raise ConfigError(_describe(e, cls, source or "", overrides, prefix)) from None
 
 
 class Config:
@@ -145,9 +170,10 @@ class Config:
         return json.loads(json.dumps(dataclasses.asdict(self), default=str))
 
     @classmethod
-    def from_dict(cls: type[C], d: Mapping, source: str | None = None) -> C:
-        """Validate `d` against the fields' types and build the config; ConfigError names `source`."""
-        return build(cls, d, source)
+    def from_dict(cls: type[C], d: Mapping, source: str | None = None, overrides: Mapping | None = None) -> C:
+        """Validate `d` against the fields' types and build the config; ConfigError names `source`,
+        or the `--set` flag for a field whose value came from `overrides`."""
+        return build(cls, d, source, overrides)
 
     @classmethod
     def load(cls: type[C], path: str | Path | None = None, overrides: Mapping | None = None) -> C:
@@ -155,18 +181,18 @@ class Config:
         path = path if path is not None else cls.DEFAULT_FILE
         if path is None:
             raise ValueError(f"{cls.__name__}.load: no path given and no DEFAULT_FILE")
-        return cls.from_dict(merge(read_json_object(path), overrides), str(path))
+        return cls.from_dict(merge(read_json_object(path), overrides), str(path), overrides)
 
     @classmethod
     def resolve(cls: type[C], config: Any = None, overrides: Mapping | None = None) -> C:
         """None -> DEFAULT_FILE (or the defaults); a dict -> its keys over the defaults; a path ->
         that file; a config -> itself. `overrides` (e.g. from `parse_overrides`) apply last."""
         if isinstance(config, cls):
-            return cls.from_dict(merge(config.to_dict(), overrides), "overrides") if overrides else config
+            return cls.from_dict(merge(config.to_dict(), overrides), "overrides", overrides) if overrides else config
         if config is None:
             if cls.DEFAULT_FILE is not None and Path(cls.DEFAULT_FILE).is_file():
                 return cls.load(cls.DEFAULT_FILE, overrides)
-            return cls.from_dict(dict(overrides or {}), f"{cls.__name__} overrides")
+            return cls.from_dict(dict(overrides or {}), f"{cls.__name__} overrides", overrides)
         if isinstance(config, Mapping):
-            return cls.from_dict(merge(config, overrides), f"{cls.__name__} dict")
+            return cls.from_dict(merge(config, overrides), f"{cls.__name__} dict", overrides)
         return cls.load(config, overrides)

@@ -269,9 +269,11 @@ def load_config(config: "PretrainConfig | str | Path", overrides: dict | None = 
     """A PretrainConfig from an object, a JSON path or a recipe name, with overrides (a file may
     extend another: `read_config_file`)."""
     if isinstance(config, PretrainConfig):
-        return PretrainConfig.from_dict(merge_overrides(config.to_dict(), overrides), "overrides") if overrides else config
+        return (PretrainConfig.from_dict(merge_overrides(config.to_dict(), overrides), "overrides", overrides)
+                if overrides else config)
     path = config_path(config)
-    return PretrainConfig.from_dict(merge_overrides(read_config_file(path), overrides), source=str(path))
+    return PretrainConfig.from_dict(merge_overrides(read_config_file(path), overrides), source=str(path),
+                                    overrides=overrides)
 
 
 def resolve_path(p: str, data_dir: str) -> Path:

@@ -8,8 +8,12 @@ Layout of a checkpoint folder:
     tokenizer/         Tokenizer.save output (absent when saved without a tokenizer)
     card.json          model card: data, steps, tokens, metrics, created, ... (free-form extras)
     README.md          the card as prose
+    checksums.json     {"model.safetensors": sha256 hex}, written last
 Saving writes a temporary sibling folder and renames it into place, so a reader never sees half a
-checkpoint. Tied weights are not a problem: the tied heads reuse the embedding matrix in
+checkpoint. A folder torn all the same (a copy cut short, a disk that filled, a file truncated by
+hand) is recognised: `read_weights` compares the weights with checksums.json (a folder without
+one, from an older version or another writer, is read as it is), and every reader here reports a
+damaged file in one line naming it and what is wrong (`CheckpointError`, a ValueError). Tied weights are not a problem: the tied heads reuse the embedding matrix in
 `F.linear` and own no parameter of their own, so the state dict holds each tensor once.
 """
 
@@ -20,10 +24,12 @@ import hashlib
 import json
 import shutil
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
 
@@ -43,9 +49,126 @@ MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {
     "seq2seq": (Seq2Seq, Seq2SeqConfig),  # T5 / BART encoder-decoder (seq2seq.py); analyses read its encoder
     "xlnet": (XLNet, XLNetConfig),  # XLNet's two-stream model (xlnet.py); analyses read its content stream
 }
-CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_DIR, CARD_FILE, README_FILE = (
-    "config.json", "model.safetensors", "tokenizer", "card.json", "README.md",
+CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_DIR, CARD_FILE, README_FILE, CHECKSUMS_FILE = (
+    "config.json", "model.safetensors", "tokenizer", "card.json", "README.md", "checksums.json",
 )
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that is damaged or not what it should be; the message names the file."""
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 (hex) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_checksums(folder: str | Path, names: tuple[str, ...] = (WEIGHTS_FILE,)) -> None:
+    """checksums.json: the sha256 of each named file of `folder`; write it after them."""
+    folder = Path(folder)
+    sums = {name: file_sha256(folder / name) for name in names}
+    (folder / CHECKSUMS_FILE).write_text(json.dumps(sums, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def read_json_file(path: str | Path) -> Any:
+    """The JSON in a checkpoint file; invalid JSON or text is a CheckpointError naming the file."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise CheckpointError(f"{path}: not UTF-8 text (byte {e.start}); the file is damaged") from None
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{path}: invalid JSON at line {e.lineno}, column {e.colno}: {e.msg} "
+                              f"(a torn or edited file)") from None
+
+
+def checksum_mismatches(folder: str | Path) -> list[str]:
+    """The files of `folder` whose sha256 differs from its checksums.json, each as one phrase naming
+    it ([] when they all match or the folder has no checksums.json)."""
+    folder = Path(folder)
+    if not (folder / CHECKSUMS_FILE).is_file():
+        return []
+    sums = read_json_file(folder / CHECKSUMS_FILE)
+    if not isinstance(sums, dict):
+        raise CheckpointError(f"{folder / CHECKSUMS_FILE}: expected a JSON object of file -> sha256")
+    bad = []
+    for name, want in sums.items():
+        if not (folder / name).is_file():
+            bad.append(f"{folder / name}: missing (listed in {CHECKSUMS_FILE})")
+            continue
+        got = file_sha256(folder / name)
+        if got != want:
+            bad.append(f"{folder / name}: sha256 {got[:12]}... does not match {CHECKSUMS_FILE} "
+                       f"({want[:12]}...; {(folder / name).stat().st_size} bytes)")
+    return bad
+
+
+def verify_checksums(folder: str | Path) -> None:
+    """Every file of `folder` matches its checksums.json (none: nothing to compare), else a
+    CheckpointError naming the first that does not: what resumption asks of a checkpoint."""
+    bad = checksum_mismatches(folder)
+    if bad:
+        raise CheckpointError(bad[0] + ": the file is torn or was changed")
+
+
+def read_safetensors(path: str | Path, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file; a truncated or damaged one is a CheckpointError naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} does not exist")
+    try:
+        return load_file(str(path), device=device)
+    except Exception as e:   # noqa: BLE001 - safetensors raises its own SafetensorError (not an OSError)
+        raise CheckpointError(f"{path}: not a readable safetensors file ({path.stat().st_size} bytes; "
+                              f"{type(e).__name__}: {e})") from None
+
+
+def read_weights(folder: str | Path, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """model.safetensors of a checkpoint folder, compared with its checksums.json. A file that does
+    not parse (torn: cut short, zeros at its end) is a CheckpointError naming it and the mismatch;
+    a complete file whose bytes differ (weights rewritten in place on purpose, as tests and
+    hand-edits do, or damaged inside) loads with a warning naming it. Resumption is strict
+    instead (plmodels.training.state.check_checkpoint)."""
+    folder = Path(folder)
+    bad = [b for b in checksum_mismatches(folder) if b.startswith(str(folder / WEIGHTS_FILE))]
+    try:
+        state = read_safetensors(folder / WEIGHTS_FILE, device)
+    except CheckpointError as e:
+        raise CheckpointError(f"{e}{'; ' + bad[0].split(': ', 1)[1] if bad else ''}") from None
+    if bad:
+        warnings.warn(f"{bad[0]}: the weights were changed after the checkpoint was saved", stacklevel=2)
+    return state
+
+
+def check_weights(folder: str | Path) -> None:
+    """model.safetensors of a checkpoint folder is whole, without loading it: its bytes against
+    checksums.json when the folder has one, else its header against its size (safetensors refuses
+    a file shorter than its header says). A CheckpointError names the file otherwise."""
+    folder = Path(folder)
+    bad = [b for b in checksum_mismatches(folder) if b.startswith(str(folder / WEIGHTS_FILE))]
+    path = folder / WEIGHTS_FILE
+    try:
+        with safe_open(str(path), framework="pt"):
+            pass
+    except Exception as e:   # noqa: BLE001 - safetensors' own SafetensorError
+        raise CheckpointError(f"{path}: not a readable safetensors file ({path.stat().st_size} bytes; "
+                              f"{type(e).__name__}: {e}){'; ' + bad[0].split(': ', 1)[1] if bad else ''}") from None
+
+
+def read_tokenizer(folder: str | Path) -> Tokenizer:
+    """The tokenizer/ of a checkpoint folder; a damaged one is a CheckpointError naming the folder."""
+    folder = Path(folder)
+    try:
+        return Tokenizer.load(folder)
+    except (FileNotFoundError, CheckpointError):
+        raise
+    except Exception as e:   # noqa: BLE001 - the tokenizers library raises plain Exceptions
+        msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"{folder}: not a readable tokenizer folder ({type(e).__name__}: {msg})") from None
 
 
 def build_model(kind: str, config: dict) -> nn.Module:
@@ -93,6 +216,7 @@ def save(model: nn.Module, tokenizer: Any, path: str | Path, card: dict | None =
         }
         (tmp / CARD_FILE).write_text(json.dumps(full_card, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
         (tmp / README_FILE).write_text(card_prose(full_card, meta), encoding="utf-8")
+        write_checksums(tmp)   # last: what the weights were when the folder was complete
         if path.exists():  # swap: old folder aside, new one in, old one deleted
             old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
             path.rename(old)
@@ -142,24 +266,48 @@ def load(path: str | Path, map_location: str | torch.device = "cpu") -> tuple[nn
     The model is built from config.json (pruned heads re-applied) before the weights are loaded.
     """
     path = Path(path)
-    if not (path / CONFIG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
-        raise FileNotFoundError(f"{path} is not a checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE})")
-    meta = json.loads((path / CONFIG_FILE).read_text(encoding="utf-8"))
-    if set(meta) - {"kind", "config"} or "kind" not in meta or "config" not in meta:
-        raise ValueError(f"{path / CONFIG_FILE}: expected keys 'kind' and 'config', got {sorted(meta)}")
-    model = build_model(meta["kind"], meta["config"])
-    state = load_file(str(path / WEIGHTS_FILE), device="cpu")
+    meta = read_meta(path)
+    model_cls, config_cls = MODEL_KINDS[meta["kind"]]
+    model = model_cls(config_cls.from_dict(meta["config"], str(path / CONFIG_FILE)))
+    state = read_weights(path)
     check_state(model.state_dict(), state, str(path / WEIGHTS_FILE))
     model.load_state_dict(state, strict=True)
     model.to(map_location).eval()
     tokenizer = None
     if (path / TOKENIZER_DIR).is_dir():
-        tokenizer = Tokenizer.load(path / TOKENIZER_DIR)
+        tokenizer = read_tokenizer(path / TOKENIZER_DIR)
     return model, tokenizer
 
 
+def read_meta(path: str | Path) -> dict:
+    """config.json of a checkpoint folder, checked to be {"kind": a MODEL_KINDS key, "config": {...}};
+    a folder that is not a checkpoint, or a damaged config.json, is an error naming the file."""
+    path = Path(path)
+    if not (path / CONFIG_FILE).is_file() or not (path / WEIGHTS_FILE).is_file():
+        raise FileNotFoundError(f"{path} is not a checkpoint folder (needs {CONFIG_FILE} and {WEIGHTS_FILE})")
+    meta = read_json_file(path / CONFIG_FILE)
+    if not isinstance(meta, dict) or set(meta) - {"kind", "config"} or "kind" not in meta or "config" not in meta:
+        got = sorted(meta) if isinstance(meta, dict) else type(meta).__name__
+        raise CheckpointError(f"{path / CONFIG_FILE}: expected keys 'kind' and 'config', got {got}")
+    if meta["kind"] not in MODEL_KINDS:
+        raise CheckpointError(f"{path / CONFIG_FILE}: unknown model kind {meta['kind']!r}; known: {sorted(MODEL_KINDS)}")
+    return meta
+
+
+def read_card(path: str | Path) -> dict:
+    """card.json of a checkpoint folder ({} when it has none); a damaged one is a CheckpointError."""
+    card_path = Path(path) / CARD_FILE
+    if not card_path.is_file():
+        return {}
+    card = read_json_file(card_path)
+    if not isinstance(card, dict):
+        raise CheckpointError(f"{card_path}: expected a JSON object, got {type(card).__name__}")
+    return card
+
+
 def checkpoint_hash(path: str | Path) -> str:
-    """sha256 (hex) over the bytes of config.json followed by model.safetensors."""
+    """sha256 (hex) over the bytes of config.json followed by model.safetensors (checksums.json
+    is left out: the hash is the same for a folder written before it existed)."""
     path = Path(path)
     h = hashlib.sha256()
     for name in (CONFIG_FILE, WEIGHTS_FILE):

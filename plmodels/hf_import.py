@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from safetensors.torch import load_file
 
-from .checkpoint import check_state, save
+from .checkpoint import check_state, read_safetensors, save
 from .encoder import Encoder, EncoderConfig
 from .tokenizer import Tokenizer
 
@@ -76,6 +75,11 @@ def find_minilm() -> Path | None:
 
 def config_from_hf(hf: dict, where: str = "config.json") -> EncoderConfig:
     """EncoderConfig from a HF BertConfig dict."""
+    need = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+            "max_position_embeddings")
+    missing = [k for k in need if k not in hf]
+    if missing:
+        raise ValueError(f"{where}: missing {missing} (a Hugging Face BERT config.json has them)")
     if hf.get("model_type", "bert") != "bert":
         raise ValueError(f"{where}: model_type={hf.get('model_type')!r}, only 'bert' is supported")
     if hf.get("position_embedding_type", "absolute") != "absolute":
@@ -131,7 +135,7 @@ def read_hf_weights(src: Path) -> dict[str, torch.Tensor]:
     """The HF state dict from model.safetensors, else pytorch_model.bin (weights_only=True); a .bin
     that is more than tensors is an UnsafePickleError."""
     if (src / "model.safetensors").is_file():
-        return load_file(str(src / "model.safetensors"))
+        return read_safetensors(src / "model.safetensors")   # a torn file: one error naming it
     path = src / "pytorch_model.bin"
     if path.is_file():
         try:

@@ -4,20 +4,31 @@ A checkpoint folder is a `plmodels.save` folder plus `train_state.safetensors` (
 tensors) and `train_state.json` (step, tokens, elapsed time, data position, seed, param groups);
 the JSON is written last, so a folder without it is an unfinished checkpoint and
 `latest_checkpoint` skips it (the pretraining loop also builds each checkpoint folder aside and
-renames it in whole, so such a folder comes only from older versions or other writers). Checkpoints fall every `ckpt_every` steps and, with
-`ckpt_log_spaced`, at steps 1, 2, 4, 8, ... (to follow how structure emerges early).
+renames it in whole, so such a folder comes only from older versions or other writers).
+`train_state.json` also holds the sha256 of `train_state.safetensors` and the model's own
+checksums.json (plmodels.checkpoint) that of the weights, so a checkpoint torn after it was
+renamed in (a copy cut short, a full disk, a file truncated by hand) is recognised:
+`latest_checkpoint` skips it, saying why, and the run resumes from the newest good one.
+Checkpoints fall every `ckpt_every` steps and, with `ckpt_log_spaced`, at steps 1, 2, 4, 8, ...
+(to follow how structure emerges early).
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
-
+from plmodels.checkpoint import (
+    WEIGHTS_FILE,
+    CheckpointError,
+    file_sha256,
+    read_json_file,
+    read_safetensors,
+    verify_checksums,
+)
 from plmodels.files import save_safetensors, write_json_atomic
 
 from .config import PretrainConfig
+from .runtime import log
 
 
 STATE_TENSORS, STATE_JSON = "train_state.safetensors", "train_state.json"
@@ -37,13 +48,43 @@ def save_train_state(folder: Path, optimizer: torch.optim.Optimizer, info: dict)
             else:
                 scalars[f"{pid}.{k}"] = v
     save_safetensors(tensors, folder / STATE_TENSORS)
-    write_json_atomic(folder / STATE_JSON, {**info, "param_groups": sd["param_groups"], "scalar_state": scalars})
+    write_json_atomic(folder / STATE_JSON, {**info, "param_groups": sd["param_groups"], "scalar_state": scalars,
+                                            "sha256": {STATE_TENSORS: file_sha256(folder / STATE_TENSORS)}})
+
+
+def read_state_info(folder: Path) -> dict:
+    """train_state.json of a checkpoint folder; a damaged one is a CheckpointError naming it."""
+    info = read_json_file(folder / STATE_JSON)
+    if not isinstance(info, dict) or not isinstance(info.get("step"), int):
+        raise CheckpointError(f"{folder / STATE_JSON}: expected a JSON object with an integer 'step'")
+    return info
+
+
+def check_checkpoint(folder: Path) -> dict:
+    """A finished checkpoint folder's train_state.json, after checking every file a resumption
+    reads: the weights against checksums.json and the training state against the JSON's sha256
+    (a folder from before these existed: each file read whole instead). Damage is a CheckpointError
+    naming the file."""
+    info = read_state_info(folder)
+    verify_checksums(folder)
+    want = (info.get("sha256") or {}).get(STATE_TENSORS)
+    if want is not None:
+        got = file_sha256(folder / STATE_TENSORS) if (folder / STATE_TENSORS).is_file() else "missing"
+        if got != want:
+            raise CheckpointError(f"{folder / STATE_TENSORS}: sha256 {got[:12]} does not match {STATE_JSON} "
+                                  f"({want[:12]}): the file is torn or was changed")
+    else:
+        read_safetensors(folder / STATE_TENSORS)
+    if not (folder / "checksums.json").is_file():
+        read_safetensors(folder / WEIGHTS_FILE)
+    return info
 
 
 def load_train_state(folder: Path, optimizer: torch.optim.Optimizer) -> dict:
     """Restore the optimizer from a checkpoint folder; returns the JSON info (step, tokens, ...)."""
-    info = json.loads((folder / STATE_JSON).read_text(encoding="utf-8"))
-    tensors = load_file(str(folder / STATE_TENSORS))
+    info = read_state_info(folder)
+    info.pop("sha256", None)
+    tensors = read_safetensors(folder / STATE_TENSORS)
     state: dict[int, dict] = {}
     for key, v in tensors.items():
         _, pid, name = key.split(".", 2)
@@ -58,13 +99,29 @@ def load_train_state(folder: Path, optimizer: torch.optim.Optimizer) -> dict:
     return info
 
 
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The finished checkpoint (train_state.json present) with the highest step, or None."""
+def latest_checkpoint(out_dir: Path, quiet: bool = False) -> Path | None:
+    """The good finished checkpoint (train_state.json present, every file intact: `check_checkpoint`)
+    with the highest step, or None. A damaged one is skipped with a warning naming the file and
+    what is wrong (unless `quiet`), so a run resumes from the newest good checkpoint before it."""
     found = []
     for d in list((out_dir / "checkpoints").glob("step_*")) + [out_dir / "final"]:
         if (d / STATE_JSON).is_file():
-            found.append((json.loads((d / STATE_JSON).read_text())["step"], d.name != "final", d))
-    return max(found)[2] if found else None
+            try:
+                step = read_state_info(d)["step"]
+            except CheckpointError as e:
+                if not quiet:
+                    log(f"warning: skipping the damaged checkpoint {d.name}: {e}")
+                continue
+            found.append((step, d.name != "final", d))
+    for _, _, d in sorted(found, reverse=True):
+        try:
+            check_checkpoint(d)
+        except (CheckpointError, OSError) as e:
+            if not quiet:
+                log(f"warning: skipping the damaged checkpoint {d.name}: {e}")
+            continue
+        return d
+    return None
 
 
 def log_spaced(step: int) -> bool:

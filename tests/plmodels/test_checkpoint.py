@@ -118,3 +118,68 @@ def test_saved_files_get_the_mode_open_would(tmp_path, tokenizer, mask, mode):
                                         "config.json", "card.json"}
     bad = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in files if p.stat().st_mode & 0o777 != mode}
     assert bad == {}
+
+
+# ------------------------------------------------------------------ damaged files (issue 75)
+def _damage(path, how):
+    """Damage one file of a checkpoint folder as a cut copy, a hand edit or a full disk would."""
+    if how == "truncate":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    elif how == "flip":   # same size, one byte changed: only the checksum sees it
+        data = bytearray(path.read_bytes())
+        data[-1] ^= 0xFF
+        path.write_bytes(bytes(data))
+    else:
+        path.write_text(how)
+
+
+@pytest.mark.parametrize("name,how,expected", [
+    ("model.safetensors", "truncate",
+     r"model\.safetensors: not a readable safetensors file .*; sha256 \w+\.\.\. does not match checksums\.json"),
+    ("config.json", '{"kind": "encoder", "config": {', r"config\.json: invalid JSON at line 1"),
+    ("config.json", '{"kind": "lstm", "config": {}}', r"config\.json: unknown model kind 'lstm'"),
+    ("config.json", '[1, 2]', r"config\.json: expected keys 'kind' and 'config', got list"),
+    ("checksums.json", '{"model.safetensors": ', r"checksums\.json: invalid JSON"),
+    ("tokenizer/tokenizer.json", '{"version": ', r"tokenizer: not a readable tokenizer folder"),
+])
+def test_a_damaged_file_is_one_error_naming_it(tmp_path, tokenizer, name, how, expected):
+    path = save(tiny_encoder(), tokenizer, tmp_path / "ckpt")
+    _damage(path / name, how)
+    with pytest.raises(ValueError, match=expected) as e:
+        load(path)
+    assert str(path) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_truncated_weights_file_without_checksums_is_named(tmp_path, tokenizer):
+    """A folder without checksums.json (older versions, other writers): safetensors' own error,
+    which names no file, comes back naming it."""
+    path = save(tiny_encoder(), tokenizer, tmp_path / "ckpt")
+    (path / "checksums.json").unlink()
+    load(path)   # still readable as it is
+    _damage(path / "model.safetensors", "truncate")
+    with pytest.raises(ValueError, match=r"ckpt/model\.safetensors: not a readable safetensors file"):
+        load(path)
+
+
+def test_the_checksum_is_written_last_and_matches_the_weights(tmp_path, tokenizer):
+    import hashlib
+
+    path = save(tiny_encoder(), tokenizer, tmp_path / "ckpt")
+    sums = json.loads((path / "checksums.json").read_text())
+    assert sums == {"model.safetensors": hashlib.sha256((path / "model.safetensors").read_bytes()).hexdigest()}
+    files = [p for p in path.rglob("*") if p.is_file()]
+    assert max(files, key=lambda p: p.stat().st_mtime_ns).name == "checksums.json"
+    # weights changed inside, the file still complete: they load, with a warning naming the file
+    _damage(path / "model.safetensors", "flip")
+    with pytest.warns(UserWarning, match=r"ckpt/model\.safetensors: sha256 \w+\.\.\. does not match checksums"):
+        load(path)
+
+
+def test_a_damaged_card_is_named(tmp_path, tokenizer):
+    from plmodels.checkpoint import read_card
+
+    path = save(tiny_encoder(), tokenizer, tmp_path / "ckpt", card={"steps": 3})
+    assert read_card(path)["steps"] == 3
+    (path / "card.json").write_text('{"steps": 3,')
+    with pytest.raises(ValueError, match=r"ckpt/card\.json: invalid JSON at line 1"):
+        read_card(path)

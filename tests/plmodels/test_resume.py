@@ -216,3 +216,43 @@ def test_sigkill_at_random_moments_resumes_to_the_uninterrupted_curve(kill_cfg, 
     kills = [_kill_after_rows(config, run, rng.randint(2, 9)) for _ in range(3)]
     assert kills[0], "the first kill came after the run had ended"
     _finish_and_compare(config, run, straight)
+
+
+@pytest.mark.parametrize("damage", ["weights", "train_state"])
+def test_a_truncated_last_checkpoint_is_skipped_for_the_previous_good_one(data, tokenizer, tmp_path, capsys, damage):
+    """Issue 75: a torn model.safetensors in the latest checkpoint gave a raw SafetensorError and
+    the run could not resume. It is recognised by its checksum, skipped with a warning naming it,
+    and the run resumes from the checkpoint before, reaching the uninterrupted run's weights."""
+    cfg = _cfg(data, max_steps=7, eval_every=2, tokenizer_path=tokenizer)
+    straight = pretrain(cfg, tmp_path / "a")
+    run_training(cfg, tmp_path / "b", stop_at_step=5)   # checkpoints at steps 1, 2, 4
+    name = "model.safetensors" if damage == "weights" else "train_state.safetensors"
+    torn = tmp_path / "b" / "checkpoints" / "step_0000004" / name
+    torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
+    capsys.readouterr()
+    resumed = pretrain(cfg, tmp_path / "b")
+    err = capsys.readouterr().err
+    assert f"skipping the damaged checkpoint step_0000004: {torn}: sha256" in err, err
+    assert "resuming from" in err and "step_0000002 at step 2" in err, err
+    assert json.loads((tmp_path / "b" / "resumes.json").read_text())[0]["from"] == "checkpoints/step_0000002"
+    assert _rows(tmp_path / "b") == _rows(tmp_path / "a")
+    assert _weights_equal(straight, resumed)
+
+
+def test_a_checkpoint_without_checksums_is_still_read(data, tokenizer, tmp_path):
+    """A folder written before checksums existed (no checksums.json, no sha256 in train_state.json)
+    resumes as before; a truncated one of them is still recognised, by reading it whole."""
+    from plmodels.training.state import STATE_JSON, latest_checkpoint
+
+    cfg = _cfg(data, max_steps=4, tokenizer_path=tokenizer)
+    run_training(cfg, tmp_path / "r", stop_at_step=3)   # checkpoints at steps 1, 2
+    for step in (1, 2):
+        folder = tmp_path / "r" / "checkpoints" / f"step_{step:07d}"
+        (folder / "checksums.json").unlink()
+        info = json.loads((folder / STATE_JSON).read_text())
+        del info["sha256"]
+        (folder / STATE_JSON).write_text(json.dumps(info))
+    assert latest_checkpoint(tmp_path / "r").name == "step_0000002"
+    w = tmp_path / "r" / "checkpoints" / "step_0000002" / "model.safetensors"
+    w.write_bytes(w.read_bytes()[:100])
+    assert latest_checkpoint(tmp_path / "r").name == "step_0000001"

@@ -58,16 +58,25 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
-from safetensors.torch import load_file
 
-from plmodels.checkpoint import save
+from plmodels.checkpoint import CONFIG_FILE, MODEL_KINDS, read_weights, save
+from plmodels.config import build
 from plmodels.files import atomic_open, pid_alive, replace_folder, temp_folder, write_json_atomic
 from plmodels.presets import preset as preset_fields
 from plmodels.progress import progress
 
-from .config import RESUME_SAFE_KEYS, PretrainConfig, config_diff, load_config
+from .config import (
+    RESUME_SAFE_KEYS,
+    PretrainConfig,
+    config_diff,
+    config_path,
+    load_config,
+    resolve_path,
+)
+from . import corpus
 from .corpus import PackedDataset
 from .data import Batches, prepare_tokenizer, token_cache
+from .distil import DistilConfig
 from .distributed import (
     Dist,
     any_rank,
@@ -123,14 +132,90 @@ def build_model_config(cfg: PretrainConfig, tok) -> dict:
     return fields_
 
 
+def check_model_config(cfg: PretrainConfig, source: str = "", overrides: dict | None = None) -> None:
+    """Type-check the model config a run will build (preset, then `cfg.model`), before any work: a
+    tokenizer's vocabulary and special ids are not known yet, so the config's `vocab_size` stands
+    in. Errors name `source` (the config file) and `model.<field>`, or `--set model.<field>` when
+    the value came from `overrides`. DistilBERT's student is the teacher's shape (no preset), so
+    only its teacher folder is checked here."""
+    if cfg.objective == "distil":
+        teacher = Path(DistilConfig.from_dict(cfg.objective_args, "objective_args (distil)").teacher).expanduser()
+        if not (teacher / CONFIG_FILE).is_file():
+            raise FileNotFoundError(f"{source or 'config'}: objective_args.teacher: {teacher} is not a checkpoint "
+                                    f"folder (no {CONFIG_FILE})")
+        return
+    fields_ = {**preset_fields(cfg.kind, cfg.preset), **cfg.model, "vocab_size": cfg.vocab_size}
+    if cfg.kind != "encoder":
+        for k in ("type_vocab_size", "use_nsp", "pad_token_id"):
+            fields_.pop(k, None)
+    build(MODEL_KINDS[cfg.kind][1], fields_, source or "model", (overrides or {}).get("model"), prefix="model.")
+
+
+def check_sources(cfg: PretrainConfig, source: str = "") -> None:
+    """Every corpus the run reads exists and has its split (corpus.source_key), before any work;
+    errors name `source` and the field."""
+    pairs = [("train_source", cfg.train_source, cfg.train_split), ("eval_source", cfg.eval_source, cfg.eval_split)]
+    pairs += [(f"extra_eval.{name}", src, split) for name, (src, split) in cfg.extra_eval.items()]
+    for field_, src, split in pairs:
+        if src is None:
+            continue
+        try:
+            corpus.source_key(resolve_path(src, cfg.data_dir), split)
+        except (OSError, ValueError) as e:
+            raise type(e)(f"{source or 'config'}: {field_}={src!r}: {e}") from None
+
+
+RUN_FILES = ("config.resolved.json", "metrics.jsonl", "resumes.json", "checkpoints", "final", "tokenizer")
+
+
+def start_over(out_dir: Path, why: str) -> None:
+    """Delete what a run wrote in out_dir (RUN_FILES; the token caches, keyed by the tokenizer's
+    fingerprint, stay) so that a new run starts there from step 0."""
+    log(f"starting the run in {out_dir} over: {why}")
+    for name in RUN_FILES:
+        p = out_dir / name
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p)
+        elif p.exists() or p.is_symlink():
+            p.unlink()
+
+
+def claim_folder(out_dir: Path, cfg: PretrainConfig, resume: bool) -> None:
+    """Before the tokenizer: a folder whose run is not to be resumed is cleared (`start_over`).
+    That is any run under resume=False (`--no-resume`: start again), and a run with no finished
+    checkpoint whose pretraining config differs from `cfg` (it failed or was stopped before its
+    first checkpoint: nothing is lost, and the corrected command takes the folder over instead of
+    being refused). A run with a finished checkpoint and another config is refused by `check_resume`."""
+    path = out_dir / "config.resolved.json"
+    if not path.is_file():
+        if any((out_dir / name).exists() for name in RUN_FILES):  # a run that died before writing it
+            start_over(out_dir, "it has no config.resolved.json (a run stopped before it started)")
+        return
+    if not resume:
+        start_over(out_dir, "--no-resume (resume=False)")
+        return
+    if latest_checkpoint(out_dir, quiet=True) is not None:
+        return
+    try:
+        old = json.loads(path.read_text(encoding="utf-8")).get("pretrain", {})
+    except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        old = None
+    new = cfg.to_dict()
+    if old is None or [k for k in config_diff(old, new) if k.split(".")[0] not in RESUME_SAFE_KEYS]:
+        start_over(out_dir, "it has no finished checkpoint and its config differs from this one")
+
+
 def check_resume(out_dir: Path, resolved: dict, resume: bool) -> bool:
     """Whether a run exists in out_dir to resume; refuses a different config (listing the keys)."""
     path = out_dir / "config.resolved.json"
     if not path.is_file():
         return False
-    if not resume:
+    if not resume:   # claim_folder has cleared it; another process wrote it since
         raise FileExistsError(f"{out_dir} already holds a run (config.resolved.json); resume it or use another folder")
-    old = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON config ({e}); it was torn or edited") from None
     # a key added to PretrainConfig after the run was written is the same config if it has its default
     defaults = {f.name: f.default for f in fields(PretrainConfig) if f.default is not MISSING}
     for k, v in resolved.get("pretrain", {}).items():
@@ -234,6 +319,7 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
         torch.set_num_threads(cfg.num_threads)
     if d.main:
         out_dir.mkdir(parents=True, exist_ok=True)
+        claim_folder(out_dir, cfg, resume)
     barrier(d)
     objective = objective_for(cfg)
     tok = prepare_tokenizer(cfg, out_dir, d, objective.tokenizer_path())
@@ -271,7 +357,7 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
     step, tokens, elapsed = 0, 0, 0.0
     ckpt = latest_checkpoint(out_dir) if resuming else None
     if ckpt is not None:
-        analysed.load_state_dict(load_file(str(ckpt / "model.safetensors"), device=str(device)))
+        analysed.load_state_dict(read_weights(ckpt, device=str(device)))
         objective.load_extras(model, ckpt, device)
         info = load_train_state(ckpt, optimizer)
         step, tokens, elapsed = info["step"], info["tokens"], info["elapsed"]
@@ -473,8 +559,13 @@ def pretrain(config: PretrainConfig | str | Path, out_dir: str | Path, resume: b
     """Pretrain from a config (object, JSON path or recipe name); returns out_dir/final.
 
     resume=True continues the run in out_dir from its last checkpoint (same data order, optimizer
-    state and masks); a changed config is refused with the differing keys listed. resume=False
-    refuses a folder that already holds a run.
+    state and masks); a changed config is refused with the differing keys listed, unless the run
+    has no finished checkpoint yet (it is then started over with the new config: `claim_folder`).
+    resume=False starts over in a folder that already holds a run. The whole config, the model's
+    included, is checked before the folder is made or a tokenizer trained.
     """
     cfg = load_config(config, overrides)
+    source = str(config_path(config)) if isinstance(config, (str, Path)) else "config"
+    check_model_config(cfg, source, overrides)   # before the tokenizer and the run folder
+    check_sources(cfg, source)
     return run_training(cfg, out_dir, resume=resume).path

@@ -167,8 +167,18 @@ def test_resume_with_changed_config_refuses_listing_keys(data, tmp_path):
     pretrain(cfg, tmp_path / "r")
     with pytest.raises(ValueError, match=r"\['lr', 'seq_len'\]"):
         pretrain(cfg, tmp_path / "r", overrides={"lr": 1e-2, "seq_len": 16})
-    with pytest.raises(FileExistsError):
-        pretrain(cfg, tmp_path / "r", resume=False)
+    # resume=False (`--no-resume`) starts the run over with the new config: the same weights as a
+    # fresh folder gets, and none of the old run's rows or checkpoints left
+    changed = {"lr": 1e-2, "seq_len": 16, "tokenizer_path": str(_fixed_wordpiece(data[0], tmp_path / "tok"))}
+    over = pretrain(cfg, tmp_path / "r", resume=False, overrides=changed)
+    fresh = pretrain(cfg, tmp_path / "fresh", overrides=changed)
+    wa, wb = load_file(str(over / "model.safetensors")), load_file(str(fresh / "model.safetensors"))
+    assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert json.loads((tmp_path / "r" / "config.resolved.json").read_text())["pretrain"]["lr"] == 1e-2
+    rows = [[{k: v for k, v in r.items() if k != "time"} for r in _eval_losses(tmp_path / name)[1]]
+            for name in ("r", "fresh")]
+    assert rows[0] == rows[1] and rows[0][-1]["step"] == 2
+    assert not (tmp_path / "r" / "resumes.json").exists()
 
 
 def test_resume_accepts_a_key_added_later_at_its_default(data, tmp_path):

@@ -46,6 +46,29 @@ def _overrides(a: argparse.Namespace) -> dict:
     return parse_overrides(a.set)
 
 
+def _check_checkpoint(path: Path, what: str = "model") -> None:
+    """`path` is a checkpoint folder with a readable config.json: checked before any output
+    folder is made or a model loaded (one line naming the file otherwise)."""
+    from plmodels.checkpoint import check_weights, read_meta
+
+    try:
+        read_meta(path)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(str(e) if what == "model" else f"{what}: {e}") from None
+    check_weights(path)
+
+
+def _tasks_flag(a: argparse.Namespace, known, what: str = "task") -> list[str] | None:
+    """--tasks as a list, every name checked against `known` before any work."""
+    if not a.tasks:
+        return None
+    tasks = [t.strip() for t in a.tasks.split(",") if t.strip()]
+    bad = [t for t in tasks if t not in known]
+    if bad or not tasks:
+        raise ValueError(f"--tasks {a.tasks}: unknown {what} {bad or [a.tasks]}; known: {', '.join(sorted(known))}")
+    return tasks
+
+
 def _pretrain(a: argparse.Namespace) -> None:
     from plmodels.training import pretrain
 
@@ -81,15 +104,34 @@ def _export_hf(a: argparse.Namespace) -> None:
 
 
 def _data_tasks(a: argparse.Namespace) -> None:
-    from workbench.data.tasks import build_all_tasks
+    from workbench.data.tasks import TASKS, build_all_tasks
 
-    stats = build_all_tasks(a.out, tasks=a.tasks.split(",") if a.tasks else None)
-    print(stats.to_string(index=False))
+    stats = build_all_tasks(a.out, tasks=_tasks_flag(a, TASKS))
+    print(tasks_table(stats, labels=a.labels))
+    if not a.labels:
+        print(f"label counts and skips: {a.out / 'stats.parquet'} (or --labels)")
+
+
+def tasks_table(stats, labels: bool = False) -> str:
+    """The task statistics as a terminal reads them: one row per task and split (records, words,
+    targets, labels, skipped sentences); with `labels`, one row per task, split and label instead."""
+    import json
+
+    import pandas as pd
+
+    if labels:
+        rows = [{"task": r.task, "split": r.split, "label": label, "count": n}
+                for r in stats.itertuples() for label, n in json.loads(r.label_counts).items()]
+        return pd.DataFrame(rows).to_string(index=False)
+    table = stats[["task", "split", "records", "words", "targets", "n_labels"]].copy()
+    table["skipped"] = [sum(v for v in json.loads(s).values() if isinstance(v, (int, float))) for s in stats["skips"]]
+    return table.to_string(index=False)
 
 
 def _extract(a: argparse.Namespace) -> None:
     from workbench.store.extraction import extract_cli
 
+    _check_checkpoint(a.model)
     store = extract_cli(a.model, a.data, a.out, pooling=a.pooling, attentions=a.attentions,
                         precision=a.precision)
     print(f"store: {store.path}")
@@ -99,8 +141,16 @@ def _probe(a: argparse.Namespace) -> None:
     from workbench.analyses.probing import probe_model, resolve_config
     from workbench.presentation.analysis_figures import write_analysis_figures
 
+    from probes.structural import STRUCTURAL_TASKS
+    from workbench.data.tasks import TASKS
+
     config = resolve_config(a.config, _overrides(a))
-    tasks = a.tasks.split(",") if a.tasks else None
+    known = set(TASKS) | set(STRUCTURAL_TASKS)
+    tasks = _tasks_flag(a, known)
+    bad = [t for t in config.tasks if t not in known]
+    if tasks is None and bad:
+        raise ValueError(f"{a.config or 'the probing config'}: tasks: unknown {bad}; known: {', '.join(sorted(known))}")
+    _check_checkpoint(a.model)
     tables = probe_model(a.model, tasks=tasks, out_dir=a.out, config=config)
     write_analysis_figures("probe", tables, a.out)
     print(f"probing tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
@@ -111,6 +161,7 @@ def _word_property_analysis(a: argparse.Namespace, run, resolve_config, kind: st
     from workbench.presentation.analysis_figures import write_analysis_figures
 
     config = resolve_config(a.config, {**_overrides(a), **({"tasks": a.tasks.split(",")} if a.tasks else {})})
+    _check_checkpoint(a.model)
     tables = run(a.model, out_dir=a.out, config=config)
     write_analysis_figures(kind, tables, a.out)
     print(f"{kind} tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
@@ -131,6 +182,7 @@ def _gate(a: argparse.Namespace) -> None:
 def _cross_heads(a: argparse.Namespace) -> None:
     from workbench.analyses.cross_heads import analyse_cross_heads
 
+    _check_checkpoint(a.model)
     tables = analyse_cross_heads(a.model, out_dir=a.out, n_sentences=a.sentences, seed=a.seed)
     print(f"cross-attention head tables: {sorted(tables)} in {a.out / 'tables'}")
 
@@ -146,7 +198,10 @@ def _heads(a: argparse.Namespace) -> None:
     from workbench.analyses.heads import analyse_heads, resolve_config
     from workbench.presentation.analysis_figures import write_analysis_figures
 
-    tables = analyse_heads(a.model, out_dir=a.out, config=resolve_config(a.config, _overrides(a)))
+    config = resolve_config(a.config, _overrides(a))
+    config.thresholds()   # a heads_config file named in it is read and checked now
+    _check_checkpoint(a.model)
+    tables = analyse_heads(a.model, out_dir=a.out, config=config)
     write_analysis_figures("heads", tables, a.out)
     print(f"head tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
 
@@ -154,30 +209,42 @@ def _heads(a: argparse.Namespace) -> None:
 def _prune(a: argparse.Namespace) -> None:
     from workbench.analyses.prune import prune_model_cli, resolve_config
 
+    config = resolve_config(a.config, _overrides(a))
+    _check_checkpoint(a.model)
     tables = prune_model_cli(a.model, methods=a.method.split(",") if a.method else None, out_dir=a.out,
-                             config=resolve_config(a.config, _overrides(a)))
+                             config=config)
     print(f"pruning tables: {sorted(tables)} in {a.out / 'tables'}")
 
 
 def _compare(a: argparse.Namespace) -> None:
     from workbench.analyses.compare import compare_models, resolve_config
 
-    out = compare_models(a.model_a, a.model_b, out_dir=a.out, config=resolve_config(a.config, _overrides(a)))
+    config = resolve_config(a.config, _overrides(a))
+    _check_checkpoint(a.model_a, "model_a")
+    _check_checkpoint(a.model_b, "model_b")
+    out = compare_models(a.model_a, a.model_b, out_dir=a.out, config=config)
     print(f"comparison tables: {sorted(out)} in {a.out / 'tables'}")
 
 
 def _fvf(a: argparse.Namespace) -> None:
     from workbench.analyses.frozen_vs_finetuned import frozen_vs_finetuned, resolve_config
 
-    frozen_vs_finetuned(a.model, out_dir=a.out, config=resolve_config(a.config, _overrides(a)))
+    config = resolve_config(a.config, _overrides(a))
+    _check_checkpoint(a.model)
+    frozen_vs_finetuned(a.model, out_dir=a.out, config=config)
     print(f"frozen-vs-finetuned table: {a.out / 'tables' / 'frozen_vs_finetuned.parquet'}")
 
 
 def _emergence(a: argparse.Namespace) -> None:
-    from workbench.analyses.emergence import emergence_cli
+    from workbench.analyses.emergence import EmergenceConfig, emergence_cli
     from workbench.presentation.analysis_figures import write_analysis_figures
 
-    tables = emergence_cli(a.run, a.out, config=a.config, overrides=_overrides(a))
+    config = EmergenceConfig.resolve(a.config, _overrides(a))
+    if not a.run.is_dir():
+        raise FileNotFoundError(f"pretraining run folder {a.run} does not exist")
+    if not any((a.run / "checkpoints").glob("step_*")):
+        raise FileNotFoundError(f"{a.run} is not a pretraining run folder (no checkpoints/step_*)")
+    tables = emergence_cli(a.run, a.out, config=config)
     write_analysis_figures("emergence", tables, a.out)
     print(f"emergence table: {a.out / 'tables' / 'emergence.parquet'}")
 
@@ -268,7 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
                                   "(encoder-mini-cram, decoder-mini, ...)")
     s.add_argument("--out", required=True, type=Path, help="run folder for checkpoints and metrics (required)")
     s.add_argument("--no-resume", action="store_true",
-                   help="refuse to continue an existing run (default: resume from its last checkpoint)")
+                   help="start the run over, deleting what the folder's earlier run wrote (default: resume from "
+                        "its last good checkpoint; a run with none yet is started over when its config changed)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     s.set_defaults(fn=_pretrain)
 
@@ -299,6 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(d, "tasks", "build the edge-probing tasks and show their statistics")
     s.add_argument("--out", type=Path, default=Path("runs/tasks"), help="folder for the task files")
     s.add_argument("--tasks", help="comma-separated subset (default: all)")
+    s.add_argument("--labels", action="store_true",
+                   help="print each task's label counts, one row per label (default: a row per task and split; "
+                        "the counts are in stats.parquet)")
     s.set_defaults(fn=_data_tasks)
 
     s = _command(sub, "extract", "extract every layer into the activation store")

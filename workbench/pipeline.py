@@ -35,17 +35,18 @@ from plmodels.hf_families import import_hf
 from plmodels.hf_import import find_minilm
 from plmodels.paths import source_checkout
 from plmodels.training import pretrain
-from plmodels.training.config import read_config_file
+from plmodels.training.config import PretrainConfig, read_config_file
+from plmodels.training.loop import check_model_config, check_sources
 from workbench import __version__
-from workbench.analyses.amnesic import amnesic_model
-from workbench.analyses.compare import compare_models
+from workbench.analyses.amnesic import AmnesicRunConfig, amnesic_model
+from workbench.analyses.compare import CompareRunConfig, compare_models
 from workbench.analyses.cross_heads import analyse_cross_heads
-from workbench.analyses.emergence import emergence_cli
-from workbench.analyses.frozen_vs_finetuned import frozen_vs_finetuned
-from workbench.analyses.gating import gate_model
-from workbench.analyses.heads import analyse_heads
-from workbench.analyses.probing import probe_model
-from workbench.analyses.prune import prune_model_cli
+from workbench.analyses.emergence import EmergenceConfig, emergence_cli
+from workbench.analyses.frozen_vs_finetuned import FvFConfig, frozen_vs_finetuned
+from workbench.analyses.gating import GateRunConfig, gate_model
+from workbench.analyses.heads import HeadRunConfig, analyse_heads
+from workbench.analyses.probing import ProbeRunConfig, probe_model
+from workbench.analyses.prune import PruneRunConfig, prune_model_cli
 from workbench.analyses.zoo import cka_between, training_table, zoo_statistics
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import data_root
@@ -178,6 +179,7 @@ class Context:
     run_dir: Path
     cfg: dict
     params: Any = None
+    force: bool = False   # `--force`: pretraining starts over instead of resuming
 
     def model_path(self, name: str) -> Path:
         """Checkpoint folder of a model of this run (a pretraining run folder's final/)."""
@@ -217,7 +219,7 @@ def _pretrain_step(name: str, spec: dict) -> Callable[[Context], dict]:
         if spec.get("teacher_from"):  # distillation from another model of the run
             overrides["objective_args"] = {**overrides.get("objective_args", {}),
                                            "teacher": str(ctx.model_path(spec["teacher_from"]))}
-        path = pretrain(spec["pretrain"], ctx.run_dir / "models" / name, resume=True, overrides=overrides)
+        path = pretrain(spec["pretrain"], ctx.run_dir / "models" / name, resume=not ctx.force, overrides=overrides)
         # its curves as the run's `training` table (the app and the report read them there)
         upsert_table(ctx.run_dir, "training", training_rows(ctx.run_dir / "models" / name))
         return {"checkpoint": str(path), "tables": ["training"]}
@@ -431,6 +433,61 @@ def _model_step(cfg: dict, model: str) -> str:
     raise ValueError(f"model {model!r} is neither in 'models' nor in 'finetune'")
 
 
+# ---------------------------------------------------------------------------------- validation
+ANALYSIS_CONFIGS: dict[str, type[Config]] = {
+    "probe": ProbeRunConfig, "heads": HeadRunConfig, "prune": PruneRunConfig, "gate": GateRunConfig,
+    "amnesic": AmnesicRunConfig, "compare": CompareRunConfig, "frozen_vs_finetuned": FvFConfig,
+    "emergence": EmergenceConfig,
+}
+
+
+def check_pretrain_spec(recipe: str, overrides: dict, source: str, teacher_later: bool = False) -> None:
+    """A model's pretraining config (a recipe name or JSON file, with its overrides) resolves and
+    type-checks, its model config included, and its corpora exist; errors start with `source`
+    (the run or zoo file and the model or system). A distilled model whose teacher is trained by
+    the same run (`teacher_later`) has no teacher folder to check yet."""
+    try:
+        path = _config_file(recipe, "pretrain") or recipes.find("pretrain", recipe)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{source}: pretrain: {e}") from None
+    d = merge(read_config_file(path), overrides)
+    cfg = PretrainConfig.from_dict(d, f"{source} ({path.name} with its overrides)")
+    if not (teacher_later and cfg.objective == "distil"):
+        check_model_config(cfg, f"{source} ({path.name} with its overrides)")
+    check_sources(cfg, source)
+
+
+def validate_run_config(cfg: dict, where: str | None) -> None:
+    """Every part of a run config that can be checked before the run starts is checked here, before
+    its folder is made: the steps build (the models they name exist), every model's pretraining
+    config and every analysis config resolves and type-checks. Errors name the file and the entry."""
+    where = where or "run config"
+    build_steps(cfg)
+    for name, spec in cfg["models"].items():
+        if "pretrain" in spec:
+            overrides = {**spec.get("overrides", {}), "seed": spec.get("overrides", {}).get("seed", cfg["seed"])}
+            check_pretrain_spec(spec["pretrain"], overrides, f"{where}: models.{name}",
+                                teacher_later=bool(spec.get("teacher_from")))
+    for name, spec in cfg.get("finetune", {}).items():
+        config = _config_file(spec["config"], "config")
+        if config is None and not Path(spec["config"]).is_file():
+            raise FileNotFoundError(f"{where}: finetune.{name}.config: {spec['config']!r} is neither a JSON file "
+                                    f"nor a shipped finetuning config ({', '.join(recipes.names('finetune'))})")
+    for kind, cls in ANALYSIS_CONFIGS.items():
+        spec = cfg.get(kind)
+        if not spec:
+            continue
+        config = _step_config(spec)
+        if isinstance(config, Path) and not config.is_file():
+            raise FileNotFoundError(f"{where}: {kind}.config: {config} does not exist")
+        try:
+            resolved = cls.resolve(config)
+        except ValueError as e:
+            raise type(e)(f"{where}: {kind}.config: {e}") from None
+        if kind == "heads":
+            resolved.thresholds()
+
+
 # -------------------------------------------------------------------------------------- runner
 def _log(msg: str) -> None:
     print(f"[workbench run] {msg}", file=sys.stderr, flush=True)
@@ -481,6 +538,7 @@ def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, f
         RunConfig.from_dict(cfg, config_path or "run config")
     else:
         cfg = load_run_config(config, overrides)
+    validate_run_config(cfg, config_path or (None if isinstance(config, dict) else str(config)))
     run_dir = Path(run_dir) if run_dir else Path(cfg.get("results_root", "runs")) / cfg["name"]
     run_dir.mkdir(parents=True, exist_ok=True)
     info = run_info(run_dir)
@@ -505,7 +563,7 @@ def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, f
         states[step.name] = {"status": "running", "key": key, "started": time.time()}
         atomic_write_json(run_dir / "run.json", info)
         t0 = time.perf_counter()
-        outputs = step.fn(Context(run_dir, cfg, step.params))
+        outputs = step.fn(Context(run_dir, cfg, step.params, force=force))
         states[step.name] = {"status": "done", "key": key, "seconds": round(time.perf_counter() - t0, 1),
                              "outputs": outputs, "finished": time.time()}
         seconds_by_kind.setdefault(step.name.split(":")[0], []).append(time.perf_counter() - t0)

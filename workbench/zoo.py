@@ -32,7 +32,7 @@ from plmodels.config import Config, merge, read_json_object
 from plmodels.training.config import PretrainConfig, read_config_file
 from workbench.analyses.probing import RECORDS_OF, STRUCTURAL_TASKS
 from workbench.analyses.zoo import PRIMARY_STATISTICS, model_name
-from workbench.pipeline import NO_TIME_LIMIT, run_pipeline
+from workbench.pipeline import NO_TIME_LIMIT, check_pretrain_spec, run_pipeline
 
 NO_HEADS = ("bilm",)  # kinds without attention heads: no head analysis, importance or pruning
 
@@ -174,8 +174,26 @@ def load_zoo(path: str | Path, overrides: dict | None = None) -> ZooConfig:
     return ZooConfig.from_dict(merge(read_json_object(path), overrides), str(path))
 
 
+def check_systems(zoo: ZooConfig, source: str) -> None:
+    """Before anything runs: every system's recipe exists and its pretraining config (recipe, the
+    zoo's `training`, the system's overrides, the budget) type-checks, its model config included;
+    errors name the zoo file and the system (pipeline.check_pretrain_spec)."""
+    for system, spec in zoo.systems.items():
+        where = f"{source}: systems.{system}"
+        try:
+            recipes.find("pretrain", spec["recipe"])
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{where}.recipe: no pretraining recipe named {spec['recipe']!r}; "
+                                    f"known: {', '.join(recipes.names('pretrain'))}") from None
+        overrides = merge(merge(zoo.training, spec.get("overrides", {})),
+                          {"max_minutes": zoo.budget_minutes, "seed": zoo.seeds[0]})
+        check_pretrain_spec(spec["recipe"], overrides, where, teacher_later=spec.get("teacher") is not None)
+
+
 def run_zoo(path: str | Path, run_dir: str | Path | None = None, force: bool = False,
             overrides: dict | None = None) -> Path:
-    """Run (or resume) the zoo study of the config at `path`; returns the run folder."""
-    return run_pipeline(expand_zoo(load_zoo(path, overrides)), run_dir=run_dir, force=force,
-                        config_path=str(path))
+    """Run (or resume) the zoo study of the config at `path`; returns the run folder. Every system
+    is checked first (`check_systems`)."""
+    zoo = load_zoo(path, overrides)
+    check_systems(zoo, str(path))
+    return run_pipeline(expand_zoo(zoo), run_dir=run_dir, force=force, config_path=str(path))

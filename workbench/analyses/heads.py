@@ -147,10 +147,12 @@ class HeadRunConfig(Config):
     @classmethod
     def load(cls, path: str | Path, overrides: dict | None = None) -> "HeadRunConfig":
         """A JSON file of HeadRunConfig fields. A file of HeadConfig thresholds (like configs/heads.json)
-        is accepted too and becomes `heads_config`."""
+        is accepted too and becomes `heads_config`: a file with more threshold keys than run keys is
+        one, checked as thresholds at once (so a misspelt threshold is the error, not every other key)."""
         d = read_json_object(path)
         threshold_keys = {f.name for f in fields(HeadConfig)}
-        if d and set(d) <= threshold_keys:
+        if d and len(set(d) & threshold_keys) > len(set(d) - threshold_keys):
+            HeadConfig.load(path)
             d = {"heads_config": str(path)}
         return cls.from_dict(merge(d, overrides), str(path))
 

@@ -19,6 +19,9 @@ from plmodels.hf_import import UnsafePickleError, find_minilm, import_hf_bert, m
 transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")
 
 
+INIT_STD = 0.3   # weight std of the random BERT: MLP pre-activations O(1-3) (hf_folder)
+
+
 def write_vocab(path, n):
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     words = ["the", "cat", "sat", "on", "mat", "dog", "##s", "ran"]
@@ -28,11 +31,17 @@ def write_vocab(path, n):
 
 @pytest.fixture(scope="module")
 def hf_folder(tmp_path_factory):
-    """A random tiny BertForPreTraining (pooler, MLM and NSP heads) saved as a HF folder with vocab.txt."""
+    """A random tiny BertForPreTraining (pooler, MLM and NSP heads) saved as a HF folder with vocab.txt.
+
+    Its weights are drawn with std INIT_STD instead of BERT's 0.02, so that the MLP's pre-activations
+    are O(1-3) (`test_the_random_weights_drive_the_activation_where_its_variants_differ`): at 0.02
+    they are ~0.1, where GELU and tanh-GELU agree within the parity tolerance, and an importer that
+    swapped one for the other passed (issue 75)."""
     torch.manual_seed(0)
     cfg = transformers.BertConfig(
         vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
         max_position_embeddings=24, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+        initializer_range=INIT_STD,
     )
     model = transformers.BertForPreTraining(cfg).eval()
     with torch.no_grad():  # non-trivial LayerNorms and biases so a mapping slip shows
@@ -82,6 +91,28 @@ def test_import_matches_hf_bert_hidden_states_attentions_and_mlm(hf_folder, tmp_
     assert tok.encode("The Cats") == [2, 5, 6, 11, 3] and tok2.encode("the cats") == tok.encode("the cats")
     card = json.loads((tmp_path / "ckpt" / "card.json").read_text())
     assert card["import"]["mlm_head"] == "imported"
+
+
+def test_the_random_weights_drive_the_activation_where_its_variants_differ(hf_folder, tmp_path):
+    """The parity test above only catches a wrong activation if the MLP's inputs reach where GELU,
+    tanh-GELU and ReLU differ: the pre-activations' spread is O(1-3), and the two GELUs differ there
+    by more than the parity tolerance after the output projection."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ours, _ = import_hf_bert(hf_folder, tmp_path / "ckpt")
+    ids = torch.tensor([[2, 5, 6, 7, 8, 9, 3, 10, 11, 12, 13, 14]])
+    got = []
+    handles = [b.mlp.fc_in.register_forward_hook(lambda m, i, o: got.append(o.detach())) for b in ours.blocks]
+    try:
+        with torch.no_grad():
+            ours(ids)
+    finally:
+        for h in handles:
+            h.remove()
+    pre = torch.cat([g.flatten() for g in got])   # every layer's MLP pre-activations
+    assert 1.0 < float(pre.std()) < 3.0, float(pre.std())
+    gap = torch.nn.functional.gelu(pre) - torch.nn.functional.gelu(pre, approximate="tanh")
+    assert float(gap.abs().max()) > 1e-4   # above the parity tests' atol
 
 
 def test_bert_prefix_and_unknown_tensors_are_reported():

@@ -73,3 +73,35 @@ def test_reader_reads_or_names_file_and_line(name, workdir):
             assert 1 <= int(m.group(1)) == err.line <= data.count(b"\n") + 2, str(err)
 
     check()
+
+
+def _word_rows(lines: list[str]) -> list[int]:
+    """Indices of the CoNLL-U lines that are words (integer ids; not ranges, empty nodes or comments)."""
+    return [i for i, line in enumerate(lines) if line and line.split("\t")[0].isdigit()]
+
+
+def test_conllu_head_out_of_range_is_named_not_an_index_error(workdir):
+    """The HEAD column edited on its own, every word of the fixture to every value from -3 to 12
+    (inside, at and past the sentence's ends): a head in 0..n reads or is refused as a bad tree; any
+    other is `HEAD h out of range 0..n` at its line. The byte fuzz above rarely lands on a HEAD, and
+    with the range check removed a head past n escaped as a raw IndexError from the tree walk and
+    a head of -1 was read as a word's (issue 75). Exhaustive, not sampled: 320 small files."""
+    lines = (FIX / "mini.conllu").read_text(encoding="utf-8").split("\n")
+    path = workdir / "heads.conllu"
+    for row in _word_rows(lines):
+        start = max(i for i in range(row + 1) if i == 0 or not lines[i].strip())
+        end = next((i for i in range(row, len(lines)) if not lines[i].strip()), len(lines))
+        n = len(_word_rows(lines[start:end]))   # words of the sentence the row is in
+        for head in range(-3, 13):
+            cols = lines[row].split("\t")
+            cols[6] = str(head)
+            path.write_text("\n".join(lines[:row] + ["\t".join(cols)] + lines[row + 1:]), encoding="utf-8")
+            where = f"line {row + 1}, HEAD {head} of {n} words"
+            try:
+                read_conllu(path)
+            except DataFormatError as err:
+                assert str(err).startswith(f"{path}:{err.line}: "), (where, str(err))
+                if not 0 <= head <= n:
+                    assert err.line == row + 1 and f"HEAD {head} out of range 0..{n}" in str(err), (where, str(err))
+                continue
+            assert 0 <= head <= n, f"{where}: read"

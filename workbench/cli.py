@@ -12,6 +12,10 @@ Help: every argument has a help line; an option that takes a value shows its def
 Exit status and what an error looks like (`main`):
 
 - 0: done (`app`: streamlit's own exit status).
+- 1, bad input found before any work: each subcommand resolves and type-checks its whole config
+  (and `--tasks`, and that a model argument is a whole checkpoint folder) before the library makes
+  an output folder, loads a model or reads data; `workbench run` and `zoo` check every model's
+  pretraining config and every analysis config before the run folder (workbench/pipeline.py).
 - 1, a runtime error: the library raised ValueError or OSError (which cover plmodels.config.ConfigError,
   workbench.data.readers.DataFormatError, workbench.store.BudgetError, the refused-pickle error of
   plmodels.hf_import, FileNotFoundError, PermissionError, ...). Stderr gets one message,

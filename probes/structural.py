@@ -13,8 +13,16 @@ For the vectors h_i of one layer (X: (N_words, D), memmap welcome) and a rank-k 
 B starts uniform in [-0.05, 0.05]; Adam (lr 1e-3), `batch_size` sentences per step, learning rate
 x0.1 after every epoch whose validation loss does not improve (the reference's ReduceLROnPlateau,
 patience 0; `lr_decay=None` switches it off) and early stopping after `patience` such epochs (an
-improvement must exceed 1e-4, as in the reference), best epoch restored. Inputs are used raw (no
-standardisation), as in the reference.
+improvement must exceed 1e-4, as in the reference), best epoch restored.
+
+Standardisation (`standardize=True`, the default; not in the reference, which reads the vectors raw): each
+feature is z-scored, h -> (h - mean) / std, with the mean and std of the training sentences' words
+(`probes.edge.span_word_stats` over the rows of `bounds`; learned as mean_, scale_; a feature with no spread
+keeps scale 1), fixed at fit and applied to every split. The probe's training (the uniform init of B, Adam's
+steps, the L1 loss against path lengths of 1..n) is not invariant to the scale of its inputs: a layer whose
+vectors are 300 times longer, or shifted far from the origin, would otherwise start from distances 10^5
+times the targets. Standardised, every layer and every model starts from the same place, as the edge probe
+with `standardize` and the arc probe do. `standardize=False` is the reference's raw reading.
 
 Data layout: X holds one row per word (global rows); a sentence is the rows [start, end) of `bounds`
 (S, 2) and its `heads[s]`: the 0-based head position of each word *within the sentence*, -1 for the
@@ -42,14 +50,22 @@ accuracy the mean of per-sentence hits, DSpr. / NSpr. the per-length means then 
 (`probes.stats.bootstrap_ci`), the unit the metrics are defined on; the seed = -1 row keeps the t interval
 over seeds.
 
+Floors (`STRUCTURAL_BASELINES`, `structural_baseline_scores`; rows of mode = the floor's name, layer -1), each
+scored by the same metrics and per-sentence bootstrap as the probe: "random_tree", a uniformly drawn spanning
+tree of the non-punctuation words (`uniform_tree`: UUAS 2/m, root accuracy 1/m in expectation for m scored
+words); "chain", each word joined to the next and the first word the root; "position", the same probe fitted
+on one-hot features of the word's index alone (`position_features`). The fourth, "random_init" (the same
+architecture with fresh weights), is `structural_layer_scores(..., mode="random_init")` on that model's vectors.
+
 Where this differs from the paper: early stopping on held-out *training sentences* (`val_fraction`,
 chosen by `seed`) rather than on the dev set.
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -58,7 +74,7 @@ from scipy.sparse.csgraph import shortest_path
 from scipy.stats import rankdata
 from torch import nn
 
-from probes.edge import check_spans
+from probes.edge import check_spans, span_word_stats
 from probes.estimator import LayeredData, OneLayerEstimator
 from probes.layers import PROBING_COLUMNS, LayerResult, _frame, _seed_aggregates
 from probes.stats import bootstrap_ci
@@ -158,14 +174,15 @@ class _StructuralProbe(OneLayerEstimator):
     """Shared fit / predict of the distance and depth probes (subclasses set _kind)."""
 
     _kind = ""
-    _PARAMS = ("rank", "lr", "max_epochs", "patience", "batch_size", "val_fraction", "lr_decay", "seed", "device")
+    _PARAMS = ("rank", "lr", "max_epochs", "patience", "batch_size", "val_fraction", "lr_decay", "standardize",
+               "seed", "device")
 
     def __init__(self, rank: int = 128, lr: float = 1e-3, max_epochs: int = 30, patience: int = 3,
-                 batch_size: int = 20, val_fraction: float = 0.1, lr_decay: float | None = 0.1, seed: int = 0,
-                 device: str = "cpu") -> None:
+                 batch_size: int = 20, val_fraction: float = 0.1, lr_decay: float | None = 0.1,
+                 standardize: bool = True, seed: int = 0, device: str = "cpu") -> None:
         self.rank, self.lr, self.max_epochs, self.patience = rank, lr, max_epochs, patience
         self.batch_size, self.val_fraction, self.lr_decay = batch_size, val_fraction, lr_decay
-        self.seed, self.device = seed, device
+        self.standardize, self.seed, self.device = standardize, seed, device
 
     # ---- batching
     def _batch(self, layer: np.ndarray, bounds: np.ndarray, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,6 +192,8 @@ class _StructuralProbe(OneLayerEstimator):
         mask = offs[None, :] < lens[:, None]
         rows = np.where(mask, start[:, None] + offs[None, :], start[:, None]).ravel()
         x = np.asarray(layer[rows], dtype=np.float32).reshape(len(ids), len(offs), -1)
+        if hasattr(self, "mean_"):   # standardize: the training words' moments (fit), applied to every split
+            x = (x - self.mean_) / self.scale_
         dev = torch.device(self.device)
         return torch.from_numpy(x).to(dev), torch.from_numpy(mask).to(dev)
 
@@ -216,6 +235,9 @@ class _StructuralProbe(OneLayerEstimator):
         layer = self._layer(X)
         bounds, heads = _check_sentences(layer.shape[0], bounds, heads, "fit: ")
         self.d_in_ = layer.shape[1]
+        if self.standardize:
+            mean, scale = span_word_stats([layer], [bounds])
+            self.mean_, self.scale_ = mean[0], scale[0]          # (D,) float32 each
         golds = [tree_depths(h) if self._kind == "depth" else tree_distances(h) for h in heads]
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
@@ -284,7 +306,8 @@ class DistanceProbe(_StructuralProbe):
     """Structural distance probe: ||B (h_i - h_j)||^2 fitted to tree path lengths (L1, / n^2 per sentence).
 
     fit(X, bounds, heads) -> self; predict_distances(X, bounds) -> list of (n, n) arrays.
-    Learned: B_ (rank, D), d_in_, n_epochs_, best_epoch_, history_ (validation loss per epoch)."""
+    Learned: B_ (rank, D), d_in_, n_epochs_, best_epoch_, history_ (validation loss per epoch), and with
+    standardize mean_, scale_ ((D,) each)."""
 
     _kind = "distance"
 
@@ -307,7 +330,8 @@ class DepthProbe(_StructuralProbe):
     """Structural depth probe: ||B h_i||^2 fitted to tree depths (L1, / n per sentence).
 
     fit(X, bounds, heads) -> self; predict_depths(X, bounds) -> list of (n,) arrays.
-    Learned: B_ (rank, D), d_in_, n_epochs_, best_epoch_, history_ (validation loss per epoch)."""
+    Learned: B_ (rank, D), d_in_, n_epochs_, best_epoch_, history_ (validation loss per epoch), and with
+    standardize mean_, scale_ ((D,) each)."""
 
     _kind = "depth"
 
@@ -496,6 +520,143 @@ def nspr(pred_depths: Sequence[Any], heads: Sequence[Any], punct_mask: Any = Non
     return statistic(items)
 
 
+# ----------------------------------------------------------------------------- baselines
+def uniform_tree(n: int, rng: np.random.Generator) -> np.ndarray:
+    """heads (n,) of a tree drawn uniformly from the n^(n-1) rooted labelled trees on n words: a uniform
+    Prüfer sequence (n^(n-2) sequences, one per labelled tree; Prüfer 1918) decoded to edges, rooted at a
+    uniformly drawn word. Every edge of a fixed tree is in it with probability 2/n, every word is its root
+    with probability 1/n."""
+    if n < 1:
+        raise ValueError(f"n: expected a number of words >= 1, got {n}")
+    adj: list[list[int]] = [[] for _ in range(n)]
+    if n >= 2:
+        seq = rng.integers(n, size=n - 2)
+        degree = np.ones(n, dtype=np.int64) + np.bincount(seq, minlength=n)
+        leaves = [int(i) for i in np.flatnonzero(degree == 1)]
+        heapq.heapify(leaves)
+        for a in seq.tolist():          # join the lowest leaf to the sequence's next word
+            b = heapq.heappop(leaves)
+            adj[a].append(b), adj[b].append(a)
+            degree[a] -= 1
+            if degree[a] == 1:
+                heapq.heappush(leaves, a)
+        a, b = heapq.heappop(leaves), heapq.heappop(leaves)
+        adj[a].append(b), adj[b].append(a)
+    root = int(rng.integers(n))
+    heads = np.full(n, -2, dtype=np.int64)
+    heads[root], stack = -1, [root]
+    while stack:                         # orient every edge away from the root
+        i = stack.pop()
+        for j in adj[i]:
+            if heads[j] == -2:
+                heads[j] = i
+                stack.append(j)
+    return heads
+
+
+def _scored_words(heads: Sequence[Any], punct_mask: Any) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    H = [_check_heads(h, f"heads[{s}]") for s, h in enumerate(heads)]
+    return H, _check_masks(punct_mask, [len(h) for h in H])
+
+
+def random_tree_predictions(kind: str, heads: Sequence[Any], punct_mask: Any, seed: int) -> list[np.ndarray]:
+    """One `uniform_tree` per sentence over its non-punctuation words (the words UUAS and root accuracy
+    read), drawn with default_rng(seed), as predictions the metrics read: kind "distance" -> (n, n) path
+    lengths in it (0 outside the scored words, which no metric of these reads), kind "depth" -> (n,) depths
+    below its root (inf on punctuation)."""
+    H, masks = _scored_words(heads, punct_mask)
+    rng = np.random.default_rng(seed)
+    out = []
+    for h, m in zip(H, masks):
+        keep, n = np.flatnonzero(~m), len(h)
+        tree = uniform_tree(len(keep), rng) if keep.size else None
+        if kind == "distance":
+            p = np.zeros((n, n))
+            if tree is not None:
+                p[np.ix_(keep, keep)] = tree_distances(tree)
+        else:
+            p = np.full(n, np.inf)
+            if tree is not None:
+                p[keep] = tree_depths(tree)
+        out.append(p)
+    return out
+
+
+def chain_predictions(kind: str, heads: Sequence[Any]) -> list[np.ndarray]:
+    """The adjacent-word chain: distance |i - j| (its minimum spanning tree over the non-punctuation words
+    joins each to the next one) or depth i (the first word is the root), per sentence."""
+    out = []
+    for s, h in enumerate(heads):
+        i = np.arange(len(_check_heads(h, f"heads[{s}]")), dtype=np.float64)
+        out.append(np.abs(i[:, None] - i[None, :]) if kind == "distance" else i)
+    return out
+
+
+def position_features(bounds: Any, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """One-hot features of each word's index p within its sentence (feature min(p, dim - 1) is 1, the others
+    0), one row per word of `bounds`' sentences in order: (X (N, dim) float32, bounds (S, 2) of those rows).
+    They carry position and nothing else, and a linear map of them is any embedding of the positions: the
+    probe on them fits the best tree metric that position alone can give (sinusoidal features, Vaswani et
+    al. 2017, are smooth in p and so ill-conditioned that the same probe under-fits a planted
+    position-determined tree on them, UUAS 0.19 where one-hot gives 1.0)."""
+    if dim < 1:
+        raise ValueError(f"dim: expected a width >= 1, got {dim}")
+    b = np.asarray(bounds, dtype=np.int64).reshape(-1, 2)
+    lens = b[:, 1] - b[:, 0]
+    pos = np.concatenate([np.arange(n) for n in lens]) if len(b) else np.zeros(0, dtype=np.int64)
+    X = np.zeros((len(pos), dim), dtype=np.float32)
+    X[np.arange(len(pos)), np.minimum(pos, dim - 1)] = 1.0
+    ends = np.cumsum(lens)
+    return X, np.stack([ends - lens, ends], 1)
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A floor of the structural probes: `items(train, test, kind, seed, probe_params)` -> the metrics'
+    (per-sentence items, statistic) on `test`, scored as the probe is; `seeded`: whether it changes with
+    the seed (a deterministic floor gets one row)."""
+
+    items: Callable[..., dict[str, SentenceItems]]
+    seeded: bool
+    doc: str
+
+
+def _random_tree_items(train, test, kind, seed, probe_params) -> dict[str, SentenceItems]:
+    pred = random_tree_predictions(kind, test.heads, test.punct_mask, seed)
+    if kind == "distance":    # the Spearman metrics read punctuation words, which the tree leaves out
+        return {"uuas": uuas_items(pred, test.heads, test.punct_mask)}
+    return {"root_acc": root_accuracy_items(pred, test.heads, test.punct_mask)}
+
+
+def _chain_items(train, test, kind, seed, probe_params) -> dict[str, SentenceItems]:
+    pred = chain_predictions(kind, test.heads)
+    if kind == "distance":
+        return {"uuas": uuas_items(pred, test.heads, test.punct_mask), "dspr": dspr_items(pred, test.heads)}
+    return {"root_acc": root_accuracy_items(pred, test.heads, test.punct_mask), "nspr": nspr_items(pred, test.heads)}
+
+
+def _position_items(train, test, kind, seed, probe_params) -> dict[str, SentenceItems]:
+    dim = train.layer(0).shape[1]            # the probe's own shape: as wide as the model's layers
+    X_tr, b_tr = position_features(train.bounds, dim)
+    X_te, b_te = position_features(test.bounds, dim)
+    cls = DistanceProbe if kind == "distance" else DepthProbe
+    probe = cls(**{**(probe_params or {}), "seed": seed}).fit(X_tr, b_tr, train.heads)
+    return probe.score_items(X_te, b_te, test.heads, test.punct_mask)
+
+
+# The floors that need no other model (`structural_baseline_scores`); "random_init", the same architecture
+# with fresh weights, is probed like the model itself (`structural_layer_scores(..., mode="random_init")`).
+STRUCTURAL_BASELINES: dict[str, Baseline] = {
+    "random_tree": Baseline(_random_tree_items, True, "a uniformly drawn spanning tree of the non-punctuation "
+                            "words (rooted at a uniform word for root accuracy): UUAS 2/m per sentence of m words "
+                            "in expectation"),
+    "chain": Baseline(_chain_items, False, "each word joined to the next (distance |i - j|), the first word "
+                      "the root (depth i)"),
+    "position": Baseline(_position_items, True, "the same probe fitted on one-hot features of the word's "
+                         "index alone (`position_features`, as wide as the layers)"),
+}
+
+
 # ----------------------------------------------------------------------------- layer-wise analysis
 @dataclass(frozen=True)
 class StructuralData(LayeredData):
@@ -529,39 +690,88 @@ def item_counts(metric: str, items: np.ndarray) -> np.ndarray:
     raise ValueError(f"metric: expected one of {sorted(ITEM_METRICS.values())}, got {metric!r}")
 
 
-def structural_layer_scores(train: StructuralData, test: StructuralData, *, layers: Sequence[int] | None = None,
-                            rank: int | None = None, seeds: Sequence[int] = (0,), model: str = "",
-                            task: str = "structural_distance", probe_params: dict | None = None,
-                            n_boot: int = 0, boot_seed: int = 0, items_out: dict | None = None) -> LayerResult:
-    """One structural probe per layer and seed (mode "single"), rows in PROBING_COLUMNS: metrics "uuas" and
-    "dspr" for task "structural_distance", "root_acc" and "nspr" for "structural_depth"; with more than
-    one seed a seed = -1 mean row per metric (t interval over seeds).
-
-    With n_boot > 0 each per-seed row's ci_low / ci_high is the 95% percentile bootstrap interval over test
-    *sentences* (`probes.stats.bootstrap_ci` on the probe's `score_items`), drawn with seed boot_seed + the
-    probe's seed (boot_seed = 0: the probe's seed, as the other probes do); with n_boot = 0 they are nan.
-    `items_out` (a dict) receives {("single", layer, seed): (N, 4) counts} of the task's `ITEM_METRICS`
-    metric per test sentence (`item_counts`), as the edge probes' `items_out`."""
+def _check_task(task: str, n_boot: int) -> tuple[type, str]:
     if task not in STRUCTURAL_TASKS:
         raise ValueError(f"task: expected one of {sorted(STRUCTURAL_TASKS)}, got {task!r}")
     if n_boot < 0:
         raise ValueError(f"n_boot: expected an int >= 0, got {n_boot}")
-    cls, probe = STRUCTURAL_TASKS[task]
+    return STRUCTURAL_TASKS[task]
+
+
+def _score_rows(base: dict, seed: int, scored: dict[str, SentenceItems], task: str, n_boot: int, boot_seed: int,
+                items_out: dict | None) -> list[dict]:
+    """PROBING_COLUMNS rows of one fit's (or floor's) metrics on the test sentences, with the bootstrap
+    interval over test sentences (n_boot > 0; seed boot_seed + seed); the task's ITEM_METRICS counts go to
+    items_out[(mode, layer, seed)]."""
+    rows = []
+    for metric, (items, stat) in scored.items():
+        if n_boot > 0 and len(items):
+            value, lo, hi = bootstrap_ci(items, stat, n_boot=n_boot, seed=boot_seed + seed)
+        else:       # no interval asked for, or no sentence the metric is defined on (value nan)
+            value, lo, hi = stat(items), float("nan"), float("nan")
+        rows.append({**base, "metric": metric, "value": value, "seed": seed, "ci_low": lo, "ci_high": hi})
+        if items_out is not None and metric == ITEM_METRICS[task]:
+            items_out[(base["mode"], base["layer"], seed)] = item_counts(metric, items)
+    return rows
+
+
+def structural_layer_scores(train: StructuralData | Mapping[int, StructuralData],
+                            test: StructuralData | Mapping[int, StructuralData], *,
+                            layers: Sequence[int] | None = None, rank: int | None = None,
+                            seeds: Sequence[int] = (0,), model: str = "", task: str = "structural_distance",
+                            probe_params: dict | None = None, n_boot: int = 0, boot_seed: int = 0,
+                            items_out: dict | None = None, mode: str = "single") -> LayerResult:
+    """One structural probe per layer and seed (mode `mode`, "single" unless asked), rows in PROBING_COLUMNS:
+    metrics "uuas" and "dspr" for task "structural_distance", "root_acc" and "nspr" for "structural_depth";
+    with more than one seed a seed = -1 mean row per metric (t interval over seeds).
+
+    `train` / `test` may map each seed to its own data (the "random_init" floor: a freshly initialised
+    model per seed, so that the seeds' spread holds the draw of the weights too).
+
+    With n_boot > 0 each per-seed row's ci_low / ci_high is the 95% percentile bootstrap interval over test
+    *sentences* (`probes.stats.bootstrap_ci` on the probe's `score_items`), drawn with seed boot_seed + the
+    probe's seed (boot_seed = 0: the probe's seed, as the other probes do); with n_boot = 0 they are nan.
+    `items_out` (a dict) receives {(mode, layer, seed): (N, 4) counts} of the task's `ITEM_METRICS`
+    metric per test sentence (`item_counts`), as the edge probes' `items_out`."""
+    cls, probe = _check_task(task, n_boot)
     params = dict(probe_params or {})
     if rank is not None:
         params["rank"] = rank
-    layers = list(range(train.n_layers)) if layers is None else list(layers)
+    pick = lambda data, seed: data[seed] if isinstance(data, Mapping) else data
+    if layers is None:
+        layers = list(range(pick(train, seeds[0]).n_layers))
     rows: list[dict] = []
     for l in layers:
-        base = {"model": model, "task": task, "probe": probe, "pooling": "first", "layer": l, "mode": "single"}
+        base = {"model": model, "task": task, "probe": probe, "pooling": "first", "layer": l, "mode": mode}
         for seed in seeds:
-            p = cls(**{**params, "seed": seed}).fit(train.layer(l), train.bounds, train.heads)
-            for metric, (items, stat) in p.score_items(test.layer(l), test.bounds, test.heads, test.punct_mask).items():
-                if n_boot > 0 and len(items):
-                    value, lo, hi = bootstrap_ci(items, stat, n_boot=n_boot, seed=boot_seed + seed)
-                else:       # no interval asked for, or no sentence the metric is defined on (value nan)
-                    value, lo, hi = stat(items), float("nan"), float("nan")
-                rows.append({**base, "metric": metric, "value": value, "seed": seed, "ci_low": lo, "ci_high": hi})
-                if items_out is not None and metric == ITEM_METRICS[task]:
-                    items_out[("single", l, seed)] = item_counts(metric, items)
+            tr, te = pick(train, seed), pick(test, seed)
+            p = cls(**{**params, "seed": seed}).fit(tr.layer(l), tr.bounds, tr.heads)
+            scored = p.score_items(te.layer(l), te.bounds, te.heads, te.punct_mask)
+            rows += _score_rows(base, seed, scored, task, n_boot, boot_seed, items_out)
+    return LayerResult(_frame(_seed_aggregates(rows), PROBING_COLUMNS))
+
+
+def structural_baseline_scores(train: StructuralData, test: StructuralData, *,
+                               baselines: Sequence[str] = tuple(STRUCTURAL_BASELINES), seeds: Sequence[int] = (0,),
+                               model: str = "", task: str = "structural_distance", probe_params: dict | None = None,
+                               n_boot: int = 0, boot_seed: int = 0, items_out: dict | None = None) -> LayerResult:
+    """The floors of `STRUCTURAL_BASELINES` on the test sentences, scored as `structural_layer_scores` scores
+    the probe: one row per metric and seed with mode = the floor's name and layer = -1 (they read no layer),
+    the same bootstrap interval over test sentences, a seed = -1 mean row for seeded floors with more than
+    one seed; a deterministic floor ("chain") has one row, seed = seeds[0]. "position" fits the probe
+    (`probe_params`) on position features of the training sentences; "random_tree" draws its trees with
+    the row's seed. Metrics: the probe's two ("random_tree": UUAS / root accuracy only)."""
+    cls, probe = _check_task(task, n_boot)
+    bad = [b for b in baselines if b not in STRUCTURAL_BASELINES]
+    if bad:
+        raise ValueError(f"baselines: unknown {bad}; choose from {sorted(STRUCTURAL_BASELINES)}")
+    if not baselines:
+        return LayerResult(_frame([], PROBING_COLUMNS))
+    rows: list[dict] = []
+    for name in baselines:
+        floor = STRUCTURAL_BASELINES[name]
+        base = {"model": model, "task": task, "probe": probe, "pooling": "first", "layer": -1, "mode": name}
+        for seed in (seeds if floor.seeded else seeds[:1]):
+            scored = floor.items(train, test, probe, seed, probe_params)
+            rows += _score_rows(base, seed, scored, task, n_boot, boot_seed, items_out)
     return LayerResult(_frame(_seed_aggregates(rows), PROBING_COLUMNS))

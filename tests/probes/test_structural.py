@@ -2,6 +2,8 @@
 metrics as statistics of per-sentence items (equal to their earlier loop definitions, bit for bit) and their
 bootstrap intervals over test sentences, a planted Euclidean embedding of the tree metric recovered by both
 probes, random vectors, input errors, determinism."""
+from collections import Counter
+
 import numpy as np
 import pytest
 from scipy.stats import rankdata
@@ -14,15 +16,20 @@ from probes.structural import (
     StructuralData,
     dspr,
     dspr_items,
+    chain_predictions,
     item_counts,
     mst_edges,
     nspr,
     nspr_items,
+    position_features,
+    random_tree_predictions,
     root_accuracy,
     root_accuracy_items,
+    structural_baseline_scores,
     structural_layer_scores,
     tree_depths,
     tree_distances,
+    uniform_tree,
     uuas,
     uuas_items,
 )
@@ -349,7 +356,8 @@ def test_determinism_and_params(planted, distance_probe, tmp_path):
     other = DistanceProbe(**{**FAST, "seed": 1, "max_epochs": 1}).fit(train.X, train.bounds, train.heads)
     assert not np.array_equal(other.B_.detach().numpy(), distance_probe.B_.detach().numpy())
     assert DistanceProbe().get_params() == dict(rank=128, lr=1e-3, max_epochs=30, patience=3, batch_size=20,
-                                                val_fraction=0.1, lr_decay=0.1, seed=0, device="cpu")
+                                                val_fraction=0.1, lr_decay=0.1, standardize=True, seed=0,
+                                                device="cpu")
     assert DepthProbe().set_params(rank=4).rank == 4
     with pytest.raises(ValueError, match="unknown parameter 'foo'"):
         DepthProbe().set_params(foo=1)
@@ -436,3 +444,131 @@ def test_item_counts_give_back_the_metric_per_layer_and_seed(planted, task, metr
     np.testing.assert_array_equal(item_counts("root_acc", np.array([True, False])), [[1, 1, 0, 0], [0, 0, 1, 1]])
     with pytest.raises(ValueError, match="metric: expected one of"):
         item_counts("dspr", np.zeros(3))
+
+
+# ----------------------------------------------------------------------------- standardisation
+def test_standardisation_makes_the_probe_blind_to_a_layers_scale_and_shift(planted):
+    """Each feature scaled by about 300 and shifted: the standardised probes learn the same map and predict the
+    same trees; without standardisation the same change moves them. (The distance probe reads differences only,
+    so the shift is the depth probe's test. Two epochs: later, float32 rounding can flip an early-stopping or
+    learning-rate decision, which moves both runs alike but not in step.)"""
+    train, test = planted
+    rng = np.random.default_rng(0)
+    scale = (300 * rng.uniform(0.5, 2.0, train.X.shape[1])).astype(np.float32)
+    shift = rng.uniform(-40, 40, train.X.shape[1]).astype(np.float32)
+    params = {**FAST, "max_epochs": 2}
+    for cls, predict in ((DistanceProbe, "predict_distances"), (DepthProbe, "predict_depths")):
+        a = cls(**params).fit(train.X, train.bounds, train.heads)
+        b = cls(**params).fit(train.X * scale + shift, train.bounds, train.heads)
+        np.testing.assert_allclose(b.B_.detach().numpy(), a.B_.detach().numpy(), atol=1e-5)   # moved: >= 0.08
+        for pa, pb in zip(getattr(a, predict)(test.X, test.bounds),
+                          getattr(b, predict)(test.X * scale + shift, test.bounds)):
+            np.testing.assert_allclose(pb, pa, rtol=1e-4, atol=1e-4)
+        raw = cls(**params, standardize=False)
+        raw_a = raw.fit(train.X, train.bounds, train.heads).B_.detach().numpy().copy()
+        raw_b = raw.fit(train.X * scale + shift, train.bounds, train.heads).B_.detach().numpy()
+        assert np.abs(raw_b - raw_a).max() > 1e-2 and not hasattr(raw, "mean_")
+
+
+def test_standardisation_moments_are_the_training_words(planted):
+    """mean_ / scale_ are the moments of the rows the training sentences cover, not of other rows of X."""
+    train, _ = planted
+    X = np.concatenate([train.X, np.full((50, train.X.shape[1]), 1e3, dtype=np.float32)])
+    p = DistanceProbe(**{**FAST, "max_epochs": 1}).fit(X, train.bounds, train.heads)
+    np.testing.assert_allclose(p.mean_, train.X.astype(np.float64).mean(0), rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(p.scale_, train.X.astype(np.float64).std(0), rtol=1e-4)
+    assert p.get_params()["standardize"] is True and p.mean_.shape == (train.X.shape[1],)
+
+
+# ----------------------------------------------------------------------------- baselines
+def _tree_key(heads):
+    return frozenset(frozenset((i, int(h))) for i, h in enumerate(heads) if h >= 0)
+
+
+def test_uniform_tree_is_uniform_over_labelled_trees_and_roots():
+    """n = 4: the 4^2 = 16 labelled trees (Cayley) come up equally often, and so do the 4 roots. A tree grown
+    by attaching each word to an earlier one (random recursive trees) gives the 4 stars 1/12 each, not 1/16."""
+    rng = np.random.default_rng(0)
+    draws = 16000
+    trees = [uniform_tree(4, rng) for _ in range(draws)]
+    assert all(tree_depths(h).min() == 0 for h in trees)          # one root, no cycle
+    counts = Counter(_tree_key(h) for h in trees)
+    assert len(counts) == 16 and all(len(k) == 3 for k in counts)
+    freq = np.array(list(counts.values())) / draws
+    assert np.abs(freq - 1 / 16).max() < 0.01                     # 5 binomial standard deviations
+    roots = np.bincount([int(np.flatnonzero(h == -1)[0]) for h in trees], minlength=4) / draws
+    assert np.abs(roots - 1 / 4).max() < 0.02
+    assert uniform_tree(1, rng).tolist() == [-1] and sorted(uniform_tree(2, rng).tolist()) == [-1, 0]
+
+
+@pytest.mark.parametrize("heads, punct, m", [
+    (np.array([1, -1, 1, 2, 2, 1]), np.array([False] * 5 + [True]), 5),    # HEADS plus a punctuation leaf
+    (np.array([-1] + list(range(9))), np.zeros(10, dtype=bool), 10),        # a 10-word chain
+])
+def test_random_tree_scores_two_over_m_uuas_and_one_over_m_root_accuracy(heads, punct, m):
+    """A uniform spanning tree of the m scored words holds each gold edge with probability 2/m, and its root is
+    the gold root with probability 1/m: the corpus scores of 3,000 draws of one sentence are those."""
+    n_sent = 3000
+    H, P = [heads] * n_sent, [punct] * n_sent
+    uuas_rand = uuas(random_tree_predictions("distance", H, P, seed=0), H, P)
+    root_rand = root_accuracy(random_tree_predictions("depth", H, P, seed=1), H, P)
+    assert uuas_rand == pytest.approx(2 / m, abs=0.015)          # sd 0.004 (m = 5), 0.002 (m = 10)
+    assert root_rand == pytest.approx(1 / m, abs=0.025)           # sd 0.007 (m = 5)
+
+
+def test_chain_baseline_by_hand():
+    # 0 <- 1 (root) -> 2 (punct), 1 -> 3 -> 4: gold edges without punctuation {01, 13, 34}; the chain over the
+    # scored words 0-1-3-4 finds all three; counting the punctuation word (gold {01, 12, 13, 34}), the chain
+    # 0-1-2-3-4 finds 01, 12, 34
+    heads, punct = np.array([1, -1, 1, 1, 3]), np.array([False, False, True, False, False])
+    dist, depth = chain_predictions("distance", [heads])[0], chain_predictions("depth", [heads])[0]
+    assert dist.tolist() == np.abs(np.subtract.outer(np.arange(5), np.arange(5))).tolist()
+    assert uuas([dist], [heads], [punct]) == 1.0
+    assert uuas([dist], [heads]) == 0.75
+    assert depth.tolist() == [0, 1, 2, 3, 4] and root_accuracy([depth], [heads], [punct]) == 0.0
+    # a leading punctuation word: the chain's root is the first scored word, here the gold root
+    h2, p2 = np.array([1, -1, 1]), np.array([True, False, False])
+    assert root_accuracy(chain_predictions("depth", [h2]), [h2], [p2]) == 1.0
+    # as a floor of the table: one row per metric (deterministic), the hand value, the bootstrap interval
+    data = StructuralData(np.zeros((8, 2), dtype=np.float32), np.array([[0, 5], [5, 8]]), [heads, h2],
+                          [punct, p2])
+    df = structural_baseline_scores(data, data, baselines=["chain"], seeds=(3, 4), n_boot=20).probing
+    assert df[["mode", "layer", "metric", "seed"]].values.tolist() == [["chain", -1, "uuas", 3],
+                                                                       ["chain", -1, "dspr", 3]]
+    # the second sentence's one gold edge between scored words (1-2) is the chain's: (3 + 1) / (3 + 1)
+    assert df["value"].iloc[0] == 1.0
+
+
+def _position_tree(n):
+    """A tree fixed by the word's index alone: root word 2; words 0, 1 attach to 2; word i >= 3 to
+    (i - 1) // 2 + 1 (3, 4 -> 2; 5, 6 -> 3; 7, 8 -> 4; ...). Not the chain, and not rooted at word 0."""
+    return np.array([2, 2, -1] + [(i - 1) // 2 + 1 for i in range(3, n)])
+
+
+def _position_corpus(n_sent, seed):
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(8, MAX_LEN + 1, n_sent)
+    ends = np.cumsum(lens)
+    noise = rng.normal(size=(int(ends[-1]), 16)).astype(np.float32)       # X: words that say nothing
+    return StructuralData(noise, np.stack([ends - lens, ends], 1), [_position_tree(n) for n in lens],
+                          [np.zeros(n, dtype=bool) for n in lens])
+
+
+def test_position_baseline_recovers_a_planted_position_determined_tree():
+    """Trees that follow the word's index alone: the probe on position features finds them (UUAS and root
+    accuracy 1), where the chain and a random tree do not; the layer itself (noise) plays no part."""
+    train, test = _position_corpus(200, seed=0), _position_corpus(40, seed=1)
+    X, b = position_features(train.bounds, 16)
+    assert X.shape == (len(train.X), 16) and np.array_equal(b, train.bounds)
+    s, e = train.bounds[1]
+    assert X[s:e].tolist() == np.eye(16)[:e - s].tolist()          # the index within its own sentence
+    assert position_features([[0, 5]], 3)[0].argmax(1).tolist() == [0, 1, 2, 2, 2]   # past the width: the last
+    rows = {}
+    for task, metric in (("structural_distance", "uuas"), ("structural_depth", "root_acc")):
+        df = structural_baseline_scores(train, test, task=task, seeds=(0,), probe_params=FAST).probing
+        rows.update({(r.mode, r.metric): r.value for r in df.itertuples()})
+    assert rows[("position", "uuas")] >= 0.99 and rows[("position", "root_acc")] == 1.0
+    assert rows[("chain", "uuas")] < 0.5 and rows[("chain", "root_acc")] == 0.0
+    assert rows[("random_tree", "uuas")] < 0.4 and rows[("position", "nspr")] > 0.9
+    with pytest.raises(ValueError, match=r"baselines: unknown \['tree'\]"):
+        structural_baseline_scores(train, test, baselines=["tree"])

@@ -19,8 +19,11 @@ The `arcs` task (which word is each word's head?) is probed by `probes.arcs` ins
 probe per layer ("single", "best"), Hewitt & Liang's arc control task ("control", selectivity),
 punctuation left out of the score; mix, cumulative and mdl do not apply to it. The structural
 tasks `structural_distance` and `structural_depth` (Hewitt & Manning 2019, `probes.structural`)
-read the same EWT records, whole trees per sentence; their metrics are UUAS / DSpr and root
-accuracy / NSpr (mode "single" only; not in the default task list).
+read the same EWT records, whole trees per sentence (`structural_train_words` training words,
+not `max_train_targets`); their metrics are UUAS / DSpr and root accuracy / NSpr (mode "single"; not
+in the default task list), beside their floors (`structural_baselines`: a random tree, the chain,
+the probe on position alone, and the same architecture at random initialisation, one model per seed;
+mode = the floor's name).
 
 Seeds give per-seed rows (bootstrap CIs over test items) and a seed = -1 row with the mean over
 seeds and its t interval. Tables follow docs/design.md: `probing`, `probing_summary`, `mix_weights`.
@@ -61,7 +64,13 @@ from probes.layers import (
     scalar_mix_probe,
 )
 from probes.mdl import online_codelength
-from probes.structural import STRUCTURAL_TASKS, StructuralData, structural_layer_scores
+from probes.structural import (
+    STRUCTURAL_BASELINES,
+    STRUCTURAL_TASKS,
+    StructuralData,
+    structural_baseline_scores,
+    structural_layer_scores,
+)
 from workbench.core.results import write_analysis_outputs, write_tables
 from workbench.data.tasks import load_task
 from workbench.store import POOLINGS, TaskArrays, extract, task_arrays
@@ -69,6 +78,8 @@ from workbench.store import POOLINGS, TaskArrays, extract, task_arrays
 log = logging.getLogger(__name__)
 
 MODES = ("single", "mix", "cumulative", "control", "mdl")
+# the structural probes' floors: those of probes.structural, and the same architecture at random init
+STRUCTURAL_FLOORS = (*STRUCTURAL_BASELINES, "random_init")
 SPAN_POOLING_AUTO = {"encoder": "self_attn", "decoder": "last", "bilm": "self_attn", "tbilm": "self_attn",
                     "seq2seq": "self_attn", "xlnet": "self_attn"}  # "auto" per kind (Tenney et al. pool ELMo so too)
 UNSEEN_POLICIES = ("drop", "error")
@@ -106,6 +117,11 @@ class ProbeRunConfig(Config):
     batch_tokens: int = 8192            # extraction batch size in tokens
     keep_items: bool = False            # write per-item results of single and cumulative probes (probe_items)
     standardize: bool = False           # z-score each layer on the training words first (not Tenney's; see probes.edge)
+    # the structural tasks: training words (whole EWT sentences until reached; None = all of EWT train),
+    # in place of max_train_targets; their floors (probes.structural.STRUCTURAL_BASELINES and
+    # "random_init", the same architecture with fresh weights per seed), rows of mode = the floor's name
+    structural_train_words: int | None = 20000
+    structural_baselines: tuple[str, ...] = ("random_tree", "chain", "position", "random_init")
 
     def __post_init__(self) -> None:
         for name in ("tasks", "probes", "modes", "seeds"):
@@ -140,6 +156,13 @@ class ProbeRunConfig(Config):
             raise ValueError(f"ProbeRunConfig.n_boot must be >= 0, got {self.n_boot}")
         if self.arc_rank is not None and (not isinstance(self.arc_rank, int) or self.arc_rank < 1):
             raise ValueError(f"ProbeRunConfig.arc_rank must be a positive int or null, got {self.arc_rank!r}")
+        v = self.structural_train_words
+        if v is not None and (not isinstance(v, int) or v < 2):
+            raise ValueError(f"ProbeRunConfig.structural_train_words must be an int >= 2 or null, got {v!r}")
+        object.__setattr__(self, "structural_baselines", tuple(self.structural_baselines))
+        bad = [b for b in self.structural_baselines if b not in STRUCTURAL_FLOORS]
+        if bad:
+            raise ValueError(f"ProbeRunConfig.structural_baselines: unknown {bad}; choose from {list(STRUCTURAL_FLOORS)}")
 
 def resolve_config(config=None, overrides: dict | None = None) -> ProbeRunConfig:
     """None -> the defaults; a dict (over the defaults); a JSON path; or a ProbeRunConfig itself;
@@ -237,14 +260,17 @@ def resolve_layers(cfg: ProbeRunConfig, n_blocks: int) -> list[int]:
 
 
 def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: list[int], model_name: str,
-               task: str, span_pooling: str, bar: Bar | None = None) -> dict[str, list[pd.DataFrame]]:
+               task: str, span_pooling: str, bar: Bar | None = None,
+               random_init: Mapping[int, tuple[TaskSplit, TaskSplit]] | None = None,
+               record: dict | None = None) -> dict[str, list[pd.DataFrame]]:
     """All configured modes for one task; returns lists of frames per table. `bar` advances by one
-    per (probe, mode), a mode that does not apply to the task included."""
+    per (probe, mode), a mode that does not apply to the task included. `random_init` and `record`:
+    the structural tasks' (`probe_structural`)."""
     out: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": [], "probe_items": []}
     if task in ARC_TASKS:
         return probe_arcs(train, test, cfg, layers, model_name, task, bar)
     if task in STRUCTURAL_TASKS:
-        return probe_structural(train, test, cfg, layers, model_name, task, bar)
+        return probe_structural(train, test, cfg, layers, model_name, task, bar, random_init, record)
     tr, te = train.probe_data(), test.probe_data()
 
     def done(mode: str) -> None:
@@ -362,23 +388,49 @@ def structural_data(split: TaskSplit) -> tuple[StructuralData, int]:
     return StructuralData(layers, np.asarray(bounds, dtype=np.int64).reshape(-1, 2), heads, punct), cut
 
 
+def _same_sentences(a: StructuralData, b: StructuralData, what: str) -> None:
+    if not (np.array_equal(a.bounds, b.bounds) and all(np.array_equal(x, y) for x, y in zip(a.heads, b.heads))):
+        raise ValueError(f"{what}: the random-init model's store holds other sentences than the model's")
+
+
 def probe_structural(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: list[int], model_name: str,
-                     task: str, bar: Bar | None = None) -> dict[str, list[pd.DataFrame]]:
-    """A structural probe (distance or depth) per layer and seed, with `cfg.n_boot` bootstrap resamples
-    of the test sentences for each per-seed interval (seeded by the probe's seed, as the other tasks'
-    intervals over test items are); counts as len(probes) x len(modes) units of `bar`, as the other
-    tasks do. Sentences cut by the model's length are left out (logged). With `keep_items`, the
-    per-sentence counts of UUAS (distance) or root accuracy (depth) go to `probe_items`
-    (`probes.structural.item_counts`: their micro-F1 is the metric)."""
+                     task: str, bar: Bar | None = None,
+                     random_init: Mapping[int, tuple[TaskSplit, TaskSplit]] | None = None,
+                     record: dict | None = None) -> dict[str, list[pd.DataFrame]]:
+    """A structural probe (distance or depth) per layer and seed (mode "single") and its floors
+    (`cfg.structural_baselines`): the layer-free ones of `probes.structural.STRUCTURAL_BASELINES` (mode =
+    their name, layer -1) and "random_init", the same probe per layer on `random_init[seed]`, the splits
+    of a freshly initialised model per seed (mode "random_init"). Every per-seed row carries `cfg.n_boot`
+    bootstrap resamples of the test sentences (seeded by the probe's seed, as the other tasks' intervals
+    over test items are); counts as len(probes) x len(modes) units of `bar`, as the other tasks do.
+    Sentences cut by the model's length are left out (logged, and counted in `record` with the sentences
+    and words read). With `keep_items`, the per-sentence counts of UUAS (distance) or root accuracy
+    (depth) go to `probe_items`, under the same modes (`probes.structural.item_counts`: their micro-F1 is
+    the metric)."""
     (tr, cut_tr), (te, cut_te) = structural_data(train), structural_data(test)
     if cut_tr or cut_te:
         log.info(f"probe {task}: {cut_tr} train / {cut_te} test sentences left out (cut by the model's length)")
+    if record is not None:
+        record.update(train_sentences=len(tr.bounds), train_words=int(np.diff(tr.bounds, axis=1).sum()),
+                      eval_sentences=len(te.bounds), eval_words=int(np.diff(te.bounds, axis=1).sum()),
+                      train_sentences_cut=cut_tr, eval_sentences_cut=cut_te)
     items: dict | None = {} if cfg.keep_items else None
-    res = structural_layer_scores(tr, te, layers=layers, seeds=cfg.seeds, model=model_name, task=task,
-                                  n_boot=cfg.n_boot, items_out=items)
+    common = dict(seeds=cfg.seeds, model=model_name, task=task, n_boot=cfg.n_boot, items_out=items)
+    frames = [structural_layer_scores(tr, te, layers=layers, **common).probing]
+    floors = [b for b in cfg.structural_baselines if b in STRUCTURAL_BASELINES]
+    frames.append(structural_baseline_scores(tr, te, baselines=floors, **common).probing)
+    if "random_init" in cfg.structural_baselines:
+        if random_init is None or set(random_init) != set(cfg.seeds):
+            raise ValueError(f"probe {task}: the random_init floor needs a random-init model's splits per seed")
+        r_tr = {s: structural_data(a)[0] for s, (a, _) in random_init.items()}
+        r_te = {s: structural_data(b)[0] for s, (_, b) in random_init.items()}
+        for s in cfg.seeds:
+            _same_sentences(tr, r_tr[s], f"probe {task} train")
+            _same_sentences(te, r_te[s], f"probe {task} test")
+        frames.append(structural_layer_scores(r_tr, r_te, layers=layers, mode="random_init", **common).probing)
     if bar is not None:
         bar.update(len(cfg.probes) * len(cfg.modes))
-    out = {"probing": [res.probing], "probing_summary": [], "mix_weights": [], "probe_items": []}
+    out = {"probing": frames, "probing_summary": [], "mix_weights": [], "probe_items": []}
     if items:
         out["probe_items"].append(item_frame(items, model_name, task, STRUCTURAL_TASKS[task][1]))
     return out
@@ -436,6 +488,7 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; probing needs one")
     model_name = model_name or default_model_name(model_path)
     model_id = plmodels.checkpoint_hash(model_path)
+    base_model = model
     if cfg.stack == "decoder":  # a seq2seq's decoder, teacher-forced on the sentence itself
         if model.kind != "seq2seq":
             raise ValueError(f"{model_path}: stack='decoder' reads an encoder-decoder's decoder; this is a {model.kind}")
@@ -458,8 +511,9 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
             bar.set_postfix_str(task, refresh=False)
             log.info(f"probe {model_name}: task {task}: extracting")
             records = RECORDS_OF.get(task, task)
+            train_cap = cfg.structural_train_words if task in STRUCTURAL_TASKS else cfg.max_train_targets
             train = load_split(model, tokenizer, records, cfg.train_split, cfg, store_root, model_id,
-                               cfg.max_train_targets, tasks_dir, progress)
+                               train_cap, tasks_dir, progress)
             test = load_split(model, tokenizer, records, cfg.eval_split, cfg, store_root, model_id,
                               cfg.max_eval_targets, tasks_dir, progress)
             # arcs: the label (deprel) only marks punctuation; any head can be scored
@@ -478,8 +532,14 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
                 raise ValueError(f"probe {task}: no {cfg.eval_split} targets left to score")
             _say(progress, f"probe {model_name}: task {task}: {counts[task]['train_targets']} train / "
                            f"{counts[task]['eval_targets']} eval targets, probing layers {layers[0]}..{layers[-1]}")
+            random_init = None
+            if task in STRUCTURAL_TASKS and "random_init" in cfg.structural_baselines:
+                random_init = {seed: random_init_splits(base_model, tokenizer, records, cfg, seed, store_root,
+                                                        model_id, train_cap, tasks_dir, progress)
+                               for seed in cfg.seeds}
             try:
-                res = probe_task(train, test, cfg, layers, model_name, task, span_pooling, bar)
+                res = probe_task(train, test, cfg, layers, model_name, task, span_pooling, bar, random_init,
+                                 counts[task])
             except ValueError as e:
                 raise ValueError(f"probe {task} ({cfg.train_split} -> {cfg.eval_split}): {e}") from e
             for k, v in res.items():
@@ -512,6 +572,29 @@ def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: di
 
 
 # ------------------------------------------------------------------------------------ baseline
+def random_init_model(model: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """The same architecture (kind and config) with fresh weights from the family's own init, drawn under
+    `seed` (the global torch generator is left as it was), in eval mode."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build_model(model.kind, model.config.to_dict()).eval()
+
+
+def random_init_splits(model: torch.nn.Module, tokenizer, records: str, cfg: ProbeRunConfig, seed: int,
+                       store_root: Path, model_id: str, train_cap: int | None, tasks_dir=None,
+                       progress: bool = True) -> tuple[TaskSplit, TaskSplit]:
+    """The train and eval splits of `records` read by `random_init_model(model, seed)` (the structural
+    probes' "random_init" floor): the same capped records and tokenizer as the model's, their own stores
+    (model id `<model_id>;random_init:<seed>`; a seq2seq's decoder stack teacher-forced as the model's)."""
+    fresh, fresh_id = random_init_model(model, seed), f"{model_id};random_init:{seed}"
+    if cfg.stack == "decoder":
+        fresh = TeacherForcedDecoder(fresh)
+    return (load_split(fresh, tokenizer, records, cfg.train_split, cfg, store_root, fresh_id, train_cap, tasks_dir,
+                       progress),
+            load_split(fresh, tokenizer, records, cfg.eval_split, cfg, store_root, fresh_id, cfg.max_eval_targets,
+                       tasks_dir, progress))
+
+
 def random_baseline_checkpoint(model_path: str | Path, out: str | Path, seed: int = 0) -> Path:
     """Save the same architecture with fresh random weights (the model's own init, `seed`) and the same
     tokenizer: the random-weights baseline of Hewitt & Liang 2019 / Tenney et al. 2019a, probed like
@@ -519,9 +602,7 @@ def random_baseline_checkpoint(model_path: str | Path, out: str | Path, seed: in
 
 
     model, tokenizer = plmodels.load(model_path)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        fresh = build_model(model.kind, model.config.to_dict())
+    fresh = random_init_model(model, seed)
     card = {"data": "none (random initialisation)", "random_init_of": str(model_path),
             "random_init_of_hash": plmodels.checkpoint_hash(model_path), "seed": seed, "steps": 0, "tokens": 0}
     return plmodels.save(fresh.eval(), tokenizer, out, card=card)

@@ -171,12 +171,26 @@ def test_arcs_task_equals_a_direct_arc_probe_on_the_store(run, ckpt, tmp_path):
 
 
 def test_structural_tasks_read_whole_ewt_trees_from_the_arcs_records(run, ckpt, tmp_path):
-    cfg = {**CFG, "modes": ["single"], "seeds": [0], "n_boot": 0}
+    # seed 1: the fixture's model is itself torch seed 0's fresh init, which random_init(seed 0) would redraw
+    cfg = {**CFG, "modes": ["single"], "seeds": [1], "n_boot": 0, "structural_train_words": 300}
     t = probe_model(ckpt, tasks=["structural_distance", "structural_depth"], out_dir=tmp_path, config=cfg,
                     store_root=run[0] / "store", progress=False)["probing"]
-    per_task = t[t["seed"] == 0].groupby("task")["metric"].agg(set).to_dict()
+    per_task = t[(t["seed"] == 1) & (t["mode"] == "single")].groupby("task")["metric"].agg(set).to_dict()
     assert per_task == {"structural_distance": {"uuas", "dspr"}, "structural_depth": {"root_acc", "nspr"}}
-    assert set(t["layer"]) == {0, 1, 2} and t["value"].between(-1, 1).all()
+    assert t["value"].between(-1, 1).all()
+    # the four floors beside the probe, named in `mode`: the layer-free ones at layer -1, the random-init
+    # model at every layer, reading other vectors than the model's
+    layers = t.groupby("mode")["layer"].agg(set).to_dict()
+    assert layers == {"single": {0, 1, 2}, "random_init": {0, 1, 2}, "random_tree": {-1}, "chain": {-1},
+                      "position": {-1}}
+    assert set(t[t["mode"] == "random_tree"]["metric"]) == {"uuas", "root_acc"}
+    key = ["task", "layer", "metric"]
+    both = t[t["mode"] == "single"].merge(t[t["mode"] == "random_init"], on=key, suffixes=("", "_rand"))
+    assert len(both) == 12 and (both["value"] != both["value_rand"]).any()
+    # training size: whole sentences until structural_train_words words (not max_train_targets), in the record
+    rec = json.loads((tmp_path / "probe_run.json").read_text())["counts"]["structural_distance"]
+    assert 300 <= rec["train_targets"] < 300 + 100 and rec["train_words"] <= rec["train_targets"]
+    assert rec["train_sentences"] >= 10 and rec["eval_sentences"] >= 1 and rec["train_sentences_cut"] >= 0
     # the trees handed to the probe are EWT's own: heads of the first kept sentence, root -1
     split = load_split(*plmodels.load(ckpt), "arcs", "test", ProbeRunConfig.from_dict(cfg), run[0] / "store",
                        plmodels.checkpoint_hash(ckpt), 100, None, False)
@@ -234,3 +248,15 @@ def test_standardize_reaches_both_probes(name):
     """ProbeRunConfig.standardize (off by default, as Tenney et al.'s probe) is passed to the probe."""
     assert probe_params(name, ProbeRunConfig(), "mean")["standardize"] is False
     assert probe_params(name, ProbeRunConfig(standardize=True), "mean")["standardize"] is True
+
+
+def test_structural_baselines_are_checked_and_can_be_left_out(ckpt, run, tmp_path):
+    with pytest.raises(ValueError, match=r"structural_baselines: unknown \['tree'\]"):
+        ProbeRunConfig(structural_baselines=("tree",))
+    with pytest.raises(ValueError, match="structural_train_words must be an int >= 2"):
+        ProbeRunConfig(structural_train_words=1)
+    cfg = {**CFG, "modes": ["single"], "seeds": [0], "n_boot": 0, "structural_train_words": 200,
+           "structural_baselines": ["chain"], "layers": [1]}
+    t = probe_model(ckpt, tasks=["structural_depth"], out_dir=tmp_path, config=cfg, store_root=run[0] / "store",
+                    progress=False)["probing"]
+    assert sorted(set(t["mode"])) == ["chain", "single"]

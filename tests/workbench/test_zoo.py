@@ -129,7 +129,7 @@ def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
     probing = load_table(run, "probing")
     for system, seeds in SYSTEMS.items():
         single, layers = item_arrays(items, [f"{system}-s{k}" for k in seeds], "structural_distance", "single")
-        uuas = probing[(probing.task == "structural_distance") & (probing.metric == "uuas")
+        uuas = probing[(probing.task == "structural_distance") & (probing.metric == "uuas") & (probing["mode"] == "single")
                        & (probing.model == f"{system}-s0") & (probing.seed == 0)].sort_values("layer")
         np.testing.assert_allclose([score(single[0, i], "micro_f1") for i in range(len(layers))], uuas["value"])
     structural = stats[stats.task == "structural_distance"]

@@ -13,6 +13,7 @@ from torch.testing import assert_close
 
 from plmodels import load
 from plmodels.hf_import import UnsafePickleError, find_minilm, import_hf_bert, map_hf_state
+from tests.plmodels.hf_bert_folder import save_bert_folder
 
 # transformers is the reference implementation, one of the test extras: without it this module is
 # skipped at collection, not failed
@@ -20,13 +21,6 @@ transformers = pytest.importorskip("transformers", reason="the parity tests need
 
 
 INIT_STD = 0.3   # weight std of the random BERT: MLP pre-activations O(1-3) (hf_folder)
-
-
-def write_vocab(path, n):
-    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    words = ["the", "cat", "sat", "on", "mat", "dog", "##s", "ran"]
-    tokens = specials + words + [f"w{i}" for i in range(n - len(specials) - len(words))]
-    path.write_text("\n".join(tokens) + "\n")
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +38,7 @@ def hf_folder(tmp_path_factory):
         initializer_range=INIT_STD,
     )
     model = transformers.BertForPreTraining(cfg).eval()
-    with torch.no_grad():  # non-trivial LayerNorms and biases so a mapping slip shows
-        for name, p in model.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    folder = tmp_path_factory.mktemp("hf_bert")
-    model.save_pretrained(folder)
-    write_vocab(folder / "vocab.txt", 40)
-    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
-    return folder
+    return save_bert_folder(model, tmp_path_factory.mktemp("hf_bert"))
 
 
 def hf_bert_model(folder):

@@ -3,7 +3,6 @@ pseudo-log-likelihood computed token by token), a planted model, and every model
 same alone as in a batch."""
 from __future__ import annotations
 
-import json
 import shutil
 
 import numpy as np
@@ -21,7 +20,7 @@ from plmodels.training.data import with_sentinels
 from plmodels.xlnet import XLNet, XLNetConfig
 from probes.sentence_scores import KIND_SCORERS, SCORERS, pll_scores, scorers_for
 from tests.plmodels.test_hf_gpt2 import hf_gpt2
-from tests.plmodels.test_hf_import import write_vocab
+from tests.plmodels.hf_bert_folder import save_bert_folder
 from tests.plmodels.test_hf_tokenizers import write_gpt2_files
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -66,14 +65,7 @@ def bert(tmp_path_factory):
                                   intermediate_size=48, max_position_embeddings=24, hidden_dropout_prob=0.0,
                                   attention_probs_dropout_prob=0.0)
     ref = transformers.BertForMaskedLM(cfg).eval()
-    with torch.no_grad():
-        for name, p in ref.named_parameters():
-            if "LayerNorm" in name or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    folder = tmp_path_factory.mktemp("bert")
-    ref.save_pretrained(folder)
-    write_vocab(folder / "vocab.txt", 40)
-    (folder / "tokenizer_config.json").write_text(json.dumps({"do_lower_case": True}))
+    folder = save_bert_folder(ref, tmp_path_factory.mktemp("bert"))
     ours, tok = import_hf_bert(folder, folder / "ckpt")
     return ref, ours.eval(), tok
 

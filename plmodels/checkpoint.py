@@ -179,6 +179,15 @@ def build_model(kind: str, config: dict) -> nn.Module:
     return model_cls(config_cls.from_dict(config))
 
 
+def random_init_model(model: nn.Module, seed: int) -> nn.Module:
+    """The same architecture (kind and config) with fresh weights from the family's own init, drawn under
+    `seed` (the global torch generator is left as it was), in eval mode: the random-initialisation
+    floor of the analyses."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build_model(model.kind, model.config.to_dict()).eval()
+
+
 def n_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 

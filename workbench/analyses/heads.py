@@ -77,7 +77,7 @@ from plmodels.progress import progress as progress_bar
 from plmodels.progress import write
 from plmodels.training.corpus import iter_texts
 from probes.head_similarity import HeadSimilarity, mds_embedding
-from plmodels.checkpoint import build_model
+from plmodels.checkpoint import random_init_model
 from probes.heads import (WEIGHTING_COLUMN, HeadConfig, HeadStats, Sentence, best_heads_per_relation, combine_floors,
                           floor_scores, null_heads, weighting_rows)
 from workbench.analyses.probing import default_model_name
@@ -395,14 +395,6 @@ def null_head_floors(tokenizer, sents: Sequence, freq: Mapping | None, threshold
     uniform = np.zeros((1, 1 + draws), bool)
     uniform[0, 0] = True
     return {"uniform": floor_scores(stats, uniform), "random_argmax": floor_scores(stats, ~uniform, "mean")}
-
-
-def random_init_model(model, seed: int):
-    """The same architecture with fresh weights from its own initialisation (`seed`), in eval mode
-    (as `workbench.analyses.probing.random_baseline_checkpoint` saves it)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build_model(model.kind, model.config.to_dict()).eval()
 
 
 def uniform_causal_sentences(sentences: Sequence[Sentence]) -> list[Sentence]:

@@ -41,7 +41,7 @@ import torch
 from scipy import stats as _st
 
 import plmodels
-from plmodels.checkpoint import CARD_FILE, CONFIG_FILE, build_model
+from plmodels.checkpoint import CARD_FILE, random_init_model
 from plmodels.config import Config
 from plmodels.progress import progress as progress_bar
 from plmodels.training.config import resolve_path
@@ -217,13 +217,6 @@ def bigram_scores(pairs: list[PairRecord], lm: BigramLM, tok) -> np.ndarray:
     return np.array([[one(r.good), one(r.bad)] for r in pairs]).reshape(-1, 2)
 
 
-def random_init_model(model_path: str | Path, seed: int) -> torch.nn.Module:
-    """The checkpoint's architecture, freshly initialised with torch seed `seed`, in eval mode."""
-    meta = json.loads((Path(model_path) / CONFIG_FILE).read_text(encoding="utf-8"))
-    torch.manual_seed(seed)
-    return build_model(meta["kind"], meta["config"]).eval()
-
-
 def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
                       config: PairsRunConfig | Mapping | str | Path | None = None, model_name: str | None = None,
                       progress: bool = True) -> dict[str, pd.DataFrame]:
@@ -247,7 +240,7 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
     item_key = hashlib.sha256("\n".join(r.id for r in pairs).encode()).hexdigest()[:16]
     frames, seconds, cpu = [], {}, {}
     jobs = [(s, "model") for s in scorers] + ([(s, "random_init") for s in scorers] if "random_init" in cfg.floors else [])
-    baseline = random_init_model(model_path, cfg.seed) if "random_init" in cfg.floors else None
+    baseline = random_init_model(model, cfg.seed) if "random_init" in cfg.floors else None
     with progress_bar(len(jobs), f"minimal pairs {name}", "scorer", disable=not progress) as bar:
         for sc, which in jobs:
             t0, c0 = time.perf_counter(), time.process_time()

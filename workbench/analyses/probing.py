@@ -46,7 +46,7 @@ import pandas as pd
 import torch
 
 import plmodels
-from plmodels.checkpoint import build_model
+from plmodels.checkpoint import random_init_model
 from plmodels.config import Config
 from plmodels.progress import Bar, write
 from plmodels.progress import progress as progress_bar
@@ -572,14 +572,6 @@ def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: di
 
 
 # ------------------------------------------------------------------------------------ baseline
-def random_init_model(model: torch.nn.Module, seed: int) -> torch.nn.Module:
-    """The same architecture (kind and config) with fresh weights from the family's own init, drawn under
-    `seed` (the global torch generator is left as it was), in eval mode."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build_model(model.kind, model.config.to_dict()).eval()
-
-
 def random_init_splits(model: torch.nn.Module, tokenizer, records: str, cfg: ProbeRunConfig, seed: int,
                        store_root: Path, model_id: str, train_cap: int | None, tasks_dir=None,
                        progress: bool = True) -> tuple[TaskSplit, TaskSplit]:

@@ -1,5 +1,11 @@
 """A GPT-2-style decoder (Radford et al. 2019, "Language Models are Unsupervised Multitask Learners").
 
+GPT-NeoX's variant (Black et al. 2022, "GPT-NeoX-20B"; the Pythia suite, Biderman et al. 2023) is
+three options: `parallel_residual` (x + Attn(LN1(x)) + MLP(LN2(x)), both sub-layers reading the block
+input), `rotary_dims` (RoPE on the first R channels of each head, Pythia's rotary_pct 0.25) and
+`rope_base`; with position "rope" and an untied head they compute GPTNeoXForCausalLM
+(plmodels/hf_gpt_neox.py imports it).
+
 Reading order: config -> MLP -> block -> model. The attention sub-layer (fused QKV, eager/SDPA
 paths, causal masks) and what every family shares (hook sites, head pruning, config checks, init,
 unpadding) live in components/. Defaults are GPT-2's: pre-LN blocks x = x + Dropout(Sublayer(LN(x)))
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -61,9 +67,33 @@ class DecoderConfig(Config):
     adaptive_cutoffs: tuple[int, ...] = (2000, 6000)  # frequency ranks where the tail clusters start
     adaptive_div: float = 4.0  # tail cluster i projects to d_model / div^(i+1) dimensions
     pruned_heads: dict[int, list[int]] = field(default_factory=dict)  # {layer: original head ids}
+    # GPT-NeoX's options (Black et al. 2022; Pythia, Biderman et al. 2023), left out of to_dict at their defaults:
+    parallel_residual: bool = False  # x + Attn(LN1(x)) + MLP(LN2(x)): both sub-layers read the block input (pre-LN)
+    rotary_dims: int | None = None  # RoPE on the first rotary_dims channels of each head (even); None = all
+    rope_base: float = 10000.0  # RoPE's theta base: channel pair i turns by pos * base^(-2i/rotary_dims)
+
+    # fields added after checkpoints existed: to_dict leaves them out at their default, so a config
+    # that does not use them writes the same config.json (and checkpoint_hash) as before
+    LATER_FIELDS: ClassVar[dict[str, Any]] = {"parallel_residual": False, "rotary_dims": None, "rope_base": 10000.0}
 
     def __post_init__(self) -> None:
         check_shared_fields(self)
+        if not isinstance(self.parallel_residual, bool):
+            raise ValueError(f"DecoderConfig.parallel_residual must be true or false, got {self.parallel_residual!r}")
+        if self.parallel_residual and self.norm != "pre":
+            raise ValueError("DecoderConfig.parallel_residual=true needs norm='pre' (both sub-layers read LN(x) of "
+                             f"the block input), got norm={self.norm!r}")
+        head_dim = self.d_model // self.n_heads
+        if self.rotary_dims is not None:
+            if self.position != "rope":
+                raise ValueError(f"DecoderConfig.rotary_dims={self.rotary_dims!r} needs position='rope', "
+                                 f"got {self.position!r}")
+            if (not isinstance(self.rotary_dims, int) or isinstance(self.rotary_dims, bool)
+                    or not 2 <= self.rotary_dims <= head_dim or self.rotary_dims % 2):
+                raise ValueError(f"DecoderConfig.rotary_dims must be an even int in [2, head dim {head_dim}] "
+                                 f"or null, got {self.rotary_dims!r}")
+        if isinstance(self.rope_base, bool) or not isinstance(self.rope_base, (int, float)) or not self.rope_base > 1:
+            raise ValueError(f"DecoderConfig.rope_base must be a number > 1, got {self.rope_base!r}")
         object.__setattr__(self, "adaptive_cutoffs", tuple(self.adaptive_cutoffs))  # JSON gives a list
         if self.output not in ("softmax", "adaptive"):
             raise ValueError(f"DecoderConfig.output must be 'softmax' or 'adaptive', got {self.output!r}")
@@ -77,6 +107,18 @@ class DecoderConfig(Config):
                 raise ValueError("DecoderConfig.output='adaptive' has its own output weights: set tie_embeddings=false")
             if not self.adaptive_div >= 1.0:
                 raise ValueError(f"DecoderConfig.adaptive_div must be >= 1, got {self.adaptive_div!r}")
+
+    @property
+    def rope_dims(self) -> int:
+        """Channels of each head that RoPE rotates (the head dim unless rotary_dims says fewer)."""
+        return self.d_model // self.n_heads if self.rotary_dims is None else self.rotary_dims
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        for name, default in self.LATER_FIELDS.items():
+            if d.get(name) == default:
+                del d[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict, source: str | None = None) -> "DecoderConfig":
@@ -104,12 +146,13 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """One decoder block with its hook sites: pre-LN (GPT-2) or post-LN; the causal mask comes in
-    through `keep` / `is_causal` (attention.keep_mask)."""
+    """One decoder block with its hook sites: pre-LN (GPT-2), pre-LN with a parallel residual
+    (GPT-NeoX) or post-LN; the causal mask comes in through `keep` / `is_causal` (attention.keep_mask)."""
 
     def __init__(self, cfg: DecoderConfig) -> None:
         super().__init__()
         self.pre = cfg.norm == "pre"
+        self.parallel = cfg.parallel_residual
         self.resid_pre = HookPoint()  # created first so hook_names() lists sites in forward order
         self.attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, bias=cfg.bias, dropout=cfg.dropout, position=cfg.position)
         self.norm1, self.norm2 = layer_norm(cfg), layer_norm(cfg)  # before (pre-LN) or after (post-LN) each sub-layer
@@ -120,7 +163,11 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, keep, **attn_kw) -> tuple[torch.Tensor, torch.Tensor | None]:
         x = self.resid_pre(x)
-        if self.pre:  # GPT-2: x = x + Dropout(Sublayer(LN(x)))
+        if self.parallel:  # GPT-NeoX: x = x + Dropout(Attn(LN1(x))) + Dropout(MLP(LN2(x))), one input
+            a, probs = self.attn(self.norm1(x), keep, **attn_kw)
+            a = self.attn_out(self.drop(a))
+            x = x + a + self.mlp_out(self.drop(self.mlp(self.norm2(x))))
+        elif self.pre:  # GPT-2: x = x + Dropout(Sublayer(LN(x)))
             a, probs = self.attn(self.norm1(x), keep, **attn_kw)
             x = x + self.attn_out(self.drop(a))
             x = x + self.mlp_out(self.drop(self.mlp(self.norm2(x))))
@@ -185,7 +232,7 @@ class Decoder(HookedModel, PrunableMixin, nn.Module):
         )
         kw: dict[str, Any] = {"eager": eager, "is_causal": is_causal, "packing": packing}
         if cfg.position == "rope":
-            kw["rope"] = rope_cos_sin(T, cfg.d_model // cfg.n_heads, input_ids.device)
+            kw["rope"] = rope_cos_sin(T, cfg.rope_dims, input_ids.device, base=cfg.rope_base)  # (T, R) each
         elif cfg.position == "alibi":
             kw["alibi_dist"] = alibi_distance(T, input_ids.device)  # = -(i - j) wherever j <= i
         x = self.wte(input_ids)  # (B, T, D)

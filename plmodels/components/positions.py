@@ -4,6 +4,9 @@
   pairs (i, i + Dh/2) of q and k are rotated by the angle pos * theta_i with
   theta_i = base^(-2i/Dh) ("rotate-half" convention of GPT-NeoX / HF Llama):
   rope(x) = x * cos + rotate_half(x) * sin,  rotate_half([x1, x2]) = [-x2, x1].
+  Partial rotary (GPT-NeoX, Black et al. 2022, "GPT-NeoX-20B"; Pythia rotates 25% of each head):
+  the tables are built for R < Dh channels (theta_i = base^(-2i/R)) and only the first R channels
+  of q and k are rotated; the rest carry no position.
 - ALiBi: Press et al. 2022, "Train Short, Test Long: Attention with Linear Biases". Head h adds
   -m_h * |i - j| to the attention score of query i and key j. For n heads (a power of two) the
   slopes are the geometric sequence m_h = 2^(-8 (h + 1) / n), h = 0..n-1; otherwise the slopes of
@@ -42,9 +45,17 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate x (B, H, T, Dh) by the (T, Dh) tables; computed in x's dtype."""
+    """Rotate x (B, H, T, Dh) by the (T, R) tables, R <= Dh and even; computed in x's dtype.
+
+    R = Dh rotates every channel. R < Dh is partial rotary (GPT-NeoX's `rotary_pct`, Black et al.
+    2022): the first R channels of each head are rotated as a head of size R (pairs (i, i + R/2)),
+    the other Dh - R pass unchanged, as transformers' GPTNeoX `apply_rotary_pos_emb` does."""
     cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return x * cos + rotate_half(x) * sin
+    rotary = cos.shape[-1]
+    if rotary == x.shape[-1]:
+        return x * cos + rotate_half(x) * sin
+    rot, rest = x[..., :rotary], x[..., rotary:]  # (B, H, T, R), (B, H, T, Dh - R)
+    return torch.cat((rot * cos + rotate_half(rot) * sin, rest), dim=-1)
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:

@@ -118,3 +118,18 @@ def test_pruning_a_head_equals_zero_gating_it():
     assert_close(attn(x, eager=False)[0], gated)
     with pytest.raises(ValueError, match="not present"):
         attn.prune([1])
+
+
+def test_partial_rope_rotates_the_first_channels_as_a_head_of_that_size():
+    """GPT-NeoX's rotary_pct: tables for R < Dh channels rotate channels [0, R) exactly as a head of
+    size R is rotated (pairs (i, i + R/2), theta_i = base^(-2i/R)); channels [R, Dh) pass unchanged."""
+    torch.manual_seed(0)
+    T, Dh, R = 7, 8, 4
+    x = torch.randn(2, 3, T, Dh)
+    cos, sin = rope_cos_sin(T, R, base=500.0)
+    out = apply_rope(x, cos, sin)
+    assert torch.equal(out[..., R:], x[..., R:])
+    assert torch.equal(out[..., :R], apply_rope(x[..., :R].contiguous(), cos, sin))
+    assert (out[..., :R] - x[..., :R]).abs().max() > 0.1  # positions 1.. do turn
+    # base 500 against the default 10000: the second pair turns at another rate
+    assert (apply_rope(x, *rope_cos_sin(T, R)) - out)[..., 1, :R].abs().max() > 1e-3

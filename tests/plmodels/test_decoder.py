@@ -5,6 +5,8 @@ import torch
 from torch.testing import assert_close
 
 from plmodels import DecoderConfig
+from plmodels.components.attention import keep_mask
+from plmodels.components.positions import rope_cos_sin
 
 from .conftest import TINY, batch, tiny_decoder
 
@@ -114,3 +116,61 @@ def test_next_token_loss_decreases_with_training():
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.3 * losses[0]
+
+
+# ---------------------------------------------------------------- GPT-NeoX's options (Pythia)
+NEOX = dict(position="rope", parallel_residual=True, rotary_dims=2, rope_base=500.0)
+
+
+def test_new_options_leave_the_default_config_json_and_parameters_unchanged():
+    """Checkpoints of the existing kind keep their config.json (and checkpoint_hash) byte for byte:
+    the options are left out at their defaults; they add no parameter."""
+    keys = set(DecoderConfig(**TINY).to_dict())
+    assert not keys & {"parallel_residual", "rotary_dims", "rope_base"}
+    with_options = DecoderConfig(**TINY, **NEOX)
+    assert {"parallel_residual", "rotary_dims", "rope_base"} <= set(with_options.to_dict())
+    assert DecoderConfig.from_dict(with_options.to_dict()) == with_options
+    plain, neox = tiny_decoder(position="rope").state_dict(), tiny_decoder(**NEOX).state_dict()
+    assert {k: v.shape for k, v in plain.items()} == {k: v.shape for k, v in neox.items()}
+    assert all(torch.equal(plain[k], neox[k]) for k in plain)  # same init draws too
+
+
+def test_parallel_residual_block_adds_both_sublayers_of_the_same_input():
+    """GPT-NeoX / GPT-J: x + Attn(LN1(x)) + MLP(LN2(x)); GPT-2's MLP reads x + Attn(LN1(x)) instead."""
+    for parallel in (True, False):
+        model = tiny_decoder(**{**NEOX, "parallel_residual": parallel})
+        block = model.blocks[0]
+        x = torch.randn(2, 5, TINY["d_model"])
+        keep, _ = keep_mask(None, 5, x.device, causal=True, explicit=True)
+        rope = rope_cos_sin(5, 2, base=500.0)
+        with torch.no_grad():
+            got, _ = block(x, keep, rope=rope, eager=True)
+            a = block.attn(block.norm1(x), keep, rope=rope, eager=True)[0]
+            mlp_in = x if parallel else x + a
+            assert_close(got, x + a + block.mlp(block.norm2(mlp_in)), atol=1e-6, rtol=1e-6)
+
+
+def test_rotary_dims_rotates_only_the_first_channels_of_q_and_k():
+    model = tiny_decoder(**NEOX)
+    ids, _ = batch(pad_from=None)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(ids, ["blocks.0.resid_pre", "blocks.0.attn.q"], attn_impl="eager")
+        block = model.blocks[0]
+        H, Dh = TINY["n_heads"], TINY["d_model"] // TINY["n_heads"]
+        raw_q = block.attn.qkv(block.norm1(cache["blocks.0.resid_pre"])).view(*ids.shape, 3, H, Dh)[:, :, 0]
+    q = cache["blocks.0.attn.q"]  # (B, T, H, Dh), after RoPE
+    assert_close(q[..., 2:], raw_q[..., 2:], atol=1e-6, rtol=0)  # channels 2.. carry no position
+    assert_close(q[:, 0], raw_q[:, 0], atol=1e-6, rtol=0)  # position 0 is not turned
+    assert (q[:, 1:, :, :2] - raw_q[:, 1:, :, :2]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("fields, field", [
+    ({"rotary_dims": 2}, "rotary_dims"),  # needs position rope
+    ({"position": "rope", "rotary_dims": 3}, "rotary_dims"),  # odd
+    ({"position": "rope", "rotary_dims": 10}, "rotary_dims"),  # beyond the head size 8
+    ({"parallel_residual": True, "norm": "post"}, "parallel_residual"),
+    ({"position": "rope", "rope_base": 1.0}, "rope_base"),
+])
+def test_option_checks_name_their_field(fields, field):
+    with pytest.raises(ValueError, match=f"DecoderConfig.{field}"):
+        DecoderConfig(**TINY, **fields)

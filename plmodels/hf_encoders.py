@@ -58,7 +58,7 @@ import torch
 from .checkpoint import check_state, save
 from .components.positions import sinusoidal_table
 from .encoder import Encoder, EncoderConfig
-from .hf_import import HF_ACTIVATIONS, OPTIONAL_PREFIXES, config_from_hf, read_hf_weights, read_tokenizer
+from .hf_import import HF_ACTIVATIONS, OPTIONAL_PREFIXES, config_from_hf, read_hf_weights, read_tokenizer, weights_source
 from .hf_import import RENAMES as BERT_RENAMES
 from .tokenizer import Tokenizer
 
@@ -469,7 +469,8 @@ def _import(family: Family, src_dir, out_dir, card, make_config) -> tuple[Encode
     # make_config may return (config, {HF tensor: why it carries nothing}): left out, listed as ignored
     config, consumed = made if isinstance(made, tuple) else (made, {})
     mapped = map_family_state({k: v for k, v in hf_state.items() if k not in consumed}, family)
-    report: dict[str, Any] = {"source": str(src), "family": family.name, "unknown_tensors": list(mapped.unknown),
+    report: dict[str, Any] = {"source": str(src), "family": family.name, "weights": weights_source(src),
+                              "unknown_tensors": list(mapped.unknown),
                               "ignored_tensors": list(mapped.ignored) + list(consumed),
                               "fresh_init": [], "notes": list(dict.fromkeys(consumed.values()))}
     model = Encoder(config)

@@ -3,7 +3,9 @@
 Reads `config.json`, weights from `model.safetensors` (or `pytorch_model.bin` through
 `torch.load(weights_only=True)`, which refuses arbitrary pickles: a refused file is an
 UnsafePickleError naming it, with how to convert it to safetensors in a trusted environment; the
-workbench itself never unpickles it), and the tokenizer from
+workbench itself never unpickles it) or from a sharded checkpoint (`model.safetensors.index.json`, or
+`pytorch_model.bin.index.json` with `pytorch_model-0000x-of-0000y.bin` shards, each shard read as an
+unsharded file of its format: `read_hf_weights`, which every importer uses), and the tokenizer from
 `vocab.txt` + `tokenizer_config.json`'s `do_lower_case` (else `tokenizer.json`). Weight names are
 mapped with or without the "bert." prefix; HF's separate query/key/value projections are stacked
 into our fused QKV (rows [q; k; v]). The MLM head (`cls.predictions.*`), pooler and NSP head are
@@ -117,6 +119,15 @@ CONVERT_COMMAND = ("python -c \"import torch; from safetensors.torch import save
                    "sd = torch.load('pytorch_model.bin', weights_only=False); "
                    "save_file({k: v.contiguous().clone() for k, v in sd.items() if isinstance(v, torch.Tensor)}, "
                    "'model.safetensors', metadata={'format': 'pt'})\"")
+# the same for a sharded checkpoint: every shard of the index into one model.safetensors
+CONVERT_SHARDS_COMMAND = ("python -c \"import json, torch; from safetensors.torch import save_file; "
+                          "shards = sorted(set(json.load(open('pytorch_model.bin.index.json'))['weight_map'].values())); "
+                          "sd = {k: v for f in shards for k, v in torch.load(f, weights_only=False).items()}; "
+                          "save_file({k: v.contiguous().clone() for k, v in sd.items() if isinstance(v, torch.Tensor)}, "
+                          "'model.safetensors', metadata={'format': 'pt'})\"")
+SAFETENSORS, SAFETENSORS_INDEX = "model.safetensors", "model.safetensors.index.json"
+PICKLE, PICKLE_INDEX = "pytorch_model.bin", "pytorch_model.bin.index.json"
+WEIGHT_FILES = (SAFETENSORS, SAFETENSORS_INDEX, PICKLE, PICKLE_INDEX)  # the order they are looked for (transformers')
 
 
 def _refusal_reason(message: str) -> str:
@@ -131,24 +142,92 @@ def _refusal_reason(message: str) -> str:
     return "it is not a tensors-only PyTorch checkpoint"
 
 
+def _load_pickle(path: Path, src: Path, sharded: bool) -> dict[str, torch.Tensor]:
+    """One pytorch_model*.bin through torch's tensors-only loader; anything else is an UnsafePickleError."""
+    try:
+        with warnings.catch_warnings():   # torch's note on an unusual pickle protocol: the error says it all
+            warnings.filterwarnings("ignore", message="Detected pickle protocol")
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise UnsafePickleError(
+            f"refused to load {path}: {_refusal_reason(str(e))}, and "
+            f"unpickling it could run arbitrary code, so the workbench will not. Only if you trust the file, "
+            f"convert {'every shard' if sharded else 'it'} to safetensors in a separate, trusted Python environment, "
+            f"in {src}: {CONVERT_SHARDS_COMMAND if sharded else CONVERT_COMMAND}; "
+            f"then import the folder again (model.safetensors is read first)") from None
+    if not isinstance(state, dict) or not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in state.items()):
+        raise ValueError(f"{path}: not a state dict (a mapping of names to tensors), got {type(state).__name__}")
+    return state
+
+
+def _shard_index(path: Path) -> dict[str, list[str]]:
+    """{shard file: [tensor names]} of a *.index.json (its weight_map); a ValueError naming the file for
+    anything else, or for a shard name that is not a file name in the same folder."""
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{path}: no weight_map (an object of tensor name -> shard file)")
+    shards: dict[str, list[str]] = {}
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or Path(shard).name != shard or shard in (".", ".."):
+            raise ValueError(f"{path}: weight_map[{name!r}]={shard!r} is not a file name in the same folder")
+        shards.setdefault(shard, []).append(name)
+    return shards
+
+
+def _read_shards(src: Path, index_name: str) -> dict[str, torch.Tensor]:
+    """The state dict of a sharded checkpoint: every shard of the index, read as an unsharded file of
+    its format is. Each shard must hold exactly the tensors the index assigns to it."""
+    path = src / index_name
+    state: dict[str, torch.Tensor] = {}
+    for shard, names in _shard_index(path).items():
+        file = src / shard
+        if not file.is_file():
+            raise FileNotFoundError(f"{path} names the shard {shard}, which is not in {src}")
+        part = read_safetensors(file) if index_name == SAFETENSORS_INDEX else _load_pickle(file, src, sharded=True)
+        absent = sorted(set(names) - set(part))
+        extra = sorted(set(part) - set(names))
+        if absent or extra:
+            raise ValueError(f"{file} does not hold what {path.name} says: "
+                             + "; ".join(f"{what} {sorted(v)[:5]}{' ...' if len(v) > 5 else ''}"
+                                         for what, v in (("missing", absent), ("not in the index", extra)) if v))
+        state.update(part)
+    return state
+
+
+def weights_source(src: str | Path) -> str:
+    """Which weight file(s) `read_hf_weights` reads in the folder `src`, in words (for import reports)."""
+    src = Path(src)
+    for name in WEIGHT_FILES:
+        if (src / name).is_file():
+            if name.endswith(".index.json"):
+                try:
+                    return f"{name} ({len(_shard_index(src / name))} shards)"
+                except ValueError:
+                    return name
+            return name
+    return "none"
+
+
 def read_hf_weights(src: Path) -> dict[str, torch.Tensor]:
-    """The HF state dict from model.safetensors, else pytorch_model.bin (weights_only=True); a .bin
-    that is more than tensors is an UnsafePickleError."""
-    if (src / "model.safetensors").is_file():
-        return read_safetensors(src / "model.safetensors")   # a torn file: one error naming it
-    path = src / "pytorch_model.bin"
-    if path.is_file():
-        try:
-            with warnings.catch_warnings():   # torch's note on an unusual pickle protocol: the error says it all
-                warnings.filterwarnings("ignore", message="Detected pickle protocol")
-                return torch.load(path, map_location="cpu", weights_only=True)
-        except pickle.UnpicklingError as e:
-            raise UnsafePickleError(
-                f"refused to load {path}: {_refusal_reason(str(e))}, and "
-                f"unpickling it could run arbitrary code, so the workbench will not. Only if you trust the file, "
-                f"convert it to safetensors in a separate, trusted Python environment, in {src}: {CONVERT_COMMAND}; "
-                f"then import the folder again (model.safetensors is read first)") from None
-    raise FileNotFoundError(f"{src} has neither model.safetensors nor pytorch_model.bin")
+    """The HF state dict of a folder, from the first of: model.safetensors; model.safetensors.index.json
+    and its shards; pytorch_model.bin; pytorch_model.bin.index.json and its pytorch_model-0000x-of-0000y.bin
+    shards. Pickles go through torch's tensors-only loader (weights_only=True): one that is more than
+    tensors is an UnsafePickleError naming it, and is never unpickled. A shard that does not hold the
+    tensors its index assigns it is a ValueError naming both files."""
+    src = Path(src)
+    if (src / SAFETENSORS).is_file():
+        return read_safetensors(src / SAFETENSORS)   # a torn file: one error naming it
+    if (src / SAFETENSORS_INDEX).is_file():
+        return _read_shards(src, SAFETENSORS_INDEX)
+    if (src / PICKLE).is_file():
+        return _load_pickle(src / PICKLE, src, sharded=False)
+    if (src / PICKLE_INDEX).is_file():
+        return _read_shards(src, PICKLE_INDEX)
+    raise FileNotFoundError(f"{src} has no weights: none of {', '.join(WEIGHT_FILES)}")
 
 
 def map_hf_state(hf_state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
@@ -236,6 +315,7 @@ def import_hf_bert(src_dir: str | Path, out_dir: str | Path | None = None, card:
     model.eval()
     report: dict[str, Any] = {
         "source": str(src),
+        "weights": weights_source(src),
         "unknown_tensors": unknown,
         "ignored_tensors": ignored,
         "fresh_init": fresh,
@@ -268,7 +348,8 @@ def import_converted(src_dir: str | Path, out_dir: str | Path | None, card: dict
     check_state(model.state_dict(), state, str(src))
     model.load_state_dict(state, strict=True)
     model.eval()
-    report: dict[str, Any] = {"source": str(src), "family": family, "unknown_tensors": [], "fresh_init": [], "notes": []}
+    report: dict[str, Any] = {"source": str(src), "family": family, "weights": weights_source(src), "unknown_tensors": [],
+                              "fresh_init": [], "notes": []}
     try:
         tokenizer = read_tokenizer(src)
     except ValueError as e:

@@ -201,3 +201,99 @@ def test_real_minilm_matches_transformers():
         assert_close(a, b, atol=1e-4, rtol=1e-4)
     for a, b in zip(o.attentions, r.attentions, strict=True):
         assert_close(a, b, atol=1e-4, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------ sharded checkpoints
+def _bin_shards(state: dict, folder, n: int) -> dict:
+    """Write `state` as transformers 4 wrote sharded pickles: pytorch_model-0000i-of-0000n.bin and
+    pytorch_model.bin.index.json; returns {tensor: shard}."""
+    names = sorted(state)
+    weight_map = {}
+    for i in range(n):
+        shard = f"pytorch_model-{i + 1:05d}-of-{n:05d}.bin"
+        part = {k: state[k] for k in names[i::n]}
+        torch.save(part, folder / shard)
+        weight_map.update({k: shard for k in part})
+    total = sum(t.numel() * t.element_size() for t in state.values())
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps({"metadata": {"total_size": total},
+                                                                    "weight_map": weight_map}))
+    return weight_map
+
+
+@pytest.fixture(scope="module")
+def sharded(hf_folder, tmp_path_factory):
+    """The random BERT of hf_folder saved by transformers in shards of at most 20 kB (safetensors), and
+    the same tensors as three pickled shards with their index."""
+    from safetensors.torch import load_file
+
+    root = tmp_path_factory.mktemp("sharded")
+    model = transformers.BertForPreTraining.from_pretrained(str(hf_folder)).eval()
+    model.save_pretrained(root / "safetensors", max_shard_size="20KB")
+    state = load_file(str(hf_folder / "model.safetensors"))
+    (root / "bin").mkdir()
+    _bin_shards(state, root / "bin", 3)
+    for folder in (root / "safetensors", root / "bin"):
+        for name in ("vocab.txt", "tokenizer_config.json", "config.json"):
+            (folder / name).write_bytes((hf_folder / name).read_bytes())
+    return root
+
+
+@pytest.mark.parametrize("layout, index", [("safetensors", "model.safetensors.index.json"),
+                                           ("bin", "pytorch_model.bin.index.json")])
+def test_a_sharded_bert_imports_to_the_same_state_dict_as_its_unsharded_save(hf_folder, sharded, tmp_path, layout, index):
+    folder = sharded / layout
+    shards = sorted(p.name for p in folder.iterdir() if p.name.endswith((".safetensors", ".bin")))
+    assert len(shards) >= 3 and (folder / index).is_file() and not (folder / "model.safetensors").exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        whole, _ = import_hf_bert(hf_folder)
+        parts, tok = import_hf_bert(folder, tmp_path / "ckpt")
+    a, b = whole.state_dict(), parts.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert tok is not None
+    report = json.loads((tmp_path / "ckpt" / "card.json").read_text())["import"]
+    assert report["weights"] == f"{index} ({len(shards)} shards)"
+
+
+def test_a_shard_that_does_not_hold_what_its_index_says_is_refused(hf_folder, sharded, tmp_path):
+    import shutil
+
+    folder = tmp_path / "bin"
+    shutil.copytree(sharded / "bin", folder)
+    index = json.loads((folder / "pytorch_model.bin.index.json").read_text())
+    name, shard = next(iter(index["weight_map"].items()))
+    part = torch.load(folder / shard, weights_only=True)
+    del part[name]
+    torch.save(part, folder / shard)
+    with pytest.raises(ValueError, match=rf"{shard} does not hold what pytorch_model.bin.index.json says: missing \['{name}'\]"):
+        import_hf_bert(folder)
+    index["weight_map"][name] = "../outside.bin"
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match=r"is not a file name in the same folder"):
+        import_hf_bert(folder)
+    index["weight_map"][name] = "pytorch_model-00009-of-00009.bin"
+    (folder / "pytorch_model.bin.index.json").write_text(json.dumps(index))
+    with pytest.raises(FileNotFoundError, match="names the shard pytorch_model-00009-of-00009.bin"):
+        import_hf_bert(folder)
+
+
+@pytest.mark.parametrize("how", ["os.system", "builtins.open"])
+def test_a_code_carrying_shard_is_refused_and_never_run(hf_folder, tmp_path, how):
+    from safetensors.torch import load_file
+
+    folder, marker = tmp_path / "bin", tmp_path / "MARKER"
+    folder.mkdir()
+    (folder / "config.json").write_text((hf_folder / "config.json").read_text())
+    state = load_file(str(hf_folder / "model.safetensors"))
+    weight_map = _bin_shards(state, folder, 2)
+    second = sorted(set(weight_map.values()))[1]
+    part = torch.load(folder / second, weights_only=True)
+    torch.save({**part, "extra": _Payload(marker, how)}, folder / second)  # the index does not even name it
+    with pytest.raises(UnsafePickleError) as e:
+        import_hf_bert(folder, tmp_path / "out")
+    assert not marker.exists() and not (tmp_path / "out").exists()
+    msg = str(e.value)
+    assert msg.startswith(f"refused to load {folder / second}: it holds objects other than tensors")
+    assert "every shard" in msg and "pytorch_model.bin.index.json" in msg and "\n" not in msg
+    torch.load(folder / second, weights_only=False)  # the payload is live when loaded the unsafe way
+    assert marker.exists()

@@ -18,7 +18,7 @@ that names the config field and why (nothing is approximated). Which layout:
 | Encoder, share_layers "all" | `AlbertForMaskedLM` (`AlbertForPreTraining` with an NSP head: ALBERT's sentence-order head) | as BERT; embedding_size allowed (E = D: an identity projection is written); no RTD head |
 | Encoder, use_rtd | `ElectraForPreTraining` (the discriminator) | as BERT, share_layers "none", no NSP head; embedding_size allowed |
 | Decoder | `GPT2LMHeadModel` | learned positions, pre-LN, plain MLP, biases, softmax output |
-| Decoder, position "rope" | `GPTNeoXForCausalLM` | pre-LN, plain MLP, even head size, softmax output; biases or not |
+| Decoder, position "rope" | `GPTNeoXForCausalLM` | pre-LN, plain MLP, even head size, softmax output; biases or not; parallel residual or not; any rotary_dims / rope_base |
 
 ALBERT: one group of one layer (num_hidden_groups = inner_group_num = 1) holds block 0's tensors,
 which our blocks 1..L-1 share; share_layers "attention" / "ffn" share part of a block, which no
@@ -45,9 +45,12 @@ every channel):
   differs by up to 2e-5 at 512 positions). RoFormer has no absolute positions and no pooler (ours is
   dropped, with a warning and a note); type_vocab_size 0 is written as one all-zero token-type row
   (RoFormer's default token_type_ids are 0); an E -> D projection is `roformer.embeddings_project`.
-- GPT-NeoX (rotary_pct 1.0, base 10000, use_parallel_residual false) rotates as ours; its fused
-  `query_key_value` holds per head [q_h; k_h; v_h], so our rows [q; k; v] are regrouped by head. Its
-  inverse frequencies are recomputed on load (1 / base^(2i/Dh), within an ulp of ours).
+- GPT-NeoX rotates as ours (rotate-half pairs over the first R channels of each head): rotary_pct =
+  R / head_dim (our `rotary_dims`, all channels by default; refused when transformers'
+  int(head_dim x rotary_pct) would not give R back), rotary_emb_base = our `rope_base`,
+  use_parallel_residual = our `parallel_residual`; its fused `query_key_value` holds per head
+  [q_h; k_h; v_h], so our rows [q; k; v] are regrouped by head. Its inverse frequencies are
+  recomputed on load (1 / base^(2i/R), within an ulp of ours).
 - Both always have biases (Linear and LayerNorm; RoFormer's MLM bias too): a bias=False model gets
   zeros, which compute exactly what no bias computes.
 
@@ -65,7 +68,8 @@ head writes no decoder / lm_head matrix (transformers ties it: tie_word_embeddin
 one writes its own. BERT's and RoBERTa's MLM bias is written twice, as the head's bias and as
 `decoder.bias` (transformers 5 ties the two only when it ties the weights). The importers (`hf_import.import_hf_bert`, `hf_encoders.import_hf_roberta` /
 `import_hf_distilbert`, `hf_gpt2.import_hf_gpt2`) read an export back into the same state dict
-(DistilBERT: but the pooler); there is no RoFormer or GPT-NeoX importer.
+(DistilBERT: but the pooler), and `hf_gpt_neox.import_hf_gpt_neox` each GPT-NeoX export; there is no
+RoFormer importer.
 
 Tokenizer files, when the checkpoint has a tokenizer: `tokenizer.json` (ours, padding and
 truncation off), `tokenizer_config.json` and `special_tokens_map.json` with the special tokens of
@@ -109,7 +113,6 @@ __all__ = ["export_hf", "hf_layout", "hf_state", "rope_pair_permutation", "rofor
 BERT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu": "relu"}
 GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 DISTILBERT_EPS = 1e-12  # hard-coded in transformers' DistilBERT
-ROPE_BASE = 10000.0  # rope_cos_sin's base (not a config field)
 
 # HF name (after the family prefix) -> ours, {l} a layer index; q/k/v are handled apart (QKV_SPLIT)
 # the importers' tables (hf_encoders' families), plus the untied vocabulary projection they treat apart
@@ -174,7 +177,7 @@ ENCODER_FIELDS = {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_p
                   "use_nsp", "pad_token_id", "pruned_heads", "position_ids"}
 DECODER_FIELDS = {"vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_positions", "position", "norm",
                   "activation", "mlp", "bias", "dropout", "layer_norm_eps", "tie_embeddings", "output",
-                  "adaptive_cutoffs", "adaptive_div", "pruned_heads"}
+                  "adaptive_cutoffs", "adaptive_div", "pruned_heads", "parallel_residual", "rotary_dims", "rope_base"}
 
 
 def _refuse(field: str, value: Any, why: str) -> ValueError:
@@ -291,7 +294,18 @@ def _decoder_family(config: Any) -> str:
     if rope and (config.d_model % config.n_heads or (config.d_model // config.n_heads) % 2):
         raise _refuse("n_heads", config.n_heads, "RoPE rotates pairs of channels: the head size d_model / n_heads "
                                                  "must be an even integer")
+    if config.parallel_residual and not rope:
+        raise _refuse("parallel_residual", True, "GPT-2's blocks are sequential; only the GPT-NeoX layout (RoPE) has "
+                                                 "a parallel residual")
+    if rope and int(config.d_model // config.n_heads * _rotary_pct(config)) != config.rope_dims:
+        raise _refuse("rotary_dims", config.rotary_dims, "transformers rotates int(head_dim x rotary_pct) channels, "
+                                                         "and no float rotary_pct gives this number back")
     return "gpt_neox" if rope else "gpt2"
+
+
+def _rotary_pct(config: Any) -> float:
+    """GPT-NeoX's rotary_pct of a RoPE DecoderConfig: the fraction of each head that is rotated."""
+    return config.rope_dims / (config.d_model // config.n_heads)
 
 
 def _token_id(tokenizer: Any, role: str) -> int | None:
@@ -312,10 +326,11 @@ def hf_layout(kind: str, config: Any, tokenizer: Any = None) -> tuple[str, dict]
                 "hidden_act": BERT_ACTIVATIONS[c.activation], "max_position_embeddings": c.max_positions,
                 "layer_norm_eps": c.layer_norm_eps, "hidden_dropout": c.dropout, "attention_dropout": c.dropout,
                 "initializer_range": 0.02, "tie_word_embeddings": c.tie_embeddings,
-                "use_parallel_residual": False, "attention_bias": True,  # bias=False: zeros are written
-                # every channel rotated, base 10000 (transformers 5 reads rope_parameters, earlier ones rotary_*)
-                "rotary_pct": 1.0, "rotary_emb_base": ROPE_BASE,
-                "rope_parameters": {"rope_type": "default", "rope_theta": ROPE_BASE, "partial_rotary_factor": 1.0},
+                "use_parallel_residual": c.parallel_residual, "attention_bias": True,  # bias=False: zeros are written
+                # transformers 5 reads rope_parameters, earlier ones rotary_*
+                "rotary_pct": _rotary_pct(c), "rotary_emb_base": c.rope_base,
+                "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_base,
+                                    "partial_rotary_factor": _rotary_pct(c)},
                 "use_cache": True,
                 "bos_token_id": _token_id(tokenizer, "bos"), "eos_token_id": _token_id(tokenizer, "eos"),
                 "pad_token_id": None,  # batches pad under the attention mask
@@ -600,8 +615,11 @@ def export_hf(checkpoint_dir: str | Path, out_dir: str | Path) -> Path:
         if model.config.type_vocab_size == 0:
             notes.append("type_vocab_size=0: one all-zero token-type row is written (RoFormer's default token_type_ids 0)")
     if family == "gpt_neox":
+        c = model.config
         notes.append("the fused query_key_value holds per head [q_h; k_h; v_h] (ours: [q; k; v] over all heads); "
-                     "RoPE on every channel, rotate-half pairs (i, i + head_dim/2) as ours, base 10000")
+                     f"RoPE on {c.rope_dims} of {c.d_model // c.n_heads} channels per head (rotary_pct "
+                     f"{_rotary_pct(c):g}), rotate-half pairs as ours, base {c.rope_base:g}; "
+                     f"{'parallel' if c.parallel_residual else 'sequential'} residual")
     if family in ZERO_BIASES and not model.config.bias:
         notes.append(f"bias=False: the biases {hf_cfg['architectures'][0]} always has are written as zeros")
     if dropped:

@@ -11,6 +11,7 @@ own files, never from a hub, and never needs transformers.
 | electra | Encoder (`embedding_size` E projected to D; discriminator: `use_rtd`) | `plmodels.hf_encoders.import_hf_electra` |
 | albert | Encoder (`share_layers="all"`, `embedding_size`; sentence-order head: `use_nsp`) | `plmodels.hf_encoders.import_hf_albert` |
 | gpt2 | Decoder | `plmodels.hf_gpt2.import_hf_gpt2` |
+| gpt_neox | Decoder (RoPE on `rotary_dims` channels, `parallel_residual`, untied head) | `plmodels.hf_gpt_neox.import_hf_gpt_neox` |
 | t5 | Seq2Seq (relative position buckets, RMS norms) | `plmodels.hf_seq2seq.import_hf_t5` |
 | bart | Seq2Seq (learned positions, post-LN) | `plmodels.hf_seq2seq.import_hf_bart` |
 | xlnet | XLNet (two-stream relative attention) | `plmodels.hf_xlnet.import_hf_xlnet` |
@@ -26,13 +27,14 @@ from typing import Callable
 
 from .hf_encoders import import_hf_albert, import_hf_distilbert, import_hf_electra, import_hf_roberta
 from .hf_gpt2 import import_hf_gpt2
+from .hf_gpt_neox import import_hf_gpt_neox
 from .hf_import import import_hf_bert
 from .hf_seq2seq import import_hf_bart, import_hf_t5
 from .hf_xlnet import import_hf_xlnet
 
 IMPORTERS: dict[str, Callable] = {
     "bert": import_hf_bert, "roberta": import_hf_roberta, "distilbert": import_hf_distilbert,
-    "electra": import_hf_electra, "albert": import_hf_albert, "gpt2": import_hf_gpt2,
+    "electra": import_hf_electra, "albert": import_hf_albert, "gpt2": import_hf_gpt2, "gpt_neox": import_hf_gpt_neox,
     "t5": import_hf_t5, "bart": import_hf_bart, "xlnet": import_hf_xlnet,
 }
 

@@ -39,7 +39,7 @@ import torch
 
 from .checkpoint import check_state, save
 from .decoder import Decoder, DecoderConfig
-from .hf_import import HF_ACTIVATIONS, UnsafePickleError, read_hf_weights
+from .hf_import import HF_ACTIVATIONS, UnsafePickleError, read_hf_weights, weights_source
 from .tokenizer import Tokenizer
 
 __all__ = ["UnsafePickleError", "config_from_gpt2", "gpt2_name", "import_hf_gpt2", "map_gpt2_state",
@@ -176,7 +176,7 @@ def map_gpt2_state(hf_state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.T
     return state, unknown, ignored
 
 
-def _check_shapes(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor],
+def check_shapes(expected: dict[str, torch.Tensor], state: dict[str, torch.Tensor],
                   sources: dict[str, tuple[str, bool]], where: str) -> None:
     """Refuse tensors whose shapes do not match the config, in the checkpoint's own names and layout."""
     bad = []
@@ -233,7 +233,7 @@ def import_hf_gpt2(src_dir: str | Path, out_dir: str | Path | None = None,
         notes.append(f"one dropout rate: resid_pdrop={config.dropout} is used; {drops} differ (training only)")
     model = Decoder(config)
     expected = model.state_dict()
-    _check_shapes(expected, state, sources, str(src))
+    check_shapes(expected, state, sources, str(src))
     missing = [k for k in expected if k not in state]
     if missing:
         raise ValueError(f"{src}: the checkpoint lacks tensors that config.json needs: "
@@ -250,6 +250,7 @@ def import_hf_gpt2(src_dir: str | Path, out_dir: str | Path | None = None,
         notes.append(f"the tokenizer can emit {tokenizer.vocab_size} ids, the model embeds {config.vocab_size}")
     report: dict[str, Any] = {
         "source": str(src),
+        "weights": weights_source(src),
         "unknown_tensors": unknown,
         "ignored_tensors": ignored,
         "lm_head": lm_head,

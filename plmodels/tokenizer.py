@@ -71,13 +71,16 @@ BPE_SPECIALS = {"bos": ENDOFTEXT, "eos": ENDOFTEXT, "pad": ENDOFTEXT, "unk": END
 GPT2_SPECIALS = {"bos": ENDOFTEXT, "eos": ENDOFTEXT, "unk": ENDOFTEXT}
 ROBERTA_SPECIALS = {"bos": "<s>", "eos": "</s>", "unk": "<unk>", "sep": "</s>", "pad": "<pad>", "cls": "<s>",
                     "mask": "<mask>"}
+# transformers' GPTNeoXTokenizer (Pythia): GPT-2's roles and a padding token of its own
+GPT_NEOX_SPECIALS = {**GPT2_SPECIALS, "pad": "<|padding|>"}
 # transformers' AlbertTokenizer defaults ([CLS] / [SEP] also serve as bos / eos)
 ALBERT_SPECIALS = {"bos": "[CLS]", "eos": "[SEP]", "unk": "<unk>", "sep": "[SEP]", "pad": "<pad>", "cls": "[CLS]",
                    "mask": "[MASK]"}
 METASPACE = "\u2581"  # SentencePiece's word-start mark "▁"
-HF_FAMILIES = {"GPT2Tokenizer": GPT2_SPECIALS, "RobertaTokenizer": ROBERTA_SPECIALS,
+HF_FAMILIES = {"GPT2Tokenizer": GPT2_SPECIALS, "RobertaTokenizer": ROBERTA_SPECIALS, "GPTNeoXTokenizer": GPT_NEOX_SPECIALS,
                "AlbertTokenizer": ALBERT_SPECIALS}  # tokenizer_class, "Fast" dropped
-HF_MODEL_TYPES = {"gpt2": GPT2_SPECIALS, "roberta": ROBERTA_SPECIALS, "albert": ALBERT_SPECIALS}  # config.json model_type
+HF_MODEL_TYPES = {"gpt2": GPT2_SPECIALS, "roberta": ROBERTA_SPECIALS, "gpt_neox": GPT_NEOX_SPECIALS,
+                  "albert": ALBERT_SPECIALS}  # config.json model_type
 HF_ROLE_ORDER = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")  # the order transformers adds them in
 # Every role a tokenizer may have; absent roles give None.
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")

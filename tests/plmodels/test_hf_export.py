@@ -12,8 +12,10 @@ exactly is refused naming the config field.
 
 RoPE models export as RoFormerForMaskedLM (post-LN encoders) and GPTNeoXForCausalLM (pre-LN
 decoders), with biases and with bias=False (zeros written), and so do models built from the shipped
-RoPE recipes (encoder-mini-cram, decoder-mini-cram) over a tiny vocabulary; there is no importer for
-these layouts, so no round trip.
+RoPE recipes (encoder-mini-cram, decoder-mini-cram) over a tiny vocabulary. A GPT-NeoX export of
+Pythia's shape (parallel residual, a quarter of each head rotated, another base, untied) computes
+what ours computes and imports back (hf_gpt_neox) into the same config and state dict; RoFormer has
+no importer, so no round trip.
 
 transformers is used here only as the reference; plmodels never imports it."""
 
@@ -30,6 +32,7 @@ from plmodels import Decoder, DecoderConfig, Encoder, EncoderConfig, save
 from plmodels.components.positions import apply_rope, rope_cos_sin
 from plmodels.hf_export import export_hf, hf_layout, rope_pair_permutation, roformer_positions
 from plmodels.hf_gpt2 import import_hf_gpt2
+from plmodels.hf_gpt_neox import import_hf_gpt_neox
 from plmodels.hf_import import import_hf_bert
 from plmodels.tokenizer import Tokenizer
 
@@ -262,16 +265,25 @@ def test_roformer_export_computes_what_ours_computes(tokenizers, tmp_path, varia
     check_tokenizer(out, tokenizers["wordpiece"])
 
 
-@pytest.mark.parametrize("variant", ["biases", "no-bias"])
+NEOX_VARIANTS = {
+    "biases": {"layer_norm_eps": 3e-5},
+    "no-bias": {"bias": False, "tie_embeddings": False, "activation": "gelu"},
+    # Pythia's shape: parallel residual, 2 of 8 channels per head rotated (rotary_pct 0.25), untied head
+    "pythia": {"parallel_residual": True, "rotary_dims": 2, "rope_base": 5000.0, "tie_embeddings": False,
+               "activation": "gelu"},
+}
+
+
+@pytest.mark.parametrize("variant", list(NEOX_VARIANTS))
 def test_gpt_neox_export_computes_what_ours_computes(tokenizers, tmp_path, variant):
-    extra = ({"layer_norm_eps": 3e-5} if variant == "biases" else
-             {"bias": False, "tie_embeddings": False, "activation": "gelu"})
-    config = DecoderConfig(vocab_size=300, **SIZES, position="rope", **extra)
+    config = DecoderConfig(vocab_size=300, **SIZES, position="rope", **NEOX_VARIANTS[variant])
     ours, ckpt = checkpoint(tmp_path, "ours", config, tokenizers["bpe"])
     out = export_hf(ckpt, tmp_path / "hf")
     hf_cfg = json.loads((out / "config.json").read_text())
+    pythia = variant == "pythia"
     assert (hf_cfg["architectures"], hf_cfg["use_parallel_residual"], hf_cfg["rotary_pct"]) == (
-        ["GPTNeoXForCausalLM"], False, 1.0)
+        ["GPTNeoXForCausalLM"], pythia, 0.25 if pythia else 1.0)
+    assert hf_cfg["rope_parameters"]["rope_theta"] == (5000.0 if pythia else 10000.0)
     assert ("zeros" in (out / "README.md").read_text()) == (variant == "no-bias")
     ref = quiet(transformers.AutoModelForCausalLM.from_pretrained, str(out), attn_implementation="eager").eval()
     assert type(ref).__name__ == "GPTNeoXForCausalLM"
@@ -286,6 +298,11 @@ def test_gpt_neox_export_computes_what_ours_computes(tokenizers, tmp_path, varia
         assert max(max_diff(a, b, keep) for a, b in zip(o.hidden_states[:-1], r.hidden_states[:-1])) <= ATOL
         assert max_diff(ours.final_norm(o.hidden_states[-1]), r.hidden_states[-1], keep) <= ATOL
     check_tokenizer(out, tokenizers["bpe"])
+    if variant != "no-bias":  # zero biases come back as biases: the same function, another state dict
+        back, tok = quiet(import_hf_gpt_neox, out)
+        assert back.config == ours.config and tok is not None and tok.encode(TEXTS[1]) == tokenizers["bpe"].encode(TEXTS[1])
+        theirs, mine = back.state_dict(), ours.state_dict()
+        assert theirs.keys() == mine.keys() and all(torch.equal(theirs[k], mine[k]) for k in mine)
 
 
 @pytest.mark.parametrize("recipe", ["encoder-mini-cram", "decoder-mini-cram"])
@@ -343,12 +360,22 @@ def test_what_transformers_cannot_compute_is_refused_naming_the_field(tmp_path, 
     ("encoder", {"position": "rope", "use_rtd": True}, "use_rtd"),
     ("encoder", {"embedding_size": 16}, "embedding_size"),  # only RoFormer has a place for the projection
     ("decoder", {"position": "rope", "norm": "post"}, "norm"),
+    ("decoder", {"parallel_residual": True}, "parallel_residual"),  # GPT-2 has sequential blocks only
     ("decoder", {"position": "rope", "output": "adaptive", "tie_embeddings": False, "adaptive_cutoffs": (20, 40)}, "output"),
 ])
 def test_more_refusals_name_their_field(kind, fields, field):
     cls = EncoderConfig if kind == "encoder" else DecoderConfig
     with pytest.raises(ValueError, match=rf"Hugging Face layout: {field}="):
         hf_layout(kind, cls(vocab_size=61, **SIZES, **fields))
+
+
+def test_a_rotary_fraction_transformers_cannot_give_back_is_refused():
+    """transformers rotates int(head_dim x rotary_pct) channels: 30 of 44 is 0.6818...,
+    and int(44 x 0.6818...) = 29; 22 of 44 (0.5) exports."""
+    sizes = {**SIZES, "d_model": 44, "n_heads": 1}
+    with pytest.raises(ValueError, match="Hugging Face layout: rotary_dims=30"):
+        hf_layout("decoder", DecoderConfig(vocab_size=61, **sizes, position="rope", rotary_dims=30))
+    assert hf_layout("decoder", DecoderConfig(vocab_size=61, **sizes, position="rope", rotary_dims=22))[1]["rotary_pct"] == 0.5
 
 
 def test_an_existing_export_is_replaced_whole(tokenizers, tmp_path):

@@ -1,4 +1,4 @@
-"""Import Hugging Face RoBERTa, DistilBERT, ELECTRA and ALBERT folders into a workbench Encoder (+ Tokenizer).
+"""Import Hugging Face RoBERTa, XLM-RoBERTa, DistilBERT, ELECTRA and ALBERT folders into a workbench Encoder (+ Tokenizer).
 
 ELECTRA (Clark et al. 2020): BERT's encoder over embedding tables of width `embedding_size`,
 projected to `hidden_size` (`EncoderConfig.embedding_size`); the discriminator's replaced-token
@@ -46,6 +46,7 @@ Nothing here imports `transformers`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import warnings
@@ -58,9 +59,9 @@ import torch
 from .checkpoint import check_state, save
 from .components.positions import sinusoidal_table
 from .encoder import Encoder, EncoderConfig
-from .hf_import import HF_ACTIVATIONS, OPTIONAL_PREFIXES, config_from_hf, read_hf_weights, read_tokenizer, weights_source
+from .hf_import import (HF_ACTIVATIONS, OPTIONAL_PREFIXES, config_from_hf, read_hf_weights, read_tokenizer,
+                        tokenizer_source, weights_source)
 from .hf_import import RENAMES as BERT_RENAMES
-from .tokenizer import Tokenizer
 
 DECODER_WEIGHT = "mlm.decoder.weight"  # our name of an untied MLM vocabulary projection
 
@@ -99,6 +100,8 @@ ROBERTA = Family(
     decoder_biases=("lm_head.bias", "lm_head.decoder.bias"),
     heads=("lm_head.",),
 )
+
+XLM_ROBERTA = dataclasses.replace(ROBERTA, name="xlm-roberta")  # RoBERTa's names (XLM-R, Conneau et al. 2020)
 
 DISTILBERT = Family(
     name="distilbert",
@@ -222,9 +225,10 @@ def _check_bidirectional(hf: dict, where: str) -> None:
             raise ValueError(f"{where}: {flag}=true is not supported (the Encoder is bidirectional, without cross-attention)")
 
 
-def roberta_config(hf: dict, where: str = "config.json", lm_head: bool = True) -> EncoderConfig:
-    """EncoderConfig from a HF RobertaConfig dict; `lm_head`: the checkpoint has an LM head."""
-    _model_type(hf, "roberta", where)
+def roberta_config(hf: dict, where: str = "config.json", lm_head: bool = True, model_type: str = "roberta") -> EncoderConfig:
+    """EncoderConfig from a HF RobertaConfig dict (or XLMRobertaConfig's, the same fields: `model_type`
+    "xlm-roberta"); `lm_head`: the checkpoint has an LM head."""
+    _model_type(hf, model_type, where)
     _check_bidirectional(hf, where)
     activation = _activation(hf, "hidden_act", where)
     if lm_head and hf.get("hidden_act", "gelu") != "gelu":
@@ -506,25 +510,15 @@ def _import(family: Family, src_dir, out_dir, card, make_config) -> tuple[Encode
     return model, tokenizer
 
 
-def _unigram_folder(src: Path) -> bool:
-    """The folder's tokenizer.json is a Unigram (SentencePiece: ALBERT) tokenizer, and it has no vocab.txt."""
-    path = src / "tokenizer.json"
-    if (src / "vocab.txt").is_file() or not path.is_file():
-        return False
-    try:
-        return json.loads(path.read_text(encoding="utf-8")).get("model", {}).get("type") == "Unigram"
-    except (json.JSONDecodeError, AttributeError):
-        return False
-
-
 def _tokenizer(src: Path, config: EncoderConfig, report: dict):
-    """read_tokenizer's tokenizer, or None with a note when it cannot read this folder's (RoBERTa's
-    byte-level BPE with <s>/</s> specials is not read yet: the weights import without it)."""
+    """read_tokenizer's tokenizer (WordPiece, byte-level BPE, or a SentencePiece Unigram tokenizer.json:
+    ALBERT, XLM-R), or None with a note when it cannot read this folder's (the weights import without it)."""
     try:
-        tokenizer = Tokenizer.from_hf_folder(src) if _unigram_folder(src) else read_tokenizer(src)
+        tokenizer = read_tokenizer(src)
     except ValueError as e:
         report["notes"].append(f"tokenizer not loaded: {e}")
         return None
+    report["tokenizer"] = None if tokenizer is None else tokenizer_source(src, tokenizer)
     if tokenizer is not None and tokenizer.pad_id is not None and tokenizer.pad_id != config.pad_token_id:
         report["notes"].append(f"the tokenizer's pad id {tokenizer.pad_id} differs from config.json's "
                                f"pad_token_id={config.pad_token_id}")
@@ -540,6 +534,20 @@ def import_hf_roberta(src_dir: str | Path, out_dir: str | Path | None = None, ca
         return roberta_config(hf, where, lm_head=lm_head)
 
     return _import(ROBERTA, src_dir, out_dir, card, make_config)
+
+
+def import_hf_xlm_roberta(src_dir: str | Path, out_dir: str | Path | None = None, card: dict | None = None):
+    """Read a HF XLM-RoBERTa folder (XLMRobertaModel, XLMRobertaForMaskedLM; Conneau et al. 2020) ->
+    (Encoder in eval mode, Tokenizer or None); save a checkpoint if out_dir. RoBERTa's layout and
+    computation ("roberta." prefix, positions counted from pad_token_id); the tokenizer is a
+    SentencePiece Unigram tokenizer.json, rebuilt as transformers' XLMRobertaTokenizer does
+    (`Tokenizer.from_hf_folder`). Report in the card under "import"."""
+
+    def make_config(hf, where, hf_state):
+        lm_head = any(k.startswith(("lm_head.", "roberta.lm_head.")) for k in hf_state)
+        return roberta_config(hf, where, lm_head=lm_head, model_type="xlm-roberta")
+
+    return _import(XLM_ROBERTA, src_dir, out_dir, card, make_config)
 
 
 def import_hf_electra(src_dir: str | Path, out_dir: str | Path | None = None, card: dict | None = None):

@@ -1,12 +1,13 @@
 """Import any supported Hugging Face checkpoint folder: `import_hf` reads `model_type` from its
 config.json and hands the folder to that family's importer. Each importer reads the weights
-(safetensors, or pytorch_model.bin through weights_only only) and the tokenizer from the folder's
+(safetensors, or pytorch_model.bin through weights_only only; sharded or not) and the tokenizer from the folder's
 own files, never from a hub, and never needs transformers.
 
 | model_type | our class | importer |
 |---|---|---|
 | bert | Encoder | `plmodels.hf_import.import_hf_bert` |
 | roberta | Encoder (`position_ids="roberta"`, one token type) | `plmodels.hf_encoders.import_hf_roberta` |
+| xlm-roberta | Encoder, as RoBERTa; SentencePiece Unigram tokenizer | `plmodels.hf_encoders.import_hf_xlm_roberta` |
 | distilbert | Encoder (no token types) | `plmodels.hf_encoders.import_hf_distilbert` |
 | electra | Encoder (`embedding_size` E projected to D; discriminator: `use_rtd`) | `plmodels.hf_encoders.import_hf_electra` |
 | albert | Encoder (`share_layers="all"`, `embedding_size`; sentence-order head: `use_nsp`) | `plmodels.hf_encoders.import_hf_albert` |
@@ -16,8 +17,9 @@ own files, never from a hub, and never needs transformers.
 | bart | Seq2Seq (learned positions, post-LN) | `plmodels.hf_seq2seq.import_hf_bart` |
 | xlnet | XLNet (two-stream relative attention) | `plmodels.hf_xlnet.import_hf_xlnet` |
 
-T5's and XLNet's SentencePiece tokenizers are not read yet: their weights import without a
-tokenizer, and the card's import report says so (docs/interop.md).
+Every importer reads sharded checkpoints too (`hf_import.read_hf_weights`), and the SentencePiece
+tokenizers of ALBERT, T5, XLNet and XLM-R from tokenizer.json as transformers 5 rebuilds them
+(`Tokenizer.from_hf_folder`; docs/interop.md).
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from .hf_encoders import import_hf_albert, import_hf_distilbert, import_hf_electra, import_hf_roberta
+from .hf_encoders import (import_hf_albert, import_hf_distilbert, import_hf_electra, import_hf_roberta,
+                          import_hf_xlm_roberta)
 from .hf_gpt2 import import_hf_gpt2
 from .hf_gpt_neox import import_hf_gpt_neox
 from .hf_import import import_hf_bert
@@ -33,7 +36,8 @@ from .hf_seq2seq import import_hf_bart, import_hf_t5
 from .hf_xlnet import import_hf_xlnet
 
 IMPORTERS: dict[str, Callable] = {
-    "bert": import_hf_bert, "roberta": import_hf_roberta, "distilbert": import_hf_distilbert,
+    "bert": import_hf_bert, "roberta": import_hf_roberta, "xlm-roberta": import_hf_xlm_roberta,
+    "distilbert": import_hf_distilbert,
     "electra": import_hf_electra, "albert": import_hf_albert, "gpt2": import_hf_gpt2, "gpt_neox": import_hf_gpt_neox,
     "t5": import_hf_t5, "bart": import_hf_bart, "xlnet": import_hf_xlnet,
 }

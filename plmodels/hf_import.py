@@ -269,7 +269,8 @@ def map_hf_state(hf_state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Ten
 def read_tokenizer(src: Path):
     """plmodels Tokenizer from the folder's own files, else None: vocab.txt (+ do_lower_case) for
     BERT-style WordPiece; vocab.json + merges.txt, or a byte-level BPE tokenizer.json, for GPT-2 /
-    RoBERTa (`Tokenizer.from_hf_folder`); any other tokenizer.json as it is."""
+    RoBERTa, and a SentencePiece Unigram tokenizer.json (ALBERT, T5, XLNet, XLM-R) with the folder's
+    roles (`Tokenizer.from_hf_folder`); any other tokenizer.json as it is."""
 
     # vocab.txt first: it is exactly what BertTokenizer reads, while a saved tokenizer.json may
     # carry padding/truncation settings of its own (all-MiniLM-L6-v2's pads to 128).
@@ -282,10 +283,20 @@ def read_tokenizer(src: Path):
         return Tokenizer.from_hf_folder(src)
     if (src / "tokenizer.json").is_file():
         spec = json.loads((src / "tokenizer.json").read_text(encoding="utf-8"))
-        if spec.get("model", {}).get("type") == "BPE" and "ByteLevel" in json.dumps(spec.get("pre_tokenizer")):
-            return Tokenizer.from_hf_folder(src)
+        model = spec.get("model", {}).get("type")
+        if model == "BPE" and "ByteLevel" in json.dumps(spec.get("pre_tokenizer")) or model == "Unigram":
+            return Tokenizer.from_hf_folder(src)  # the folder's roles; a SentencePiece family rebuilt as transformers does
         return Tokenizer.from_hf_tokenizer_json(src / "tokenizer.json")
     return None
+
+
+def tokenizer_source(src: Path, tokenizer: Tokenizer) -> str:
+    """What `read_tokenizer` read, in words (for import reports)."""
+    files = "vocab.txt" if (src / "vocab.txt").is_file() else "tokenizer.json" if (src / "tokenizer.json").is_file() \
+        else "vocab.json + merges.txt"
+    before, after = tokenizer.special_affixes
+    wrap = " ".join([*tokenizer.tokens(before), "...", *tokenizer.tokens(after)])
+    return f"{files}: {tokenizer.kind}, {tokenizer.vocab_size} ids, add_special gives {wrap}"
 
 
 def import_hf_bert(src_dir: str | Path, out_dir: str | Path | None = None, card: dict | None = None):
@@ -335,8 +346,8 @@ def import_converted(src_dir: str | Path, out_dir: str | Path | None, card: dict
     dict, HF state dict)` -> (fresh model, our state dict), raising ValueError on a field or tensor it
     cannot place; every tensor of the model must come from the checkpoint (no fresh heads). The
     tokenizer is read from the folder's own files when `read_tokenizer` can (a WordPiece vocab.txt, a
-    byte-level BPE such as BART's); when it cannot (T5's and XLNet's SentencePiece), the weights import
-    without it and the card's report says why. -> (model in eval mode, Tokenizer or None)."""
+    byte-level BPE such as BART's, T5's and XLNet's SentencePiece tokenizer.json); when it cannot, the
+    weights import without it and the card's report says why. -> (model in eval mode, Tokenizer or None)."""
     src = Path(src_dir)
     if not (src / "config.json").is_file():
         raise FileNotFoundError(f"{src} has no config.json (not a Hugging Face model folder)")
@@ -357,6 +368,7 @@ def import_converted(src_dir: str | Path, out_dir: str | Path | None, card: dict
         report["notes"].append(f"tokenizer not loaded: {e}")
     if tokenizer is None and not report["notes"]:
         report["notes"].append("tokenizer not loaded: the folder has no tokenizer files")
+    report["tokenizer"] = None if tokenizer is None else tokenizer_source(src, tokenizer)
     if report["notes"]:
         warnings.warn(f"import_hf_{family}({src}): {'; '.join(report['notes'])}", stacklevel=3)
     if out_dir is not None:

@@ -14,13 +14,15 @@ Three kinds (docs/design.md "Tokenizer"):
   BOS, EOS, PAD and (since byte-level BPE has no unknown token) as the filler for an empty word.
   `add_special=True` *prepends* <|endoftext|> as BOS, so the first word has a left context token;
   nothing is appended.
-- "unigram" (SentencePiece's Unigram LM, Kudo 2018; ALBERT): imported only (`from_hf_folder`), a
-  Metaspace ("▁") pre-tokenizer, specials [CLS] [SEP] <pad> <unk> [MASK]; `add_special=True` wraps
-  as [CLS] ... [SEP].
+- "unigram" (SentencePiece's Unigram LM, Kudo 2018; ALBERT, T5, XLNet, XLM-R): imported only
+  (`from_hf_folder`), a Metaspace ("▁") pre-tokenizer, the family's specials; `add_special=True` adds
+  what the family's transformers class adds (ALBERT [CLS] ... [SEP], XLM-R <s> ... </s>, T5 ... </s>,
+  XLNet ... <sep> <cls>).
 
 What `add_special=True` adds follows the special-token roles, not the kind: a tokenizer with both
 a `cls` and a `sep` role wraps as cls ... sep (BERT's [CLS] ... [SEP], RoBERTa's <s> ... </s>);
 otherwise one with a `bos` role prepends it (GPT-2's <|endoftext|>); `special_affixes` gives both.
+A family whose rule is another (T5, XLNet) names its roles in `affixes`, saved in tokenizer_meta.json.
 
 Imported byte-level BPE tokenizers (`from_hf_folder`: GPT-2, RoBERTa) are read from the
 checkpoint's own files, never from a hub: tokenizer.json when present, else vocab.json + merges.txt
@@ -30,11 +32,18 @@ built from the same files: GPT-2 (GPT2TokenizerFast: <|endoftext|> is bos, eos a
 `add_special=False` gives its ids, `add_special=True` its ids with add_bos_token=True) and RoBERTa
 (RobertaTokenizerFast: `add_special=True` gives its <s> X </s>).
 
-Imported Unigram tokenizers (`from_hf_folder`: ALBERT) come from tokenizer.json. transformers 5's
-AlbertTokenizer does not use that file's normalizer and pre-tokenizer: it rebuilds them from
-tokenizer_config.json (do_lower_case, keep_accents, add_prefix_space; the Precompiled charsmap is
-taken from the file) over the file's vocabulary, with <unk> at id 1. An ALBERT folder is read the
-same way, so the ids equal AlbertTokenizer's; another Unigram folder is read as its tokenizer.json says.
+Imported Unigram tokenizers (`from_hf_folder`: ALBERT, T5, XLNet, XLM-R; SentencePiece, Kudo &
+Richardson 2018) come from tokenizer.json. transformers 5's classes do not use that file's normalizer
+and pre-tokenizer: each rebuilds its own over the file's vocabulary, Precompiled charsmap and added
+tokens, with a fixed <unk> id (one `UnigramFamily` record each in UNIGRAM_FAMILIES):
+- AlbertTokenizer: <unk> 1; from tokenizer_config.json's do_lower_case, keep_accents, add_prefix_space;
+- T5Tokenizer: <unk> 2; the charsmap only; "▁" always prepended; add_special appends </s>; the
+  <extra_id_i> sentinels (extra_ids, default 100) are special tokens;
+- XLNetTokenizer: <unk> at tokenizer_config.json's unk_id (0); `` and '' -> ", NFKD, accents stripped
+  (always), lowercased with do_lower_case; add_special appends <sep> <cls>; <eop> <eod> are specials;
+- XLMRobertaTokenizer: <unk> 3; the charsmap only; add_special wraps <s> ... </s>.
+A folder of these families is read the same way, so the ids equal transformers'; another Unigram
+folder is read as its tokenizer.json says.
 
 Specials are added here in Python, not by the wrapped tokenizer's post-processor, so the same rule
 holds for trained and imported tokenizers. (Trained tokenizers still carry a matching
@@ -53,7 +62,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Callable, Iterable, Literal
 
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from tokenizers import Tokenizer as HFTokenizer
@@ -77,10 +86,20 @@ GPT_NEOX_SPECIALS = {**GPT2_SPECIALS, "pad": "<|padding|>"}
 ALBERT_SPECIALS = {"bos": "[CLS]", "eos": "[SEP]", "unk": "<unk>", "sep": "[SEP]", "pad": "<pad>", "cls": "[CLS]",
                    "mask": "[MASK]"}
 METASPACE = "\u2581"  # SentencePiece's word-start mark "▁"
+# transformers' T5Tokenizer, XLNetTokenizer and XLMRobertaTokenizer defaults (SentencePiece Unigram)
+T5_SPECIALS = {"eos": "</s>", "unk": "<unk>", "pad": "<pad>"}
+XLNET_SPECIALS = {"bos": "<s>", "eos": "</s>", "unk": "<unk>", "sep": "<sep>", "pad": "<pad>", "cls": "<cls>",
+                  "mask": "<mask>"}
+XLM_ROBERTA_SPECIALS = dict(ROBERTA_SPECIALS)  # <s> <pad> </s> <unk> ... <mask>, as RoBERTa's
 HF_FAMILIES = {"GPT2Tokenizer": GPT2_SPECIALS, "RobertaTokenizer": ROBERTA_SPECIALS, "GPTNeoXTokenizer": GPT_NEOX_SPECIALS,
-               "AlbertTokenizer": ALBERT_SPECIALS}  # tokenizer_class, "Fast" dropped
+               "AlbertTokenizer": ALBERT_SPECIALS, "T5Tokenizer": T5_SPECIALS, "XLNetTokenizer": XLNET_SPECIALS,
+               "XLMRobertaTokenizer": XLM_ROBERTA_SPECIALS}  # tokenizer_class, "Fast" dropped
 HF_MODEL_TYPES = {"gpt2": GPT2_SPECIALS, "roberta": ROBERTA_SPECIALS, "gpt_neox": GPT_NEOX_SPECIALS,
-                  "albert": ALBERT_SPECIALS}  # config.json model_type
+                  "albert": ALBERT_SPECIALS, "t5": T5_SPECIALS, "xlnet": XLNET_SPECIALS,
+                  "xlm-roberta": XLM_ROBERTA_SPECIALS}  # config.json model_type
+MODEL_TYPE_CLASSES = {"gpt2": "GPT2Tokenizer", "roberta": "RobertaTokenizer", "gpt_neox": "GPTNeoXTokenizer",
+                      "albert": "AlbertTokenizer", "t5": "T5Tokenizer", "xlnet": "XLNetTokenizer",
+                      "xlm-roberta": "XLMRobertaTokenizer"}  # the tokenizer class a model_type implies
 HF_ROLE_ORDER = ("bos", "eos", "unk", "sep", "pad", "cls", "mask")  # the order transformers adds them in
 # Every role a tokenizer may have; absent roles give None.
 ROLES = ("pad", "unk", "cls", "sep", "mask", "bos", "eos")
@@ -228,23 +247,107 @@ def _precompiled_charsmap(spec: dict) -> str | None:
     return None
 
 
-def _albert_unigram(path: Path, hf: HFTokenizer, spec: dict, tok_cfg: dict) -> HFTokenizer:
-    """The tokenizer transformers 5's AlbertTokenizer builds from a folder: the tokenizer.json's
-    vocabulary as Unigram(unk_id=1, no byte fallback), its post-processor and added tokens, and the
-    normalizer / pre-tokenizer / decoder of tokenizer_config.json's flags (`albert_pipeline`)."""
+def _metaspace(scheme: str, split: bool = True):
+    """(pre-tokenizer, decoder) of SentencePiece's word-start mark: whitespace split, then "▁" marks."""
+    pre = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
+                                   pre_tokenizers.Metaspace(replacement=METASPACE, prepend_scheme=scheme, split=split)])
+    return pre, decoders.Metaspace(replacement=METASPACE, prepend_scheme=scheme, split=split)
+
+
+def _charsmap_only(charsmap: str | None):
+    """The file's Precompiled charsmap as the only normalizer (T5, XLM-R), or none."""
+    return None if charsmap is None else normalizers.Precompiled(base64.b64decode(charsmap))
+
+
+def _albert_like(tok_cfg: dict, charsmap: str | None):
+    return albert_pipeline(do_lower_case=bool(tok_cfg.get("do_lower_case", True)),
+                           keep_accents=bool(tok_cfg.get("keep_accents", False)),
+                           add_prefix_space=bool(tok_cfg.get("add_prefix_space", True)), precompiled_charsmap=charsmap)
+
+
+def _t5_like(tok_cfg: dict, charsmap: str | None):
+    return (_charsmap_only(charsmap), *_metaspace("always"))
+
+
+def _xlnet_like(tok_cfg: dict, charsmap: str | None):
+    # XLNetTokenizer strips accents whatever keep_accents says (transformers 5 comments that test out)
+    steps = [normalizers.Replace("``", '"'), normalizers.Replace("''", '"'), normalizers.NFKD(), normalizers.StripAccents()]
+    if tok_cfg.get("do_lower_case", False):
+        steps.append(normalizers.Lowercase())
+    if charsmap is not None:
+        steps.append(normalizers.Precompiled(base64.b64decode(charsmap)))
+    return (normalizers.Sequence(steps), *_metaspace("always"))
+
+
+def _xlm_roberta_like(tok_cfg: dict, charsmap: str | None):
+    return (_charsmap_only(charsmap), *_metaspace("always" if tok_cfg.get("add_prefix_space", True) else "never"))
+
+
+@dataclass(frozen=True)
+class UnigramFamily:
+    """How transformers 5's tokenizer class of one SentencePiece (Unigram) family rebuilds a folder's
+    tokenizer.json: it keeps the file's vocabulary, Precompiled charsmap and added tokens, and puts its
+    own normalizer, pre-tokenizer, <unk> id and special tokens over them, whatever else the file says.
+    `Tokenizer.from_hf_folder` rebuilds a folder of a known family the same way, so ids equal the class'."""
+
+    specials: dict[str, str]  # role -> the class' default token (tokenizer_config.json overrides)
+    unk_id: Callable[[dict], int]  # tokenizer_config.json -> the id the class gives <unk>
+    pipeline: Callable[[dict, str | None], tuple]  # (tokenizer_config.json, charsmap) -> (normalizer | None, pre, decoder)
+    lowercase: Callable[[dict], bool]  # whether the pipeline lowercases
+    affixes: tuple[tuple[str, ...], tuple[str, ...]] | None = None  # roles add_special puts before / after; None: from the roles
+    extras: Callable[[dict], list[str]] = lambda cfg: []  # special tokens the class adds when the file lacks them
+
+
+def _listed_extras(tok_cfg: dict) -> list[str] | None:
+    for key in ("additional_special_tokens", "extra_special_tokens"):
+        listed = tok_cfg.get(key)
+        if isinstance(listed, list) and listed:
+            return [str(_token_content(t, f"tokenizer_config.json: {key}")) for t in listed]
+    return None
+
+
+UNIGRAM_FAMILIES: dict[str, UnigramFamily] = {
+    "AlbertTokenizer": UnigramFamily(ALBERT_SPECIALS, lambda cfg: 1, _albert_like,
+                                     lambda cfg: bool(cfg.get("do_lower_case", True))),
+    # T5: <pad>=0 </s>=1 <unk>=2; add_special appends </s> (T5Tokenizer's "$A </s>"); sentinels <extra_id_i>
+    "T5Tokenizer": UnigramFamily(T5_SPECIALS, lambda cfg: 2, _t5_like, lambda cfg: False, affixes=((), ("eos",)),
+                                 extras=lambda cfg: _listed_extras(cfg) or [f"<extra_id_{i}>"
+                                                                            for i in range(int(cfg.get("extra_ids", 100)))]),
+    # XLNet: add_special appends <sep> <cls> (XLNetTokenizer's "$A <sep> <cls>"); <eop> <eod> are specials too
+    "XLNetTokenizer": UnigramFamily(XLNET_SPECIALS, lambda cfg: int(cfg.get("unk_id", 0)), _xlnet_like,
+                                    lambda cfg: bool(cfg.get("do_lower_case", False)), affixes=((), ("sep", "cls")),
+                                    extras=lambda cfg: _listed_extras(cfg) or ["<eop>", "<eod>"]),
+    # XLM-R: <s>=0 <pad>=1 </s>=2 <unk>=3; add_special wraps <s> ... </s> (its cls and sep roles)
+    "XLMRobertaTokenizer": UnigramFamily(XLM_ROBERTA_SPECIALS, lambda cfg: 3, _xlm_roberta_like, lambda cfg: False),
+}
+
+
+def _tokenizer_class(folder: Path, tok_cfg: dict) -> str:
+    """tokenizer_config.json's tokenizer_class ("Fast" dropped), else the one config.json's model_type implies."""
+    family = str(tok_cfg.get("tokenizer_class") or "").removesuffix("Fast")
+    if family:
+        return family
+    return MODEL_TYPE_CLASSES.get(_read_json_object(folder / "config.json").get("model_type"), "")
+
+
+def _rebuilt_unigram(path: Path, hf: HFTokenizer, spec: dict, tok_cfg: dict, family: UnigramFamily) -> HFTokenizer:
+    """The tokenizer a transformers 5 Unigram class (`family`) builds from a folder: the tokenizer.json's
+    vocabulary as Unigram(the class' unk_id, no byte fallback), its post-processor and added tokens,
+    and the class' normalizer / pre-tokenizer / decoder over the file's Precompiled charsmap."""
     model = spec.get("model", {})
     vocab = [(str(t), float(score)) for t, score in model.get("vocab") or []]
-    if len(vocab) < 2:
-        raise ValueError(f"{path}: a Unigram vocabulary needs at least <pad> and <unk>, got {len(vocab)} entries")
-    if model.get("unk_id", 1) != 1:
-        raise ValueError(f"{path}: model.unk_id={model.get('unk_id')!r}, but transformers' AlbertTokenizer puts "
-                         "<unk> at id 1 whatever the file says; not read rather than giving other ids")
+    unk_id = family.unk_id(tok_cfg)
+    if len(vocab) <= unk_id:
+        raise ValueError(f"{path}: a Unigram vocabulary of {len(vocab)} entries has no <unk> at id {unk_id}")
+    if model.get("unk_id", unk_id) != unk_id:
+        raise ValueError(f"{path}: model.unk_id={model.get('unk_id')!r}, but transformers' tokenizer class of this "
+                         f"folder puts <unk> at id {unk_id} whatever the file says; not read rather than giving other ids")
     if model.get("byte_fallback", False):
-        raise ValueError(f"{path}: model.byte_fallback=true, which transformers' AlbertTokenizer switches off")
-    out = HFTokenizer(models.Unigram(vocab, unk_id=1, byte_fallback=False))
-    out.normalizer, out.pre_tokenizer, out.decoder = albert_pipeline(
-        do_lower_case=bool(tok_cfg.get("do_lower_case", True)), keep_accents=bool(tok_cfg.get("keep_accents", False)),
-        add_prefix_space=bool(tok_cfg.get("add_prefix_space", True)), precompiled_charsmap=_precompiled_charsmap(spec))
+        raise ValueError(f"{path}: model.byte_fallback=true, which transformers' tokenizer class of this folder switches off")
+    out = HFTokenizer(models.Unigram(vocab, unk_id=unk_id, byte_fallback=False))
+    normalizer, out.pre_tokenizer, out.decoder = family.pipeline(tok_cfg, _precompiled_charsmap(spec))
+    if normalizer is not None:
+        out.normalizer = normalizer
     out.post_processor = hf.post_processor
     for token in sorted(hf.get_added_tokens_decoder().items()):
         (out.add_special_tokens if token[1].special else out.add_tokens)([token[1]])
@@ -252,13 +355,6 @@ def _albert_unigram(path: Path, hf: HFTokenizer, spec: dict, tok_cfg: dict) -> H
             raise ValueError(f"{path}: added token {token[1].content!r} has id {token[0]} in the file but "
                              f"{out.token_to_id(token[1].content)} over its vocabulary")
     return out
-
-
-def _is_albert_folder(folder: Path, tok_cfg: dict) -> bool:
-    family = str(tok_cfg.get("tokenizer_class") or "").removesuffix("Fast")
-    if family:
-        return family == "AlbertTokenizer"
-    return _read_json_object(folder / "config.json").get("model_type") == "albert"
 
 
 def _hf_roles(folder: Path, tok_cfg: dict, vocab: dict[str, int]) -> dict[str, str]:
@@ -295,12 +391,20 @@ def _hf_roles(folder: Path, tok_cfg: dict, vocab: dict[str, int]) -> dict[str, s
 class Tokenizer:
     """A WordPiece, byte-level BPE or Unigram tokenizer with word-aligned encoding (see module docstring)."""
 
-    def __init__(self, hf: HFTokenizer, kind: Kind, specials: dict[str, str], lowercase: bool = False):
+    def __init__(self, hf: HFTokenizer, kind: Kind, specials: dict[str, str], lowercase: bool = False,
+                 affixes: tuple[tuple[str, ...], tuple[str, ...]] | None = None):
+        """affixes: the roles `add_special` puts before and after a sequence when the family's rule is
+        not the one the roles imply (T5: ((), ("eos",)); XLNet: ((), ("sep", "cls"))); None: from the roles."""
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
         unknown = set(specials) - set(ROLES)
         if unknown:
             raise ValueError(f"unknown special-token roles {sorted(unknown)}; valid: {list(ROLES)}")
+        if affixes is not None:
+            affixes = (tuple(affixes[0]), tuple(affixes[1]))
+            absent = [r for r in (*affixes[0], *affixes[1]) if r not in specials]
+            if absent:
+                raise ValueError(f"affixes name roles the tokenizer lacks: {absent}; its roles: {sorted(specials)}")
         missing = [f"{role}={tok}" for role, tok in specials.items() if hf.token_to_id(tok) is None]
         if missing:
             raise ValueError(f"special tokens not in the vocabulary: {', '.join(missing)}")
@@ -308,6 +412,7 @@ class Tokenizer:
         self.kind: Kind = kind
         self.specials = dict(specials)
         self.lowercase = bool(lowercase)
+        self.affixes = affixes
         self._ids = {role: hf.token_to_id(tok) for role, tok in specials.items()}
 
     # ----------------------------------------------------------------------------- construction
@@ -429,12 +534,14 @@ class Tokenizer:
 
     @classmethod
     def from_hf_folder(cls, path: str | Path) -> Tokenizer:
-        """A byte-level BPE (GPT-2, RoBERTa) or Unigram (ALBERT) tokenizer from a Hugging Face checkpoint
-        folder's own files.
+        """A byte-level BPE (GPT-2, RoBERTa, GPT-NeoX) or Unigram (ALBERT, T5, XLNet, XLM-R) tokenizer
+        from a Hugging Face checkpoint folder's own files.
 
-        Unigram: tokenizer.json only; an ALBERT folder (tokenizer_class AlbertTokenizer, else
-        model_type albert) is rebuilt as transformers' AlbertTokenizer rebuilds it (`_albert_unigram`,
-        module docstring), another is taken as the file says. Roles as below (ALBERT_SPECIALS).
+        Unigram: tokenizer.json only; a folder of a family in UNIGRAM_FAMILIES (tokenizer_class
+        AlbertTokenizer / T5Tokenizer / XLNetTokenizer / XLMRobertaTokenizer, else the class its
+        config.json's model_type implies) is rebuilt as that transformers class rebuilds it
+        (`_rebuilt_unigram`, module docstring), with its affixes and the extra special tokens it adds
+        (T5's sentinels, XLNet's <eop> <eod>); another is taken as the file says.
 
         Files: tokenizer.json when present (its padding/truncation switched off), else vocab.json +
         merges.txt, built as transformers' GPT2Tokenizer / RobertaTokenizer build them (no unk, no
@@ -490,22 +597,26 @@ class Tokenizer:
     @classmethod
     def _unigram_folder(cls, folder: Path, hf: HFTokenizer, spec: dict, tok_cfg: dict) -> Tokenizer:
         """from_hf_folder for a Unigram tokenizer.json (see there)."""
-        if _is_albert_folder(folder, tok_cfg):
-            hf = _albert_unigram(folder / TOKENIZER_FILE, hf, spec, tok_cfg)
-            lowercase = bool(tok_cfg.get("do_lower_case", True))
+        family = UNIGRAM_FAMILIES.get(_tokenizer_class(folder, tok_cfg))
+        if family is not None:
+            hf = _rebuilt_unigram(folder / TOKENIZER_FILE, hf, spec, tok_cfg, family)
+            lowercase = family.lowercase(tok_cfg)
         else:
             lowercase = _lowercases(spec)
         vocab = hf.get_vocab(with_added_tokens=True)
         specials = _hf_roles(folder, tok_cfg, vocab)
         absent = sorted({t for t in specials.values() if t not in vocab})
-        if absent and not _is_albert_folder(folder, tok_cfg):
+        if absent and family is None:
             raise ValueError(f"{folder / TOKENIZER_FILE}: a Unigram tokenizer whose special tokens {absent} are not in "
-                             "its vocabulary, in a folder that is not ALBERT's; not read rather than adding them")
+                             f"its vocabulary, in a folder of no known family ({', '.join(UNIGRAM_FAMILIES)}); not read "
+                             "rather than adding them")
         present = {t.content for t in hf.get_added_tokens_decoder().values()}
         missing = [specials[r] for r in HF_ROLE_ORDER if r in specials and specials[r] not in present]
-        if missing:  # kept whole in running text, as transformers registers its special tokens
+        missing += [t for t in (family.extras(tok_cfg) if family else []) if t not in present and t not in missing]
+        if missing:  # kept whole in running text, as transformers registers its special tokens (roles, then extras)
             hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in dict.fromkeys(missing)])
-        return cls(hf, "unigram", specials, lowercase=lowercase)
+        affixes = None if family is None or family.affixes is None else family.affixes
+        return cls(hf, "unigram", specials, lowercase=lowercase, affixes=affixes)
 
     # ------------------------------------------------------------------------------- ids
     def _role(self, role: str) -> int | None:
@@ -546,8 +657,11 @@ class Tokenizer:
 
     @property
     def special_affixes(self) -> tuple[list[int], list[int]]:
-        """(ids before, ids after) a sequence that `add_special=True` adds: [cls], [sep] when the
-        tokenizer has both roles (BERT, RoBERTa), else [bos], [] (GPT-2 style), else [], []."""
+        """(ids before, ids after) a sequence that `add_special=True` adds: the `affixes` roles when set
+        (T5: [], [</s>]; XLNet: [], [<sep>, <cls>]); else [cls], [sep] when the tokenizer has both roles
+        (BERT, RoBERTa, ALBERT, XLM-R), else [bos], [] (GPT-2 style), else [], []."""
+        if self.affixes is not None:
+            return [self._ids[r] for r in self.affixes[0]], [self._ids[r] for r in self.affixes[1]]
         if self.cls_id is not None and self.sep_id is not None:
             return [self.cls_id], [self.sep_id]
         if self.bos_id is not None:
@@ -657,7 +771,10 @@ class Tokenizer:
 
     # ------------------------------------------------------------------------------ storage
     def _meta(self) -> dict:
-        return {"version": META_VERSION, "kind": self.kind, "specials": self.specials, "lowercase": self.lowercase}
+        meta = {"version": META_VERSION, "kind": self.kind, "specials": self.specials, "lowercase": self.lowercase}
+        if self.affixes is not None:  # only when set: the meta (and fingerprint) of other tokenizers is unchanged
+            meta["affixes"] = {"before": list(self.affixes[0]), "after": list(self.affixes[1])}
+        return meta
 
     def save(self, directory: str | Path) -> Path:
         """Write `tokenizer.json` (HF format) and `tokenizer_meta.json` into `directory` (atomically)."""
@@ -675,13 +792,17 @@ class Tokenizer:
             if not (directory / name).is_file():
                 raise FileNotFoundError(f"tokenizer folder {directory} lacks {name}")
         meta = json.loads((directory / META_FILE).read_text(encoding="utf-8"))
-        unknown = set(meta) - {"version", "kind", "specials", "lowercase"}
+        unknown = set(meta) - {"version", "kind", "specials", "lowercase", "affixes"}
         if unknown:
             raise ValueError(f"{directory / META_FILE}: unknown keys {sorted(unknown)}")
         if meta.get("version") != META_VERSION:
             raise ValueError(f"{directory / META_FILE}: version {meta.get('version')!r}, expected {META_VERSION}")
         hf = HFTokenizer.from_file(str(directory / TOKENIZER_FILE))
-        return cls(hf, meta["kind"], meta["specials"], lowercase=meta.get("lowercase", False))
+        affixes = meta.get("affixes")
+        if affixes is not None and (not isinstance(affixes, dict) or set(affixes) != {"before", "after"}):
+            raise ValueError(f"{directory / META_FILE}: affixes must be {{'before': [roles], 'after': [roles]}}, got {affixes!r}")
+        return cls(hf, meta["kind"], meta["specials"], lowercase=meta.get("lowercase", False),
+                   affixes=None if affixes is None else (tuple(affixes["before"]), tuple(affixes["after"])))
 
     def fingerprint(self) -> str:
         """sha256 (hex) of the canonical JSON of the tokenizer and its meta."""

@@ -283,6 +283,10 @@ def _app(a: argparse.Namespace) -> int:
 SET_HELP = ("override one config field; repeatable. Dotted keys for nested fields, the value read as "
             "JSON when it parses: --set model.n_heads=8 --set lr=1e-3, or a JSON object: --set '{\"lr\": 1e-3}' "
             "(default: no overrides)")
+# the model_types of plmodels.hf_families.IMPORTERS, written out so that `workbench --help` imports no
+# library (test_hf_import_families checks the two agree)
+HF_FAMILIES = ("albert", "bart", "bert", "distilbert", "electra", "gpt2", "gpt_neox", "roberta", "t5", "xlm-roberta",
+               "xlnet")
 MODEL_HELP = "checkpoint folder (config.json + model.safetensors, as written by pretrain, finetune or import-hf)"
 OUT_HELP = "folder to write tables/ and figures/ into"
 DEBUG_ENV = "WORKBENCH_DEBUG"
@@ -350,10 +354,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     s.set_defaults(fn=_finetune)
 
-    s = _command(sub, "import-hf", "import a Hugging Face checkpoint (bert, roberta, distilbert, electra, "
-                                   "albert, gpt2)")
-    s.add_argument("src", help="folder with config.json and weights (model.safetensors, or pytorch_model.bin "
-                               "holding tensors only), or 'minilm' for the installed all-MiniLM-L6-v2")
+    s = _command(sub, "import-hf", f"import a Hugging Face checkpoint ({', '.join(HF_FAMILIES)})")
+    s.add_argument("src", help="folder with config.json and weights (model.safetensors, pytorch_model.bin "
+                               "holding tensors only, or either sharded with its *.index.json), or 'minilm' "
+                               "for the installed all-MiniLM-L6-v2")
     s.add_argument("out", type=Path, help="checkpoint folder to write")
     s.set_defaults(fn=_import_hf)
 

@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch.testing import assert_close
 
-from plmodels import load
+from plmodels import Decoder, DecoderConfig, load
 from plmodels.hf_families import import_hf
-from plmodels.hf_gpt_neox import config_from_neox, import_hf_gpt_neox, neox_qkv_to_ours
+from plmodels.hf_gpt_neox import config_from_neox, import_hf_gpt_neox, map_neox_state, neox_qkv_to_ours
 
 from .test_hf_tokenizers import TEXTS, write_gpt2_files
 
@@ -127,9 +127,6 @@ def test_partial_rotary_is_what_makes_parity():
     torch.manual_seed(4)
     ref = perturbed(transformers.GPTNeoXForCausalLM(neox_config(*CASES["pythia"])))
     state = {k: v for k, v in ref.state_dict().items()}
-    from plmodels.hf_gpt_neox import map_neox_state
-    from plmodels import Decoder, DecoderConfig
-
     mapped, unknown, _ = map_neox_state(state, H)
     assert unknown == []
     ids, _ = padded_batch()
@@ -228,7 +225,7 @@ def test_missing_and_misshapen_tensors_are_refused_by_their_names(neox_folder, t
             import_hf_gpt_neox(headless)
     extra = _copy(folder, tmp_path / "extra", edit_state=lambda s: {**s, "gpt_neox.adapter.weight": torch.zeros(2)})
     with pytest.warns(UserWarning, match="gpt_neox.adapter.weight"):
-        quiet_model, _ = import_hf_gpt_neox(extra, tmp_path / "ckpt")
+        import_hf_gpt_neox(extra, tmp_path / "ckpt")
     assert json.loads((tmp_path / "ckpt" / "card.json").read_text())["import"]["unknown_tensors"] == ["gpt_neox.adapter.weight"]
 
 

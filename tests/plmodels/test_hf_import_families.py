@@ -6,17 +6,19 @@ same tensors; a tokenizer the workbench cannot read yet is a note in the card, n
 config field we cannot compute is an error naming the file and the field."""
 from __future__ import annotations
 
+import argparse
 import json
 
 import pytest
 import torch
 
 import plmodels
-from plmodels.hf_families import import_hf
+from plmodels.hf_families import IMPORTERS, import_hf
 from tests.plmodels import test_seq2seq_parity as s2s
 from tests.plmodels import test_xlnet as xl
 from tests.plmodels.kinds import assert_same_weights
 from tests.plmodels.test_hf_tokenizers import write_roberta_files
+from workbench import cli
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:import_hf_")]
 
@@ -87,3 +89,11 @@ def test_a_tensor_missing_from_the_folder_is_named(tmp_path):
     save_file(state, str(path), metadata={"format": "pt"})
     with pytest.raises(ValueError, match=r"blocks\.1\.fc_out\.weight"):
         import_hf(tmp_path / "hf")
+
+
+def test_the_cli_names_every_family_the_registry_imports():
+    """`workbench import-hf --help` lists the families without importing the library: its list is
+    written out in workbench/cli.py, and must be the registry's."""
+    assert list(cli.HF_FAMILIES) == sorted(IMPORTERS)
+    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    assert sub.choices["import-hf"].description == f"import a Hugging Face checkpoint ({', '.join(sorted(IMPORTERS))})"

@@ -23,7 +23,10 @@ from plmodels import load
 from plmodels.hf_families import import_hf
 from plmodels.tokenizer import T5_SPECIALS, XLM_ROBERTA_SPECIALS, XLNET_SPECIALS, Tokenizer
 
+from . import test_seq2seq_parity as s2s
+from . import test_xlnet as xl
 from .test_hf_albert import EDGE, TEXTS
+from .test_hf_encoders import ROBERTA_IDS, roberta_config
 from .test_hf_tokenizers import TEXTS as BPE_TEXTS
 
 transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")
@@ -126,9 +129,6 @@ def quiet(fn, *args, **kw):
 
 @pytest.mark.parametrize("family", ["t5", "xlnet"])
 def test_t5_and_xlnet_folders_import_with_their_tokenizer(tmp_path, family):
-    from tests.plmodels import test_seq2seq_parity as s2s
-    from tests.plmodels import test_xlnet as xl
-
     folder = tmp_path / "hf"
     (s2s.hf_t5() if family == "t5" else xl.hf_xlnet()).save_pretrained(folder)
     sentencepiece_folder(folder, family)
@@ -143,8 +143,6 @@ def test_t5_and_xlnet_folders_import_with_their_tokenizer(tmp_path, family):
 
 
 def test_xlm_roberta_folder_matches_transformers(tmp_path):
-    from .test_hf_encoders import ROBERTA_IDS, roberta_config
-
     torch.manual_seed(0)
     folder = tmp_path / "hf"
     cfg = transformers.XLMRobertaConfig(**roberta_config().to_dict())

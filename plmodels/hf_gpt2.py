@@ -250,9 +250,11 @@ def import_hf_gpt2(src_dir: str | Path, out_dir: str | Path | None = None,
         notes.append(f"the tokenizer can emit {tokenizer.vocab_size} ids, the model embeds {config.vocab_size}")
     report: dict[str, Any] = {
         "source": str(src),
+        "family": "gpt2",
         "weights": weights_source(src),
         "unknown_tensors": unknown,
         "ignored_tensors": ignored,
+        "fresh_init": [],
         "lm_head": lm_head,
         "tokenizer": None if tokenizer is None else ("tokenizer.json" if (src / "tokenizer.json").is_file()
                                                      else "vocab.json + merges.txt"),

@@ -324,17 +324,20 @@ def import_hf_bert(src_dir: str | Path, out_dir: str | Path | None = None, card:
     check_state({k: v for k, v in expected.items() if k not in fresh}, state, str(src))
     model.load_state_dict({**{k: expected[k] for k in fresh}, **state}, strict=True)
     model.eval()
+    tokenizer = read_tokenizer(src)
     report: dict[str, Any] = {
         "source": str(src),
+        "family": "bert",
         "weights": weights_source(src),
         "unknown_tensors": unknown,
         "ignored_tensors": ignored,
         "fresh_init": fresh,
         "mlm_head": "fresh init (not in the source checkpoint)" if "mlm.dense.weight" in fresh else "imported",
+        "tokenizer": None if tokenizer is None else tokenizer_source(src, tokenizer),
+        "notes": [],
     }
     if unknown or fresh:
         warnings.warn(f"import_hf_bert({src}): unmapped tensors {unknown}; fresh-init tensors {fresh}", stacklevel=2)
-    tokenizer = read_tokenizer(src)
     if out_dir is not None:
         save(model, tokenizer, out_dir, card={"data": hf_cfg.get("_name_or_path", str(src)), **(card or {}), "import": report})
     return model, tokenizer
@@ -360,7 +363,7 @@ def import_converted(src_dir: str | Path, out_dir: str | Path | None, card: dict
     model.load_state_dict(state, strict=True)
     model.eval()
     report: dict[str, Any] = {"source": str(src), "family": family, "weights": weights_source(src), "unknown_tensors": [],
-                              "fresh_init": [], "notes": []}
+                              "ignored_tensors": [], "fresh_init": [], "notes": []}
     try:
         tokenizer = read_tokenizer(src)
     except ValueError as e:

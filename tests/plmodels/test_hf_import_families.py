@@ -16,9 +16,16 @@ import plmodels
 from plmodels.hf_families import IMPORTERS, import_hf
 from tests.plmodels import test_seq2seq_parity as s2s
 from tests.plmodels import test_xlnet as xl
+from tests.plmodels.hf_bert_folder import save_bert_folder
+from tests.plmodels.test_hf_albert import albert_config
+from tests.plmodels.test_hf_encoders import distil_config, roberta_config
+from tests.plmodels.test_hf_gpt2 import hf_gpt2
+from tests.plmodels.test_hf_gpt_neox import CASES, neox_config
 from tests.plmodels.kinds import assert_same_weights
 from tests.plmodels.test_hf_tokenizers import write_roberta_files
 from workbench import cli
+
+transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:import_hf_")]
 
@@ -97,3 +104,42 @@ def test_the_cli_names_every_family_the_registry_imports():
     assert list(cli.HF_FAMILIES) == sorted(IMPORTERS)
     sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     assert sub.choices["import-hf"].description == f"import a Hugging Face checkpoint ({', '.join(sorted(IMPORTERS))})"
+
+
+def _tiny_folders(root) -> dict:
+    """One small random folder per family, as transformers saves it (no tokenizer files)."""
+    torch.manual_seed(0)
+    bert = transformers.BertConfig(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                   intermediate_size=48, max_position_embeddings=24)
+    models = {
+        "roberta": transformers.RobertaForMaskedLM(roberta_config()),
+        "xlm-roberta": transformers.XLMRobertaForMaskedLM(transformers.XLMRobertaConfig(**roberta_config().to_dict())),
+        "distilbert": transformers.DistilBertForMaskedLM(distil_config()),
+        "electra": transformers.ElectraForPreTraining(transformers.ElectraConfig(
+            vocab_size=40, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=48, max_position_embeddings=24)),
+        "albert": transformers.AlbertForMaskedLM(albert_config()),
+        "gpt2": hf_gpt2(50, True, 0), "gpt_neox": transformers.GPTNeoXForCausalLM(neox_config(*CASES["pythia"])),
+        "t5": s2s.hf_t5(), "bart": s2s.hf_bart(), "xlnet": xl.hf_xlnet(),
+    }
+    folders = {"bert": save_bert_folder(transformers.BertForPreTraining(bert), root / "bert")}
+    for family, model in models.items():
+        model.save_pretrained(root / family)
+        folders[family] = root / family
+    return folders
+
+
+def test_every_family_reports_the_same_fields(tmp_path):
+    """The card's import report answers the same questions for every family (docs/interop.md,
+    "Import report"): where from, which family and weights file, what was not mapped, ignored or
+    left at a fresh init, the tokenizer, notes."""
+    folders = _tiny_folders(tmp_path / "hf")
+    assert sorted(folders) == sorted(IMPORTERS)
+    shared = {"source", "family", "weights", "unknown_tensors", "ignored_tensors", "fresh_init", "tokenizer", "notes"}
+    for family, folder in folders.items():
+        import_hf(folder, tmp_path / "ckpt" / family)
+        report = json.loads((tmp_path / "ckpt" / family / "card.json").read_text())["import"]
+        assert shared <= set(report), (family, shared - set(report))
+        assert report["family"] == family and report["weights"] == "model.safetensors", family
+        assert report["unknown_tensors"] == [], family
+        assert (report["tokenizer"] is None) == (family != "bert"), family  # only the BERT folder has vocab.txt

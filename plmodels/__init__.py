@@ -17,10 +17,11 @@ shared parts that are written once.
     checkpoint.py   save / load / hash a checkpoint folder; MODEL_KINDS, the family registry
     hf_families.py  import_hf: any supported Hugging Face folder, by its model_type
     hf_import.py    BERT, and the readers every importer shares (weights, tokenizers)
-    hf_encoders.py  RoBERTa, DistilBERT, ELECTRA -> Encoder
+    hf_encoders.py  RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT -> Encoder
     hf_gpt2.py      GPT-2 -> Decoder
+    hf_gpt_neox.py  GPT-NeoX (Pythia) -> Decoder (parallel residual, partial RoPE)
     hf_export.py    export_hf: our checkpoints in the Hugging Face layout (BERT, RoBERTa, DistilBERT, GPT-2)
-    tokenizer.py    WordPiece and byte-level BPE tokenizers
+    tokenizer.py    WordPiece, byte-level BPE and SentencePiece Unigram tokenizers
     presets.py      named model shapes (tiny, mini, small, base)
     config.py       the typed loader of run configs
     files.py        atomic writes of safetensors and JSON files, with the mode open() gives

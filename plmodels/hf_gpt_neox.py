@@ -213,6 +213,28 @@ def _check_inv_freq(hf_state: dict[str, torch.Tensor], names: list[str], config:
     return f"{len(stored)} stored rotary_emb.inv_freq buffers agree with rotary_pct and rotary_emb_base (ignored)"
 
 
+def _lm_head(state: dict[str, torch.Tensor], sources: dict[str, str], ignored: list[str], config: DecoderConfig,
+             notes: list[str], where: str) -> tuple[DecoderConfig, str]:
+    """(config, how the LM head was read). A tying config with a head equal to embed_in: tied (the head
+    is ignored); with a different head: kept untied, as transformers does, and noted; an untying config
+    needs its head. `state`, `sources`, `ignored` and `notes` are updated in place."""
+    head, wte = state.get("lm_head.weight"), state.get("wte.weight")
+    if head is not None and config.tie_embeddings:
+        if wte is not None and head.shape == wte.shape and torch.equal(head, wte):
+            ignored.append(sources.pop("lm_head.weight"))  # tied: the same matrix as embed_in
+            del state["lm_head.weight"]
+        else:
+            notes.append("config.json ties the LM head to embed_in (tie_word_embeddings), but the checkpoint's "
+                         f"{sources['lm_head.weight']} is a different matrix: it is kept untied")
+            config = DecoderConfig.from_dict({**config.to_dict(), "tie_embeddings": False})
+    if "lm_head.weight" in state:
+        return config, f"untied (the checkpoint's own {sources['lm_head.weight']})"
+    if config.tie_embeddings:
+        return config, "tied to embed_in"
+    raise ValueError(f"{where}: config.json has tie_word_embeddings=false but the checkpoint has no LM head "
+                     f"({' or '.join(LM_HEADS)}); a GPTNeoXModel without its head cannot give next-token logits")
+
+
 def import_hf_gpt_neox(src_dir: str | Path, out_dir: str | Path | None = None,
                        card: dict | None = None) -> tuple[Decoder, Tokenizer | None]:
     """Read a HF GPT-NeoX folder (GPTNeoXForCausalLM, GPTNeoXModel) -> (Decoder in eval mode, Tokenizer
@@ -230,23 +252,7 @@ def import_hf_gpt_neox(src_dir: str | Path, out_dir: str | Path | None = None,
     notes: list[str] = []
     if note := _check_inv_freq(hf_state, ignored, config, str(src)):
         notes.append(note)
-    head = state.get("lm_head.weight")
-    wte = state.get("wte.weight")
-    if head is not None and config.tie_embeddings:
-        if wte is not None and head.shape == wte.shape and torch.equal(head, wte):
-            ignored.append(sources.pop("lm_head.weight"))  # tied: the same matrix as embed_in
-            del state["lm_head.weight"]
-        else:
-            notes.append("config.json ties the LM head to embed_in (tie_word_embeddings), but the checkpoint's "
-                         f"{sources['lm_head.weight']} is a different matrix: it is kept untied")
-            config = DecoderConfig.from_dict({**config.to_dict(), "tie_embeddings": False})
-    if "lm_head.weight" in state:
-        lm_head = f"untied (the checkpoint's own {sources['lm_head.weight']})"
-    elif config.tie_embeddings:
-        lm_head = "tied to embed_in"
-    else:
-        raise ValueError(f"{src}: config.json has tie_word_embeddings=false but the checkpoint has no LM head "
-                         f"({' or '.join(LM_HEADS)}); a GPTNeoXModel without its head cannot give next-token logits")
+    config, lm_head = _lm_head(state, sources, ignored, config, notes, str(src))
     drops = {k: hf_cfg[k] for k in ("attention_dropout",) if k in hf_cfg and hf_cfg[k] != config.dropout}
     if drops:
         notes.append(f"one dropout rate: hidden_dropout={config.dropout} is used; {drops} differs (training only)")

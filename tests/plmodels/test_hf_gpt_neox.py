@@ -250,3 +250,25 @@ def test_gpt_neox_tokenizer_ids_equal_transformers(neox_folder, tmp_path):
     assert tok.pad_id == bare.pad_token_id == tok.token_to_id("<|padding|>")
     for text in TEXTS:
         assert tok.encode(text, add_special=False) == ref(text, add_special_tokens=False)["input_ids"], text
+
+
+def test_a_tying_config_with_its_own_head_stays_untied_and_says_so(tmp_path):
+    """tie_word_embeddings=true but an embed_out that is another matrix: transformers keeps the file's
+    head (it does not tie over a stored weight), and so do we, with a note."""
+    torch.manual_seed(5)
+    ref = perturbed(transformers.GPTNeoXForCausalLM(neox_config(*CASES["pythia"])))
+    folder = tmp_path / "hf"
+    ref.save_pretrained(folder)
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "tie_word_embeddings": True}))
+    with pytest.warns(UserWarning, match="kept untied"):
+        ours, _ = import_hf_gpt_neox(folder, tmp_path / "ckpt")
+    assert not ours.config.tie_embeddings and not torch.equal(ours.lm_weight(), ours.wte.weight)
+    report = json.loads((tmp_path / "ckpt" / "card.json").read_text())["import"]
+    assert report["lm_head"] == "untied (the checkpoint's own embed_out.weight)"
+    loaded = quiet(transformers.GPTNeoXForCausalLM.from_pretrained, str(folder), attn_implementation="eager").eval()
+    assert loaded.lm_head.weight is not loaded.gpt_neox.embed_in.weight  # transformers keeps it untied too
+    ids, mask = padded_batch()
+    with torch.no_grad():
+        assert_close(ours(ids, attention_mask=mask).logits[mask.bool()],
+                     loaded(ids, attention_mask=mask).logits[mask.bool()], **TOL)

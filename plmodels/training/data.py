@@ -205,7 +205,7 @@ def with_sentinels(tok: Tokenizer, n: int) -> Tokenizer:
         return tok
     hf = HFTokenizer.from_str(tok.hf.to_str())  # a copy: the caller's tokenizer is left as it was
     hf.add_special_tokens([AddedToken(sentinel_token(i), special=True, normalized=False) for i in reversed(range(n))])
-    return Tokenizer(hf, tok.kind, tok.specials, lowercase=tok.lowercase)
+    return Tokenizer(hf, tok.kind, tok.specials, lowercase=tok.lowercase, affixes=tok.affixes)
 
 
 def sentinel_ids(tok: Tokenizer, n: int) -> list[int]:

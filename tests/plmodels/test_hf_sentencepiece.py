@@ -176,3 +176,15 @@ def test_xlm_roberta_folder_matches_transformers(tmp_path):
     report = json.loads((tmp_path / "ckpt" / "card.json").read_text())["import"]
     assert report["family"] == "xlm-roberta" and report["mlm_head"] == "imported" and report["unknown_tensors"] == []
     assert report["tokenizer"].startswith("tokenizer.json: unigram") and report["tokenizer"].endswith("<s> ... </s>")
+
+
+def test_adding_sentinels_keeps_the_family_affixes(tmp_path):
+    """with_sentinels copies the tokenizer to add <extra_id_i>: the copy keeps XLNet's rule of
+    appending <sep> <cls> (affixes), so a denoising run over an XLNet tokenizer encodes as it does."""
+    from plmodels.training.data import with_sentinels
+
+    tok = Tokenizer.from_hf_folder(sentencepiece_folder(tmp_path / "xlnet", "xlnet"))
+    copy = with_sentinels(tok, 2)
+    assert copy.affixes == tok.affixes == ((), ("sep", "cls"))
+    ids = copy.encode("the dog sat")
+    assert ids[-2:] == [copy.token_to_id("<sep>"), copy.token_to_id("<cls>")] and ids == tok.encode("the dog sat")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from plmodels.families import family
 from workbench.core import results
 from workbench.presentation import views
 
@@ -102,6 +103,6 @@ def pick(label: str, options: list, key: str, index: int = 0):
 def predictions(path: str, kind: str, text: str, k: int):
     """Masked-token predictions (encoder) or (continuation, next-token table) (decoder), cached."""
     m, tok = model(path)
-    if kind == "encoder":
+    if family(kind).lm_inputs == "masked":
         return views.masked_predictions(m, tok, text, k=k)
     return views.continuations(m, tok, text, n_new=20, k=k)

@@ -28,7 +28,7 @@ import torch
 from meta import begin, write_result
 
 from plmodels.checkpoint import build_model
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.recipes import RECIPES
 from plmodels.training import load_config
 from plmodels.training.data import Batch

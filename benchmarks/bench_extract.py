@@ -40,7 +40,7 @@ from meta import begin, write_result
 
 from plmodels.components.cpu_linear import onednn_linear
 from plmodels.encoder import Encoder, EncoderConfig
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from workbench.data.align import align_sentences
 from workbench.data.tasks import ud_sentences

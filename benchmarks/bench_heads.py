@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from meta import begin, write_result
 
 from plmodels.encoder import Encoder, EncoderConfig
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from workbench.analyses.heads import HeadRunConfig, analyse_loaded
 from workbench.data.tasks import ud_sentences

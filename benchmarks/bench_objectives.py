@@ -33,7 +33,7 @@ import torch
 from meta import begin, write_result
 
 from plmodels.checkpoint import build_model, save
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.training import load_config
 from plmodels.training.loop import build_model_config
 from plmodels.training.masking import step_generator

@@ -24,7 +24,7 @@ import torch
 from meta import begin, write_result
 
 from plmodels.encoder import Encoder, EncoderConfig
-from plmodels.presets import preset
+from plmodels.families import preset
 from probes.importance import michel_importance
 from probes.pruning import measure_speed_and_size, mlm_loss, prune_model
 

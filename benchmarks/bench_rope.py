@@ -33,7 +33,7 @@ from meta import begin, write_result
 import plmodels.components.attention as attention_module
 from plmodels.checkpoint import build_model
 from plmodels.components.positions import apply_rope
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.training.data import Batch
 from plmodels.training.loss import lm_loss
 from plmodels.training.masking import MaskingConfig, mask_tokens, step_generator

@@ -27,7 +27,7 @@ from meta import ROOT, begin, write_result
 
 import plmodels
 from plmodels.encoder import Encoder, EncoderConfig
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.probing import RECORDS_OF, probe_model

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from meta import begin, write_result
 
 from plmodels.checkpoint import build_model
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.training.data import Batch
 from plmodels.training.loop import CompiledStep
 from plmodels.training.loss import linear_cross_entropy, lm_loss

@@ -2,8 +2,9 @@
 
 Light on purpose: importing plmodels never imports transformers or streamlit.
 
-The layout: one file per model family, read top to bottom (config -> MLP -> block -> model), on
-shared parts that are written once.
+The layout: one file per architecture, read top to bottom (config -> MLP -> block -> model), on
+shared parts that are written once; a paper's variant is a flag of its file (docs/design.md's
+paper -> file -> flags table), and what differs per family is one record in families.py.
 
     encoder.py      the BERT-style encoder (EncoderConfig, Encoder)
     decoder.py      the GPT-2-style decoder (DecoderConfig, Decoder)
@@ -14,7 +15,9 @@ shared parts that are written once.
                     its content stream
     components/     what every family shares: attention kernel, positions, dropout, hook sites,
                     outputs, config checks, init, head pruning, input checks (see its docstring)
-    checkpoint.py   save / load / hash a checkpoint folder; MODEL_KINDS, the family registry
+    families.py     the family registry: one record per kind (classes, default objective, LM
+                    statistic, head grid, analysis forward), the AnalysedModel protocol
+    checkpoint.py   save / load / hash a checkpoint folder; the typed card (Card, read_card)
     hf_families.py  import_hf: any supported Hugging Face folder, by its model_type
     hf_import.py    BERT, and the readers every importer shares (weights, tokenizers)
     hf_encoders.py  RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT -> Encoder

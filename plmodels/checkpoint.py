@@ -25,6 +25,8 @@ import json
 import shutil
 import uuid
 import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,22 +35,12 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from torch import nn
 
-from .decoder import Decoder, DecoderConfig
-from .elmo import ElmoBiLM, ElmoConfig, TransformerBiLM, TransformerBiLMConfig
-from .encoder import Encoder, EncoderConfig
+from .families import FAMILIES
 from .files import save_safetensors
-from .seq2seq import Seq2Seq, Seq2SeqConfig
 from .tokenizer import Tokenizer
-from .xlnet import XLNet, XLNetConfig
 
-MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {
-    "encoder": (Encoder, EncoderConfig),
-    "decoder": (Decoder, DecoderConfig),
-    "bilm": (ElmoBiLM, ElmoConfig),  # ELMo's biLSTM LM (elmo.py)
-    "tbilm": (TransformerBiLM, TransformerBiLMConfig),  # its transformer control (elmo.py)
-    "seq2seq": (Seq2Seq, Seq2SeqConfig),  # T5 / BART encoder-decoder (seq2seq.py); analyses read its encoder
-    "xlnet": (XLNet, XLNetConfig),  # XLNet's two-stream model (xlnet.py); analyses read its content stream
-}
+# kind -> (model class, config class), read off the family records (plmodels/families.py)
+MODEL_KINDS: dict[str, tuple[type[nn.Module], type]] = {k: (f.model_class, f.config_class) for k, f in FAMILIES.items()}
 CONFIG_FILE, WEIGHTS_FILE, TOKENIZER_DIR, CARD_FILE, README_FILE, CHECKSUMS_FILE = (
     "config.json", "model.safetensors", "tokenizer", "card.json", "README.md", "checksums.json",
 )
@@ -303,15 +295,82 @@ def read_meta(path: str | Path) -> dict:
     return meta
 
 
-def read_card(path: str | Path) -> dict:
-    """card.json of a checkpoint folder ({} when it has none); a damaged one is a CheckpointError."""
-    card_path = Path(path) / CARD_FILE
-    if not card_path.is_file():
-        return {}
-    card = read_json_file(card_path)
-    if not isinstance(card, dict):
-        raise CheckpointError(f"{card_path}: expected a JSON object, got {type(card).__name__}")
-    return card
+RUN_CONFIG_FILE = "config.resolved.json"  # a pretraining run's resolved config, beside its checkpoints
+LM_HEAD_PREFIXES = ("mlm.", "lm_head.")  # the LM head's tensors in an import report's fresh_init list
+UNTRAINED_LM_HEAD_OBJECTIVES = ("electra",)  # objectives whose analysed model's LM head is never trained
+
+
+@dataclass(frozen=True)
+class Card:
+    """A checkpoint's card.json, typed (`read_card` is its one reader). The trainer writes every
+    field; a card from an older version or an importer gets the defaults below, or values derived
+    once here (`read_card`). `fields` keeps the whole JSON object (steps, tokens, metrics, ...)."""
+
+    name: str | None = None  # the folder's name when saved
+    kind: str | None = None  # the model family (config.json's kind)
+    objective_name: str | None = None  # plmodels.training.objectives.OBJECTIVES key; None: not trained here
+    objective: str | None = None  # the objective in words
+    objective_args: Mapping[str, Any] = field(default_factory=dict)  # its arguments, complete ({} = defaults)
+    objective_args_source: str = "card"  # "card", the run config they were read from (older cards), or "defaults"
+    train_source: str | None = None  # the pretraining corpus (data.train[0]); None: not trained here
+    train_split: str | None = None  # its split (data.train[1])
+    tokenizer: Mapping[str, Any] | None = None  # {"kind", "vocab_size"} of the run's tokenizer
+    import_report: Mapping[str, Any] | None = None  # what an importer mapped, left out, initialised fresh
+    lm_head_trained: bool = True  # the LM head's logits mean something (module docstring of lm_head_rule)
+    role: str | None = None  # e.g. "ELECTRA generator"
+    steps: int | None = None
+    tokens: int | None = None
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    fields: Mapping[str, Any] = field(default_factory=dict)  # the whole card.json
+
+
+def lm_head_rule(card: Mapping[str, Any]) -> bool:
+    """Whether a card's model has a trained LM head, the one rule for cards written before the trainer
+    recorded it: False when the import report says the head was not in the imported weights
+    ("mlm_head" = "fresh init ..." or an LM-head tensor in "fresh_init": an imported sentence encoder
+    such as all-MiniLM-L6-v2) or when the objective never trains the analysed model's head (ELECTRA's
+    discriminator; its generator, role "ELECTRA generator", is a trained MLM); True otherwise."""
+    if "lm_head_trained" in card:
+        return bool(card["lm_head_trained"])
+    report = card.get("import") or {}
+    fresh = [n for n in report.get("fresh_init") or [] if n.startswith(LM_HEAD_PREFIXES)]
+    if fresh or str(report.get("mlm_head", "")).startswith("fresh"):
+        return False
+    return card.get("objective_name") not in UNTRAINED_LM_HEAD_OBJECTIVES or card.get("role") == "ELECTRA generator"
+
+
+def _legacy_objective_args(path: Path, name: str | None) -> tuple[dict, str]:
+    """(objective_args, where from) of a card written before the trainer put them in it: the run's
+    config.resolved.json beside the checkpoint folder when that run trained `name`, else the defaults."""
+    resolved = path.parent / RUN_CONFIG_FILE
+    if name is not None and resolved.is_file():
+        pretrain = read_json_file(resolved).get("pretrain", {})
+        if pretrain.get("objective") == name:
+            return dict(pretrain.get("objective_args") or {}), str(resolved)
+    return {}, "defaults"
+
+
+def read_card(path: str | Path) -> Card:
+    """The card of a checkpoint folder (a default Card when it has no card.json); a damaged one is a
+    CheckpointError naming the file. Cards without the newer fields load with them derived once
+    here: objective_args from the run's config.resolved.json, lm_head_trained by `lm_head_rule`."""
+    path = Path(path)
+    card_path = path / CARD_FILE
+    raw = read_json_file(card_path) if card_path.is_file() else {}
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{card_path}: expected a JSON object, got {type(raw).__name__}")
+    name = raw.get("objective_name")
+    if "objective_args" in raw:
+        args, source = dict(raw["objective_args"] or {}), "card"
+    else:
+        args, source = _legacy_objective_args(path, name)
+    data = raw.get("data") if isinstance(raw.get("data"), dict) else {}
+    train = data.get("train") or [None, None]
+    return Card(name=raw.get("name"), kind=raw.get("kind"), objective_name=name, objective=raw.get("objective"),
+                objective_args=args, objective_args_source=source, train_source=train[0],
+                train_split=train[1] if len(train) > 1 else None, tokenizer=data.get("tokenizer"),
+                import_report=raw.get("import"), lm_head_trained=lm_head_rule(raw), role=raw.get("role"),
+                steps=raw.get("steps"), tokens=raw.get("tokens"), metrics=raw.get("metrics") or {}, fields=raw)
 
 
 def checkpoint_hash(path: str | Path) -> str:

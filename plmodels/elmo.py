@@ -72,8 +72,6 @@ from .components.layers import init_weights, layer_norm
 from .components.positions import alibi_distance, rope_cos_sin
 from .decoder import Block, DecoderConfig
 
-BILM_KINDS = ("bilm", "tbilm")  # the model kinds trained and scored as a biLM (bilm_loss)
-
 
 @dataclass(frozen=True)
 class ElmoConfig(Config):

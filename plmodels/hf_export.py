@@ -196,6 +196,11 @@ def _check_known_fields(config: Any, known: set[str]) -> None:
                                          "transformers computes it; not exported rather than approximated")
 
 
+# the LayerNorm placement of the Hugging Face families each exportable kind maps to
+EXPORT_NORM = {"encoder": ("post", "BERT-family encoders (RoFormer too) are post-LN"),
+               "decoder": ("pre", "GPT-2 and GPT-NeoX are pre-LN")}
+
+
 def _check_common(config: Any, kind: str, rope: bool = False) -> None:
     """The refusals shared by every family (see the module docstring); `rope`: the RoPE layout
     (RoFormer, GPT-NeoX), which takes position "rope" instead of "learned" and a model without biases."""
@@ -219,9 +224,8 @@ def _check_common(config: Any, kind: str, rope: bool = False) -> None:
         raise _refuse("bias", config.bias, "BERT / GPT-2 always have biases in linear layers and LayerNorms")
     if config.activation not in BERT_ACTIVATIONS:
         raise _refuse("activation", config.activation, f"no Hugging Face name known; known: {sorted(BERT_ACTIVATIONS)}")
-    want = "post" if kind == "encoder" else "pre"
+    want, what = EXPORT_NORM[kind]
     if config.norm != want:
-        what = "BERT-family encoders (RoFormer too) are post-LN" if kind == "encoder" else "GPT-2 and GPT-NeoX are pre-LN"
         raise _refuse("norm", config.norm, f"{what}; a {config.norm}-LN {kind} has no Hugging Face layout here")
 
 
@@ -315,39 +319,47 @@ def _token_id(tokenizer: Any, role: str) -> int | None:
 def hf_layout(kind: str, config: Any, tokenizer: Any = None) -> tuple[str, dict]:
     """(family, HF config.json dict) of our model `kind` ("encoder" | "decoder") and config (a
     dataclass); a ValueError naming the field for anything transformers would not compute exactly."""
-    c = config
-    if kind == "decoder":
-        family = _decoder_family(c)
-        if family == "gpt_neox":
-            return family, {
-                "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox",
-                "vocab_size": c.vocab_size, "hidden_size": c.d_model, "num_hidden_layers": c.n_layers,
-                "num_attention_heads": c.n_heads, "intermediate_size": c.d_ff,
-                "hidden_act": BERT_ACTIVATIONS[c.activation], "max_position_embeddings": c.max_positions,
-                "layer_norm_eps": c.layer_norm_eps, "hidden_dropout": c.dropout, "attention_dropout": c.dropout,
-                "initializer_range": 0.02, "tie_word_embeddings": c.tie_embeddings,
-                "use_parallel_residual": c.parallel_residual, "attention_bias": True,  # bias=False: zeros are written
-                # transformers 5 reads rope_parameters, earlier ones rotary_*
-                "rotary_pct": _rotary_pct(c), "rotary_emb_base": c.rope_base,
-                "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_base,
-                                    "partial_rotary_factor": _rotary_pct(c)},
-                "use_cache": True,
-                "bos_token_id": _token_id(tokenizer, "bos"), "eos_token_id": _token_id(tokenizer, "eos"),
-                "pad_token_id": None,  # batches pad under the attention mask
-            }
+    if kind not in LAYOUTS:
+        raise ValueError(f"model kind {kind!r} has no Hugging Face layout here; exportable: {sorted(LAYOUTS)} "
+                         f"(known kinds: {sorted(MODEL_KINDS)})")
+    return LAYOUTS[kind](config, tokenizer)
+
+
+def _decoder_layout(c: Any, tokenizer: Any) -> tuple[str, dict]:
+    """GPT-2 or GPT-NeoX (RoPE) for a DecoderConfig."""
+    family = _decoder_family(c)
+    if family == "gpt_neox":
         return family, {
-            "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
-            "vocab_size": c.vocab_size, "n_embd": c.d_model, "n_layer": c.n_layers, "n_head": c.n_heads,
-            "n_inner": c.d_ff, "n_positions": c.max_positions, "activation_function": GPT2_ACTIVATIONS[c.activation],
-            "layer_norm_epsilon": c.layer_norm_eps, "resid_pdrop": c.dropout, "embd_pdrop": c.dropout,
-            "attn_pdrop": c.dropout, "initializer_range": 0.02, "tie_word_embeddings": c.tie_embeddings,
-            "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
-            "add_cross_attention": False, "use_cache": True,
+            "architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox",
+            "vocab_size": c.vocab_size, "hidden_size": c.d_model, "num_hidden_layers": c.n_layers,
+            "num_attention_heads": c.n_heads, "intermediate_size": c.d_ff,
+            "hidden_act": BERT_ACTIVATIONS[c.activation], "max_position_embeddings": c.max_positions,
+            "layer_norm_eps": c.layer_norm_eps, "hidden_dropout": c.dropout, "attention_dropout": c.dropout,
+            "initializer_range": 0.02, "tie_word_embeddings": c.tie_embeddings,
+            "use_parallel_residual": c.parallel_residual, "attention_bias": True,  # bias=False: zeros are written
+            # transformers 5 reads rope_parameters, earlier ones rotary_*
+            "rotary_pct": _rotary_pct(c), "rotary_emb_base": c.rope_base,
+            "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_base,
+                                "partial_rotary_factor": _rotary_pct(c)},
+            "use_cache": True,
             "bos_token_id": _token_id(tokenizer, "bos"), "eos_token_id": _token_id(tokenizer, "eos"),
-            "pad_token_id": None,  # GPT-2 has none; batches pad under the attention mask
+            "pad_token_id": None,  # batches pad under the attention mask
         }
-    if kind != "encoder":
-        raise ValueError(f"unknown model kind {kind!r}; known: {sorted(MODEL_KINDS)}")
+    return family, {
+        "architectures": ["GPT2LMHeadModel"], "model_type": "gpt2",
+        "vocab_size": c.vocab_size, "n_embd": c.d_model, "n_layer": c.n_layers, "n_head": c.n_heads,
+        "n_inner": c.d_ff, "n_positions": c.max_positions, "activation_function": GPT2_ACTIVATIONS[c.activation],
+        "layer_norm_epsilon": c.layer_norm_eps, "resid_pdrop": c.dropout, "embd_pdrop": c.dropout,
+        "attn_pdrop": c.dropout, "initializer_range": 0.02, "tie_word_embeddings": c.tie_embeddings,
+        "scale_attn_weights": True, "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
+        "add_cross_attention": False, "use_cache": True,
+        "bos_token_id": _token_id(tokenizer, "bos"), "eos_token_id": _token_id(tokenizer, "eos"),
+        "pad_token_id": None,  # GPT-2 has none; batches pad under the attention mask
+    }
+
+
+def _encoder_layout(c: Any, tokenizer: Any) -> tuple[str, dict]:
+    """BERT, RoBERTa, DistilBERT, RoFormer, ALBERT or ELECTRA for an EncoderConfig."""
     family = _encoder_family(c)
     if family in ("albert", "electra"):
         hf = {
@@ -401,6 +413,9 @@ def hf_layout(kind: str, config: Any, tokenizer: Any = None) -> tuple[str, dict]
     if family == "roberta":
         hf.update(bos_token_id=_token_id(tokenizer, "bos"), eos_token_id=_token_id(tokenizer, "eos"))
     return family, hf
+
+
+LAYOUTS = {"encoder": _encoder_layout, "decoder": _decoder_layout}  # exportable kind -> its HF layouts
 
 
 def _inverse(renames: dict[str, str]) -> tuple[dict[str, str], list[tuple[re.Pattern, str]]]:

@@ -52,8 +52,6 @@ DECODER_STYLE: dict = {  # GPT-2
     "dropout": 0.1, "layer_norm_eps": 1e-5, "tie_embeddings": True,
 }
 
-STYLES = {"encoder": ENCODER_STYLE, "decoder": DECODER_STYLE}
-
 # ELMo's biLM (plmodels/elmo.py, `ElmoConfig` fields): the paper's 2 layers of LSTMs with projections,
 # scaled down so that a layer's [forward; backward] width 2 d_proj is the transformer preset's d_model;
 # d_hidden is 4 d_proj (ELMo: 4096 cells, 512 projection, 8x) to keep the CPU step affordable.
@@ -82,22 +80,38 @@ XLNET_STYLE: dict = {  # XLNet (Yang et al. 2019; zihangdai/xlnet and HF's XLNet
 XLNET_SHAPES: dict[str, dict] = {name: {**XLNET_STYLE, **s} for name, s in SHAPES.items()}
 
 
-KINDS = (*STYLES, "bilm", "tbilm", "seq2seq", "xlnet")
-
-
-def preset(kind: str, name: str) -> dict:
-    """The model-config fields (no vocab_size) of preset `name` for `kind` (one of KINDS)."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown model kind {kind!r}; known: {sorted(KINDS)}")
+def _shape(name: str) -> dict:
     if name not in SHAPES:
         raise ValueError(f"unknown preset {name!r}; known: {sorted(SHAPES)}")
-    if kind == "bilm":
-        return dict(BILM_SHAPES[name])
-    if kind == "seq2seq":
-        return dict(SEQ2SEQ_SHAPES[name])
-    if kind == "xlnet":
-        return dict(XLNET_SHAPES[name])
-    if kind == "tbilm":  # d_model and n_heads count both directions; each direction's FFN is 4x its width
-        style = {k: v for k, v in DECODER_STYLE.items() if k != "tie_embeddings"}
-        return {**style, **SHAPES[name], "d_ff": SHAPES[name]["d_ff"] // 2}
-    return {**STYLES[kind], **SHAPES[name]}
+    return SHAPES[name]
+
+
+# One function per family, named in its record (plmodels/families.py: `Family.preset`); each gives
+# the model-config fields (no vocab_size) of a preset name.
+def encoder_preset(name: str) -> dict:
+    return {**ENCODER_STYLE, **_shape(name)}
+
+
+def decoder_preset(name: str) -> dict:
+    return {**DECODER_STYLE, **_shape(name)}
+
+
+def bilm_preset(name: str) -> dict:
+    _shape(name)
+    return dict(BILM_SHAPES[name])
+
+
+def tbilm_preset(name: str) -> dict:
+    """d_model and n_heads count both directions; each direction's FFN is 4x its width."""
+    style = {k: v for k, v in DECODER_STYLE.items() if k != "tie_embeddings"}
+    return {**style, **_shape(name), "d_ff": SHAPES[name]["d_ff"] // 2}
+
+
+def seq2seq_preset(name: str) -> dict:
+    _shape(name)
+    return dict(SEQ2SEQ_SHAPES[name])
+
+
+def xlnet_preset(name: str) -> dict:
+    _shape(name)
+    return dict(XLNET_SHAPES[name])

@@ -31,6 +31,8 @@ import pandas as pd
 import torch
 from torch import Tensor, nn
 
+from plmodels.families import family_of
+
 Batch = Mapping[str, Tensor]
 BatchStat = Callable[[nn.Module, Batch, "Tensor | None"], "tuple[Tensor, Tensor | float]"]
 
@@ -39,8 +41,9 @@ IMPORTANCE_COLUMNS = ["model", "method", "layer", "head", "value"]
 
 # --------------------------------------------------------------------------- shared helpers
 def head_grid(model: nn.Module) -> tuple[int, int]:
-    """(L, H) of an unpruned model; a model with pruned (unequal) layers has no (L, H) grid."""
-    per_layer = list(getattr(model, "all_heads_per_layer", model.n_heads_per_layer))  # seq2seq: all three kinds
+    """(L, H) of an unpruned model (a seq2seq model's rows: every attention's layers, its family's
+    `heads_per_layer`); a model with pruned (unequal) layers has no (L, H) grid."""
+    per_layer = family_of(model).heads_per_layer(model)
     if len(set(per_layer)) != 1:
         raise ValueError(
             f"head masks need the same number of heads in every layer; this model has "
@@ -80,23 +83,10 @@ def to_device(batch: Batch, model: nn.Module) -> dict[str, Tensor]:
 
 
 def forward(model: nn.Module, batch: Batch, head_mask: Tensor | None = None, **kwargs: Any):
-    """Call `model` on a batch, passing only the inputs its kind accepts (docs/design.md). A seq2seq
-    model runs teacher-forced (the batch's decoder_input_ids) and its (L_enc + 2 L_dec, H) head mask
-    is split over encoder self-, decoder self- and cross-attention (`Seq2Seq.split_head_mask`)."""
-    if "input_ids" not in batch:
-        raise ValueError(f"a batch needs 'input_ids'; got keys {sorted(batch)}")
-    inputs: dict[str, Any] = {"attention_mask": batch.get("attention_mask")}
-    if getattr(model, "kind", None) == "seq2seq":
-        if "decoder_input_ids" not in batch:
-            raise ValueError(f"a seq2seq batch needs 'decoder_input_ids' (teacher forcing); got keys {sorted(batch)}")
-        masks = {} if head_mask is None else model.split_head_mask(head_mask)
-        return model(batch["input_ids"], decoder_input_ids=batch["decoder_input_ids"],
-                     decoder_attention_mask=batch.get("decoder_attention_mask"), **inputs, **masks, **kwargs)
-    if getattr(model, "kind", None) == "xlnet":  # a permutation batch: the query stream at its targets
-        inputs.update({k: batch[k] for k in ("perm_mask", "target_mapping") if batch.get(k) is not None})
-    if getattr(model, "kind", "encoder") == "encoder" and batch.get("token_type_ids") is not None:
-        inputs["token_type_ids"] = batch["token_type_ids"]
-    return model(batch["input_ids"], head_mask=head_mask, **inputs, **kwargs)
+    """Call `model` on a batch, passing only the inputs its family accepts (`Family.forward_batch`,
+    plmodels/families.py). A seq2seq model runs teacher-forced (the batch's decoder_input_ids) and its
+    (L_enc + 2 L_dec, H) head mask is split over encoder self-, decoder self- and cross-attention."""
+    return family_of(model).forward_batch(model, batch, head_mask, **kwargs)
 
 
 def n_real_tokens(batch: Batch) -> int:

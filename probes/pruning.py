@@ -34,7 +34,14 @@ from safetensors.torch import save_model
 from scipy import stats
 from torch import Tensor, nn
 
-from plmodels.elmo import bilm_loss
+from plmodels.families import (
+    bilm_stat,
+    causal_lm_stat,
+    denoising_stat,
+    masked_lm_logits,
+    masked_lm_stat,
+    permutation_lm_stat,
+)
 
 from .importance import (
     Batch,
@@ -53,67 +60,19 @@ DEFAULT_FRACTIONS = tuple(round(0.1 * i, 1) for i in range(11))
 
 
 # --------------------------------------------------------------------------- batch statistics
-def mlm_loss(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Summed masked-LM cross-entropy and number of predicted tokens.
-
-    batch["labels"] (B, T): the original id at masked positions, -100 elsewhere (BERT convention).
-    """
-    logits, labels = _mlm_logits(model, batch, head_mask)
-    return F.cross_entropy(_upcast(logits), labels, reduction="sum"), torch.tensor(labels.numel())
+# Each family's LM statistic is its record's `lm_stat` (plmodels/families.py): one function per
+# family, shared with the amnesic run and the prune analysis.
+mlm_loss = masked_lm_stat  # summed masked-LM cross-entropy, number of predicted tokens (labels: -100 = none)
+causal_lm_loss = causal_lm_stat  # summed next-token cross-entropy over real targets, their number
+seq2seq_loss = denoising_stat  # teacher-forced cross-entropy over batch["labels"], their number
+plm_loss = permutation_lm_stat  # XLNet's query stream at its targets
+# bilm_stat: a biLM's mean of both directions' next-token NLLs, summed over its predictions
 
 
 def mlm_correct(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
     """Number of masked positions whose argmax prediction is the label, and number of positions."""
-    logits, labels = _mlm_logits(model, batch, head_mask)
+    logits, labels = masked_lm_logits(model, batch, head_mask)
     return (logits.argmax(-1) == labels).sum().float(), torch.tensor(labels.numel())
-
-
-def _mlm_logits(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    if "labels" not in batch:
-        raise ValueError("masked-LM metrics need batch['labels'] (B, T) with -100 at unmasked positions")
-    out = forward(model, batch, head_mask)
-    labels = batch["labels"]
-    where = labels != -100  # (B, T)
-    return model.mlm_logits(out.last_hidden_state[where]), labels[where]  # (N, V), (N,)
-
-
-def causal_lm_loss(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Summed next-token cross-entropy over real (non-pad, non -100) targets, and their number.
-
-    Targets are batch["labels"] if given (same shape as input_ids) else input_ids, shifted by one.
-    """
-    out = forward(model, batch, head_mask)
-    targets = batch.get("labels", batch["input_ids"])[:, 1:]  # (B, T-1)
-    valid = targets != -100
-    if batch.get("attention_mask") is not None:
-        valid = valid & batch["attention_mask"][:, 1:].bool()
-    logits = out.logits[:, :-1][valid]  # (N, V)
-    return F.cross_entropy(_upcast(logits), targets[valid], reduction="sum"), valid.sum()
-
-
-def seq2seq_loss(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Summed teacher-forced cross-entropy of a seq2seq model over batch["labels"] (B, Td) (-100:
-    none), the decoder reading batch["decoder_input_ids"] (the labels shifted right), and their number."""
-    out = forward(model, batch, head_mask)
-    targets = batch["labels"]
-    valid = targets != -100
-    return F.cross_entropy(_upcast(out.logits[valid]), targets[valid], reduction="sum"), valid.sum()
-
-
-def plm_loss(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """XLNet's permutation-LM loss: summed cross-entropy of the query stream's logits (B, P, V) at the
-    batch's targets (`target_mapping`, `perm_mask`) against batch["labels"] (B, P) (-100: none), and
-    their number."""
-    out = forward(model, batch, head_mask)
-    valid = batch["labels"] != -100
-    return F.cross_entropy(_upcast(out.logits[valid]), batch["labels"][valid], reduction="sum"), valid.sum()
-
-
-def bilm_stat(model: nn.Module, batch: Batch, head_mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """A biLM's loss (ELMo: the mean of the forward and backward next-token NLLs, `plmodels.elmo.bilm_loss`)
-    summed over its predictions per direction, and their number."""
-    r = bilm_loss(model, batch["input_ids"], batch.get("attention_mask"), head_mask=head_mask)
-    return r.loss * r.n, torch.tensor(r.n)
 
 
 def _upcast(logits: Tensor) -> Tensor:

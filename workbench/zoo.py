@@ -29,13 +29,11 @@ from pathlib import Path
 
 from plmodels import recipes
 from plmodels.config import Config, merge, read_json_object
+from plmodels.families import family
 from plmodels.training.config import PretrainConfig, read_config_file
 from workbench.analyses.probing import RECORDS_OF, STRUCTURAL_TASKS
 from workbench.analyses.zoo import PRIMARY_STATISTICS, model_name
 from workbench.pipeline import NO_TIME_LIMIT, check_pretrain_spec, run_pipeline
-
-NO_HEADS = ("bilm",)  # kinds without attention heads: no head analysis, importance or pruning
-
 
 @dataclass(frozen=True)
 class ZooConfig(Config):
@@ -113,7 +111,7 @@ def expand_zoo(zoo: ZooConfig) -> dict:
     for system in systems:
         spec = zoo.systems[system]
         kind = system_kind(spec)
-        has_heads = kind not in NO_HEADS
+        has_heads = family(kind).head_mask  # no attention heads (ELMo's LSTM): no head analysis or pruning
         for seed in zoo.seeds:
             name = model_name(system, seed)
             overrides = merge(merge(zoo.training, spec.get("overrides", {})),
@@ -126,7 +124,7 @@ def expand_zoo(zoo: ZooConfig) -> dict:
             models[name] = entry
             if has_heads:
                 with_heads.append(name)
-            if kind == "seq2seq":
+            if family(kind).cross_attention:  # an encoder-decoder: its cross-attention heads too
                 seq2seq.append(name)
     names = list(models)
     cfg: dict = {"name": zoo.name, "seed": zoo.seeds[0], "results_root": zoo.results_root, "models": models,

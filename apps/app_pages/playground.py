@@ -3,6 +3,7 @@ continuation, next to the model's attention on it."""
 
 import streamlit as st
 
+from plmodels.families import family
 from apps import common
 from apps.attention_view import show_attention
 from workbench import figures as F
@@ -29,13 +30,14 @@ def main() -> None:
     except (OSError, ValueError) as e:
         st.error(f"Could not load {path}: {e}. Create a checkpoint with `{views.missing_command('models')}`.")
         return
-    default = ENCODER_TEXT if kind == "encoder" else DECODER_TEXT
+    masked = family(kind).lm_inputs == "masked"  # fill in [MASK]s; else continue the text
+    default = ENCODER_TEXT if masked else DECODER_TEXT
     k = st.number_input("Top k", 1, 20, 5, key="play_k")
-    text = st.text_input("Text" + (" (put [MASK] where a word should be predicted)" if kind == "encoder" else ""),
+    text = st.text_input("Text" + (" (put [MASK] where a word should be predicted)" if masked else ""),
                          default, key=f"play_text_{kind}")
     left, right = st.columns(2)
     try:
-        if kind == "encoder":
+        if masked:
             preds = common.predictions(path, kind, text, int(k))
             left.plotly_chart(F.predictions_figure(preds, "Masked-token predictions"), width="stretch")
         else:

@@ -20,7 +20,8 @@ from plmodels import recipes
 from plmodels.config import Config, merge, read_json_object
 from plmodels.electra import ElectraConfig
 from plmodels.paths import data_root
-from plmodels.presets import preset as preset_fields
+from plmodels.families import FAMILIES, ModelKind
+from plmodels.families import preset as preset_fields
 
 from .distil import DistilConfig
 from .masking import MaskingConfig
@@ -88,9 +89,8 @@ OBJECTIVE_FIELDS: dict[str, tuple[str, type | None]] = {
     "tbilm": ("tbilm", None), "t5": ("seq2seq", T5Args), "bart": ("seq2seq", BartArgs),
     "plm": ("xlnet", PLMArgs),
 }
-# objective "auto" per kind; None: the kind has several and the config must name one
-AUTO_OBJECTIVE: dict[str, str | None] = {"encoder": "mlm", "decoder": "clm", "bilm": "bilm", "tbilm": "tbilm",
-                                         "seq2seq": None, "xlnet": "plm"}
+# objective "auto" per kind, read off the family records; None: the kind has several and the config must name one
+AUTO_OBJECTIVE: dict[str, str | None] = {kind: f.default_objective for kind, f in FAMILIES.items()}
 
 # Keys that may change when a run resumes: they change neither the data, the model nor the updates.
 RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"}
@@ -100,7 +100,7 @@ RESUME_SAFE_KEYS = {"max_minutes", "log_every", "num_threads", "name", "compile"
 class PretrainConfig(Config):
     """Everything a pretraining run depends on; no hidden defaults are read from elsewhere."""
 
-    kind: Literal["encoder", "decoder", "bilm", "tbilm", "seq2seq", "xlnet"]  # masked LM (BERT), causal LM
+    kind: ModelKind                               # a plmodels.families.FAMILIES key: masked LM (BERT), causal LM
                                                   # (GPT-2), ELMo's biLSTM LM, its transformer control,
                                                   # an encoder-decoder (T5 / BART), or XLNet
     train_source: str                             # corpus folder or file (corpus.py), relative to data_dir

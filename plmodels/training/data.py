@@ -26,7 +26,7 @@ import torch
 from tokenizers import AddedToken
 from tokenizers import Tokenizer as HFTokenizer
 
-from plmodels.elmo import BILM_KINDS
+from plmodels.families import family
 from plmodels.files import replace_folder, temp_folder
 from plmodels.tokenizer import META_FILE, TOKENIZER_FILE, Tokenizer
 
@@ -75,8 +75,8 @@ def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist, fixed: str | 
             t0 = time.monotonic()
             texts = sample_texts_for_tokenizer(resolve_path(cfg.train_source, cfg.data_dir),
                                                cfg.tokenizer_sample_chars, cfg.train_split, seed=cfg.seed)
-            if cfg.kind in ("encoder", "seq2seq", "xlnet", *BILM_KINDS):  # the others read BERT's WordPiece:
-                tok = Tokenizer.train_wordpiece(texts, cfg.vocab_size, lowercase=cfg.lowercase)  # layers align
+            if family(cfg.kind).tokenizer == "wordpiece":  # BERT's WordPiece, so the layers' words align
+                tok = Tokenizer.train_wordpiece(texts, cfg.vocab_size, lowercase=cfg.lowercase)
             else:
                 tok = Tokenizer.train_bpe(texts, cfg.vocab_size)
             log(f"tokenizer: {tok} trained on {sum(map(len, texts)):,} chars in {time.monotonic() - t0:.1f}s")

@@ -23,7 +23,6 @@ the weights 5 / 2 / 1 and train.py for T = 2); where this file differs it says s
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +30,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from plmodels.checkpoint import CARD_FILE, load
+from plmodels.checkpoint import load, read_card
+from plmodels.families import family_of
 from plmodels.config import Config
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
@@ -170,30 +170,18 @@ def load_teacher(path: str | Path) -> tuple[Encoder, Tokenizer | None]:
     """(teacher encoder in eval mode with requires_grad False, its tokenizer or None) from a
     checkpoint folder; a decoder is refused."""
     model, tokenizer = load(path)
-    if model.kind != "encoder":
+    if family_of(model).lm_inputs != "masked":
         raise ValueError(f"{path}: the teacher must be an encoder (masked LM), this checkpoint is a {model.kind}")
     model.eval().requires_grad_(False)
     return model, tokenizer
 
 
-def has_trained_mlm_head(folder: str | Path) -> bool:
-    """False when the folder's card says its MLM head was not in the imported weights (the
-    importers' "import" report: "mlm_head" = "fresh init ..." or an "mlm." tensor in
-    "fresh_init"), so the head's logits are random; True otherwise, including a card without an
-    import report (a model trained here)."""
-    path = Path(folder) / CARD_FILE
-    card = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-    report = card.get("import") or {}
-    fresh = [name for name in report.get("fresh_init") or [] if name.startswith("mlm.")]
-    return not fresh and not str(report.get("mlm_head", "")).startswith("fresh")
-
-
 def check_teacher(folder: str | Path, cfg: DistilConfig) -> None:
     """ValueError when cfg.alpha_ce > 0 and the teacher in `folder` has no trained MLM head."""
-    if cfg.alpha_ce > 0 and not has_trained_mlm_head(folder):
+    if cfg.alpha_ce > 0 and not read_card(folder).lm_head_trained:
         raise ValueError(
-            f"teacher {folder}: its card says the MLM head was not in the imported weights (fresh init), "
-            f"so its MLM logits are random and the KD term (alpha_ce={cfg.alpha_ce}) would distil noise; "
+            f"teacher {folder}: its card says the MLM head is untrained (not in the imported weights, or an "
+            f"ELECTRA discriminator's), so its MLM logits are random and the KD term (alpha_ce={cfg.alpha_ce}) would distil noise; "
             f"set alpha_ce=0 (alpha_mlm and alpha_cos still work with this teacher)"
         )
 

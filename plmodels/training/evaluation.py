@@ -28,7 +28,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from plmodels.elmo import BILM_KINDS, bilm_targets
+from plmodels.elmo import bilm_targets
+from plmodels.families import family, family_of
 
 from .config import PLMArgs, PretrainConfig
 from .data import Batch, make_batch, plm_batch, seq2seq_batch
@@ -54,32 +55,40 @@ class Evaluator:
             raise ValueError(f"eval corpus {name!r} packs into no row of {ds.seq_len} tokens")
         idx = torch.linspace(0, len(ds) - 1, n).long().tolist()  # spread over the whole split
         rows = torch.from_numpy(np.stack([ds[i] for i in idx]))
-        if cfg.kind in BILM_KINDS:  # every token, both directions: the rows as they are
-            rows = rows.to(device)
-            self.batches = [Batch(rows[i: i + EVAL_BATCH], rows[i: i + EVAL_BATCH]) for i in range(0, n, EVAL_BATCH)]
-            nll = -log_unigram[rows.cpu()]  # (n, T)
-            self.unigram_parts = (float(nll[:, 1:].mean()), float(nll[:, :-1].mean()))  # forward, backward targets
-            self.unigram_loss = sum(self.unigram_parts) / 2
-            return
-        if cfg.kind == "seq2seq":  # the objective's own corruption, drawn once with the fixed eval generator
-            gen = step_generator(cfg.seed, 0, stream=1_000_003)
-            cont = continuation_ids(tok.hf.get_vocab())
-            self.batches = [seq2seq_batch(cfg, rows[i: i + EVAL_BATCH], tok, gen, cont, device)
-                            for i in range(0, n, EVAL_BATCH)]
-            targets = torch.cat([b.labels[b.labels != IGNORE_INDEX].cpu() for b in self.batches])
-            self.unigram_loss = float(-log_unigram[targets].mean())
-            self.noise_unigram_loss = None
-            if self.batches[0].extras["scored"] is not None:
-                noise = torch.cat([b.labels[b.extras["scored"]].cpu() for b in self.batches])
-                self.noise_unigram_loss = float(-log_unigram[noise].mean())
-            return
-        if cfg.kind == "xlnet":  # the permutation targets, drawn once with the fixed eval generator
-            gen = step_generator(cfg.seed, 0, stream=1_000_003)
-            args = PLMArgs.from_dict(cfg.objective_args)
-            self.batches = [plm_batch(rows[i: i + EVAL_BATCH], tok, args, gen, device) for i in range(0, n, EVAL_BATCH)]
-            targets = torch.cat([b.labels[b.labels != IGNORE_INDEX].cpu() for b in self.batches])
-            self.unigram_loss = float(-log_unigram[targets].mean())
-            return
+        self.noise_unigram_loss: float | None = None
+        self.unigram_parts: tuple[float, float] | None = None
+        HELD_OUT_ROWS[family(cfg.kind).lm_inputs](self, rows, n, cfg, tok, log_unigram, device)
+
+    def bidirectional_rows(self, rows, n, cfg, tok, log_unigram, device) -> None:
+        """A biLM: every token, both directions: the rows as they are."""
+        rows = rows.to(device)
+        self.batches = [Batch(rows[i: i + EVAL_BATCH], rows[i: i + EVAL_BATCH]) for i in range(0, n, EVAL_BATCH)]
+        nll = -log_unigram[rows.cpu()]  # (n, T)
+        self.unigram_parts = (float(nll[:, 1:].mean()), float(nll[:, :-1].mean()))  # forward, backward targets
+        self.unigram_loss = sum(self.unigram_parts) / 2
+
+    def denoising_rows(self, rows, n, cfg, tok, log_unigram, device) -> None:
+        """An encoder-decoder: the objective's own corruption, drawn once with the fixed eval generator."""
+        gen = step_generator(cfg.seed, 0, stream=1_000_003)
+        cont = continuation_ids(tok.hf.get_vocab())
+        self.batches = [seq2seq_batch(cfg, rows[i: i + EVAL_BATCH], tok, gen, cont, device)
+                        for i in range(0, n, EVAL_BATCH)]
+        targets = torch.cat([b.labels[b.labels != IGNORE_INDEX].cpu() for b in self.batches])
+        self.unigram_loss = float(-log_unigram[targets].mean())
+        if self.batches[0].extras["scored"] is not None:
+            noise = torch.cat([b.labels[b.extras["scored"]].cpu() for b in self.batches])
+            self.noise_unigram_loss = float(-log_unigram[noise].mean())
+
+    def permutation_rows(self, rows, n, cfg, tok, log_unigram, device) -> None:
+        """XLNet: the permutation targets, drawn once with the fixed eval generator."""
+        gen = step_generator(cfg.seed, 0, stream=1_000_003)
+        args = PLMArgs.from_dict(cfg.objective_args)
+        self.batches = [plm_batch(rows[i: i + EVAL_BATCH], tok, args, gen, device) for i in range(0, n, EVAL_BATCH)]
+        targets = torch.cat([b.labels[b.labels != IGNORE_INDEX].cpu() for b in self.batches])
+        self.unigram_loss = float(-log_unigram[targets].mean())
+
+    def token_rows(self, rows, n, cfg, tok, log_unigram, device) -> None:
+        """A masked or causal LM: data.make_batch's targets (a mask for WordPiece rows, the shift for BPE)."""
         # the held-out mask is BERT's standard one unless eval_masking says otherwise, drawn once over
         # all rows: runs with other training masks or batch sizes are scored on the same targets
         masking = MaskingConfig.from_dict(cfg.eval_masking)
@@ -93,24 +102,21 @@ class Evaluator:
 
     @torch.no_grad()
     def __call__(self, model, autocast: bool) -> dict[str, float]:
-        if model.kind in BILM_KINDS:
-            return self.bilm(model, autocast)
-        if model.kind == "seq2seq":
-            return self.seq2seq(model, autocast)
+        return HELD_OUT_SCORES[family_of(model).lm_inputs](self, model, autocast)
+
+    @torch.no_grad()
+    def tokens(self, model, autocast: bool) -> dict[str, float]:
+        """Loss, perplexity and accuracy at the labelled positions, through the family's held-out
+        logits (`Family.lm_logits`: an encoder's masked positions, a decoder's next tokens, XLNet's
+        query stream at its targets)."""
+        logits_at = family_of(model).lm_logits
         was_training = model.training
         model.eval()
         total, count, correct = 0.0, 0, 0
         for b in self.batches:
             with torch.autocast(b.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
                 sel = b.labels != IGNORE_INDEX
-                if model.kind == "encoder":
-                    logits = model.mlm_logits(model.masked_hidden(b.input_ids, sel))
-                elif model.kind == "xlnet":  # the query stream at the targets (B, P, V)
-                    e = b.extras
-                    logits = model(b.input_ids, attention_mask=e["attention_mask"], perm_mask=e["perm_mask"],
-                                   target_mapping=e["target_mapping"], attn_impl="sdpa").logits[sel]
-                else:
-                    logits = model(b.input_ids, attn_impl="sdpa").logits[sel]
+                logits = logits_at(model, b, sel)
             targets = b.labels[sel]
             total += float(F.cross_entropy(logits.float(), targets, reduction="sum"))
             correct += int((logits.argmax(-1) == targets).sum())
@@ -172,3 +178,10 @@ class Evaluator:
             noise_loss = noise_total / max(1, noise_count)
             out.update(noise_loss=noise_loss, noise_ppl=ppl(noise_loss), noise_unigram_loss=self.noise_unigram_loss)
         return out
+
+
+# Held-out rows and their scoring per LM batch form (plmodels.families.Family.lm_inputs)
+HELD_OUT_ROWS = {"bidirectional": Evaluator.bidirectional_rows, "denoising": Evaluator.denoising_rows,
+                 "permutation": Evaluator.permutation_rows, "masked": Evaluator.token_rows, "causal": Evaluator.token_rows}
+HELD_OUT_SCORES = {"bidirectional": Evaluator.bilm, "denoising": Evaluator.seq2seq, "permutation": Evaluator.tokens,
+                   "masked": Evaluator.tokens, "causal": Evaluator.tokens}

@@ -42,7 +42,7 @@ from torch import nn
 import plmodels
 from plmodels import recipes
 from plmodels.config import Config, merge
-from plmodels.elmo import BILM_KINDS
+from plmodels.families import family_of
 from plmodels.files import save_safetensors, write_json_atomic
 
 from .masking import IGNORE_INDEX
@@ -169,14 +169,9 @@ class Classifier(nn.Module):
         out = self.base(ids, attention_mask=mask)
         if self.kind == "token":
             return out.last_hidden_state
-        if self.base.kind == "encoder":
-            return out.pooler_output
-        last = mask.sum(1) - 1  # right padding: index of the last real token
-        h = out.last_hidden_state
-        if self.base.kind in BILM_KINDS:  # [forward after the last token; backward after the first]
-            P = self.base.config.d_proj
-            return torch.cat([h[torch.arange(len(ids)), last, :P], h[:, 0, P:]], dim=-1)
-        return h[torch.arange(len(ids)), last]
+        # the family's sentence vector: [CLS]'s pooled vector, the last real token (right padding), or
+        # a biLM's [forward after the last token; backward after the first]
+        return family_of(self.base).sentence_features(self.base, out, mask)
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         return self.head(self.drop(self.features(ids, mask)))

@@ -59,10 +59,11 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from plmodels.checkpoint import CONFIG_FILE, MODEL_KINDS, read_weights, save
+from plmodels.checkpoint import CONFIG_FILE, MODEL_KINDS, RUN_CONFIG_FILE, read_weights, save
 from plmodels.config import build
 from plmodels.files import atomic_open, pid_alive, replace_folder, temp_folder, write_json_atomic
-from plmodels.presets import preset as preset_fields
+from plmodels.families import family
+from plmodels.families import preset as preset_fields
 from plmodels.progress import progress
 
 from .config import (
@@ -122,7 +123,7 @@ class TrainResult:
 def build_model_config(cfg: PretrainConfig, tok) -> dict:
     """Preset fields, then the config's `model` overrides, then what the tokenizer fixes."""
     fields_ = {**preset_fields(cfg.kind, cfg.preset), **cfg.model, "vocab_size": tok.vocab_size}
-    if cfg.kind == "encoder":
+    if family(cfg.kind).segments:
         fields_["pad_token_id"] = tok.pad_id
         if cfg.masking_config.nsp or cfg.masking_config.sop:  # SOP uses the same 2-way head on [CLS]
             fields_["use_nsp"] = True
@@ -145,7 +146,7 @@ def check_model_config(cfg: PretrainConfig, source: str = "", overrides: dict | 
                                     f"folder (no {CONFIG_FILE})")
         return
     fields_ = {**preset_fields(cfg.kind, cfg.preset), **cfg.model, "vocab_size": cfg.vocab_size}
-    if cfg.kind != "encoder":
+    if not family(cfg.kind).segments:
         for k in ("type_vocab_size", "use_nsp", "pad_token_id"):
             fields_.pop(k, None)
     build(MODEL_KINDS[cfg.kind][1], fields_, source or "model", (overrides or {}).get("model"), prefix="model.")
@@ -165,7 +166,20 @@ def check_sources(cfg: PretrainConfig, source: str = "") -> None:
             raise type(e)(f"{source or 'config'}: {field_}={src!r}: {e}") from None
 
 
-RUN_FILES = ("config.resolved.json", "metrics.jsonl", "resumes.json", "checkpoints", "final", "tokenizer")
+RUN_FILES = (RUN_CONFIG_FILE, "metrics.jsonl", "resumes.json", "checkpoints", "final", "tokenizer")
+
+
+def read_run_config(run_dir: str | Path) -> PretrainConfig | None:
+    """The pretraining config a run folder was trained with (its config.resolved.json), or None
+    when the folder holds no run; a damaged file is an error naming it."""
+    path = Path(run_dir) / RUN_CONFIG_FILE
+    if not path.is_file():
+        return None
+    try:
+        resolved = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON config ({e}); it was torn or edited") from None
+    return PretrainConfig.from_dict(resolved["pretrain"], source=str(path))
 
 
 def start_over(out_dir: Path, why: str) -> None:
@@ -186,7 +200,7 @@ def claim_folder(out_dir: Path, cfg: PretrainConfig, resume: bool) -> None:
     checkpoint whose pretraining config differs from `cfg` (it failed or was stopped before its
     first checkpoint: nothing is lost, and the corrected command takes the folder over instead of
     being refused). A run with a finished checkpoint and another config is refused by `check_resume`."""
-    path = out_dir / "config.resolved.json"
+    path = out_dir / RUN_CONFIG_FILE
     if not path.is_file():
         if any((out_dir / name).exists() for name in RUN_FILES):  # a run that died before writing it
             start_over(out_dir, "it has no config.resolved.json (a run stopped before it started)")
@@ -207,7 +221,7 @@ def claim_folder(out_dir: Path, cfg: PretrainConfig, resume: bool) -> None:
 
 def check_resume(out_dir: Path, resolved: dict, resume: bool) -> bool:
     """Whether a run exists in out_dir to resume; refuses a different config (listing the keys)."""
-    path = out_dir / "config.resolved.json"
+    path = out_dir / RUN_CONFIG_FILE
     if not path.is_file():
         return False
     if not resume:   # claim_folder has cleared it; another process wrote it since
@@ -333,7 +347,7 @@ def _train(cfg: PretrainConfig, out_dir: Path, resume: bool, stop_at_step: int |
             log(f"removed {leftovers} temporaries of writes a killed run left unfinished in {out_dir}")
     barrier(d)
     if d.main and not resuming:
-        write_json_atomic(out_dir / "config.resolved.json", resolved)
+        write_json_atomic(out_dir / RUN_CONFIG_FILE, resolved)
 
     train_ids = token_cache(cfg.train_source, cfg.train_split, cfg, tok, out_dir, d, cfg.max_train_texts)
     short = None if cfg.short_seq_len is None else PackedDataset.for_tokenizer(train_ids, cfg.short_seq_len, cfg.seed, tok)
@@ -404,7 +418,7 @@ class CompiledStep:
     def __init__(self, model) -> None:
         self._model = model
         self._forward = torch.compile(model)
-        if model.kind == "encoder":  # other attributes fall through to the model (__getattr__)
+        if hasattr(model, "masked_hidden"):  # an encoder's loss; other attributes fall through (__getattr__)
             self.masked_hidden = torch.compile(model.masked_hidden)
 
     def __call__(self, *args, **kwargs):
@@ -476,6 +490,7 @@ class _Loop:
             "steps": step, "tokens": tokens, "metrics": dict(self.last_eval),
             "loss_curve": loss_curve(self.out_dir / "metrics.jsonl", step),
             "objective": self.objective.describe(), "objective_name": self.objective.name,
+            "objective_args": self.objective.args.to_dict(), "lm_head_trained": self.objective.lm_head_trained,
             "preset": cfg.preset, "stopped_by": stopped_by, "bf16": self.autocast,
         }
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from plmodels.families import family_of
+
 from .data import Batch
 from .masking import IGNORE_INDEX
 
@@ -104,40 +106,55 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
     return F.cross_entropy(F.linear(hidden, weight, bias).float(), targets, reduction="sum")
 
 
-def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
-    """Mean cross-entropy over labelled positions, and their count.
+def masked_lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
+    """An encoder's mean masked-LM cross-entropy over the labelled positions (+ NSP), and their count.
 
-    Encoder: hidden states at the masked positions only, hidden[labels != -100] (M, D), go through
-    the MLM transform and the (tied) vocabulary projection: with 15% masking this skips 85% of the
+    Hidden states at the masked positions only, hidden[labels != -100] (M, D), go through the MLM
+    transform and the (tied) vocabulary projection: with 15% masking this skips 85% of the
     projection, the largest matmul of a small model; without NSP the last block itself runs at
-    those positions only (`Encoder.masked_hidden`). Decoder: next-token logits at every position
-    against the shifted labels. Both use `linear_cross_entropy`, which never materialises the
-    full logits when training in fp32; a decoder with the adaptive output uses its own loss
-    (`Decoder.adaptive_loss`), which evaluates a tail cluster only for the targets in it.
+    those positions only (`Encoder.masked_hidden`).
     """
     device_type = batch.input_ids.device.type
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
-        if model.kind == "encoder":
-            sel = batch.labels != IGNORE_INDEX
-            targets = batch.labels[sel]
-            n = int(targets.numel())
-            if batch.nsp_labels is None:  # the last block at the masked positions only (exact)
-                hidden = model.masked_hidden(batch.input_ids, sel, batch.token_type_ids)  # (M, D)
-            else:  # NSP also needs [CLS]'s last hidden state: the whole forward
-                out = model(batch.input_ids, token_type_ids=batch.token_type_ids, attn_impl="sdpa")
-                hidden = out.last_hidden_state[sel]
-            loss = linear_cross_entropy(model.mlm_transform(hidden), *model.mlm_projection(), targets) / max(1, n)
-            if batch.nsp_labels is not None:
-                nsp = model.nsp_logits(out.pooler_output)
-                loss = loss + F.cross_entropy(nsp.float(), batch.nsp_labels)
-        else:
-            out = model(batch.input_ids, attn_impl="sdpa", return_logits=False)
-            n = int((batch.labels != IGNORE_INDEX).sum())
-            h = out.last_hidden_state.flatten(0, 1)  # (B T, D)
-            if model.config.output == "adaptive":
-                labels = batch.labels.flatten()
-                sel = labels != IGNORE_INDEX
-                loss = model.adaptive_loss(h[sel], labels[sel]) / max(1, n)
-            else:
-                loss = linear_cross_entropy(h, model.lm_weight(), None, batch.labels.flatten()) / max(1, n)
+        sel = batch.labels != IGNORE_INDEX
+        targets = batch.labels[sel]
+        n = int(targets.numel())
+        if batch.nsp_labels is None:  # the last block at the masked positions only (exact)
+            hidden = model.masked_hidden(batch.input_ids, sel, batch.token_type_ids)  # (M, D)
+        else:  # NSP also needs [CLS]'s last hidden state: the whole forward
+            out = model(batch.input_ids, token_type_ids=batch.token_type_ids, attn_impl="sdpa")
+            hidden = out.last_hidden_state[sel]
+        loss = linear_cross_entropy(model.mlm_transform(hidden), *model.mlm_projection(), targets) / max(1, n)
+        if batch.nsp_labels is not None:
+            nsp = model.nsp_logits(out.pooler_output)
+            loss = loss + F.cross_entropy(nsp.float(), batch.nsp_labels)
     return loss, n
+
+
+def causal_lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
+    """A decoder's mean next-token cross-entropy at every position against the shifted labels, and
+    the count; a decoder with the adaptive output uses its own loss (`Decoder.adaptive_loss`), which
+    evaluates a tail cluster only for the targets in it."""
+    device_type = batch.input_ids.device.type
+    with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
+        out = model(batch.input_ids, attn_impl="sdpa", return_logits=False)
+        n = int((batch.labels != IGNORE_INDEX).sum())
+        h = out.last_hidden_state.flatten(0, 1)  # (B T, D)
+        if model.config.output == "adaptive":
+            labels = batch.labels.flatten()
+            sel = labels != IGNORE_INDEX
+            loss = model.adaptive_loss(h[sel], labels[sel]) / max(1, n)
+        else:
+            loss = linear_cross_entropy(h, model.lm_weight(), None, batch.labels.flatten()) / max(1, n)
+    return loss, n
+
+
+# the training loss of each LM batch form (plmodels.families.Family.lm_inputs) that `lm_loss` serves
+TRAINING_LOSSES = {"masked": masked_lm_loss, "causal": causal_lm_loss}
+
+
+def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
+    """Mean cross-entropy over labelled positions, and their count: `masked_lm_loss` for a masked LM
+    (encoder), `causal_lm_loss` for a causal one (decoder), by the model's family record. Both use
+    `linear_cross_entropy`, which never materialises the full logits when training in fp32."""
+    return TRAINING_LOSSES[family_of(model).lm_inputs](model, batch, autocast)

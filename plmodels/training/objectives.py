@@ -43,7 +43,7 @@ from plmodels.tokenizer import WORDPIECE_SPECIALS, Tokenizer
 from .config import AUTO_OBJECTIVE, BartArgs, PLMArgs, T5Args
 from .data import Batch, bart_batch, make_batch, plm_batch, t5_batch
 from .distil import DistilConfig, check_teacher, distil_loss, load_teacher, student_from_teacher
-from .loss import linear_cross_entropy, lm_loss
+from .loss import causal_lm_loss, linear_cross_entropy, masked_lm_loss
 from .masking import IGNORE_INDEX, MaskingConfig, word_starts
 from .spans import SpanBoundaryHead, SpanConfig, sbo_targets, span_mask
 
@@ -56,10 +56,11 @@ class NoArgs(Config):
 
 
 class Objective:
-    """The default: BERT's masked LM (+ NSP / SOP) for encoders, GPT-2's causal LM for decoders."""
+    """The default: BERT's masked LM (+ NSP / SOP) for encoders (`CausalLM` is GPT-2's for decoders)."""
 
     name: ClassVar[str] = "mlm"
     args_class: ClassVar[type] = NoArgs
+    lm_head_trained: ClassVar[bool] = True  # the analysed model's LM head is trained (the card says so)
 
     def __init__(self, cfg, args: dict | None = None) -> None:
         self.cfg = cfg
@@ -89,8 +90,6 @@ class Objective:
     def describe(self) -> str:
         """The card's `objective` line."""
         m = self.cfg.masking_config
-        if self.cfg.kind == "decoder":
-            return "causal LM"
         pair = " + NSP" if m.nsp else " + SOP" if m.sop else ""
         return f"masked LM (BERT {m.mask_frac:.0%}/{m.random_frac:.0%}/rest kept, dynamic){pair}"
 
@@ -120,12 +119,21 @@ class Objective:
 
     def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
         """(loss to differentiate, number of predicted tokens, parts for metrics.jsonl)."""
-        loss, n = lm_loss(module, batch, autocast)
+        loss, n = masked_lm_loss(module, batch, autocast)
         return loss, n, {}
 
 
 class CausalLM(Objective):
+    """GPT-2's causal LM: next-token cross-entropy at every position."""
+
     name = "clm"
+
+    def describe(self) -> str:
+        return "causal LM"
+
+    def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
+        loss, n = causal_lm_loss(module, batch, autocast)
+        return loss, n, {}
 
 
 class SpanBERT(Objective):
@@ -194,6 +202,7 @@ class Electra(Objective):
 
     name = "electra"
     args_class = ElectraConfig
+    lm_head_trained = False  # the discriminator's MLM head is never trained (the generator's is)
 
     def build(self, kind: str, model_cfg: dict) -> nn.Module:
         disc = build_model(kind, {**model_cfg, "use_rtd": True})  # checks the fields as any encoder
@@ -228,7 +237,8 @@ class Electra(Objective):
         and its tensors in objective.safetensors for resumption."""
         super().save_extras(module, folder, tok, card)
         save(module.generator, tok, folder / "generator",
-             card={**card, "name": f"{card.get('name', '')} generator", "role": "ELECTRA generator"})
+             card={**card, "name": f"{card.get('name', '')} generator", "role": "ELECTRA generator",
+                   "lm_head_trained": True})
 
     def batch(self, rows, tok, masking, gen, cont_ids, device):
         b = make_batch(rows, tok, masking, gen, cont_ids, device)

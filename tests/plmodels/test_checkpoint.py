@@ -179,7 +179,7 @@ def test_a_damaged_card_is_named(tmp_path, tokenizer):
     from plmodels.checkpoint import read_card
 
     path = save(tiny_encoder(), tokenizer, tmp_path / "ckpt", card={"steps": 3})
-    assert read_card(path)["steps"] == 3
+    assert read_card(path).steps == 3
     (path / "card.json").write_text('{"steps": 3,')
     with pytest.raises(ValueError, match=r"ckpt/card\.json: invalid JSON at line 1"):
         read_card(path)

@@ -10,13 +10,12 @@ import torch
 from torch.testing import assert_close
 
 from plmodels import Decoder, DecoderConfig, Encoder, EncoderConfig
-from plmodels.checkpoint import save
+from plmodels.checkpoint import read_card, save
 from plmodels.config import ConfigError
 from plmodels.training.distil import (
     DistilConfig,
     check_teacher,
     distil_loss,
-    has_trained_mlm_head,
     hidden_cosine_loss,
     kd_loss,
     load_teacher,
@@ -236,15 +235,19 @@ def test_check_teacher_refuses_fresh_mlm_head(tmp_path):
     save(model, None, tmp_path / "minilm", card={"import": report})
     save(model, None, tmp_path / "bert", card={"import": {**report, "fresh_init": ["pooler.bias"], "mlm_head": "imported"}})
     save(model, None, tmp_path / "trained")
-    assert not has_trained_mlm_head(tmp_path / "minilm")
-    assert has_trained_mlm_head(tmp_path / "bert") and has_trained_mlm_head(tmp_path / "trained")
+    assert not read_card(tmp_path / "minilm").lm_head_trained
+    assert read_card(tmp_path / "bert").lm_head_trained and read_card(tmp_path / "trained").lm_head_trained
     with pytest.raises(ValueError, match=r"minilm.*alpha_ce=0"):
         check_teacher(tmp_path / "minilm", DistilConfig(teacher=str(tmp_path / "minilm")))
     check_teacher(tmp_path / "minilm", DistilConfig(teacher="t", alpha_ce=0.0))  # MLM + cosine only: fine
     check_teacher(tmp_path / "bert", DistilConfig(teacher="t"))
     # only part of the head fresh (e.g. the decoder bias) still counts as untrained
     save(model, None, tmp_path / "partial", card={"import": {**report, "fresh_init": ["mlm.bias"], "mlm_head": "imported"}})
-    assert not has_trained_mlm_head(tmp_path / "partial")
+    assert not read_card(tmp_path / "partial").lm_head_trained
+    # an ELECTRA discriminator's MLM head is never trained: no KD from it either
+    save(model, None, tmp_path / "disc", card={"objective_name": "electra"})
+    with pytest.raises(ValueError, match=r"disc.*alpha_ce=0"):
+        check_teacher(tmp_path / "disc", DistilConfig(teacher=str(tmp_path / "disc")))
 
 
 # --- distil_loss --------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from safetensors.torch import load_file
 
 import plmodels
 from plmodels.checkpoint import build_model
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from plmodels.training.finetune import FinetuneConfig, TaskData, finetune, load_classifier, load_finetune_config
 

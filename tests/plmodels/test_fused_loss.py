@@ -9,7 +9,7 @@ from torch.testing import assert_close
 
 from plmodels.checkpoint import build_model
 from plmodels.components.attention import attention
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.training import PretrainConfig
 from plmodels.training.data import Batch
 from plmodels.training.loss import linear_cross_entropy, lm_loss

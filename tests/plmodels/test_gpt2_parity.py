@@ -24,7 +24,7 @@ from torch.testing import assert_close
 
 from plmodels import Decoder, DecoderConfig
 from plmodels.hf_gpt2 import config_from_gpt2, map_gpt2_state
-from plmodels.presets import preset
+from plmodels.families import preset
 
 # transformers is the reference implementation, one of the test extras: without it this module is
 # skipped at collection, not failed

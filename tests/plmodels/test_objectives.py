@@ -6,11 +6,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from plmodels.checkpoint import load
+from plmodels.checkpoint import load, read_card
 from plmodels.encoder import Encoder
 from plmodels.training import load_config, pretrain
 from plmodels.training.loop import run_training
-from plmodels.training.objectives import OBJECTIVE_FILE
+from plmodels.training.objectives import OBJECTIVE_FILE, OBJECTIVES
 
 from .test_train import _cfg, _corpus, _fixed_wordpiece
 
@@ -61,6 +61,10 @@ def test_system_trains_saves_and_resumes_bit_exact(data, tok, tmp_path, system):
     metrics = {r["metric"] for r in rows if r["split"] == "train"}
     name = {"spanbert": "span", "electra": "electra"}.get(system, "mlm")
     assert card["objective_name"] == name
+    typed = read_card(straight)  # the trainer writes the card complete: no reader looks at the run folder
+    assert typed.objective_args == OBJECTIVES[name].args_class.from_dict(SYSTEMS[system].get("objective_args", {})).to_dict()
+    assert typed.objective_args_source == "card" and typed.train_source == str(data[0])
+    assert typed.lm_head_trained == (system != "electra")  # ELECTRA's discriminator: its MLM head gets no gradient
     assert all(r["value"] == r["value"] for r in rows)  # no NaN
     if system == "spanbert":
         assert {"mlm_loss", "sbo_loss"} <= metrics and any(k.startswith("sbo.") for k in ea) and "sbo_bias" in ea
@@ -70,6 +74,7 @@ def test_system_trains_saves_and_resumes_bit_exact(data, tok, tmp_path, system):
         gen, _ = load(straight / "generator")  # the generator, a checkpoint of its own
         assert gen.config.d_model == model.config.d_model // 4 and gen.config.embedding_size == 16
         assert torch.equal(gen.embeddings.word.weight, model.embeddings.word.weight)  # shared when trained
+        assert read_card(straight / "generator").lm_head_trained  # the generator is a trained MLM
     if system == "albert":
         assert model.config.share_layers == "all" and model.config.use_nsp  # the SOP head
         assert model.blocks[1].attn.qkv.weight is model.blocks[0].attn.qkv.weight

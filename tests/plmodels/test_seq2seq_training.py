@@ -10,7 +10,7 @@ import torch
 
 from plmodels.checkpoint import load, n_parameters
 from plmodels.encoder import Encoder, EncoderConfig
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig
 from plmodels.training import PretrainConfig, load_config
 from plmodels.training.config import BartArgs, T5Args

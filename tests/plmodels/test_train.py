@@ -268,8 +268,8 @@ def test_short_first_phase_reads_short_rows_then_seq_len_rows(data, tmp_path, mo
     # per step), the rest rows of seq_len; the held-out rows stay at seq_len
     import plmodels.training.objectives as objectives
 
-    shapes, real = [], objectives.lm_loss
-    monkeypatch.setattr(objectives, "lm_loss", lambda model, batch, autocast: shapes.append(tuple(batch.input_ids.shape))
+    shapes, real = [], objectives.masked_lm_loss
+    monkeypatch.setattr(objectives, "masked_lm_loss", lambda model, batch, autocast: shapes.append(tuple(batch.input_ids.shape))
                         or real(model, batch, autocast))
     final = pretrain(_cfg(data, max_steps=8, short_seq_len=16, short_frac=0.5, ckpt_log_spaced=False), tmp_path / "r")
     assert shapes == [(16, 16)] * 4 + [(8, 32)] * 4

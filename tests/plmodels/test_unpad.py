@@ -6,7 +6,7 @@ import torch
 from torch.testing import assert_close
 
 from plmodels.checkpoint import build_model
-from plmodels.presets import preset
+from plmodels.families import preset
 
 
 @pytest.mark.parametrize("kind,position,norm", [("encoder", "learned", "post"), ("encoder", "rope", "pre"),

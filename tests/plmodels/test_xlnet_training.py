@@ -12,7 +12,7 @@ from safetensors.torch import save_file
 
 from plmodels.checkpoint import load, n_parameters
 from plmodels.encoder import Encoder, EncoderConfig
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.training import PretrainConfig, load_config
 from plmodels.training.config import PLMArgs
 from plmodels.training.data import plm_batch

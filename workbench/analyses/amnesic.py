@@ -50,14 +50,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
 import plmodels
 from plmodels.config import Config
-from plmodels.elmo import BILM_KINDS, bilm_loss
+from plmodels.checkpoint import read_card
+from plmodels.families import family_of
 from plmodels.progress import progress as progress_bar
-from plmodels.training.distil import has_trained_mlm_head
-from plmodels.training.masking import IGNORE_INDEX, MaskingConfig, causal_lm_labels, mask_tokens, step_generator
+from plmodels.training.masking import IGNORE_INDEX, MaskingConfig, mask_tokens, step_generator
 from probes.amnesic import (Eraser, INLPEraser, LeaceEraser, MatchedRandomEraser, RandomEraser, ShuffledLabelEraser,
                             displacement)
 from probes.logreg import LogisticRegressionLBFGS
@@ -142,8 +141,10 @@ def eraser_hook(eraser):
 
 @dataclass
 class HeldOut:
-    """Held-out sentences as padded batches: inputs, LM labels, and each word's first subword; `lm`
-    False when the model's LM head is untrained (an imported sentence encoder): no loss is computed."""
+    """Held-out sentences as padded batches, dicts of "ids" and "mask" (B, T), "lm" (the batch the
+    family's LM statistic reads: an encoder's masked ids and labels, else the ids) and "firsts" (N, 2:
+    each word's first subword); `lm` False when the model's LM head is untrained (an imported
+    sentence encoder): no loss is computed."""
 
     batches: list[dict]
     lm: bool = True
@@ -161,14 +162,15 @@ def held_out(model, tok, sentences: list[list[str]], cfg: AmnesicRunConfig, lm: 
         mask = torch.zeros((len(chunk), T), dtype=torch.long)
         for b, e in enumerate(chunk):
             ids[b, : len(e.ids)], mask[b, : len(e.ids)] = torch.tensor(e.ids), 1
-        if model.kind == "encoder":
+        if family_of(model).lm_inputs == "masked":  # BERT's fixed 15% corruption, labels at the masked positions
             masked, labels = mask_tokens(ids, mask_id=tok.mask_id, vocab_size=tok.vocab_size,
                                          special_ids=set(tok.special_ids) | {pad}, generator=gen, cfg=MaskingConfig())
             labels[mask == 0] = IGNORE_INDEX
-        else:
-            masked, labels = ids, causal_lm_labels(ids, mask)
+            lm_batch = {"input_ids": masked, "attention_mask": mask, "labels": labels}
+        else:  # the ids are their own (next-token, both directions') targets
+            lm_batch = {"input_ids": ids, "attention_mask": mask}
         firsts = [(b, w0) for b, e in enumerate(chunk) for (w0, _) in e.word_spans]
-        out.append({"ids": ids, "masked": masked, "labels": labels, "mask": mask,
+        out.append({"ids": ids, "mask": mask, "lm": lm_batch,
                     "firsts": torch.tensor(firsts, dtype=torch.long).reshape(-1, 2)})
     return HeldOut(out, lm)
 
@@ -177,30 +179,24 @@ def held_out(model, tok, sentences: list[list[str]], cfg: AmnesicRunConfig, lm: 
 def run_model(model, data: HeldOut, hooks=(), head_mask: torch.Tensor | None = None,
               layers: list[int] | None = None) -> tuple[float, dict[int, np.ndarray]]:
     """(mean LM loss over labelled positions, {layer: (N_words, D) first-subword vectors}) of the
-    model run on the held-out batches with `hooks` and `head_mask` (L, H) in place. Encoders: the
-    masked-LM loss on the masked input, the vectors from the unmasked input; decoders: one forward;
-    biLMs (ELMo): the mean of the two directions' next-token losses (`plmodels.elmo.bilm_loss`). layers: hidden-state indices 0..L (None: the last only)."""
+    model run on the held-out batches with `hooks` and `head_mask` (L, H) in place. The loss is the
+    family's LM statistic (`Family.lm_stat`, plmodels/families.py): an encoder's masked-LM loss on the
+    masked input, a decoder's next-token loss, a biLM's mean of the two directions' next-token losses
+    (`plmodels.elmo.bilm_loss`); the vectors come from a forward on the unmasked input. layers:
+    hidden-state indices 0..L (None: the last only)."""
     total, count = 0.0, 0
     want = [int(model.config.n_layers)] if layers is None else list(layers)
     vecs: dict[int, list[np.ndarray]] = {l: [] for l in want}
     hooks = list(hooks)
     unpad = not hooks  # hooks must see (B, T, D), not the packed real tokens
+    fam = family_of(model)
     with model.hooks(hooks):
         for b in data.batches:
-            sel = b["labels"] != IGNORE_INDEX
-            if model.kind == "encoder" and data.lm:
-                h = model(b["masked"], attention_mask=b["mask"], head_mask=head_mask, unpad=unpad).last_hidden_state
-                logits = model.mlm_logits(h[sel])
-            elif model.kind in BILM_KINDS and data.lm:  # both directions' next-token losses, averaged (ELMo)
-                part = bilm_loss(model, b["ids"], b["mask"], head_mask=head_mask)
-                total, count = total + float(part.loss) * part.n, count + part.n
+            if data.lm:
+                t, c = fam.lm_stat(model, b["lm"], head_mask, unpad=unpad)
+                total, count = total + float(t), count + int(c)
             out = model(b["ids"], attention_mask=b["mask"], head_mask=head_mask, output_hidden_states=True,
-                        unpad=unpad)
-            if model.kind == "decoder":
-                logits = out.logits[sel]
-            if model.kind in ("encoder", "decoder") and data.lm:
-                total += float(F.cross_entropy(logits.float(), b["labels"][sel], reduction="sum"))
-                count += int(sel.sum())
+                        unpad=unpad, **fam.analysis_kwargs)
             for l in want:
                 vecs[l].append(out.hidden_states[l][b["firsts"][:, 0], b["firsts"][:, 1]].float().numpy())
     loss = total / max(1, count) if data.lm else float("nan")
@@ -327,10 +323,17 @@ def without_lm_rows(table: pd.DataFrame, lm: bool) -> pd.DataFrame:
     return table if lm else table[~table["metric"].isin(LM_METRICS)].reset_index(drop=True)
 
 
+# the LM batch forms `held_out` builds (plmodels.families.Family.lm_inputs); the others (XLNet's
+# permutations, an encoder-decoder's denoising) get no LM rows
+HELD_OUT_LM = ("masked", "causal", "bidirectional")
+
+
 def lm_head_trained(model, model_path) -> bool:
-    """False for an encoder whose MLM head was freshly initialised at import (its card says so: an
-    imported sentence encoder such as all-MiniLM-L6-v2), whose MLM loss would be noise."""
-    return model.kind != "encoder" or has_trained_mlm_head(model_path)
+    """Whether the LM-loss rows are measured: the card's `lm_head_trained` (plmodels.checkpoint.
+    lm_head_rule: False for a model whose LM head was freshly initialised at import, an imported
+    sentence encoder such as all-MiniLM-L6-v2, or is never trained, ELECTRA's discriminator, whose
+    LM loss would be noise), for a family whose LM batch `held_out` builds (`HELD_OUT_LM`)."""
+    return family_of(model).lm_inputs in HELD_OUT_LM and read_card(model_path).lm_head_trained
 
 
 def amnesic_model(model_path: str | Path, out_dir: str | Path | None = None,

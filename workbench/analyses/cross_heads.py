@@ -26,14 +26,14 @@ al. 2020 / Lewis et al. 2020 as plmodels/training/denoising.py implements them).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 import torch
 
-from plmodels.checkpoint import load
+from plmodels.checkpoint import CONFIG_FILE, load, read_card, read_json_file
+from plmodels.families import FAMILIES, family
 from plmodels.seq2seq import Seq2Seq
 from plmodels.tokenizer import Tokenizer
 from plmodels.training.config import BartArgs, T5Args
@@ -59,32 +59,20 @@ class NoisedExample:
     sentinel: torch.Tensor | None = None
 
 
-def _read_json(path: Path) -> dict:
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
 def denoising_objective(model_path: Path) -> tuple[str, T5Args | BartArgs, str]:
-    """(objective name, its arguments, where the arguments came from) of a seq2seq checkpoint."""
-    kind = _read_json(model_path / "config.json").get("kind")
-    if kind != "seq2seq":
-        raise ValueError(f"{model_path}: replaying a denoising objective needs an encoder-decoder (kind 'seq2seq'), "
-                         f"got kind {kind!r}")
-    name = _read_json(model_path / "card.json").get("objective_name")
+    """(objective name, its arguments, where the arguments came from: "card", the run config an older
+    card's were read from, or "defaults") of an encoder-decoder checkpoint, from its card."""
+    kind = read_json_file(model_path / CONFIG_FILE).get("kind")
+    if kind not in FAMILIES or not family(kind).cross_attention:
+        with_cross = " or ".join(repr(k) for k, f in FAMILIES.items() if f.cross_attention)
+        raise ValueError(f"{model_path}: replaying a denoising objective needs an encoder-decoder (kind {with_cross}: "
+                         f"a family with cross-attention), got kind {kind!r}")
+    card = read_card(model_path)
+    name = card.objective_name
     if name not in OBJECTIVE_ARGS:
         raise ValueError(f"{model_path}: card.json's objective_name is {name!r}; the analyses replay one of "
                          f"{sorted(OBJECTIVE_ARGS)}")
-    return (name, *run_objective_args(model_path, name, OBJECTIVE_ARGS[name]))
-
-
-def run_objective_args(model_path: Path, objective: str, cls):
-    """(the arguments `objective` was pretrained with, where they came from): the `objective_args`
-    of the run's config.resolved.json beside the checkpoint when that run's objective is
-    `objective`, else `cls()`'s defaults ("defaults")."""
-    resolved = model_path.parent / "config.resolved.json"
-    pretrain = _read_json(resolved).get("pretrain", {})
-    if pretrain.get("objective") == objective:
-        return cls.from_dict(pretrain.get("objective_args") or {}), str(resolved)
-    return cls(), "defaults"
+    return name, OBJECTIVE_ARGS[name].from_dict(dict(card.objective_args)), card.objective_args_source
 
 
 def noise_rows(rows: list[torch.Tensor], tok: Tokenizer, objective: str, args: T5Args | BartArgs,

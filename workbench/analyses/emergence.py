@@ -35,13 +35,15 @@ import torch
 
 import plmodels
 from plmodels.config import Config
+from plmodels.families import family
 from plmodels.progress import progress as progress_bar
 from plmodels.tokenizer import Tokenizer
-from plmodels.training import PretrainConfig, load_config
+from plmodels.training import load_config
 from plmodels.training.corpus import PackedDataset
 from plmodels.training.data import token_cache
 from plmodels.training.distributed import Dist
 from plmodels.training.evaluation import Evaluator
+from plmodels.training.loop import read_run_config
 from plmodels.training.masking import IGNORE_INDEX
 from workbench.analyses.heads import analyse_loaded, summarise_heads
 from workbench.analyses.probing import probe_model
@@ -110,8 +112,9 @@ class HeldOutEval:
                  eval_seq_len: int | None = None):
 
 
-        resolved = json.loads((run / "config.resolved.json").read_text(encoding="utf-8"))
-        cfg = PretrainConfig.from_dict(resolved["pretrain"], source=str(run / "config.resolved.json"))
+        cfg = read_run_config(run)
+        if cfg is None:
+            raise FileNotFoundError(f"{run}: not a pretraining run folder (no resolved config)")
         # more rows, or rows of another length (the same stream, seed and mask rule)
         over = {k: v for k, v in (("eval_sequences", eval_sequences), ("eval_seq_len", eval_seq_len)) if v is not None}
         cfg = load_config(cfg, over)
@@ -195,7 +198,7 @@ def emergence(run_folder: str | Path, out_dir: str | Path, tasks: Sequence[str] 
         if missing:
             raise ValueError(f"{run}: no checkpoint at steps {missing}; found {[s for s, _, _ in ckpts]}")
         ckpts = [c for c in ckpts if c[0] in cfg.steps]
-    lm = HeldOutEval(run, cfg.eval_sequences) if cfg.lm and (run / "config.resolved.json").is_file() else None
+    lm = HeldOutEval(run, cfg.eval_sequences) if cfg.lm and read_run_config(run) is not None else None
     rows: list[dict] = []
     with progress_bar(len(ckpts), f"emergence {name}", "ckpt", disable=not progress) as bar:
         for step, tokens, path in ckpts:
@@ -282,7 +285,7 @@ def decoder_baselines(run_folder: str | Path, eval_sequences: int | None = None,
 
 
     ev = HeldOutEval(Path(run_folder), eval_sequences, eval_name)
-    if not ev.ok or ev.kind != "decoder":
+    if not ev.ok or family(ev.kind).lm_inputs != "causal":
         raise ValueError(f"{run_folder}: a bigram baseline needs a decoder run with an eval_source")
     prev, tgt = [], []
     for b in ev.evaluator.batches:

@@ -33,6 +33,7 @@ from torch import nn
 
 import plmodels
 from plmodels.config import Config
+from plmodels.families import family_of
 from plmodels.progress import progress as progress_bar
 from plmodels.progress import write
 from plmodels.training.finetune import collate, dev_accuracy, encode, finetune, load_classifier
@@ -113,8 +114,8 @@ def layer_features(model, encoded: list, kind: str, pad_id: int, batch_size: int
             first.append(hs[:, keep])
             labels.append(y[keep])
         else:
-            first.append(hs[:, :, 0] if model.kind == "encoder" else
-                         hs[:, torch.arange(len(ids)), mask.sum(1) - 1])  # [CLS] / last real token
+            first.append(hs[:, :, 0] if family_of(model).summary_token == "first" else  # [CLS] / last real token
+                         hs[:, torch.arange(len(ids)), mask.sum(1) - 1])
             m = mask[None, :, :, None].float()
             mean.append((hs * m).sum(2) / m.sum(2))
             labels.append(y)

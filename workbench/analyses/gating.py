@@ -40,10 +40,12 @@ import torch
 
 import plmodels
 from plmodels.config import Config
+from plmodels.families import FAMILIES, family_of
 from plmodels.progress import progress as progress_bar
 from probes.heads import weighting_rows
 from probes.logreg import LogisticRegressionLBFGS
-from workbench.analyses.amnesic import FILL, HeldOut, held_out, lm_head_trained, run_model, without_lm_rows, word_labels
+from workbench.analyses.amnesic import (FILL, HELD_OUT_LM, HeldOut, held_out, lm_head_trained, run_model,
+                                       without_lm_rows, word_labels)
 from workbench.analyses.heads import role_family
 from workbench.analyses.probing import ProbeRunConfig, TaskSplit, default_model_name, load_split
 from workbench.core.io import atomic_write_json
@@ -269,9 +271,11 @@ def gate_model(model_path: str | Path, out_dir: str | Path | None = None,
     model, tok = plmodels.load(model_path)
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; head gating needs one")
-    if model.kind not in ("encoder", "decoder", "tbilm"):
-        raise ValueError(f"{model_path}: a {model.kind} model has no head mask to gate heads with "
-                         f"(head gating reads encoders, decoders and the transformer biLM)")
+    fam = family_of(model)
+    if not fam.head_mask or fam.lm_inputs not in HELD_OUT_LM:
+        raise ValueError(f"{model_path}: head gating needs a head mask and a held-out LM batch it can build; a "
+                         f"{model.kind} model has {'no head mask' if not fam.head_mask else 'a ' + fam.lm_inputs + ' LM'} "
+                         f"(gating reads {sorted(k for k, f in FAMILIES.items() if f.head_mask and f.lm_inputs in HELD_OUT_LM)})")
     model.eval()
     model_name = model_name or default_model_name(model_path)
     out = Path(out_dir) if out_dir is not None else None

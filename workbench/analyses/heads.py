@@ -56,7 +56,6 @@ repeated random sequences.
 from __future__ import annotations
 
 import functools
-import json
 import re
 import tempfile
 import time
@@ -77,7 +76,8 @@ from plmodels.progress import progress as progress_bar
 from plmodels.progress import write
 from plmodels.training.corpus import iter_texts
 from probes.head_similarity import HeadSimilarity, mds_embedding
-from plmodels.checkpoint import random_init_model
+from plmodels.checkpoint import random_init_model, read_card
+from plmodels.families import family_of
 from probes.heads import (WEIGHTING_COLUMN, HeadConfig, HeadStats, Sentence, best_heads_per_relation, combine_floors,
                           floor_scores, null_heads, weighting_rows)
 from workbench.analyses.probing import default_model_name
@@ -190,7 +190,7 @@ def count_words(texts: Iterator[str], max_chars: int) -> Counter:
 def _card_corpus(model_path: Path) -> tuple[Path, str] | None:
     """(corpus folder, split) named by the checkpoint card's data.train, if it exists on disk."""
     try:
-        card = json.loads((Path(model_path) / "card.json").read_text(encoding="utf-8"))
+        card = read_card(model_path).fields
     except (OSError, ValueError):
         return None
     data = card.get("data")
@@ -441,8 +441,7 @@ def repeated_random_sentences(model, tokenizer, n_sequences: int, length: int, s
         r = rng.choice(pool, size=T, replace=False if len(pool) >= T else True)
         ids = torch.tensor([[bos, *r.tolist(), *r.tolist()]])
         with record_value_norms(model) if weighting == "norm" else nullcontext(None) as norms:
-            o = model(ids, output_attentions=True, attn_impl="eager", **({"return_logits": False}
-                                                                       if model.kind == "decoder" else {}))
+            o = model(ids, output_attentions=True, attn_impl="eager", **family_of(model).analysis_kwargs)
         atts = o.attentions if norms is None else [_norm_weighted_rows(a, n) for a, n in zip(o.attentions, norms)]
         A = torch.stack([a[0].float() for a in atts]).numpy()  # (L, H, 2T+1, 2T+1)
         out.append(Sentence(attn=A[:, :, 1:, 1:], special=A[:, :, 1:, :1], words=[*r.tolist(), *r.tolist()],
@@ -533,7 +532,7 @@ def _analyse_weighting(model, tokenizer, cfg: HeadRunConfig, weighting: str, sto
         floor_sources["random_init"] = _random_init_floor(fresh, tokenizer, cfg, weighting, store_root, model_id,
                                                           freq, thresholds, names)
     similarity = HeadSimilarity(max_words=cfg.similarity_max_words, tol=thresholds.row_tolerance)
-    n_synthetic = cfg.induction_sequences if model.kind == "decoder" else 0
+    n_synthetic = cfg.induction_sequences if family_of(model).lm_inputs == "causal" else 0  # induction: a causal LM
     label = model_name if weighting == "raw" else f"{model_name} ({weighting})"
     bar = progress_bar(len(stores["dev"][1]) + len(stores["test"][1]) + n_synthetic, f"heads {label}", "sent",
                        disable=not progress)  # sentences scored (the stores have their own bars)

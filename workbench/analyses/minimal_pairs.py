@@ -26,7 +26,6 @@ sampled items, seed) under `out_dir/cache/minimal_pairs/`, beside the built suit
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import re
 import time
@@ -41,12 +40,11 @@ import torch
 from scipy import stats as _st
 
 import plmodels
-from plmodels.checkpoint import CARD_FILE, random_init_model
+from plmodels.checkpoint import random_init_model, read_card
 from plmodels.config import Config
 from plmodels.progress import progress as progress_bar
 from plmodels.training.config import resolve_path
 from plmodels.training.corpus import iter_texts
-from plmodels.training.distil import has_trained_mlm_head
 from probes.ngram import BigramLM
 from probes.sentence_scores import BATCH_TOKENS, scorers_for
 from probes.stats import bootstrap_ci
@@ -59,8 +57,6 @@ COLUMNS = ["model", "suite", "phenomenon", "condition", "variant", "scorer", "me
            "n_items", "seed"]
 ITEM_COLUMNS = ["model", "id", "scorer", "good", "bad", "correct"]
 FLOORS = ("chance", "frequency", "bigram", "random_init")
-# objectives whose analysed model's MLM head gets no gradient (ELECTRA: the generator's head is trained)
-UNTRAINED_MLM_HEAD_OBJECTIVES = ("electra",)
 WORD = re.compile(r"\w+|[^\w\s]")
 
 
@@ -168,20 +164,17 @@ def _cached(cache: Path | None, key: str, compute) -> np.ndarray:
 def lm_head_trained(model_path: str | Path) -> bool:
     """False for an imported encoder whose MLM head was freshly initialised and for an objective whose
     analysed model's MLM head is never trained (ELECTRA's discriminator)."""
-    card_path = Path(model_path) / CARD_FILE
-    card = json.loads(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
-    return has_trained_mlm_head(model_path) and card.get("objective_name") not in UNTRAINED_MLM_HEAD_OBJECTIVES
+    return read_card(model_path).lm_head_trained
 
 
 def corpus_of(model_path: str | Path, cfg: PairsRunConfig) -> tuple[Path, str | None]:
     """The pretraining corpus of a checkpoint (its card's data.train) unless the config names one."""
     if cfg.corpus is not None:
         return resolve_path(cfg.corpus, "${WORKBENCH_DATA}"), cfg.corpus_split
-    card_path = Path(model_path) / CARD_FILE
-    card = json.loads(card_path.read_text(encoding="utf-8")) if card_path.is_file() else {}
-    train = (card.get("data") or {}).get("train")
+    card = read_card(model_path)
+    train = (card.train_source, card.train_split) if card.train_source else None
     if not train:
-        raise ValueError(f"{card_path}: no data.train in the card to count the frequency and bigram floors on; "
+        raise ValueError(f"{Path(model_path) / 'card'}: no data.train in the card to count the frequency and bigram floors on; "
                          "set corpus=<folder> (--set corpus=gutenberg_pd)")
     return resolve_path(train[0], "${WORKBENCH_DATA}"), cfg.corpus_split or train[1]
 

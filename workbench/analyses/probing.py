@@ -48,6 +48,7 @@ import torch
 import plmodels
 from plmodels.checkpoint import random_init_model
 from plmodels.config import Config
+from plmodels.families import family_of
 from plmodels.progress import Bar, write
 from plmodels.progress import progress as progress_bar
 from plmodels.seq2seq import TeacherForcedDecoder
@@ -80,8 +81,10 @@ log = logging.getLogger(__name__)
 MODES = ("single", "mix", "cumulative", "control", "mdl")
 # the structural probes' floors: those of probes.structural, and the same architecture at random init
 STRUCTURAL_FLOORS = (*STRUCTURAL_BASELINES, "random_init")
-SPAN_POOLING_AUTO = {"encoder": "self_attn", "decoder": "last", "bilm": "self_attn", "tbilm": "self_attn",
-                    "seq2seq": "self_attn", "xlnet": "self_attn"}  # "auto" per kind (Tenney et al. pool ELMo so too)
+# span_pooling "auto" per LM form of the family: a causal LM's span is its last token, which has read
+# the whole span; the others pool with self-attention (Tenney et al. pool ELMo so too)
+SPAN_POOLING_AUTO = {"causal": "last", "masked": "self_attn", "bidirectional": "self_attn",
+                     "denoising": "self_attn", "permutation": "self_attn"}
 UNSEEN_POLICIES = ("drop", "error")
 STACKS = ("encoder", "decoder")  # which stack of a seq2seq model is probed
 
@@ -490,11 +493,11 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
     model_id = plmodels.checkpoint_hash(model_path)
     base_model = model
     if cfg.stack == "decoder":  # a seq2seq's decoder, teacher-forced on the sentence itself
-        if model.kind != "seq2seq":
+        if not family_of(model).cross_attention:
             raise ValueError(f"{model_path}: stack='decoder' reads an encoder-decoder's decoder; this is a {model.kind}")
         model, model_id = TeacherForcedDecoder(model), f"{model_id};decoder"
     layers = resolve_layers(cfg, int(model.config.n_layers))
-    span_pooling = SPAN_POOLING_AUTO[model.kind] if cfg.span_pooling == "auto" else cfg.span_pooling
+    span_pooling = SPAN_POOLING_AUTO[family_of(model).lm_inputs] if cfg.span_pooling == "auto" else cfg.span_pooling
     if store_root is None:
         if out_dir is None:
             raise ValueError("probe_model: give out_dir or store_root (where the activation stores go)")

@@ -25,7 +25,6 @@ than One?"; Voita et al. 2019, "Analyzing Multi-Head Self-Attention").
 """
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from dataclasses import dataclass
@@ -40,7 +39,8 @@ import torch.nn.functional as F
 import plmodels
 from plmodels.components.pruning import shared_attention_groups
 from plmodels.config import Config
-from plmodels.elmo import BILM_KINDS
+from plmodels.checkpoint import read_card
+from plmodels.families import FAMILIES, family_of
 from plmodels.progress import progress as progress_bar
 from plmodels.progress import write
 from plmodels.training.config import PLMArgs
@@ -70,7 +70,7 @@ from probes.pruning import (
     random_pruning_curves,
     roles_vs_importance,
 )
-from workbench.analyses.cross_heads import denoising_objective, noise_rows, run_objective_args
+from workbench.analyses.cross_heads import denoising_objective, noise_rows
 from workbench.analyses.probing import default_model_name
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import dataset_dir
@@ -218,18 +218,9 @@ def lm_objective(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, source:
     curve_batches = batches if curve is score else _lm_batches(model, tok, curve, cfg, len(batches), plm)
     split = (f"heads scored on {len(score)}, curves on {len(curve)} held-out {source} sequences" if cfg.heldout
              else f"{len(seqs)} {source} sequences (scores and curves on the same)")
-    special = tuple(tok.special_ids)
-    if model.kind == "encoder":
-        return Objective(batches, METRICS["mlm_loss"].stat, METRICS["mlm_loss"],
-                         f"masked-LM loss: {split} (mask seed {cfg.mask_seed})", curve_batches, special)
-    if model.kind in BILM_KINDS:
-        return Objective(batches, METRICS["bilm_loss"].stat, METRICS["bilm_loss"],
-                         f"biLM loss (mean of the two directions' next-token NLLs): {split}", curve_batches, special)
-    if model.kind == "xlnet":
-        return Objective(batches, METRICS["plm_loss"].stat, METRICS["plm_loss"],
-                         f"permutation-LM loss (fixed orders, seed {cfg.mask_seed}): {split}", curve_batches, special)
-    return Objective(batches, METRICS["perplexity"].stat, METRICS["perplexity"], f"perplexity: {split}",
-                     curve_batches, special)
+    metric = METRICS[family_of(model).lm_metric]  # the family's LM statistic (plmodels/families.py)
+    return Objective(batches, metric.stat, metric, f"{family_of(model).lm_name}: {split} (mask seed {cfg.mask_seed})",
+                     curve_batches, tuple(tok.special_ids))
 
 
 def seq2seq_objective(model, tok, path: Path, seqs: list[list[int]], cfg: PruneRunConfig, source: str) -> Objective:
@@ -262,24 +253,39 @@ def seq2seq_objective(model, tok, path: Path, seqs: list[list[int]], cfg: PruneR
                      f"(noise seed {cfg.mask_seed})", curve_batches, tuple(tok.special_ids))
 
 
+def _masked_batch(ids, mask, tok, cfg: PruneRunConfig, b: int, plm: PLMArgs | None) -> dict:
+    """An encoder's batch: its fixed MLM corruption, seeded by the batch index."""
+    specials = set(tok.special_ids) | {tok.pad_id}
+    ids, labels = mask_tokens(ids, mask_id=tok.mask_id, vocab_size=tok.vocab_size, special_ids=specials,
+                              generator=step_generator(cfg.mask_seed, b))
+    labels[mask == 0] = IGNORE
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def _permutation_batch(ids, mask, tok, cfg: PruneRunConfig, b: int, plm: PLMArgs | None) -> dict:
+    """XLNet's batch: a fixed factorisation order and targets per row, seeded by the batch index."""
+    pb = plm_batch(ids, tok, plm or PLMArgs(), step_generator(cfg.mask_seed, b), torch.device("cpu"))
+    return {"input_ids": pb.input_ids, "labels": pb.labels, **{k: v for k, v in pb.extras.items() if v is not None}}
+
+
+def _plain_batch(ids, mask, tok, cfg: PruneRunConfig, b: int, plm: PLMArgs | None) -> dict:
+    """A causal or bidirectional LM's batch: the ids themselves are the targets."""
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+# an LM batch per form of the family's LM input (plmodels.families.Family.lm_inputs)
+LM_BATCHES: dict[str, Callable] = {"masked": _masked_batch, "permutation": _permutation_batch,
+                                   "causal": _plain_batch, "bidirectional": _plain_batch}
+
+
 def _lm_batches(model, tok, seqs: list[list[int]], cfg: PruneRunConfig, first_batch: int,
                 plm: PLMArgs | None = None) -> list[dict]:
-    """Padded batches of `seqs`; an encoder's get their fixed MLM corruption (seeded by batch index)."""
+    """Padded batches of `seqs` in the form the model's LM statistic reads (`LM_BATCHES`)."""
+    make = LM_BATCHES[family_of(model).lm_inputs]
     batches = []
     for b, i in enumerate(range(0, len(seqs), cfg.batch_size), start=first_batch):
         ids, mask = _pad(seqs[i:i + cfg.batch_size], tok.pad_id if tok.pad_id is not None else 0)
-        if model.kind == "xlnet":  # a fixed factorisation order and targets per row (seeded by batch index)
-            pb = plm_batch(ids, tok, plm or PLMArgs(), step_generator(cfg.mask_seed, b), torch.device("cpu"))
-            batches.append({"input_ids": pb.input_ids, "labels": pb.labels,
-                            **{k: v for k, v in pb.extras.items() if v is not None}})
-        elif model.kind == "encoder":
-            specials = set(tok.special_ids) | {tok.pad_id}
-            ids, labels = mask_tokens(ids, mask_id=tok.mask_id, vocab_size=tok.vocab_size, special_ids=specials,
-                                      generator=step_generator(cfg.mask_seed, b))
-            labels[mask == 0] = IGNORE
-            batches.append({"input_ids": ids, "attention_mask": mask, "labels": labels})
-        else:
-            batches.append({"input_ids": ids, "attention_mask": mask})
+        batches.append(make(ids, mask, tok, cfg, b, plm))
     return batches
 
 
@@ -295,10 +301,8 @@ def classifier_stats(head: torch.nn.Module, kind: str) -> tuple[Callable, Callab
         if kind == "token":
             keep = labels != IGNORE
             return head(out.last_hidden_state[keep]), labels[keep]
-        if model.kind == "encoder":
-            return head(out.pooler_output), labels
-        last = batch["attention_mask"].sum(1) - 1
-        return head(out.last_hidden_state[torch.arange(len(labels)), last]), labels
+        # the sentence vector the classifier was trained on (Classifier.features: the family's)
+        return head(family_of(model).sentence_features(model, out, batch["attention_mask"])), labels
 
     def loss(model, batch, head_mask):
         logits, labels = logits_labels(model, batch, head_mask)
@@ -355,25 +359,26 @@ def build_objective(path: Path, cfg: PruneRunConfig):
             raise ValueError(f"{path}: eval_data='classifier' needs a finetuned folder (finetune.json + head.safetensors)")
         return classifier_objective(path, cfg)
     model, tok = plmodels.load(path)
-    if model.kind not in ("encoder", "decoder", "seq2seq", "tbilm", "xlnet"):
-        raise ValueError(f"{path}: a {model.kind} model has no head mask; head importance and pruning read "
-                         "encoders, decoders, encoder-decoders, the transformer biLM and XLNet")
+    fam = family_of(model)
+    if not fam.head_mask:
+        raise ValueError(f"{path}: a {model.kind} model has no head mask; head importance and pruning read the "
+                         f"families that take one: {sorted(k for k, f in FAMILIES.items() if f.head_mask)}")
     if tok is None:
         raise ValueError(f"{path}: the checkpoint has no tokenizer/ folder; pruning needs one")
-    card = json.loads((path / "card.json").read_text()) if (path / "card.json").exists() else {}
-    fresh = card.get("import", {}).get("fresh_init", [])
-    if model.kind == "encoder" and any(n.startswith("mlm.") for n in fresh):
-        raise ValueError(f"{path}: the MLM head was freshly initialised at import ({card['import'].get('mlm_head')}); "
-                         "an MLM loss would score heads against noise. Finetune it (plmodels.training.finetune) and prune "
+    card = read_card(path)
+    if not card.lm_head_trained:
+        raise ValueError(f"{path}: its card says the LM head is untrained (import: "
+                         f"{(card.import_report or {}).get('mlm_head', 'fresh init')}; objective: {card.objective_name}); "
+                         "an LM loss would score heads against noise. Finetune it (plmodels.training.finetune) and prune "
                          "the finetuned folder, or set eval_data='classifier' on one.")
     n = cfg.n_sequences * (2 if cfg.heldout else 1)
     seqs = EVAL_DATA[source](tok, n, min(cfg.seq_len, int(model.config.max_positions)))
     if not seqs:
         raise ValueError(f"eval_data={source!r} gave no sequences")
-    if model.kind == "seq2seq":
+    if fam.cross_attention:  # an encoder-decoder: its own denoising objective, replayed
         return model, tok, seq2seq_objective(model, tok, path, seqs, cfg, source)
-    # XLNet: the run's partial prediction (objective_args), else PLMArgs' default
-    plm = run_objective_args(path, "plm", PLMArgs)[0] if model.kind == "xlnet" else None
+    # XLNet: the partial prediction it was trained with (the card's objective_args), else PLMArgs' default
+    plm = PLMArgs.from_dict(dict(card.objective_args)) if card.objective_name == "plm" else None
     return model, tok, lm_objective(model, tok, seqs, cfg, source, plm)
 
 
@@ -541,11 +546,12 @@ def prune_model_cli(model_path: str | Path, methods: Sequence[str] | None = None
     model, tok, obj = build_objective(path, cfg)
     model.eval()
     notes = []
-    if model.kind == "xlnet" and cfg.granularity != "batch":  # a gate acts on both streams, which have no
+    two_streams = family_of(model).lm_inputs == "permutation"  # XLNet: content and query stream
+    if two_streams and cfg.granularity != "batch":  # a gate acts on both streams, which have no
         cfg = PruneRunConfig.from_dict({**cfg.to_dict(), "granularity": "batch"})  # per-token site in common
         notes.append("Michel's importance with granularity 'batch' (|dL/dxi| per batch, as HF's run_bertology): "
                      "XLNet's head gates act on the content and the query stream, which share no per-token site")
-    if model.kind == "seq2seq" and "confidence" in methods:  # Voita's confidence reads self-attention maps
+    if family_of(model).cross_attention and "confidence" in methods:  # Voita's confidence reads self-attention maps
         methods = [m for m in methods if m != "confidence"]
         notes.append("confidence left out: it is defined on self-attention maps over the input's tokens, "
                      "not on a seq2seq model's three kinds of attention")
@@ -553,7 +559,7 @@ def prune_model_cli(model_path: str | Path, methods: Sequence[str] | None = None
                    f"{obj.metric(model, obj.curve_batches):.4f}")
     tables = score_and_curves(model, obj, cfg, methods, name, progress)
     imp = tables["importance"]
-    if model.kind == "seq2seq":  # name each row of the all-heads grid: which attention, which layer of its stack
+    if family_of(model).cross_attention:  # name each row of the all-heads grid: which attention, which layer of its stack
         rows = model.attention_rows()
         imp["attention"] = [rows[l][0] for l in imp["layer"]]
         imp["stack_layer"] = [rows[l][1] for l in imp["layer"]]

@@ -43,6 +43,7 @@ import numpy as np
 import pandas as pd
 
 import plmodels
+from plmodels.checkpoint import read_card
 from probes.cka import cka_matrix
 from probes.multibootstrap import (
     Comparison,
@@ -96,9 +97,9 @@ def training_table(run_dir: Path, systems: Mapping[str, Sequence[int]]) -> pd.Da
     rows = []
     for system, seed, name in _members(systems):
         final = run_dir / "models" / name / "final"
-        if not (final / "card.json").is_file():
+        card = read_card(final).fields
+        if not card:  # no checkpoint (or no card) for this member
             continue
-        card = json.loads((final / "card.json").read_text())
         log = run_dir / "models" / name / "metrics.jsonl"
         seconds = float("nan")
         if log.is_file():
@@ -280,9 +281,9 @@ def system_profiles(run_dir: Path, systems: Mapping[str, Sequence[int]]) -> dict
     for system, seeds in systems.items():
         for seed in seeds:
             final = run_dir / "models" / model_name(system, seed) / "final"
-            if (final / "config.json").is_file() and (final / "card.json").is_file():
+            card = read_card(final).fields
+            if (final / "config.json").is_file() and card:
                 meta = json.loads((final / "config.json").read_text())
-                card = json.loads((final / "card.json").read_text())
                 arch = {k: v for k, v in meta["config"].items() if k not in NOT_ARCHITECTURE}
                 out[system] = {"objective": card.get("objective", card.get("objective_name")),
                                "architecture": {"kind": meta["kind"], **arch}}

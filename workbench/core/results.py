@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from plmodels.checkpoint import read_card
 from plmodels.training.runtime import read_jsonl
 from workbench.core.io import atomic_write_json, atomic_write_text, write_parquet_atomic
 
@@ -97,7 +98,11 @@ def list_models(run_dir: str | Path) -> list[ModelInfo]:
         if not (ckpt / "config.json").exists():
             continue
         cfg = _read_json(ckpt / "config.json")
-        infos.append(ModelInfo(p.name, ckpt, cfg.get("kind", "?"), _read_json(ckpt / "card.json")))
+        try:
+            card = dict(read_card(ckpt).fields)
+        except (OSError, ValueError):  # a damaged card: listed without one
+            card = {}
+        infos.append(ModelInfo(p.name, ckpt, cfg.get("kind", "?"), card))
     return infos
 
 

@@ -30,6 +30,7 @@ from spacy.tokens import Doc
 
 import plmodels
 from plmodels.components.norms import record_value_norms
+from plmodels.families import family_of
 from probes.heads import DEFAULT_WEIGHTING, is_role_score, table_weightings, weighting_rows
 from probes.multibootstrap import FEW_SEEDS, MIN_SEEDS
 from workbench.core import results
@@ -948,7 +949,7 @@ def attention_for_words(words: list[str], arcs: list[tuple[int, int, str]], mode
         raise ValueError("type a sentence: no words found")
     words, enc = _fit_words(tokenizer, words, int(model.config.max_positions))
     ids = torch.tensor([enc.ids])
-    kw = {"return_logits": False} if model.kind == "decoder" else {}
+    kw = dict(family_of(model).analysis_kwargs)  # no LM logits: attentions only
     with torch.inference_mode(), (record_value_norms(model) if weighting == "norm" else nullcontext(None)) as norms:
         out = model(ids, output_attentions=True, attn_impl="eager", **kw)
     L, T, n = len(out.attentions), ids.shape[1], len(words)

@@ -33,6 +33,7 @@ import torch
 import plmodels
 from plmodels.components.cpu_linear import onednn_linear
 from plmodels.components.norms import record_value_norms
+from plmodels.families import family_of
 from plmodels.progress import progress as progress_bar
 from workbench.core.io import atomic_dir, atomic_write_json, clean_stale_tmp
 from workbench.core.memory import HeapTrimmer
@@ -57,8 +58,7 @@ def forward_layers(model, ids, mask, attentions: bool, precision: str = "fp32"):
     (`plmodels.components.cpu_linear.onednn_linear`: about 2x MKL's fp32 GEMM on AMD CPUs)."""
     kw = dict(attention_mask=mask, output_hidden_states=True, output_attentions=attentions,
               attn_impl="eager" if attentions else "sdpa", unpad=True)  # padding rows are never read
-    if getattr(model, "kind", "encoder") in ("decoder", "xlnet"):  # their LM heads run by default: not needed here
-        kw["return_logits"] = False
+    kw.update(family_of(model).analysis_kwargs)  # e.g. no LM logits where the forward computes them by default
     with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=precision == "bf16"), onednn_linear():
         return model(ids, **kw)
 

@@ -8,7 +8,7 @@ import torch
 
 import plmodels
 from plmodels.checkpoint import build_model
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from probes.amnesic import LeaceEraser, RandomEraser
 from probes.amnesic import INLPEraser

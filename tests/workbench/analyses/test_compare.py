@@ -11,7 +11,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 import plmodels
 from plmodels.checkpoint import build_model
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from plmodels.training.data import with_sentinels
 from workbench.analyses.compare import (

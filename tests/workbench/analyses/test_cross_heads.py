@@ -54,7 +54,7 @@ def test_a_checkpoint_gets_every_layer_and_head_scored_in_unit_range(checkpoint,
     assert len(written) == len(df) and set(written.model) == {df.model.iloc[0]}
     record = json.loads((tmp_path / "cross_heads_run.json").read_text())
     assert record["objective"] == fam and record["n_sentences"] > 0
-    assert record["objective_args_source"].endswith("config.resolved.json")
+    assert record["objective_args_source"] == "card"  # the trainer writes them into the card
     again = analyse_cross_heads(path, n_sentences=24, seed=0, n_boot=50)["cross_heads"]
     assert np.array_equal(again.value.to_numpy(), df.value.to_numpy())  # a fixed seed: the same noise
 

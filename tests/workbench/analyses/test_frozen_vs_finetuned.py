@@ -8,7 +8,7 @@ import torch
 
 import plmodels
 from plmodels.checkpoint import build_model
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from workbench.analyses.frozen_vs_finetuned import COLUMNS, FrozenHead, FvFConfig, frozen_vs_finetuned, welch_ci
 from workbench.data.tasks import ud_sentences

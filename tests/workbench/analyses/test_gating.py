@@ -9,7 +9,7 @@ import torch
 import plmodels
 from plmodels.checkpoint import build_model
 from plmodels.encoder import Encoder, EncoderConfig
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from probes.logreg import LogisticRegressionLBFGS
 from workbench.analyses.amnesic import HeldOut, run_model, without_lm_rows
@@ -71,7 +71,9 @@ def token_batches(n_batches: int, seed: int) -> HeldOut:
         masked = ids.clone()
         masked[:, 2] = 0
         firsts = torch.tensor([(b, t) for b in range(16) for t in range(1, T)])  # position 0 has no previous
-        out.append({"ids": ids, "masked": masked, "labels": labels, "mask": torch.ones_like(ids), "firsts": firsts})
+        mask = torch.ones_like(ids)
+        out.append({"ids": ids, "mask": mask, "lm": {"input_ids": masked, "attention_mask": mask, "labels": labels},
+                    "firsts": firsts})
     return HeldOut(out)
 
 

@@ -10,7 +10,7 @@ import torch
 
 import plmodels
 from plmodels.checkpoint import build_model
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from plmodels.training.finetune import TaskData, finetune
 from probes.importance import forward

@@ -17,7 +17,7 @@ import torch
 
 import plmodels
 from plmodels.checkpoint import build_model
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from tests.apps.fixtures import make_results_fixture
 from workbench.analyses.amnesic import amnesic_model

@@ -55,12 +55,13 @@ def test_an_older_card_without_its_run_config_gets_the_defaults(tmp_path, pretra
     ({"import": {"fresh_init": ["pooler.bias"], "mlm_head": "imported"}}, True),
     ({"import": {"fresh_init": ["mlm.bias"], "mlm_head": "imported"}}, False),  # part of the head fresh
     ({"import": {"fresh_init": ["lm_head.weight"]}}, False),              # a decoder's untied head
+    ({"import": {"fresh_init": [], "mlm_head": "fresh init (no MLM head in the source)"}}, False),  # said in words
     ({"objective_name": "electra"}, False),                               # the discriminator
     ({"objective_name": "electra", "role": "ELECTRA generator"}, True),   # its generator
     ({"objective_name": "electra", "lm_head_trained": True}, True),       # what the card says wins
     ({"lm_head_trained": False}, False),
-], ids=["plain", "fresh-import", "imported-head", "partial-head", "lm_head", "electra", "generator", "explicit",
-        "explicit-false"])
+], ids=["plain", "fresh-import", "imported-head", "partial-head", "lm_head", "mlm_head-words", "electra", "generator",
+        "explicit", "explicit-false"])
 def test_one_rule_says_whether_the_lm_head_is_trained(tmp_path, card, trained):
     assert read_card(_run(tmp_path, card, None)).lm_head_trained is trained
 

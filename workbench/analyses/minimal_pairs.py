@@ -4,8 +4,8 @@ does the model prefer the grammatical sentence of each pair (Linzen et al. 2016;
 
 `score_pairs_model(path, out_dir, config)` scores every suite with each scorer of the model's kind
 (`probes.sentence_scores.scorers_for`; an encoder whose MLM head was not trained, an imported
-sentence encoder or an ELECTRA discriminator, keeps only the scorers that read no LM head) and
-writes two tidy tables:
+sentence encoder or an ELECTRA discriminator, keeps only the scorers that read no LM head; the
+config's `scorers` keeps a subset of them) and writes two tidy tables:
 
 - `minimal_pairs`: model, suite, phenomenon, condition ("all" = the phenomenon's pooled items),
   variant, scorer, metric ("accuracy"), value, ci_low, ci_high (percentile bootstrap over items),
@@ -14,8 +14,9 @@ writes two tidy tables:
   frequent in the pretraining corpus), `floor:bigram` (`probes.ngram.BigramLM` on the pretraining
   corpus, in the model's own tokens) and `floor:random_init:<scorer>` (the same architecture,
   freshly initialised with `seed`, scored the same way).
-- `minimal_pair_items`: model, id, scorer, good, bad (the two scores), correct (1, 0, or 0.5 for a
-  tie: a model that cannot tell the sentences apart sits at chance).
+- `minimal_pair_items`: model, id, suite, phenomenon, condition, variant, scorer, good, bad (the two
+  scores), correct (1, 0, or 0.5 for a tie: a model that cannot tell the sentences apart sits at
+  chance); the zoo's multi-bootstrap over seeds x items reads it (`workbench.analyses.zoo`).
 
 A pair is won when s(good) > s(bad). Pairs a scorer does not apply to (the masked-word comparison
 of a multi-piece contrast) are left out of its rows (n_items says how many count). Items are
@@ -46,7 +47,7 @@ from plmodels.progress import progress as progress_bar
 from plmodels.training.config import resolve_path
 from plmodels.training.corpus import iter_texts
 from probes.ngram import BigramLM
-from probes.sentence_scores import BATCH_TOKENS, scorers_for
+from probes.sentence_scores import BATCH_TOKENS, SCORERS, scorers_for
 from probes.stats import bootstrap_ci
 from workbench.analyses.probing import default_model_name
 from workbench.core.io import atomic_write_json
@@ -55,7 +56,7 @@ from workbench.data.minimal_pairs import SUITE_VERSION, PairRecord, cached_suite
 
 COLUMNS = ["model", "suite", "phenomenon", "condition", "variant", "scorer", "metric", "value", "ci_low", "ci_high",
            "n_items", "seed"]
-ITEM_COLUMNS = ["model", "id", "scorer", "good", "bad", "correct"]
+ITEM_COLUMNS = ["model", "id", "suite", "phenomenon", "condition", "variant", "scorer", "good", "bad", "correct"]
 FLOORS = ("chance", "frequency", "bigram", "random_init")
 WORD = re.compile(r"\w+|[^\w\s]")
 
@@ -65,6 +66,9 @@ class PairsRunConfig(Config):
     """A minimal-pairs run (defaults: what configs would hold)."""
 
     suites: tuple[str, ...] = ("ud", "templates")  # which suites to score
+    # which of the model kind's scorers to run (probes.sentence_scores.SCORERS names; None: every one that
+    # applies); a name that does not apply to a model's kind is passed over for that model
+    scorers: tuple[str, ...] | None = None
     max_pairs_per_condition: int = 200  # items per (suite, phenomenon, condition), seeded sample
     n_per_template: int = 300  # distinct pairs drawn per template
     floors: tuple[str, ...] = FLOORS  # chance | frequency | bigram | random_init
@@ -79,6 +83,11 @@ class PairsRunConfig(Config):
         bad = [f for f in self.floors if f not in FLOORS]
         if bad:
             raise ValueError(f"PairsRunConfig.floors: {bad} unknown; choose from {FLOORS}")
+        if self.scorers is not None:
+            object.__setattr__(self, "scorers", tuple(self.scorers))
+            bad = [s for s in self.scorers if s not in SCORERS]
+            if bad or not self.scorers:
+                raise ValueError(f"PairsRunConfig.scorers: {bad or '[]'}; choose from {sorted(SCORERS)} (or null: all)")
         bad = [s for s in self.suites if s not in ("ud", "templates")]
         if bad or not self.suites:
             raise ValueError(f"PairsRunConfig.suites: {bad or '[]'}; choose from ('ud', 'templates')")
@@ -123,7 +132,7 @@ def accuracy_rows(items: pd.DataFrame, pairs: list[PairRecord], model: str, cfg:
     pooled per phenomenon ("all"), each with a bootstrap interval over items."""
     meta = pd.DataFrame([(r.id, r.suite, r.phenomenon, r.condition, r.variant) for r in pairs],
                         columns=["id", "suite", "phenomenon", "condition", "variant"])
-    df = items.merge(meta, on="id").dropna(subset=["correct"])
+    df = items[["model", "id", "scorer", "good", "bad", "correct"]].merge(meta, on="id").dropna(subset=["correct"])
     pooled = df.assign(condition="all")
     rows = []
     for keys, g in pd.concat([df, pooled]).groupby(["suite", "phenomenon", "condition", "variant", "scorer"]):
@@ -142,7 +151,9 @@ def _as_pairs(pairs: list[PairRecord]) -> list[tuple]:
 
 
 def _items(model: str, pairs: list[PairRecord], scorer: str, scores: np.ndarray) -> pd.DataFrame:
-    return pd.DataFrame({"model": model, "id": [r.id for r in pairs], "scorer": scorer, "good": scores[:, 0],
+    return pd.DataFrame({"model": model, "id": [r.id for r in pairs], "suite": [r.suite for r in pairs],
+                         "phenomenon": [r.phenomenon for r in pairs], "condition": [r.condition for r in pairs],
+                         "variant": [r.variant for r in pairs], "scorer": scorer, "good": scores[:, 0],
                          "bad": scores[:, 1], "correct": correct(scores)}, columns=ITEM_COLUMNS)
 
 
@@ -212,10 +223,11 @@ def bigram_scores(pairs: list[PairRecord], lm: BigramLM, tok) -> np.ndarray:
 
 def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
                       config: PairsRunConfig | Mapping | str | Path | None = None, model_name: str | None = None,
-                      progress: bool = True) -> dict[str, pd.DataFrame]:
+                      progress: bool = True, cache_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
     """Score every suite on one checkpoint -> {"minimal_pairs", "minimal_pair_items"} (module
     docstring); with out_dir, the tables are upserted into out_dir/tables and the run's config and
-    timings go to out_dir/minimal_pairs_run.json."""
+    timings go to out_dir/minimal_pairs_run.json. `cache_dir` (default out_dir/cache/minimal_pairs)
+    holds the built suites and the scores: a study's models share one (`workbench run`)."""
     cfg = resolve_config(config)
     model, tok = plmodels.load(model_path)
     if tok is None:
@@ -225,7 +237,14 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
     if not scorers:
         raise ValueError(f"{model_path}: no minimal-pair scorer applies (its LM head is untrained and it has "
                          "no replaced-token-detection head)")
-    cache = None if out_dir is None else Path(out_dir) / "cache" / "minimal_pairs"
+    if cfg.scorers is not None:
+        chosen = [s for s in scorers if s.name in cfg.scorers]
+        if not chosen:
+            raise ValueError(f"{model_path}: none of scorers={list(cfg.scorers)} applies to this {model.kind}; "
+                             f"its scorers are {[s.name for s in scorers]}")
+        scorers = chosen
+    cache = (Path(cache_dir) if cache_dir is not None else
+             None if out_dir is None else Path(out_dir) / "cache" / "minimal_pairs")
     pairs = select_pairs(cfg, cache)
     too_long = [r.id for r in pairs if len(tok.encode_words(list(r.good)).ids) + 4 > _max_positions(model)]
     pairs = [r for r in pairs if r.id not in set(too_long)]

@@ -143,3 +143,26 @@ def test_the_cli_names_a_bad_floor_in_one_line(decoder_ckpt, tmp_path, capsys):
     assert main(["pairs", decoder_ckpt, "--out", str(tmp_path), "--set", 'floors=["coin"]']) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "floors" in err[0] and "coin" in err[0]
+
+
+def test_the_scorers_field_keeps_the_named_scorers_that_apply(decoder_ckpt, tmp_path):
+    """A study names the scorers of every kind at once: each model keeps those of its kind; a model none
+    applies to is refused naming them, and an unknown name is refused before any work."""
+    cfg = {**CFG, "floors": ["chance"], "scorers": ["masked_word", "clm"]}
+    t = mp.score_pairs_model(decoder_ckpt, None, cfg, progress=False)["minimal_pairs"]
+    assert set(t["scorer"]) == {"clm", "floor:chance"}
+    with pytest.raises(ValueError, match=r"none of scorers=\['masked_word'\] applies to this decoder"):
+        mp.score_pairs_model(decoder_ckpt, None, {**cfg, "scorers": ["masked_word"]}, progress=False)
+    with pytest.raises(ValueError, match="PairsRunConfig.scorers: \\['plm'\\]"):
+        mp.resolve_config({"scorers": ["plm"]})
+
+
+def test_items_carry_their_cell_and_a_shared_cache_is_used(decoder_ckpt, tmp_path):
+    cfg = {**CFG, "floors": ["chance"]}
+    items = mp.score_pairs_model(decoder_ckpt, tmp_path / "out", cfg, progress=False,
+                                 cache_dir=tmp_path / "shared")["minimal_pair_items"]
+    pairs = {r.id: r for r in mp.select_pairs(mp.resolve_config(cfg), tmp_path / "shared")}
+    assert all((r.suite, r.phenomenon, r.condition, r.variant) == (pairs[r.id].suite, pairs[r.id].phenomenon,
+                                                                   pairs[r.id].condition, pairs[r.id].variant)
+               for r in items.itertuples())
+    assert list((tmp_path / "shared").glob("*.npy")) and not (tmp_path / "out" / "cache").exists()

@@ -1,11 +1,12 @@
 """Causal probes: does the model use what the probes find? Amnesic probing (Elazar et al. 2021:
 erase a property, against erasing as many random directions), head gating (a head role's effect
 against random heads of the same number) and its per-head passport, and the structural probes
-(Hewitt and Manning 2019: UUAS and root accuracy per layer)."""
+(Hewitt and Manning 2019: UUAS and root accuracy per layer, each best layer beside its four floors)."""
 
 import streamlit as st
 
 from apps import common
+from workbench import figures as F
 from workbench.presentation import analysis_figures as AF
 from workbench.presentation import views
 
@@ -57,6 +58,17 @@ def structural(run: str) -> None:
         common.no_results("structural", "structural-probe")
         return
     st.plotly_chart(AF.structural_figure(df), width="stretch")
+    floors = common.view("structural_floors", run)
+    if floors is None:
+        st.info("This run's probing table has no structural floors (written before them): the scores stand alone.")
+    else:
+        metrics = [m for m in views.probing_metrics(run) if m in set(floors["metric"])]
+        metric = st.selectbox("Metric beside its floors", metrics, key="causal_floor_metric")
+        st.plotly_chart(F.structural_floors_figure(floors, metric), width="stretch")
+        st.caption("best layer of each model beside a random tree, the adjacent chain, a probe on position alone "
+                   "and the untrained model's best layer (95% intervals); above = 1: the model's interval lies "
+                   "above the floor's")
+        st.dataframe(floors[floors["metric"] == metric].round(4), hide_index=True, width="stretch")
     st.dataframe(df.round(4), hide_index=True, width="stretch")
 
 

@@ -17,6 +17,7 @@ from workbench.figures.compare import (
 )
 from workbench.figures.emergence import emergence_figure
 from workbench.figures.heads import head_grid_figure, head_map_figure, relations_figure
+from workbench.figures.pairs import attractors_figure, pairs_figure, structural_floors_figure
 from workbench.figures.layers import (
                                        cumulative_figure,
                                        layer_scores_figure,
@@ -31,5 +32,6 @@ __all__ = [
     "attention_heatmap", "attention_lines", "cka_diagonal_figure", "cka_heatmap", "fvf_figure",
     "probing_delta_figure", "pruning_curves_figure", "speed_figure", "emergence_figure", "head_grid_figure",
     "head_map_figure", "relations_figure", "cumulative_figure", "layer_scores_figure", "mix_weights_figure",
-    "pipeline_figure", "predictions_figure", "summary_figure", "training_figure",
+    "pipeline_figure", "predictions_figure", "summary_figure", "training_figure", "attractors_figure",
+    "pairs_figure", "structural_floors_figure",
 ]

@@ -10,8 +10,13 @@ run -> models and training curves -> per-layer probing (Tenney et al. 2019, expe
 center of gravity; Hewitt and Liang 2019, selectivity) -> attention heads (Clark et al. 2019,
 best head per relation against a fixed-offset baseline) -> pruning (Michel et al. 2019) ->
 frozen vs finetuned (Peters et al. 2019), CKA (Kornblith et al. 2019) and head change; the causal
-probes: structural probes (Hewitt and Manning 2019), amnesic probing (Elazar et al. 2021) and
-head gating (a head role's effect against random heads of the same number).
+probes: structural probes (Hewitt and Manning 2019, each best layer beside its four floors: a random
+tree, the chain, position alone, the untrained model), amnesic probing (Elazar et al. 2021) and
+head gating (a head role's effect against random heads of the same number); behaviour: minimal pairs
+(Marvin & Linzen 2018, Warstadt et al. 2020) beside chance, frequency, bigram and random-init floors.
+Every section but the run's opens with the competence line: each pretrained model's held-out LM loss
+beside a unigram and a bigram model's on the same targets (the `competence` table), so a reader sees
+first how far each model got.
 A table that does not exist yet is named with the CLI command that writes it (`views.missing_command`).
 
 The HTML needs no network: plotly.js is embedded once in <head> and every figure is a <div> with
@@ -56,6 +61,7 @@ class Section:
     details: list[tuple[str, str]] = field(default_factory=list)      # (summary, text) shown collapsed
     missing: list[str] = field(default_factory=list)                  # table names not written yet
     n_key: int = 2                                                     # findings repeated at the top
+    lead: str = ""                                                     # the competence line, before the findings
 
     @property
     def sentence(self) -> str:
@@ -576,8 +582,62 @@ def structural_section(run_dir: Path) -> Section:
     wide = df.assign(layer=[f"L{l}" for l in df["layer"]]).pivot_table(
         index=["model", "task", "metric"], columns="layer", values="value", sort=False)
     wide = wide[sorted(wide.columns, key=lambda c: int(c[1:]))].rename_axis(columns=None).reset_index()
+    floors = views.structural_floors(run_dir)
+    if floors is not None:
+        for metric in [m for pair in views.STRUCTURAL_METRICS.values() for m in pair][::2]:   # UUAS, root acc
+            if (floors["metric"] == metric).any():
+                s.figs.append(figures.structural_floors_figure(floors, metric))
+        clauses = _structural_floor_clauses(floors)   # each score beside its floors first
+        s.findings, s.n_key = clauses + s.findings, max(1, min(3, len(clauses)))
+        s.tables.append(("Best layer beside the four floors (random_tree: a uniform spanning tree; chain: the "
+                         "adjacent words; position: the probe on word positions alone; random_init: the same "
+                         "architecture untrained, its best layer; 95% intervals; above: the model's interval lies "
+                         "above the floor's)", _floors_wide(floors)))
+    else:
+        s.findings.insert(len(s.findings) - 1, "the probing table has no structural floors (tables written before "
+                                               "them): the scores below stand without a floor")
     s.tables.append(("Structural probes per layer (mean over seeds)", wide))
     return s
+
+
+def _floors_wide(floors: pd.DataFrame) -> pd.DataFrame:
+    """model, task, metric, then per source "value [low, high]" and the floors the model is above."""
+    rows = []
+    for (model, task, metric), g in floors.groupby(["model", "task", "metric"], sort=False):
+        row = {"model": model, "task": task, "metric": metric}
+        for r in g.itertuples():
+            name = "model (layer)" if r.source == "model" else r.source
+            layer = f" L{r.layer}" if r.source in ("model", "random_init") else ""
+            row[name] = _ci(r.value, r.ci_low, r.ci_high) + layer
+        row["above"] = ", ".join(g.loc[g["above"] == 1, "source"]) or "none"
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    order = ["model", "task", "metric", "model (layer)", *views.STRUCTURAL_FLOORS, "above"]
+    return out[[c for c in order if c in out.columns]]
+
+
+def _structural_floor_clauses(floors: pd.DataFrame) -> list[str]:
+    """Per model and headline metric: the best layer's score, the floors its interval is above, and the
+    highest floor with its margin."""
+    out = []
+    headline = {pair[0] for pair in views.STRUCTURAL_METRICS.values()}
+    for model, g in floors[floors["metric"].isin(headline)].groupby("model"):
+        parts = []
+        for (task, metric), h in g.groupby(["task", "metric"]):
+            top = h[h["source"] == "model"].iloc[0]
+            fl = h[h["source"] != "model"]
+            if not len(fl):
+                continue
+            high = fl.loc[fl["value"].idxmax()]
+            above = list(fl.loc[fl["above"] == 1, "source"])
+            verdict = ("above all {} floors".format(len(fl)) if len(above) == len(fl) else
+                       f"above {', '.join(above)} only" if above else "above none of its floors")
+            parts.append(f"{metric} {_ci(top['value'], top['ci_low'], top['ci_high'])} at layer {int(top['layer'])} is "
+                         f"{verdict} (highest floor {high['source']} {_ci(high['value'], high['ci_low'], high['ci_high'])},"
+                         f" margin {_f(top['value'] - high['value'])})")
+        if parts:
+            out.append(f"{model}'s " + "; ".join(parts))
+    return out
 
 
 def _structural_clause(model: str, g: pd.DataFrame) -> str:
@@ -861,15 +921,67 @@ def _objectives_cka(run_dir: Path, s: Section) -> tuple[str, pd.DataFrame | None
     return "the last layers' linear CKA is " + "; ".join(parts), table
 
 
+# ----------------------------------------------------------------------------------- behaviour
+def pairs_section(run_dir: Path) -> Section:
+    """Minimal pairs (docs/behaviour.md; Marvin & Linzen 2018, Warstadt et al. 2020): per model and
+    scorer, which phenomena it gets right beyond all four floors on the same items (chance, the more
+    frequent form, a bigram model, the same architecture untrained), the figure of every accuracy beside
+    its floors and the accuracy against the number of attractors."""
+    s = Section("Minimal pairs (behaviour)", n_key=1)
+    summary = views.pairs_summary(run_dir)
+    if summary is None:
+        s.missing.append("minimal_pairs")
+        return s
+    acc, attr = views.pairs_accuracy(run_dir), views.pairs_attractors(run_dir)
+    for model in sorted(summary["model"].unique()):
+        s.figs.append(figures.pairs_figure(acc, model))
+        if attr is not None and (attr["model"] == model).any():
+            s.figs.append(figures.attractors_figure(attr, model))
+    s.findings = [_pairs_clause(model, scorer, g)
+                  for (model, scorer), g in summary.groupby(["model", "scorer"], sort=True)]
+    s.n_key = min(2, len(s.findings))
+    shown = summary.assign(accuracy=[_ci(v, lo, hi) for v, lo, hi in
+                                     zip(summary["value"], summary["ci_low"], summary["ci_high"])])
+    s.tables.append(("Accuracy per phenomenon (conditions pooled; 95% bootstrap interval over items) beside its "
+                     "floors on the same items (chance: the upper end of a fair coin's 95% range; frequency: the "
+                     "more frequent form; bigram: a Witten-Bell bigram of the pretraining corpus; random_init: "
+                     "the same architecture untrained, same scorer); above: the floors the interval lies above",
+                     shown[["model", "scorer", "suite", "phenomenon", "variant", "n_items", "accuracy", "chance",
+                            "frequency", "bigram", "random_init", "above"]]))
+    return s
+
+
+def _pairs_clause(model: str, scorer: str, g: pd.DataFrame) -> str:
+    """'decoder (clm) is above all four floors on 1 of 13 phenomena (ud reflexive nonce 0.727 [...]);
+    at or below the bigram floor on 10'."""
+    name = lambda r: f"{r.suite} {r.phenomenon}" + (f" ({r.variant})" if r.variant != "template" else "")  # noqa: E731
+    wins = g[g["above_all"]]
+    text = f"{model} ({scorer}) is above all four floors on {len(wins)} of {len(g)} phenomena"
+    if len(wins):
+        text += " (" + ", ".join(f"{name(r)} {_ci(r.value, r.ci_low, r.ci_high)}" for r in wins.itertuples()) + ")"
+    bigram = g[np.isfinite(g["bigram"])]
+    not_bigram = int((bigram["ci_low"] <= bigram["bigram"]).sum())
+    if len(bigram):
+        text += f"; its interval does not clear the bigram floor on {not_bigram} of {len(bigram)}"
+    return text
+
+
 SECTIONS: tuple[Callable[[Path], Section], ...] = (
-    run_section, models_section, probing_section, objectives_section, structural_section, heads_section,
-    pruning_section, compare_section, emergence_section, amnesic_section, gating_section,
+    run_section, models_section, probing_section, objectives_section, structural_section, pairs_section,
+    heads_section, pruning_section, compare_section, emergence_section, amnesic_section, gating_section,
 )
 
 
 def build_sections(run_dir: str | Path) -> list[Section]:
-    """Every section of the report of `run_dir`, in reading order."""
-    return [make(Path(run_dir)) for make in SECTIONS]
+    """Every section of the report of `run_dir`, in reading order; every section but the run's opens with
+    the competence line (`views.competence_text`: how far each model got) when the run has one."""
+    run_dir = Path(run_dir)
+    sections = [make(run_dir) for make in SECTIONS]
+    lead = views.competence_text(views.competence(run_dir), [m.name for m in results.list_models(run_dir)])
+    for s in sections:
+        if s.title != "Run":
+            s.lead = _as_sentence(lead) if lead else ""
+    return sections
 
 
 # --------------------------------------------------------------------------------- rendering
@@ -877,7 +989,7 @@ CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;
 h1{border-bottom:2px solid #ddd}h2{margin-top:2em;border-bottom:1px solid #eee}
 ul.findings,ul.key{background:#f6f8fa;padding:.6em .8em .6em 2em;border-left:4px solid #1f77b4}
 ul.findings li,ul.key li{margin:.25em 0}nav ol{columns:2}div.tbl{overflow-x:auto;max-width:100%}
-p.missing{color:#8a4b00;background:#fff6e5;padding:.4em .8em}
+p.missing{color:#8a4b00;background:#fff6e5;padding:.4em .8em}p.lead{color:#555;font-size:.9em;font-style:italic}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}
 th{background:#f0f0f0}pre{background:#f6f8fa;padding:.5em;overflow:auto;font-size:.8em}"""
 
@@ -903,6 +1015,8 @@ def key_findings(sections: list[Section]) -> list[tuple[Section, str]]:
 
 def _section_html(s: Section) -> str:
     out = [f'<h2 id="{s.anchor}">{html.escape(s.title)}</h2>']
+    if s.lead:
+        out.append(f'<p class="lead">{html.escape(s.lead)}</p>')
     if s.findings:
         out.append('<ul class="findings">' + "".join(f"<li>{html.escape(_as_sentence(c))}</li>" for c in s.findings)
                    + "</ul>")
@@ -946,7 +1060,7 @@ def render_markdown(title: str, sections: list[Section], html_name: str = "repor
     if keys:
         out += ["## Key findings", ""] + [f"- {text} ({s.title})" for s, text in keys] + [""]
     for s in sections:
-        out += [f"## {s.title}", ""]
+        out += [f"## {s.title}", ""] + ([f"*{s.lead}*", ""] if s.lead else [])
         out += [f"- {_as_sentence(c)}" for c in s.findings] + ([""] if s.findings else [])
         out += [f"> {n}" for n in missing_notices(s)] + ([""] if s.missing else [])
         for caption, df in s.tables:

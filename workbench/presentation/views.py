@@ -57,6 +57,8 @@ COMMANDS: dict[str, str] = {
     "gating": "workbench gate MODEL --out RUN_FOLDER (after workbench heads, for role units)",
     "head_passport": "workbench gate MODEL --out RUN_FOLDER (after workbench heads, for role units)",
     "structural": "workbench probe MODEL --tasks structural_distance,structural_depth",
+    "minimal_pairs": "workbench pairs MODEL --out RUN_FOLDER",
+    "competence": "workbench run configs/demo.json (its competence step)",
     "zoo_training": "workbench zoo CONFIG", "zoo_stats": "workbench zoo CONFIG",
     "zoo_comparisons": "workbench zoo CONFIG", "zoo_cka": "workbench zoo CONFIG",
 }
@@ -135,6 +137,51 @@ def training_curves(run_dir: str | Path) -> pd.DataFrame | None:
         parts = [p for p in parts if len(p)]
         df = pd.concat(parts, ignore_index=True) if parts else None
     return None if df is None else df.sort_values(["model", "metric", "split", "step"], ignore_index=True)
+
+
+# ------------------------------------------------------------------------------- competence
+def competence_frame(competence: pd.DataFrame) -> pd.DataFrame | None:
+    """One row per model of a `competence` table (workbench/analyses/competence.py): lm_loss, lm_acc,
+    unigram_loss, bigram_loss (nats per held-out target; NaN where not computed), n_targets."""
+    if not len(competence):
+        return None
+    wide = competence.pivot_table(index="model", columns="metric", values="value", aggfunc="first")
+    n = competence.groupby("model")["n_targets"].max()
+    cols = ["lm_loss", "lm_acc", "unigram_loss", "bigram_loss"]
+    return wide.reindex(columns=cols).assign(n_targets=n).rename_axis(columns=None).reset_index()
+
+
+def competence(run_dir: str | Path) -> pd.DataFrame | None:
+    """`competence_frame` of the run's `competence` table."""
+    df = _load(run_dir, "competence")
+    return None if df is None else competence_frame(df)
+
+
+def competence_text(table: pd.DataFrame | None, models: list[str] | None = None) -> str:
+    """The report's competence line: per model its held-out LM loss beside the unigram and bigram
+    losses on the same targets, and which of the two it is below ("below the bigram", "between the
+    unigram and the bigram", "above the unigram"); models of `models` without a row are named as such
+    (an imported checkpoint has no held-out text in the run). Empty when there is nothing to say."""
+    parts = []
+    have = set() if table is None else set(table["model"])
+    for r in ([] if table is None else table.itertuples()):
+        floors = [f"unigram {r.unigram_loss:.2f}"] + ([f"bigram {r.bigram_loss:.2f}"] if np.isfinite(r.bigram_loss)
+                                                     else [])
+        if np.isfinite(r.bigram_loss) and r.lm_loss < r.bigram_loss:
+            where = "below the bigram"
+        elif r.lm_loss < r.unigram_loss:
+            where = "below the unigram" + (" but not the bigram" if np.isfinite(r.bigram_loss) else "")
+        else:
+            where = "not below the unigram"
+        parts.append(f"{r.model} {r.lm_loss:.2f} ({', '.join(floors)}: {where})")
+    missing = [m for m in (models or []) if m not in have]
+    if not parts:
+        return ""
+    text = "how far each model got, held-out LM loss in nats per target beside a unigram and a bigram model on " \
+           "the same targets: " + "; ".join(parts)
+    if missing:
+        text += f"; no held-out LM loss for {', '.join(missing)} (imported or finetuned: no held-out text in this run)"
+    return text
 
 
 # ----------------------------------------------------------------------------------- layers
@@ -409,6 +456,51 @@ def structural_summary(run_dir: str | Path) -> pd.DataFrame | None:
     return None if df is None else structural_summary_frame(df)
 
 
+# the structural probes' floors, modes of the probing table (workbench.analyses.probing.STRUCTURAL_FLOORS):
+# three that read no layer (layer -1) and the same architecture at random initialisation (per layer)
+STRUCTURAL_FLOORS = ("random_tree", "chain", "position", "random_init")
+
+
+def structural_floors_frame(probing: pd.DataFrame) -> pd.DataFrame | None:
+    """Each structural score beside its floors (Hewitt and Manning 2019's metrics; the floors of
+    docs/probing.md), from a `probing` table: per model, task and metric one row per `source`: "model"
+    (the probe's best layer, the maximum over layers of the seed-mean score: an in-sample choice, which
+    flatters the model, never the floors), then each floor the table holds: "random_tree", "chain",
+    "position" (layer -1) and "random_init" (its own best layer). Columns: model, task, metric, source,
+    layer, value, ci_low, ci_high (the seed = -1 row's t interval where the probe had several seeds,
+    else the bootstrap interval over test sentences), above (the model's ci_low above this floor's
+    ci_high; NaN on the model's own row). None without structural rows."""
+    metrics = {m for pair in STRUCTURAL_METRICS.values() for m in pair}
+    df = probing[probing["task"].isin(list(STRUCTURAL_METRICS)) & probing["metric"].isin(metrics)
+                 & probing["mode"].isin(("single",) + STRUCTURAL_FLOORS)]
+    if not len(df) or not (df["mode"] == "single").any():
+        return None
+    mean = _over_seeds(df, ["model", "task", "metric", "mode", "layer"])
+    rows = []
+    for (model, task, metric), g in mean.groupby(["model", "task", "metric"]):
+        best = {}
+        for source in ("single",) + STRUCTURAL_FLOORS:
+            m = g[g["mode"] == source]
+            if len(m):
+                best[source] = m.loc[m["value"].idxmax()]
+        if "single" not in best:
+            continue
+        top = best["single"]
+        for source, r in best.items():
+            above = np.nan if source == "single" else float(top["ci_low"] > r["ci_high"])
+            rows.append({"model": model, "task": task, "metric": metric,
+                         "source": "model" if source == "single" else source, "layer": int(r["layer"]),
+                         "value": float(r["value"]), "ci_low": float(r["ci_low"]), "ci_high": float(r["ci_high"]),
+                         "above": above})
+    return pd.DataFrame(rows) if rows else None
+
+
+def structural_floors(run_dir: str | Path) -> pd.DataFrame | None:
+    """`structural_floors_frame` of the run's `probing` table."""
+    df = _load(run_dir, "probing")
+    return None if df is None else structural_floors_frame(df)
+
+
 AMNESIC_CONTROLS = ("matched", "shuffled", "same_rank")  # workbench.analyses.amnesic.CONTROLS, in this order
 
 
@@ -561,6 +653,134 @@ def head_change_grid(run_dir: str | Path, model_a: str, model_b: str, metric: st
     metric = metric or (df["metric"].iloc[0] if len(df) else None)
     df = df[df["metric"] == metric]
     return HeadGrid(f"{model_a} -> {model_b}", metric, _grid(df, "value")) if len(df) else None
+
+
+# ------------------------------------------------------------------------------ minimal pairs
+# the floors of `minimal_pairs` (workbench.analyses.minimal_pairs.FLOORS), as its scorer column names them
+PAIR_FLOORS = ("chance", "frequency", "bigram", "random_init")
+
+
+def _pair_source(scorer: str) -> tuple[str, str]:
+    """A `minimal_pairs` scorer name -> (source, scorer): ("model", "clm"), ("chance", ""),
+    ("random_init", "clm") for "floor:random_init:clm"."""
+    if not scorer.startswith("floor:"):
+        return "model", scorer
+    _, floor, *rest = scorer.split(":")
+    return floor, rest[0] if rest else ""
+
+
+def pairs_accuracy_frame(pairs: pd.DataFrame, condition: str | None = "all") -> pd.DataFrame | None:
+    """Accuracy rows of a `minimal_pairs` table with their source split out: model, suite, phenomenon,
+    condition, variant, source ("model" | a floor of PAIR_FLOORS), scorer (the model's scorer; for
+    random_init the scorer it was scored by, "" for the floors that score no model), value, ci_low,
+    ci_high, n_items. `condition` "all" keeps the phenomena's pooled rows, None every condition."""
+    df = pairs[pairs["metric"] == "accuracy"]
+    if condition is not None:
+        df = df[df["condition"] == condition]
+    if not len(df):
+        return None
+    split = [_pair_source(s) for s in df["scorer"]]
+    out = df.assign(source=[a for a, _ in split], scorer=[b for _, b in split])
+    return out[["model", "suite", "phenomenon", "condition", "variant", "source", "scorer", "value", "ci_low",
+                "ci_high", "n_items"]].reset_index(drop=True)
+
+
+def pairs_accuracy(run_dir: str | Path, condition: str | None = "all") -> pd.DataFrame | None:
+    """`pairs_accuracy_frame` of the run's `minimal_pairs` table."""
+    df = _load(run_dir, "minimal_pairs")
+    return None if df is None else pairs_accuracy_frame(df, condition)
+
+
+def pairs_summary_frame(pairs: pd.DataFrame) -> pd.DataFrame | None:
+    """Per model, scorer, suite, phenomenon and variant (conditions pooled): the accuracy with its
+    interval beside the four floors on the same items (chance: the upper end of a fair coin's range;
+    frequency, bigram, random_init: their accuracies) and `above`, the floors the model's interval lies
+    above (its ci_low above the floor's value, and above the coin's upper end for chance)."""
+    acc = pairs_accuracy_frame(pairs)
+    if acc is None or not (acc["source"] == "model").any():
+        return None
+    keys = ["model", "suite", "phenomenon", "variant"]
+    floors = acc[acc["source"] != "model"]
+    rows = []
+    for r in acc[acc["source"] == "model"].itertuples():
+        mine = floors[(floors["model"] == r.model) & (floors["suite"] == r.suite)
+                      & (floors["phenomenon"] == r.phenomenon) & (floors["variant"] == r.variant)]
+        row = {"model": r.model, "scorer": r.scorer, "suite": r.suite, "phenomenon": r.phenomenon,
+               "variant": r.variant, "n_items": int(r.n_items), "value": r.value, "ci_low": r.ci_low,
+               "ci_high": r.ci_high}
+        above = []
+        for floor in PAIR_FLOORS:
+            f = mine[(mine["source"] == floor) & (mine["scorer"].isin(["", r.scorer]))]
+            if not len(f):
+                row[floor] = np.nan
+                continue
+            level = float(f["ci_high"].iloc[0] if floor == "chance" else f["value"].iloc[0])
+            row[floor] = level
+            if r.ci_low > level:
+                above.append(floor)
+        row["above"] = ", ".join(above)
+        row["above_all"] = len(above) == sum(np.isfinite(row[f]) for f in PAIR_FLOORS)
+        rows.append(row)
+    return pd.DataFrame(rows).sort_values(keys + ["scorer"], ignore_index=True)
+
+
+def pairs_summary(run_dir: str | Path) -> pd.DataFrame | None:
+    """`pairs_summary_frame` of the run's `minimal_pairs` table."""
+    df = _load(run_dir, "minimal_pairs")
+    return None if df is None else pairs_summary_frame(df)
+
+
+def attractors_of(suite: str, condition: str) -> int | None:
+    """The number of attractors a condition stands for: the UD suite's "attractors:k" (2+ read as 2),
+    the templates' "*_match" (0) and "*_mismatch" (1: the other noun has the other number); None
+    for a condition without attractors (adjacent, sing, ...)."""
+    if condition.startswith("attractors:"):
+        return int(condition.split(":")[1].rstrip("+"))
+    if suite == "templates" and condition.endswith("_mismatch"):
+        return 1
+    if suite == "templates" and condition.endswith("_match"):
+        return 0
+    return None
+
+
+def pairs_attractors_frame(pairs: pd.DataFrame) -> pd.DataFrame | None:
+    """Accuracy by number of attractors (Linzen et al. 2016's difficulty axis): per model, source,
+    scorer, suite, phenomenon and variant, the items of the conditions with the same number of
+    attractors pooled (the n-weighted mean of the conditions' accuracies). A cell of one condition keeps
+    its bootstrap interval; a pooled one (the templates' singular and plural heads) gets the Wilson 95%
+    interval of its accuracy over its items. Columns as `pairs_accuracy_frame` plus attractors; None
+    without such conditions."""
+    acc = pairs_accuracy_frame(pairs, condition=None)
+    if acc is None:
+        return None
+    acc = acc[acc["condition"] != "all"]
+    n_attr = [attractors_of(s, c) for s, c in zip(acc["suite"], acc["condition"])]
+    acc = acc.assign(attractors=n_attr).dropna(subset=["attractors"])
+    if not len(acc):
+        return None
+    keys = ["model", "source", "scorer", "suite", "phenomenon", "variant", "attractors"]
+    acc = acc.assign(w=acc["value"] * acc["n_items"])
+    g = acc.groupby(keys, as_index=False).agg(w=("w", "sum"), n_items=("n_items", "sum"), ci_low=("ci_low", "first"),
+                                              ci_high=("ci_high", "first"), n_conditions=("condition", "size"))
+    g["value"] = g["w"] / g["n_items"]
+    lo, hi = wilson_interval(g["value"].to_numpy(float), g["n_items"].to_numpy(float))
+    pooled = g["n_conditions"] > 1
+    g.loc[pooled, "ci_low"], g.loc[pooled, "ci_high"] = lo[pooled], hi[pooled]
+    g["attractors"] = g["attractors"].astype(int)
+    return g.drop(columns=["w", "n_conditions"])
+
+
+def wilson_interval(p: np.ndarray, n: np.ndarray, z: float = 1.959964) -> tuple[np.ndarray, np.ndarray]:
+    """The Wilson score interval of proportions p over n items (95% at the default z)."""
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return centre - half, centre + half
+
+
+def pairs_attractors(run_dir: str | Path) -> pd.DataFrame | None:
+    """`pairs_attractors_frame` of the run's `minimal_pairs` table."""
+    df = _load(run_dir, "minimal_pairs")
+    return None if df is None else pairs_attractors_frame(df)
 
 
 # ------------------------------------------------------------------------------ objectives (zoo)

@@ -1,0 +1,120 @@
+"""The faces of the floors (issue 74 part 5, issue 77 part 4): minimal-pair accuracies beside their four
+floors, accuracy by number of attractors, the structural probes' best layer beside theirs, and the
+competence line that opens every report section, each checked on small tables whose answers are
+worked out by hand."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workbench import figures as F
+from workbench.core import results
+from workbench.presentation import report, views
+
+COLS = ["model", "suite", "phenomenon", "condition", "variant", "scorer", "metric", "value", "ci_low", "ci_high",
+        "n_items", "seed"]
+
+
+def _pairs() -> pd.DataFrame:
+    """dec/clm on two phenomena. npi: 0.9 [0.8, 0.97] clears every floor. agr: 0.7 [0.55, 0.8] clears the
+    frequency (0.3) and random_init (0.5) floors but neither chance (the coin's upper end 0.65 >= 0.55) nor
+    the bigram (0.6 >= 0.55)."""
+    rows = []
+    for ph, (v, lo, hi), bigram in (("npi", (0.9, 0.8, 0.97), 0.4), ("agr", (0.7, 0.55, 0.8), 0.6)):
+        for scorer, val in (("clm", (v, lo, hi)), ("floor:chance", (0.5, 0.35, 0.65)),
+                            ("floor:frequency", (0.3, 0.2, 0.4)), ("floor:bigram", (bigram, 0.3, 0.7)),
+                            ("floor:random_init:clm", (0.5, 0.4, 0.6))):
+            rows.append(("dec", "templates", ph, "all", "template", scorer, "accuracy", *val, 40, 0))
+    # agreement conditions for the attractor curve: two match cells (0 attractors), two mismatch (1)
+    for cond, v in (("sing_match", 1.0), ("plur_match", 0.5), ("sing_mismatch", 0.5), ("plur_mismatch", 0.0)):
+        rows.append(("dec", "templates", "agr", cond, "template", "clm", "accuracy", v, v - 0.1, v + 0.1, 10, 0))
+    rows.append(("dec", "ud", "sva", "attractors:2+", "original", "clm", "accuracy", 0.6, 0.4, 0.8, 20, 0))
+    rows.append(("dec", "ud", "sva", "attractors:0", "original", "clm", "accuracy", 0.8, 0.7, 0.9, 30, 0))
+    return pd.DataFrame(rows, columns=COLS)
+
+
+def test_each_pair_accuracy_names_the_floors_its_interval_clears():
+    s = views.pairs_summary_frame(_pairs()).set_index("phenomenon")
+    assert s.loc["npi", "above"] == "chance, frequency, bigram, random_init" and s.loc["npi", "above_all"]
+    assert s.loc["agr", "above"] == "frequency, random_init" and not s.loc["agr", "above_all"]
+    assert s.loc["agr", "chance"] == 0.65            # chance shows the coin's upper end, the others their value
+    assert s.loc["agr", "bigram"] == 0.6 and s.loc["agr", "random_init"] == 0.5
+
+
+def test_attractor_counts_pool_the_templates_heads_and_keep_uds_intervals():
+    a = views.pairs_attractors_frame(_pairs())
+    a = a[a["source"] == "model"].set_index(["phenomenon", "attractors"])
+    assert a.loc[("agr", 0), "value"] == pytest.approx(0.75) and a.loc[("agr", 0), "n_items"] == 20
+    assert a.loc[("agr", 1), "value"] == pytest.approx(0.25)
+    lo, hi = views.wilson_interval(np.array([0.75]), np.array([20.0]))      # pooled: Wilson over the 20 items
+    assert a.loc[("agr", 0), "ci_low"] == pytest.approx(lo[0]) and a.loc[("agr", 0), "ci_high"] == pytest.approx(hi[0])
+    assert (a.loc[("sva", 2), ["value", "ci_low", "ci_high"]].tolist() == [0.6, 0.4, 0.8])   # one cell: as stored
+    assert views.attractors_of("ud", "adjacent") is None and views.attractors_of("templates", "sing") is None
+
+
+def _probing() -> pd.DataFrame:
+    """uuas of m: best single layer 2 (0.6 [0.55, 0.65]); floors chain 0.45 [0.43, 0.47], random_init best at
+    layer 1 0.58 [0.5, 0.62] (overlaps), random_tree 0.2."""
+    rows = [("m", "structural_distance", "distance", "first", l, "single", "uuas", v, 0, v - 0.05, v + 0.05)
+            for l, v in ((0, 0.4), (1, 0.5), (2, 0.6))]
+    rows += [("m", "structural_distance", "distance", "first", -1, "chain", "uuas", 0.45, 0, 0.43, 0.47),
+             ("m", "structural_distance", "distance", "first", -1, "random_tree", "uuas", 0.2, 0, 0.15, 0.25),
+             ("m", "structural_distance", "distance", "first", 0, "random_init", "uuas", 0.3, 0, 0.25, 0.35),
+             ("m", "structural_distance", "distance", "first", 1, "random_init", "uuas", 0.58, 0, 0.5, 0.62),
+             ("m", "pos", "edge", "first", 1, "single", "accuracy", 0.9, 0, 0.85, 0.95)]
+    return pd.DataFrame(rows, columns=["model", "task", "probe", "pooling", "layer", "mode", "metric", "value",
+                                       "seed", "ci_low", "ci_high"])
+
+
+def test_the_structural_best_layer_stands_beside_each_floor():
+    f = views.structural_floors_frame(_probing()).set_index("source")
+    assert f.loc["model", "layer"] == 2 and f.loc["model", "value"] == pytest.approx(0.6)
+    assert f.loc["random_init", "layer"] == 1 and f.loc["random_init", "value"] == 0.58   # its own best layer
+    assert f.loc["chain", "above"] == 1.0 and f.loc["random_tree", "above"] == 1.0
+    assert f.loc["random_init", "above"] == 0.0          # 0.55 is not above 0.62
+    fig = F.structural_floors_figure(views.structural_floors_frame(_probing()), "uuas")
+    assert [t.name for t in fig.data] == ["model", "floor: random_tree", "floor: chain", "floor: random_init"]
+
+
+def test_the_competence_line_says_which_model_it_is_below():
+    t = pd.DataFrame({"model": ["a", "b", "c"], "lm_loss": [4.0, 5.5, 7.0], "lm_acc": [0.3, 0.2, 0.1],
+                      "unigram_loss": [6.5, 6.5, 6.5], "bigram_loss": [5.0, 5.0, np.nan], "n_targets": [9, 9, 9]})
+    text = views.competence_text(t, ["a", "b", "c", "imported"])
+    assert "a 4.00 (unigram 6.50, bigram 5.00: below the bigram)" in text
+    assert "b 5.50 (unigram 6.50, bigram 5.00: below the unigram but not the bigram)" in text
+    assert "c 7.00 (unigram 6.50: not below the unigram)" in text
+    assert "no held-out LM loss for imported" in text
+    assert views.competence_text(None) == ""
+
+
+def test_the_report_opens_every_section_with_the_competence_line_and_shows_the_floors(tmp_path):
+    run = tmp_path / "run"
+    results.write_table(run, "minimal_pairs", _pairs())
+    results.write_table(run, "probing", _probing())
+    results.write_table(run, "competence", pd.DataFrame(
+        [("dec", "eval", "lm_loss", 4.0, 9), ("dec", "eval", "unigram_loss", 6.5, 9),
+         ("dec", "eval", "bigram_loss", 5.0, 9)], columns=["model", "split", "metric", "value", "n_targets"]))
+    _, md_path = report.write_report(run)
+    md = md_path.read_text()
+    line = "*How far each model got, held-out LM loss in nats per target beside a unigram and a bigram model"
+    for title in ("Models and training", "Per-layer probing", "Structural probes", "Minimal pairs (behaviour)",
+                  "Attention heads"):
+        assert md.split(f"## {title}\n\n", 1)[1].startswith(line), title
+    assert md.split("## Run\n\n", 1)[1].startswith("- ")
+    pairs = md.split("## Minimal pairs (behaviour)\n\n", 1)[1]
+    assert "Dec (clm) is above all four floors on 1 of 2 phenomena (templates npi 0.900 [0.800, 0.970])" in pairs
+    assert "does not clear the bigram floor on 1 of 2" in pairs
+    structural = md.split("## Structural probes\n\n", 1)[1]
+    assert ("m's uuas 0.600 [0.550, 0.650] at layer 2 is above random_tree, chain only (highest floor random_init "
+            "0.580 [0.500, 0.620], margin 0.020)") in structural.replace("M's", "m's")
+
+
+def test_the_pairs_figure_draws_every_floor_with_its_interval():
+    fig = F.pairs_figure(views.pairs_accuracy_frame(_pairs()), "dec")
+    names = [t.name for t in fig.data]
+    assert names == ["clm", "floor: chance", "floor: frequency", "floor: bigram", "floor: random_init (clm)"]
+    ri = fig.data[-1]
+    assert list(ri.y) == [0.5, 0.5] and list(ri.error_y.array) == pytest.approx([0.1, 0.1])
+    attr = F.attractors_figure(views.pairs_attractors_frame(_pairs()), "dec")
+    assert {t.name for t in attr.data} == {"agr (template, clm)", "sva (original, clm)"}

@@ -13,6 +13,9 @@ and the probes read every layer l = 0..L (0 = embeddings, the lexical baseline) 
 - "cumulative": P^(l) on a mix of layers 0..l; E_delta = sum_l l d_l / sum_l d_l (`cumulative_scores`)
 - "control":    the same probe on per-word-type random labels; selectivity = acc - control acc
 - "mdl":        online codelength per layer (off by default: 10 fits per layer)
+- "random_init": the same probe per layer on the same architecture at random initialisation (one
+                model per probe seed, `random_init_model`; Zhang & Bowman 2018, Hewitt & Liang 2019's
+                random-weights baseline), extracted from the same capped records; off by default
 
 The best single layer ("best" rows) is chosen on held-out test items (`probes.layers.cross_fit_best`).
 The `arcs` task (which word is each word's head?) is probed by `probes.arcs` instead: a bilinear
@@ -78,7 +81,7 @@ from workbench.store import POOLINGS, TaskArrays, extract, task_arrays
 
 log = logging.getLogger(__name__)
 
-MODES = ("single", "mix", "cumulative", "control", "mdl")
+MODES = ("single", "mix", "cumulative", "control", "mdl", "random_init")
 # the structural probes' floors: those of probes.structural, and the same architecture at random init
 STRUCTURAL_FLOORS = (*STRUCTURAL_BASELINES, "random_init")
 # span_pooling "auto" per LM form of the family: a causal LM's span is its last token, which has read
@@ -267,8 +270,9 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
                random_init: Mapping[int, tuple[TaskSplit, TaskSplit]] | None = None,
                record: dict | None = None) -> dict[str, list[pd.DataFrame]]:
     """All configured modes for one task; returns lists of frames per table. `bar` advances by one
-    per (probe, mode), a mode that does not apply to the task included. `random_init` and `record`:
-    the structural tasks' (`probe_structural`)."""
+    per (probe, mode), a mode that does not apply to the task included. `random_init`: the splits of a
+    random-init model per probe seed (`random_init_splits`), read by mode "random_init" and by the
+    structural tasks' floor; `record`: the structural tasks' (`probe_structural`)."""
     out: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": [], "probe_items": []}
     if task in ARC_TASKS:
         return probe_arcs(train, test, cfg, layers, model_name, task, bar)
@@ -317,7 +321,21 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
         done("mdl")
         if items:
             out["probe_items"].append(item_frame(items, model_name, task, name))
+        if "random_init" in cfg.modes and random_init:
+            out["probing"].append(random_init_scores(random_init, layers, common))
+        done("random_init")
     return out
+
+
+def random_init_scores(random_init: Mapping[int, tuple[TaskSplit, TaskSplit]], layers: list[int],
+                       common: dict) -> pd.DataFrame:
+    """Mode "random_init" rows: per probe seed s, the probe per layer on the splits of the random-init
+    model of seed s (`random_init[s]`), as `per_layer_scores` scores the model's own ("single")."""
+    frames = []
+    for seed, (tr, te) in sorted(random_init.items()):
+        df = per_layer_scores(tr.probe_data(), te.probe_data(), layers=layers, **{**common, "seeds": [seed]})
+        frames.append(df[df["mode"] == "single"].assign(mode="random_init"))
+    return pd.concat(frames, ignore_index=True)
 
 
 ITEM_COLUMNS = ["model", "task", "probe", "mode", "layer", "seed", "item", "correct", "tp", "fp", "fn"]
@@ -536,10 +554,14 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
             _say(progress, f"probe {model_name}: task {task}: {counts[task]['train_targets']} train / "
                            f"{counts[task]['eval_targets']} eval targets, probing layers {layers[0]}..{layers[-1]}")
             random_init = None
-            if task in STRUCTURAL_TASKS and "random_init" in cfg.structural_baselines:
+            if (task in STRUCTURAL_TASKS and "random_init" in cfg.structural_baselines) or (
+                    task not in STRUCTURAL_TASKS and records not in ARC_TASKS and "random_init" in cfg.modes):
                 random_init = {seed: random_init_splits(base_model, tokenizer, records, cfg, seed, store_root,
                                                         model_id, train_cap, tasks_dir, progress)
                                for seed in cfg.seeds}
+                if dropped and task not in STRUCTURAL_TASKS:   # the same records: the same unseen labels
+                    for r_tr, r_te in random_init.values():
+                        _drop_unseen(r_tr, r_te)
             try:
                 res = probe_task(train, test, cfg, layers, model_name, task, span_pooling, bar, random_init,
                                  counts[task])

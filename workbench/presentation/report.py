@@ -254,8 +254,8 @@ def _probing_metric(run_dir: Path) -> str:
     return metrics[0] if metrics else "accuracy"
 
 
-PROBING_COLUMNS = ["model", "task", "best_layer", "best", "best_low", "best_high", "lexical", "mix", "control",
-                   "selectivity", "expected_layer", "center_of_gravity"]
+PROBING_COLUMNS = ["model", "task", "best_layer", "best", "best_low", "best_high", "lexical", "random_init",
+                   "random_init_layer", "mix", "control", "selectivity", "expected_layer", "center_of_gravity"]
 
 
 def probing_section(run_dir: Path) -> Section:
@@ -288,7 +288,7 @@ def probing_section(run_dir: Path) -> Section:
     s.findings = [c for c in clauses if c]
     s.n_key = summary["model"].nunique()
     s.tables.append((f"Probing summary ({metric}; best = best single layer, chosen on held-out items; "
-                     "lexical = layer 0)",
+                     "lexical = layer 0; random_init = the same probe's best layer on the untrained architecture)",
                      summary[[c for c in PROBING_COLUMNS if c in summary]]))
     return s
 
@@ -310,11 +310,14 @@ def _model_probing_clause(model: str, t: pd.DataFrame, metric: str) -> str:
 
 
 def _task_clause(r, metric: str) -> str:
-    """'pos peaks at layer 3 (accuracy 0.900 [0.870, 0.930])': the best layer chosen on held-out
-    items, its score and interval; the other columns (E_s, E_delta, selectivity) are in the table."""
+    """'pos peaks at layer 3 (accuracy 0.900 [0.870, 0.930]; untrained 0.700)': the best layer chosen on
+    held-out items, its score and interval, beside the untrained architecture's best layer when the run
+    has one; the other columns (E_s, E_delta, selectivity) are in the table."""
     lo, hi = getattr(r, "best_low", np.nan), getattr(r, "best_high", np.nan)
     interval = f" [{_f(lo)}, {_f(hi)}]" if np.isfinite(lo) and np.isfinite(hi) else ""
-    score = f"{metric} {_f(r.best)}{interval}"
+    floor = getattr(r, "random_init", np.nan)
+    floor = f"; untrained {_f(floor)}" if isinstance(floor, float) and np.isfinite(floor) else ""
+    score = f"{metric} {_f(r.best)}{interval}{floor}"
     if not np.isfinite(r.best_layer):
         return f"{r.task} has no single best layer ({score}; the halves of its test items disagree)"
     return f"{r.task} peaks at layer {int(r.best_layer)} ({score})"

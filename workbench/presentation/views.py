@@ -240,8 +240,10 @@ def layer_summary_frame(probing: pd.DataFrame, summary: pd.DataFrame | None = No
     Liang 2019 for selectivity): mix (scalar-mix score), best_layer and best (best single layer,
     chosen on held-out items: the "best" rows of `per_layer_scores`, with its interval best_low,
     best_high; best_layer NaN when the two halves of the items choose different layers),
-    lexical (layer 0 = embeddings only), control (best control-task score), selectivity,
-    expected_layer and center_of_gravity (from a `probing_summary` table, when given)."""
+    lexical (layer 0 = embeddings only), control (best control-task score), random_init and
+    random_init_layer (the best layer of the same probe on the untrained architecture, mode
+    "random_init", when the run has it), selectivity, expected_layer and center_of_gravity (from a
+    `probing_summary` table, when given)."""
     df = _over_seeds(probing[probing["metric"] == metric], ["model", "task", "mode", "layer"])
     out = []
     for (model, task), g in df.groupby(["model", "task"]):
@@ -261,6 +263,10 @@ def layer_summary_frame(probing: pd.DataFrame, summary: pd.DataFrame | None = No
         row["mix"] = float(mix.max()) if len(mix) else np.nan
         ctrl = g[g["mode"] == "control"]["value"]
         row["control"] = float(ctrl.max()) if len(ctrl) else np.nan
+        ri = g[(g["mode"] == "random_init") & (g["layer"] >= 0)]
+        if len(ri):             # the untrained model's best layer (in-sample maximum: it flatters the floor)
+            top = ri.loc[ri["value"].idxmax()]
+            row.update(random_init=float(top["value"]), random_init_layer=int(top["layer"]))
         out.append(row)
     table = pd.DataFrame(out)
     if summary is not None and len(summary) and len(table):

@@ -260,3 +260,26 @@ def test_structural_baselines_are_checked_and_can_be_left_out(ckpt, run, tmp_pat
     t = probe_model(ckpt, tasks=["structural_depth"], out_dir=tmp_path, config=cfg, store_root=run[0] / "store",
                     progress=False)["probing"]
     assert sorted(set(t["mode"])) == ["chain", "single"]
+
+
+def test_random_init_mode_equals_probing_the_saved_random_init_checkpoint(ckpt, tmp_path):
+    """Mode "random_init" (issue 74 part 5): for each probe seed s, the same probe per layer on the
+    architecture freshly initialised with seed s, extracted from the same capped records: its rows equal
+    a plain "single" probe of `random_baseline_checkpoint(ckpt, seed=s)` (the same weights saved)."""
+    # probe seeds 1 and 2: the fixture's untrained model was itself drawn with torch seed 0, so the random-init
+    # model of seed 0 would be the same model
+    cfg = {**CFG, "tasks": ["pos"], "modes": ["single", "random_init"], "seeds": [1, 2]}
+    got = probe_model(ckpt, out_dir=tmp_path / "a", config=cfg, progress=False)["probing"]
+    ri = got[got["mode"] == "random_init"]
+    assert sorted(ri["layer"].unique()) == [0, 1, 2] and sorted(ri["seed"].unique()) == [1, 2]
+    for seed in (1, 2):
+        base = random_baseline_checkpoint(ckpt, tmp_path / f"rand{seed}", seed=seed)
+        ref = probe_model(base, out_dir=tmp_path / f"b{seed}", config={**cfg, "modes": ["single"], "seeds": [seed]},
+                          progress=False)["probing"]
+        ref = ref[(ref["mode"] == "single") & (ref["seed"] == seed)].set_index(["layer", "metric"])["value"]
+        mine = ri[ri["seed"] == seed].set_index(["layer", "metric"])["value"]
+        pd.testing.assert_series_equal(mine.sort_index(), ref.sort_index(), rtol=1e-6)
+    # the fixture's model is untrained too, with other weights: its scores are not the random-init ones
+    own = got[(got["mode"] == "single") & (got["seed"] == 1)].set_index(["layer", "metric"])["value"].sort_index()
+    assert not np.allclose(own.to_numpy(), ri[ri["seed"] == 1].set_index(["layer", "metric"])["value"]
+                           .sort_index().to_numpy())

@@ -118,3 +118,11 @@ def test_the_pairs_figure_draws_every_floor_with_its_interval():
     assert list(ri.y) == [0.5, 0.5] and list(ri.error_y.array) == pytest.approx([0.1, 0.1])
     attr = F.attractors_figure(views.pairs_attractors_frame(_pairs()), "dec")
     assert {t.name for t in attr.data} == {"agr (template, clm)", "sva (original, clm)"}
+
+
+def test_the_probing_summary_puts_the_untrained_models_best_layer_beside_the_score():
+    p = _probing()
+    extra = pd.DataFrame([("m", "pos", "edge", "first", l, "random_init", "accuracy", v, 0, v - 0.1, v + 0.1)
+                          for l, v in ((0, 0.5), (1, 0.7))], columns=p.columns)
+    row = views.layer_summary_frame(pd.concat([p, extra]), None, "accuracy").set_index("task").loc["pos"]
+    assert row["random_init"] == 0.7 and row["random_init_layer"] == 1 and row["best"] == 0.9

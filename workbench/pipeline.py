@@ -2,8 +2,8 @@
 
 `run_pipeline("configs/demo.json")` runs tokenizer + pretraining of an encoder and a decoder ->
 import of all-MiniLM-L6-v2 when installed -> SST-2 finetuning -> edge probing -> head analysis ->
-importance and pruning -> finetuned vs frozen -> report, into one run folder (docs/design.md, "Runs
-and the results store").
+importance and pruning -> finetuned vs frozen -> emergence -> minimal pairs -> report, into one run
+folder (docs/design.md, "Runs and the results store").
 
 Caching (the minGPT/spaCy habit of runs you can reproduce): every step has a key, the sha256 of its
 own config section and the keys of the steps it reads. `run.json` records each step's key and state.
@@ -40,11 +40,13 @@ from plmodels.training.loop import check_model_config, check_sources
 from workbench import __version__
 from workbench.analyses.amnesic import AmnesicRunConfig, amnesic_model
 from workbench.analyses.compare import CompareRunConfig, compare_models
+from workbench.analyses.competence import competence_table
 from workbench.analyses.cross_heads import analyse_cross_heads
 from workbench.analyses.emergence import EmergenceConfig, emergence_cli
 from workbench.analyses.frozen_vs_finetuned import FvFConfig, frozen_vs_finetuned
 from workbench.analyses.gating import GateRunConfig, gate_model
 from workbench.analyses.heads import HeadRunConfig, analyse_heads
+from workbench.analyses.minimal_pairs import PairsRunConfig, score_pairs_model
 from workbench.analyses.probing import ProbeRunConfig, probe_model
 from workbench.analyses.prune import PruneRunConfig, prune_model_cli
 from workbench.analyses.zoo import cka_between, training_table, zoo_statistics
@@ -89,6 +91,10 @@ class RunConfig(Config):
     compare: dict | None = None                      # {"pairs", "config"}
     frozen_vs_finetuned: dict | None = None          # {"models", "config"}
     emergence: dict | None = None                    # {"models", "config"}
+    pairs: dict | None = None                        # {"models", "config"}: minimal pairs (docs/behaviour.md)
+    # {} (or {"eval_sequences": n}): each pretrained model's held-out LM loss beside a unigram and a
+    # bigram loss on the same targets (workbench/analyses/competence.py), the report's competence line
+    competence: dict | None = None
     report: dict | None = None                       # {} to write the report
     zoo: dict | None = None                          # {"systems": {system: [seeds]}, "cka", "stats"} (workbench/zoo.py)
 
@@ -323,6 +329,32 @@ def _emergence_step(model: str, spec: dict) -> Callable[[Context], dict]:
     return fn
 
 
+def _competence_step(model: str) -> Callable[[Context], dict]:
+    """The held-out LM loss of one pretrained model beside the unigram and bigram losses on the same
+    targets (`competence` table)."""
+    def fn(ctx: Context) -> dict:
+        table = competence_table(ctx.run_dir / "models" / model, model,
+                                 eval_sequences=(ctx.params or {}).get("eval_sequences"))
+        upsert_table(ctx.run_dir, "competence", table)
+        return {"tables": ["competence"]}
+    return fn
+
+
+def _pairs_step(model: str, spec: dict) -> Callable[[Context], dict]:
+    """Minimal pairs (docs/behaviour.md) for one model: every suite with the model's scorers and the
+    four floors. The built suites and the scores are cached in the run's cache/minimal_pairs/, shared by
+    every model of the run."""
+    def fn(ctx: Context) -> dict:
+        path = ctx.model_path(model)
+        if not (path / "config.json").exists():
+            return {"skipped": f"model {model} is not in this run"}
+        tables = score_pairs_model(path, out_dir=ctx.run_dir / "pairs" / model, config=_step_config(spec),
+                                   model_name=model, cache_dir=ctx.run_dir / "cache" / "minimal_pairs")
+        write_tables(ctx.run_dir, tables)
+        return {"tables": sorted(tables)}
+    return fn
+
+
 def _compare_step(a: str, b: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
         pa, pb = ctx.model_path(a), ctx.model_path(b)
@@ -413,13 +445,23 @@ def build_steps(cfg: dict) -> list[Step]:
         for model in spec["models"]:
             steps.append(Step(f"emergence:{model}", spec, _emergence_step(model, spec),
                               after=[_model_step(cfg, model), "tasks"]))
+    spec = cfg.get("competence")
+    if spec is not None:
+        for name in cfg["models"]:
+            if "pretrain" in cfg["models"][name]:
+                steps.append(Step(f"competence:{name}", spec, _competence_step(name), after=[f"pretrain:{name}"]))
+    spec = cfg.get("pairs")
+    if spec:
+        for model in spec["models"]:
+            steps.append(Step(f"pairs:{model}", spec, _pairs_step(model, spec), after=[_model_step(cfg, model)]))
     spec = cfg.get("zoo")
     if spec:
         trained = [s.name for s in steps if s.name.startswith("pretrain:")]
         steps.append(Step("zoo:training", spec, _zoo_training_step, after=trained))
         if spec.get("cka") is not None:
             steps.append(Step("zoo:cka", spec, _zoo_cka_step, after=trained))
-        analysed = [s.name for s in steps if s.name.split(":")[0] in ("probe", "heads", "prune", "frozen_vs_finetuned")]
+        analysed = [s.name for s in steps if s.name.split(":")[0] in ("probe", "heads", "prune", "frozen_vs_finetuned",
+                                                                       "pairs")]
         steps.append(Step("zoo:stats", spec, _zoo_stats_step, after=analysed))
     steps.append(Step("report", cfg.get("report", {}), _report_step, after=[s.name for s in steps]))
     return steps
@@ -437,7 +479,7 @@ def _model_step(cfg: dict, model: str) -> str:
 ANALYSIS_CONFIGS: dict[str, type[Config]] = {
     "probe": ProbeRunConfig, "heads": HeadRunConfig, "prune": PruneRunConfig, "gate": GateRunConfig,
     "amnesic": AmnesicRunConfig, "compare": CompareRunConfig, "frozen_vs_finetuned": FvFConfig,
-    "emergence": EmergenceConfig,
+    "emergence": EmergenceConfig, "pairs": PairsRunConfig,
 }
 
 

@@ -62,6 +62,7 @@ def test_playground_encoder_and_decoder(monkeypatch, results_root):
     ("layers", "workbench probe MODEL"), ("heads", "workbench heads MODEL"),
     ("pruning", "workbench prune MODEL"), ("compare", "workbench compare A B"),
     ("playground", "workbench run configs/demo.json"), ("runs", "workbench run configs/demo.json"),
+    ("pairs", "workbench pairs MODEL"),
 ])
 def test_pages_name_the_command_when_results_are_missing(monkeypatch, partial_root, path, command):
     at = _goto(_app(monkeypatch, partial_root), path)
@@ -100,3 +101,9 @@ def test_every_selector_option_on_the_tiny_pipeline_output(monkeypatch, tiny_run
                 assert not at.exception, f"{path} {key}=#{i}: {[e.value for e in at.exception]}"
                 assert not at.error, f"{path} {key}=#{i}: {[e.value for e in at.error]}"
     assert tried >= 10, tried
+    # the behaviour page draws what the tiny run's pairs step wrote: each figure per model, floors beside
+    _goto(at, "pairs")
+    for model in ("decoder", "encoder"):
+        at.selectbox(key="pairs_model").select(model).run()
+        specs = [c.proto.spec for c in at.get("plotly_chart")]
+        assert len(specs) == 2 and "floor: bigram" in specs[0] and "attractors" in specs[1], model

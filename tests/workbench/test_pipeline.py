@@ -50,6 +50,9 @@ def test_steps_follow_the_config():
     assert {"probe:encoder", "probe:decoder", "heads:encoder", "heads:decoder", "prune:encoder", "gate:encoder",
             "amnesic:encoder"} <= set(names)
     assert names.index("heads:encoder") < names.index("gate:encoder") > names.index("prune:encoder")
+    assert {"pairs:encoder", "pairs:decoder", "competence:encoder", "competence:decoder"} <= set(names)
+    assert names.index("pretrain:decoder") < names.index("competence:decoder")
+    assert "competence:encoder-sst2" not in names     # a finetuned model has no held-out LM text of its own
 
 
 def test_keys_follow_config_files_and_upstream_steps(tmp_path):
@@ -109,14 +112,15 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
     assert all(s["status"] == "done" for s in steps.values())
     for name in ("training", "probing", "probing_summary", "mix_weights", "heads", "heads_classes", "relations",
                  "importance", "pruning", "cka", "head_change", "frozen_vs_finetuned", "emergence", "gating",
-                 "head_passport", "amnesic"):
+                 "head_passport", "amnesic", "minimal_pairs", "minimal_pair_items", "competence"):
         assert (run_a / "tables" / f"{name}.parquet").exists(), name
     html = (run_a / "report" / "report.html").read_text()
     md = (run_a / "report" / "summary.md").read_text()
     for section in ("Models and training", "Per-layer probing", "Attention heads", "Head importance and pruning",
-                    "Frozen vs finetuned", "How structure emerges"):
+                    "Frozen vs finetuned", "How structure emerges", "Minimal pairs (behaviour)", "Structural probes"):
         assert section.lower() in html.lower(), section
         assert section.lower() in md.lower(), section
+    _faces_read_what_the_pipeline_wrote(run_a, md)
     info = json.loads((run_a / "run.json").read_text())
     assert info["seed"] == 0 and info["code_version"] and info["data_checksums"]
 
@@ -157,6 +161,30 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
     assert set(a) == set(b)
     for name in set(a) - TIMED:
         pd.testing.assert_frame_equal(a[name], b[name], check_exact=False, rtol=1e-5, atol=1e-6, obj=name)
+
+
+def _faces_read_what_the_pipeline_wrote(run: Path, md: str) -> None:
+    """The floors' faces on the tiny run's own tables: every minimal-pair scorer of both models beside its
+    four floors, the competence line opening the sections with both pretrained models, the structural
+    floors in the report (issue 74 part 5, issue 77 part 4)."""
+    from workbench.presentation import views
+
+    pairs = pd.read_parquet(run / "tables" / "minimal_pairs.parquet")
+    assert {"floor:chance", "floor:frequency", "floor:bigram", "floor:random_init:clm",
+            "floor:random_init:masked_word", "clm", "masked_word"} <= set(pairs["scorer"])
+    summary = views.pairs_summary(run)
+    assert set(summary["model"]) == {"encoder", "decoder"} and summary[["chance", "frequency", "bigram",
+                                                                          "random_init"]].notna().all().all()
+    comp = pd.read_parquet(run / "tables" / "competence.parquet")
+    assert set(comp["model"]) == {"encoder", "decoder"}
+    assert set(comp["metric"]) == {"lm_loss", "lm_acc", "unigram_loss", "bigram_loss"}
+    line = "*How far each model got, held-out LM loss in nats per target"
+    for title in ("Per-layer probing", "Structural probes", "Minimal pairs (behaviour)", "Attention heads"):
+        body = md.split(f"## {title}\n\n", 1)[1]
+        assert body.startswith(line) and "encoder " in body.split("\n", 1)[0], title
+    floors = views.structural_floors(run)
+    assert set(floors["source"]) == {"model", "random_tree", "chain", "position", "random_init"}
+    assert "Best layer beside the four floors" in md
 
 
 def test_the_eta_reads_a_time_budget_and_otherwise_the_finished_steps_of_a_kind():

@@ -21,7 +21,8 @@ these three steps then read the run's tables across systems:
   treats one seed's checkpoint as if it were the system). Statistics with per-item results (probing:
   the score at each layer, the best-layer score of the layer chosen on held-out items, E_delta of the
   cumulative probes) get both; those without (share of heads per primary role, prunable share of
-  heads, finetuning gain) are resampled over seeds only.
+  heads, finetuning gain) are resampled over seeds only. Minimal pairs (`pairs_statistics`, from
+  `minimal_pair_items`): each phenomenon's accuracy by a system's own scorer, multi-bootstrap too.
 
 A comparison is claimed ("A > B") only when both systems have at least three seeds (a bootstrap of S
 seeds carries (S - 1) / S of the seed variance), its 95% interval excludes 0, and its p-value survives
@@ -58,6 +59,7 @@ from probes.multibootstrap import (
     multi_bootstrap,
     seeds_only,
 )
+from probes.sentence_scores import SCORERS
 from workbench.core.results import load_table
 from workbench.data.tasks import ud_sentences
 from workbench.store import extract
@@ -227,6 +229,47 @@ def probing_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]]
     return stats, comps
 
 
+def pairs_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]],
+                     n_boot: int = 1000, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """Rows of zoo_stats and zoo_comparisons from `minimal_pair_items` (docs/behaviour.md): per
+    phenomenon (task "pairs:<suite>:<phenomenon>:<variant>") and system the accuracy of the system's
+    first scorer (`probes.sentence_scores.SCORERS` order: a kind's own rule, e.g. clm, pll, bilm) with
+    the multi-bootstrap over pretraining seeds x items, beside the items-only interval; per pair of
+    systems the difference on the items every model scored (paired items, unpaired seeds). A tie
+    counts 0.5, as in `minimal_pairs`."""
+    kw = dict(n_boot=n_boot, seed=seed)
+    models = {system: [model_name(system, s) for s in seeds] for system, seeds in systems.items()}
+    own = items[~items["scorer"].str.startswith("floor:")]
+    scorer = {}
+    for system, names in models.items():
+        mine = own[own["model"].isin(names)]
+        if set(mine["model"]) == set(names):
+            scorer[system] = min(mine["scorer"].unique(), key=lambda n: list(SCORERS).index(n))
+    stats, comps = [], []
+    cell = own["suite"] + ":" + own["phenomenon"] + ":" + own["variant"]
+    for task in sorted(cell.unique()):
+        rows = own[cell == task]
+        per: dict[str, np.ndarray] = {}
+        for system, sc in scorer.items():
+            d = rows[rows["model"].isin(models[system]) & (rows["scorer"] == sc)]
+            per[system] = d.pivot_table(index="id", columns="model", values="correct").reindex(columns=models[system])
+        common = sorted(set.intersection(*(set(p.dropna().index) for p in per.values()))) if per else []
+        if not common:
+            continue
+        arrays = {}
+        for system, p in per.items():
+            correct = p.loc[common].to_numpy(np.float64).T                          # (S, N)
+            arrays[system] = np.concatenate([correct[..., None], np.zeros(correct.shape + (3,))], axis=-1)
+            stats.append(_row("pairs_accuracy", f"pairs:{task}", system, -1,
+                              multi_bootstrap(arrays[system], "accuracy", **kw),
+                              multi_bootstrap(arrays[system], "accuracy", resample_seeds=False, **kw),
+                              "multi-bootstrap"))
+        for a, b in combinations(sorted(arrays), 2):
+            comps.append(_cmp_row("pairs_accuracy", f"pairs:{task}", a, b,
+                                  compare(arrays[a], arrays[b], "accuracy", **kw), "multi-bootstrap"))
+    return stats, comps
+
+
 def _per_model(df: pd.DataFrame | None, value: str) -> dict[str, float]:
     return {} if df is None else dict(zip(df["model"], df[value]))
 
@@ -355,6 +398,10 @@ def zoo_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot: 
     items = load_table(run_dir, "probe_items")
     if items is not None and len(items):
         s, c = probing_statistics(items, systems, n_boot, seed)
+        stats, comps = stats + s, comps + c
+    pair_items = load_table(run_dir, "minimal_pair_items")
+    if pair_items is not None and len(pair_items) and "phenomenon" in pair_items:
+        s, c = pairs_statistics(pair_items, systems, n_boot, seed)
         stats, comps = stats + s, comps + c
     s, c = seed_statistics(run_dir, systems, n_boot, seed)
     table = pd.DataFrame(comps + c, columns=COMPARED_COLUMNS)

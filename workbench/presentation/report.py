@@ -771,7 +771,7 @@ def _passport_clause(model: str, p: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------------- objectives
 MAX_CKA_FIGURES = 6   # pairs of systems drawn in the report (the app's picker shows every pair)
 STATISTIC_NAMES = {"best_layer_score": "best-layer score", "e_delta": "E_delta", "prunable_share": "prunable share",
-                   "finetuning_gain": "finetuning gain"}
+                   "finetuning_gain": "finetuning gain", "pairs_accuracy": "minimal-pair accuracy"}
 
 
 def _statistic_name(statistic: str) -> str:
@@ -832,6 +832,14 @@ def objectives_section(run_dir: Path) -> Section:
                          "two systems the other way)",
                          shown[["statistic", "task", "system_a", "system_b", "delta", "finding", "unadjusted",
                                 "p_holm", "family", "seeds", "contrast", "compute", "disagree", "interval"]]))
+    pairs = views.zoo_pairs_table(run_dir)
+    if pairs is not None:
+        s.tables.append(("Minimal pairs per phenomenon and system (accuracy by the system's own scorer; 95% "
+                         "multi-bootstrap interval over pretraining seeds x items; its floors per model are in the "
+                         "section 'Minimal pairs (behaviour)')",
+                         pairs.assign(value=[_ci(v, lo, hi) for v, lo, hi in
+                                             zip(pairs["value"], pairs["ci_low"], pairs["ci_high"])])
+                         .drop(columns=["ci_low", "ci_high", "item_ci_low", "item_ci_high"])))
     fvf = views.zoo_fvf_table(run_dir)
     if fvf is not None:
         s.tables.append(("Finetuning gain (finetuned minus frozen scalar mix), seeds-only interval", fvf))

@@ -930,6 +930,25 @@ def compute_text(flops_a: float, flops_b: float, ratio: float, differs: bool) ->
     return f"{flops_a:.2g} vs {flops_b:.2g} FLOPs" + (f" (x{ratio:.2f}: budgets differ)" if differs else "")
 
 
+def zoo_pairs_frame(stats: pd.DataFrame) -> pd.DataFrame | None:
+    """The zoo's minimal-pair accuracies (statistic "pairs_accuracy", workbench.analyses.zoo.pairs_statistics):
+    suite, phenomenon, variant, system, accuracy with its multi-bootstrap interval over seeds x items
+    (value, ci_low, ci_high), the items-only interval, n_seeds, n_items; None without such rows."""
+    df = stats[stats["statistic"] == "pairs_accuracy"]
+    if not len(df):
+        return None
+    parts = df["task"].str.split(":", expand=True)
+    out = df.assign(suite=parts[1], phenomenon=parts[2], variant=parts[3])
+    return out[["suite", "phenomenon", "variant", "system", "value", "ci_low", "ci_high", "item_ci_low",
+                "item_ci_high", "n_seeds", "n_items"]].reset_index(drop=True)
+
+
+def zoo_pairs_table(run_dir: str | Path) -> pd.DataFrame | None:
+    """`zoo_pairs_frame` of the run's `zoo_stats` table."""
+    df = _load(run_dir, "zoo_stats")
+    return None if df is None else zoo_pairs_frame(df)
+
+
 def zoo_comparisons_table(run_dir: str | Path) -> pd.DataFrame | None:
     """The run's `zoo_comparisons` (statistic, task, system_a, system_b, delta = A - B, ci_low, ci_high,
     p_a_gt_b, n_seed_pairs, flips, claim, interval, n_seeds, p_value, family, p_holm, claim_unadjusted,

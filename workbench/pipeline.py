@@ -2,7 +2,8 @@
 
 `run_pipeline("configs/demo.json")` runs tokenizer + pretraining of an encoder and a decoder ->
 import of all-MiniLM-L6-v2 when installed -> SST-2 finetuning -> edge probing -> head analysis ->
-importance and pruning -> finetuned vs frozen -> emergence -> minimal pairs -> report, into one run
+importance and pruning -> finetuned vs frozen -> emergence -> competence (each pretrained model's
+held-out LM loss beside a unigram and a bigram model's) -> minimal pairs -> report, into one run
 folder (docs/design.md, "Runs and the results store").
 
 Caching (the minGPT/spaCy habit of runs you can reproduce): every step has a key, the sha256 of its

@@ -38,8 +38,12 @@ def discrete_mi(a: np.ndarray, b: np.ndarray) -> float:
         raise ValueError(f"discrete_mi: need two non-empty (N,) arrays of equal length, got {a.shape} and {b.shape}")
     _, ai = np.unique(a, return_inverse=True)
     _, bi = np.unique(b, return_inverse=True)
-    joint = np.zeros((ai.max() + 1, bi.max() + 1))
-    np.add.at(joint, (ai, bi), 1.0)
+    return _coded_mi(ai, bi, int(bi.max()) + 1)
+
+
+def _coded_mi(ai: np.ndarray, bi: np.ndarray, nb: int) -> float:
+    """discrete_mi on codes 0..na-1 and 0..nb-1 (the bootstrap's fast path: no re-coding)."""
+    joint = np.bincount(ai * nb + bi, minlength=(int(ai.max()) + 1) * nb).reshape(-1, nb).astype(np.float64)
     joint /= joint.sum()
     pa, pb = joint.sum(1, keepdims=True), joint.sum(0, keepdims=True)
     nz = joint > 0
@@ -95,18 +99,20 @@ class KMeansMI:
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> "KMeansMI":
         X, y, groups = _check(X, y, groups, "KMeansMI.fit")
         k = min(self.n_clusters, len(np.unique(X, axis=0)))
-        km = MiniBatchKMeans(n_clusters=k, random_state=self.seed, n_init=3, batch_size=2048)
+        km = MiniBatchKMeans(n_clusters=k, random_state=self.seed, n_init=1, batch_size=2048)
         self.labels_ = km.fit_predict(X)
         self.mi_ = discrete_mi(self.labels_, y)
         self.entropy_ = entropy_bits(y)
-        self.ci_ = group_bootstrap(groups, lambda i: discrete_mi(self.labels_[i], y[i]), self.n_boot,
+        _, yi = np.unique(y, return_inverse=True)
+        nb = int(yi.max()) + 1
+        self.ci_ = group_bootstrap(groups, lambda i: _coded_mi(self.labels_[i], yi[i], nb), self.n_boot,
                                    self.level, self.seed)
         return self
 
 
 class ProbeMI:
     """The probe-based lower bound I(X; Y) >= H(Y) - CE(q) in bits (module docstring): a multinomial
-    logistic probe fitted on the groups of one random half, read on the rest (labels unseen in
+    logistic probe on standardised features, fitted on the groups of one random half, read on the rest (labels unseen in
     training are dropped from the test half and counted in `n_dropped_`). The bound falls below 0 where
     the probe overfits a layer that knows nothing of y. Fitted: `mi_`, `entropy_`,
     `ce_` (held-out cross-entropy, bits), `ci_` (bootstrap over test groups of H - CE)."""
@@ -128,8 +134,10 @@ class ProbeMI:
         labels, counts = np.unique(y[tr], return_counts=True)
         te = ~tr & np.isin(y, labels)
         self.n_dropped_ = int((~tr).sum() - te.sum())
-        probe = LogisticRegressionLBFGS(C=self.C, max_iter=self.max_iter).fit(X[tr], y[tr])
-        proba = probe.predict_proba(X[te])  # (N_te, V_train) in the order of probe.classes_ == labels
+        mu, sd = X[tr].mean(0), X[tr].std(0) + 1e-6  # standardised on the training half: C means the same
+        Z = (X - mu) / sd                               # at every layer, whatever the vectors' scale
+        probe = LogisticRegressionLBFGS(C=self.C, max_iter=self.max_iter).fit(Z[tr], y[tr])
+        proba = probe.predict_proba(Z[te])  # (N_te, V_train) in the order of probe.classes_ == labels
         code = np.searchsorted(labels, y[te])
         nll = -np.log2(np.clip(proba[np.arange(len(code)), code], 1e-12, None))  # (N_te,)
         prior = (counts + 1.0) / (counts.sum() + len(counts))  # add-one marginal from the training half

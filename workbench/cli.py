@@ -191,6 +191,15 @@ def _cross_heads(a: argparse.Namespace) -> None:
     print(f"cross-attention head tables: {sorted(tables)} in {a.out / 'tables'}")
 
 
+def _flow(a: argparse.Namespace) -> None:
+    from workbench.analyses.flow import flow_model, resolve_config
+
+    config = resolve_config(a.config, _overrides(a))
+    _check_checkpoint(a.model)
+    tables = flow_model(a.model, out_dir=a.out, config=config, lens_dir=a.lens_dir)
+    print(f"flow tables: {sorted(tables)} in {a.out / 'tables'}")
+
+
 def _pairs(a: argparse.Namespace) -> None:
     from workbench.analyses.minimal_pairs import resolve_config, score_pairs_model
 
@@ -423,6 +432,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder to write tables/ (minimal_pairs, minimal_pair_items) and the score cache into")
     _config_args(s, "minimal-pairs")
     s.set_defaults(fn=_pairs)
+
+    s = _command(sub, "flow", "information flow: token identity per layer (Voita et al.), logit and tuned lens, "
+                              "attribution methods and their faithfulness, each beside its floor (docs/flow.md)")
+    s.add_argument("model", type=Path, help=MODEL_HELP)
+    s.add_argument("--out", type=Path, default=Path("runs/flow"),
+                   help="folder to write tables/ (flow_mi, flow_lens, flow_attribution) and flow_run.json into")
+    s.add_argument("--lens-dir", type=Path, help="where the tuned lens' translators go (default: "
+                                                  "MODEL/tuned_lens/, beside the checkpoint)")
+    _config_args(s, "flow")
+    s.set_defaults(fn=_flow)
 
     s = _command(sub, "heads", "attention-head roles (positional, syntactic, rare-token, ...)")
     s.add_argument("model", type=Path, help=MODEL_HELP)

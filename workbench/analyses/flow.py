@@ -1,0 +1,364 @@
+"""How information moves through one checkpoint (issue 78, docs/flow.md): token identity and the token
+to predict per layer (Voita, Sennrich & Titov 2019), the logit and tuned lens (nostalgebraist 2020;
+Belrose et al. 2023), and the attribution of one prediction a sentence to its inputs with each method's
+faithfulness (Abnar & Zuidema 2020; Mohebbi et al. 2023; Sundararajan et al. 2017), each beside its
+floor: a random-initialisation model of the same architecture, a shuffled-token control, a random
+attribution.
+
+`flow_model(path, out_dir, config)` reads UD English-EWT sentences (the test split for the numbers, the
+dev split as the tuned lens' held-out training text), runs `probes.flow`, `probes.lens` and
+`probes.attribution`, and writes three tidy tables:
+
+- `flow_mi`: model, variant ("trained" | "random_init"), estimator ("kmeans" | "probe"), label ("input"
+  | "predict"), control ("none" | "shuffled"), layer, metric ("mi_bits" | "entropy_bits" |
+  "mi_fraction"), value, ci_low, ci_high (bootstrap over sentences; NaN for entropy and fraction), seed.
+- `flow_lens`: model, variant, lens ("logit" | "tuned"), layer, metric ("kl" | "top1_agree" |
+  "lm_loss"), value, ci_low, ci_high, seed.
+- `flow_attribution`: model, method ("rollout" | "flow" | "value_zeroing" | "input_x_gradient" |
+  "integrated_gradients" | "random"), metric ("spearman_loo" | "aopc" | "completeness_error"), value,
+  ci_low, ci_high, n_items, seed.
+
+What differs per family is in two dicts keyed by the model's kind, beside `probes.lens.LM_READOUT`:
+`PREDICTION_VIEW` (which positions predict which token, on what input) and `ATTRIBUTION_TARGET` (the one
+prediction per sentence whose inputs are attributed). Both are meant to move into plmodels' family
+registry.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+import torch
+
+import plmodels
+from plmodels.config import Config
+from plmodels.training.masking import MaskingConfig, mask_tokens, step_generator
+from probes.attribution import (EmbedTarget, aopc, attention_flow, deletion_curve, input_x_gradient,
+                                integrated_gradients, leave_one_out, rank_correlation, rollout, value_zeroing)
+from probes.flow import MI_ESTIMATORS, shuffled_control
+from probes.lens import TunedLens, lens_metrics, lm_readout, logit_lens
+from probes.stats import bootstrap_ci
+from workbench.analyses.probing import default_model_name
+from workbench.core.io import atomic_write_json
+from workbench.core.results import write_tables
+from workbench.data.tasks import ud_sentences
+
+MI_COLUMNS = ["model", "variant", "estimator", "label", "control", "layer", "metric", "value", "ci_low", "ci_high", "seed"]
+LENS_COLUMNS = ["model", "variant", "lens", "layer", "metric", "value", "ci_low", "ci_high", "seed"]
+ATTR_COLUMNS = ["model", "method", "metric", "value", "ci_low", "ci_high", "n_items", "seed"]
+ATTRIBUTION_METHODS = ("rollout", "flow", "value_zeroing", "input_x_gradient", "integrated_gradients")
+
+
+@dataclass(frozen=True)
+class FlowRunConfig(Config):
+    """One checkpoint's flow suite (defaults: what configs/flow.json would hold)."""
+
+    treebank: str = "ewt"  # UD English treebank of the sentences (test: the numbers; dev: the tuned lens)
+    n_sentences: int = 200  # test sentences for the MI curves, the lenses and the attributions
+    lens_train_sentences: int = 300  # dev sentences the tuned lens is trained on (held-out text)
+    max_tokens: int = 48  # sentences longer than this many subword tokens are skipped
+    attr_sentences: int = 200  # test sentences (the first ones) whose one prediction is attributed
+    n_tokens: int = 50  # the fixed token set: the most frequent labels among the items (Voita et al.)
+    n_clusters: int = 50  # k-means' K
+    estimators: tuple[str, ...] = ("kmeans", "probe")  # probes.flow.MI_ESTIMATORS
+    n_boot: int = 200  # bootstrap resamples over sentences
+    tuned_steps: int = 100  # Adam steps per layer of the tuned lens
+    tuned_batch: int = 256  # tokens per step
+    tuned_lr: float = 1e-3
+    ig_steps: int = 16  # Gauss-Legendre nodes of integrated gradients
+    deletion_k: int = 5  # deletion-curve steps (AOPC over 1..k, capped by the sentence's tokens)
+    random_draws: int = 5  # random attributions per sentence (the faithfulness floor)
+    batch_size: int = 32  # sentences per forward
+    seed: int = 0  # the MLM mask, the random-init model, k-means, bootstraps, controls
+
+    def __post_init__(self) -> None:
+        bad = [e for e in self.estimators if e not in MI_ESTIMATORS]
+        if bad or not self.estimators:
+            raise ValueError(f"FlowRunConfig.estimators: {bad or '[]'}; choose from {sorted(MI_ESTIMATORS)}")
+        for name in ("n_sentences", "attr_sentences", "lens_train_sentences", "n_tokens", "n_clusters", "n_boot", "tuned_steps",
+                     "tuned_batch", "ig_steps", "deletion_k", "random_draws", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"FlowRunConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_tokens < 4:
+            raise ValueError(f"FlowRunConfig.max_tokens must be >= 4, got {self.max_tokens}")
+
+
+def resolve_config(config=None, overrides: dict | None = None) -> FlowRunConfig:
+    """None -> the defaults; a dict; a JSON path; or a FlowRunConfig; `overrides` apply last."""
+    return FlowRunConfig.resolve(config, overrides)
+
+
+# ----------------------------------------------------------------------------------- per-family views
+def _mlm_view(model, tok, ids: torch.Tensor, real: torch.Tensor, gen: torch.Generator):
+    """MLM: the training masking (15%, 80/10/10); predict positions are the chosen ones, label = the original."""
+    masked, labels = mask_tokens(ids, mask_id=tok.mask_id, vocab_size=tok.vocab_size,
+                                 special_ids=set(tok.special_ids) | {tok.pad_id}, generator=gen, cfg=MaskingConfig())
+    pos = (labels >= 0) & real
+    return masked, pos, torch.where(pos, ids, 0)
+
+
+def _clm_view(model, tok, ids: torch.Tensor, real: torch.Tensor, gen: torch.Generator):
+    """CLM: every position whose next token is a real non-special token predicts it."""
+    nxt = torch.zeros_like(ids)
+    nxt[:, :-1] = ids[:, 1:]
+    ok = torch.zeros_like(real)
+    ok[:, :-1] = real[:, 1:] & ~torch.isin(ids[:, 1:], torch.tensor(sorted(tok.special_ids)))
+    return ids, ok & real, nxt
+
+
+# kind -> view(model, tok, ids (B, T), real (B, T) bool, generator) -> (input ids, predict positions (B, T)
+# bool, label (B, T) token to predict there)
+PREDICTION_VIEW: dict[str, Callable] = {"encoder": _mlm_view, "decoder": _clm_view}
+
+
+def _words(tok, ids: torch.Tensor) -> list[int]:
+    return [t for t in range(len(ids)) if int(ids[t]) not in tok.special_ids]
+
+
+def _mlm_target(tok, ids: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, int, int, np.ndarray]:
+    """MLM: one random non-special position is masked; F reads the original token there; every other
+    non-special token is attributed."""
+    cand = _words(tok, ids)
+    p = int(rng.choice(cand))
+    inp = ids.clone()
+    inp[p] = tok.mask_id
+    return inp, p, int(ids[p]), np.array([t for t in cand if t != p])
+
+
+def _clm_target(tok, ids: torch.Tensor, rng: np.random.Generator) -> tuple[torch.Tensor, int, int, np.ndarray]:
+    """CLM: F is log p(last token | the rest), read at the position before it; the non-special tokens up
+    to that position are attributed."""
+    p = len(ids) - 2
+    return ids, p, int(ids[-1]), np.array([t for t in _words(tok, ids) if t <= p])
+
+
+# kind -> target(tok, ids (T,), rng) -> (input ids (T,), read position, token whose log-prob is F,
+# the attributed positions)
+ATTRIBUTION_TARGET: dict[str, Callable] = {"encoder": _mlm_target, "decoder": _clm_target}
+
+
+def _family(table: dict, model, what: str):
+    kind = getattr(model, "kind", None)
+    if kind not in table:
+        raise ValueError(f"workbench flow: {what} is not defined for model kind {kind!r}; kinds: {sorted(table)}")
+    return table[kind]
+
+
+# ----------------------------------------------------------------------------------- data
+@dataclass
+class Batches:
+    """Padded test batches: ids, real (B, T) bool, predict inputs/positions/labels, sentence index."""
+    items: list[dict]
+
+
+def _sentences(cfg: FlowRunConfig, tok, split: str, n: int) -> list[list[int]]:
+    encs = tok.encode_words_batch([list(s.words) for s in ud_sentences(cfg.treebank, split)])
+    return [e.ids for e in encs if 4 <= len(e.ids) <= cfg.max_tokens][:n]
+
+
+def _batches(model, tok, sents: list[list[int]], cfg: FlowRunConfig) -> Batches:
+    view = _family(PREDICTION_VIEW, model, "the token to predict")
+    gen = step_generator(cfg.seed, 0, stream=78)
+    out = []
+    for i in range(0, len(sents), cfg.batch_size):
+        chunk = sents[i: i + cfg.batch_size]
+        T = max(map(len, chunk))
+        ids = torch.full((len(chunk), T), tok.pad_id if tok.pad_id is not None else 0, dtype=torch.long)
+        real = torch.zeros((len(chunk), T), dtype=torch.bool)
+        for b, s in enumerate(chunk):
+            ids[b, : len(s)], real[b, : len(s)] = torch.tensor(s), True
+        inp, pos, lab = view(model, tok, ids, real, gen)
+        out.append({"ids": ids, "real": real, "pred_in": inp, "pred_pos": pos, "pred_label": lab,
+                    "sent": torch.arange(i, i + len(chunk))[:, None].expand(-1, T)})
+    return Batches(out)
+
+
+@torch.no_grad()
+def _collect(model, data: Batches, special: torch.Tensor) -> dict[str, dict[str, np.ndarray | torch.Tensor]]:
+    """{"input": {...}, "predict": {...}}, each with H (L+1, N, D) float32 tensor, label (N,), group (N,)."""
+    got: dict[str, dict[str, list]] = {k: {"H": [], "label": [], "group": []} for k in ("input", "predict")}
+    for b in data.items:
+        runs = (("input", b["ids"], b["real"] & ~torch.isin(b["ids"], special), b["ids"]),
+                ("predict", b["pred_in"], b["pred_pos"], b["pred_label"]))
+        for name, inp, sel, lab in runs:
+            hs = model(inp, attention_mask=b["real"].long(), output_hidden_states=True).hidden_states
+            got[name]["H"].append(torch.stack([h[sel] for h in hs]).float())
+            got[name]["label"].append(lab[sel].numpy())
+            got[name]["group"].append(b["sent"][sel].numpy())
+    return {k: {"H": torch.cat(v["H"], 1), "label": np.concatenate(v["label"]), "group": np.concatenate(v["group"])}
+            for k, v in got.items()}
+
+
+# ----------------------------------------------------------------------------------- part 1: MI
+def mi_rows(model_name: str, variant: str, reps: dict, cfg: FlowRunConfig) -> list[tuple]:
+    rows = []
+    for label, r in reps.items():
+        y = r["label"]
+        values, counts = np.unique(y, return_counts=True)
+        keep = np.isin(y, values[np.argsort(-counts, kind="stable")[: cfg.n_tokens]])
+        y, groups = y[keep], r["group"][keep]
+        for l in range(r["H"].shape[0]):
+            X = r["H"][l][torch.as_tensor(keep)].numpy()
+            for name in cfg.estimators:
+                make = lambda: MI_ESTIMATORS[name](**_estimator_kw(name, cfg))
+                for control, est in (("none", make().fit(X, y, groups)),
+                                     ("shuffled", shuffled_control(make(), X, y, groups, seed=cfg.seed + l))):
+                    rows += [(model_name, variant, name, label, control, l, "mi_bits", est.mi_, *est.ci_, cfg.seed),
+                             (model_name, variant, name, label, control, l, "entropy_bits", est.entropy_,
+                              np.nan, np.nan, cfg.seed),
+                             (model_name, variant, name, label, control, l, "mi_fraction", est.mi_ / est.entropy_,
+                              est.ci_[0] / est.entropy_, est.ci_[1] / est.entropy_, cfg.seed)]
+    return rows
+
+
+# estimator -> its settings from the run config (beside n_boot and seed, which all take)
+ESTIMATOR_KW: dict[str, Callable[[FlowRunConfig], dict]] = {
+    "kmeans": lambda cfg: {"n_clusters": cfg.n_clusters},
+    "probe": lambda cfg: {},
+}
+
+
+def _estimator_kw(name: str, cfg: FlowRunConfig) -> dict:
+    return {"n_boot": cfg.n_boot, "seed": cfg.seed, **ESTIMATOR_KW[name](cfg)}
+
+
+# ----------------------------------------------------------------------------------- part 2: lenses
+def _per_sentence(values: torch.Tensor, groups: np.ndarray, cfg: FlowRunConfig) -> tuple[float, float, float]:
+    """Mean over items with a bootstrap interval over sentences (per-sentence means resampled)."""
+    df = pd.DataFrame({"g": groups, "v": values.double().numpy()}).groupby("g")["v"].agg(["sum", "count"])
+    stat = lambda a: a[:, 0].sum() / a[:, 1].sum()
+    return bootstrap_ci(df.to_numpy(), stat, n_boot=cfg.n_boot, seed=cfg.seed)
+
+
+def lens_rows(model_name: str, variant: str, readout, reps: dict, lens: TunedLens | None,
+              cfg: FlowRunConfig) -> list[tuple]:
+    r = reps["predict"]
+    H, targets = r["H"], torch.as_tensor(r["label"])
+    with torch.no_grad():
+        final = readout(H[-1])
+        lenses = {"logit": logit_lens(readout, H)}
+        if lens is not None:
+            lenses["tuned"] = lens.transform(H)
+    rows = []
+    for name, logits in lenses.items():
+        for l in range(H.shape[0]):
+            for metric, vals in lens_metrics(logits[l], final, targets).items():
+                rows.append((model_name, variant, name, l, metric, *_per_sentence(vals, r["group"], cfg), cfg.seed))
+    return rows
+
+
+def train_tuned_lens(model, readout, tok, cfg: FlowRunConfig) -> TunedLens:
+    sents = _sentences(cfg, tok, "dev", cfg.lens_train_sentences)
+    reps = _collect(model, _batches(model, tok, sents, cfg), torch.tensor(sorted(tok.special_ids)))
+    lens = TunedLens(readout=readout, n_steps=cfg.tuned_steps, lr=cfg.tuned_lr, batch_size=cfg.tuned_batch,
+                     seed=cfg.seed)
+    return lens.fit(reps["predict"]["H"])
+
+
+# ----------------------------------------------------------------------------------- part 3: attribution
+def _attributions(model, readout, tok, ids: torch.Tensor, rng: np.random.Generator, cfg: FlowRunConfig) -> dict:
+    """{method: (scores (P,), ...)} for one sentence, plus the LOO effects and the scored positions."""
+    inp, p, token, pos = _family(ATTRIBUTION_TARGET, model, "the attributed prediction")(tok, ids, rng)
+
+    def score(batch: torch.Tensor) -> torch.Tensor:
+        h = model(batch, output_hidden_states=True).hidden_states[-1][:, p]
+        return torch.log_softmax(readout(h).double(), -1)[:, token]
+
+    target = EmbedTarget(model, score, inp, tok.pad_id if tok.pad_id is not None else 0)
+    with torch.no_grad():
+        out = model(inp[None], output_attentions=True, output_hidden_states=True)
+        attn = torch.stack([a[0].nanmean(0) for a in out.attentions]).double().numpy()  # (L, T, T)
+        run = lambda b: model(b, output_hidden_states=True).hidden_states
+        mix = value_zeroing(model, run, inp)
+    ig, err = integrated_gradients(target, target.x, target.baseline, n_steps=cfg.ig_steps)
+    scores = {"rollout": rollout(attn)[p], "flow": attention_flow(attn, p), "value_zeroing": rollout(mix, 0.0)[p],
+              "input_x_gradient": input_x_gradient(target, target.x), "integrated_gradients": ig}
+    return {"target": target, "pos": pos, "scores": {k: v[pos] for k, v in scores.items()}, "ig_error": err}
+
+
+def attribution_rows(model_name: str, model, readout, tok, sents: list[list[int]], cfg: FlowRunConfig) -> list[tuple]:
+    rng = np.random.default_rng(cfg.seed)
+    per: dict[str, dict[str, list[float]]] = {m: {"spearman_loo": [], "aopc": []} for m in (*ATTRIBUTION_METHODS, "random")}
+    errors = []
+    for s in sents:
+        ids = torch.tensor(s)
+        a = _attributions(model, readout, tok, ids, rng, cfg)
+        pos, f = a["pos"], a["target"]
+        if len(pos) < 3:
+            continue
+        loo = leave_one_out(f, f.x, f.baseline, pos)
+        k = min(cfg.deletion_k, len(pos))
+        draws = [rng.random(len(pos)) for _ in range(cfg.random_draws)]
+        for m, sc in a["scores"].items():
+            per[m]["spearman_loo"].append(rank_correlation(sc, loo))
+            per[m]["aopc"].append(aopc(deletion_curve(f, f.x, f.baseline, pos, sc, k)))
+        per["random"]["spearman_loo"].append(float(np.nanmean([rank_correlation(d, loo) for d in draws])))
+        per["random"]["aopc"].append(float(np.mean([aopc(deletion_curve(f, f.x, f.baseline, pos, d, k)) for d in draws])))
+        errors.append(a["ig_error"])
+    rows = []
+    for m, metrics in per.items():
+        for metric, vals in metrics.items():
+            v = np.asarray(vals, dtype=float)
+            v = v[np.isfinite(v)]
+            rows.append((model_name, m, metric, *bootstrap_ci(v, n_boot=cfg.n_boot, seed=cfg.seed), len(v), cfg.seed))
+    e = np.asarray(errors)
+    rows.append((model_name, "integrated_gradients", "completeness_error",
+                 *bootstrap_ci(e, n_boot=cfg.n_boot, seed=cfg.seed), len(e), cfg.seed))
+    return rows
+
+
+# ----------------------------------------------------------------------------------- the run
+def random_init_like(model, seed: int):
+    """The same architecture with fresh weights (the floor of every number here)."""
+    torch.manual_seed(seed)
+    return type(model)(model.config).eval()
+
+
+def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
+               config: FlowRunConfig | Mapping | None = None, model_name: str | None = None,
+               lens_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
+    """The flow suite of one checkpoint -> {"flow_mi", "flow_lens", "flow_attribution"}; with out_dir the
+    tables are upserted into out_dir/tables and the config and timings go to out_dir/flow_run.json. The
+    tuned lens is saved in lens_dir (None: `<checkpoint>/tuned_lens/`)."""
+    cfg = resolve_config(config)
+    model, tok = plmodels.load(model_path)
+    if tok is None:
+        raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; workbench flow needs one")
+    _family(PREDICTION_VIEW, model, "the token to predict")
+    readout = lm_readout(model)
+    model.eval()
+    model_name = model_name or default_model_name(model_path)
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    sents = _sentences(cfg, tok, "test", cfg.n_sentences)
+    special = torch.tensor(sorted(tok.special_ids))
+    data = _batches(model, tok, sents, cfg)
+    reps = _collect(model, data, special)
+    floor = random_init_like(model, cfg.seed)
+    floor_reps = _collect(floor, data, special)
+    seconds["forward"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    mi = mi_rows(model_name, "trained", reps, cfg) + mi_rows(model_name, "random_init", floor_reps, cfg)
+    seconds["mi"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    lens = train_tuned_lens(model, readout, tok, cfg)
+    lens_path = lens.save(Path(model_path) / "tuned_lens" if lens_dir is None else Path(lens_dir))
+    lens_tab = lens_rows(model_name, "trained", readout, reps, lens, cfg) + \
+        lens_rows(model_name, "random_init", lm_readout(floor), floor_reps, None, cfg)
+    seconds["lens"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    attr = attribution_rows(model_name, model, readout, tok, sents[: cfg.attr_sentences], cfg)
+    seconds["attribution"] = time.perf_counter() - t0
+    tables = {"flow_mi": pd.DataFrame(mi, columns=MI_COLUMNS), "flow_lens": pd.DataFrame(lens_tab, columns=LENS_COLUMNS),
+              "flow_attribution": pd.DataFrame(attr, columns=ATTR_COLUMNS)}
+    if out_dir is not None:
+        write_tables(out_dir, tables)
+        atomic_write_json(Path(out_dir) / "flow_run.json", {
+            "model": model_name, "model_path": str(model_path), "checkpoint_hash": plmodels.checkpoint_hash(model_path),
+            "config": cfg.to_dict(), "n_sentences": len(sents), "tuned_lens": str(lens_path),
+            "seconds": {k: round(v, 1) for k, v in seconds.items()}})
+    return tables

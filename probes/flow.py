@@ -11,8 +11,9 @@ the defaults and how they differ from the paper's),
 
 read beside H(Y), its ceiling (a layer that copies the token reaches it once the clusters separate the
 tokens). `KMeansMI` is that estimator, shaped like a scikit-learn estimator: `fit(X, y, groups)` fits
-the quantiser and `mi_` / `entropy_` / `ci_` (a percentile bootstrap over groups, e.g. sentences, of
-the plug-in MI with the clusters held fixed) are the fitted state.
+the quantiser and `mi_` / `entropy_` / `ci_` are the fitted state; `ci_` is a percentile bootstrap over
+groups (e.g. sentences) of the plug-in MI with the clusters held fixed, moved by the bootstrap's
+estimate of the resampling bias.
 
 The probe-based estimate beside it (`ProbeMI`, Pimentel et al. 2020's variational view): a linear
 probe q(y | x) trained on one half of the groups and read on the other gives the lower bound
@@ -58,9 +59,12 @@ def entropy_bits(y: np.ndarray) -> float:
 
 
 def group_bootstrap(groups: np.ndarray, statistic: Callable[[np.ndarray], float], n_boot: int = 200,
-                    level: float = 0.95, seed: int = 0) -> tuple[float, float]:
+                    level: float = 0.95, seed: int = 0, point: float | None = None) -> tuple[float, float]:
     """Percentile interval of `statistic(rows)` when whole groups (N,) are resampled with replacement;
-    `statistic` takes the (M,) row indices of one resample."""
+    `statistic` takes the (M,) row indices of one resample. With `point` (the statistic on all rows) the
+    interval is moved by point - mean(resamples): the plug-in MI of a resample is inflated by its
+    duplicated items, so the raw percentiles sit above the estimate (a shuffled control read
+    0.94 [1.21, 1.43] bits on the demo decoder)."""
     groups = np.asarray(groups)
     uniq, inv = np.unique(groups, return_inverse=True)
     members = np.split(np.argsort(inv, kind="stable"), np.cumsum(np.bincount(inv))[:-1])
@@ -68,7 +72,8 @@ def group_bootstrap(groups: np.ndarray, statistic: Callable[[np.ndarray], float]
     vals = [statistic(np.concatenate([members[g] for g in rng.integers(0, len(uniq), len(uniq))]))
             for _ in range(n_boot)]
     lo, hi = np.quantile(vals, [0.5 - level / 2, 0.5 + level / 2])
-    return float(lo), float(hi)
+    shift = 0.0 if point is None else point - float(np.mean(vals))
+    return float(lo + shift), float(hi + shift)
 
 
 def _check(X: np.ndarray, y: np.ndarray, groups: np.ndarray | None, where: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -106,7 +111,7 @@ class KMeansMI:
         _, yi = np.unique(y, return_inverse=True)
         nb = int(yi.max()) + 1
         self.ci_ = group_bootstrap(groups, lambda i: _coded_mi(self.labels_[i], yi[i], nb), self.n_boot,
-                                   self.level, self.seed)
+                                   self.level, self.seed, point=self.mi_)
         return self
 
 

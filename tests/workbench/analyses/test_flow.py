@@ -7,7 +7,7 @@ import torch
 
 import plmodels
 from plmodels.checkpoint import build_model
-from plmodels.presets import preset
+from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from workbench.analyses.flow import ATTR_COLUMNS, LENS_COLUMNS, MI_COLUMNS, FlowRunConfig, flow_model
 from workbench.core.paths import data_root

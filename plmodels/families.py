@@ -220,6 +220,12 @@ def _per_layer(model: nn.Module) -> list[int]:
 
 
 # --------------------------------------------------------------------------- the registry
+def _final_norm(model: nn.Module, h: Tensor) -> Tensor:
+    """A pre-LN model's final LayerNorm (post-LN models have none: their blocks end normalised)."""
+    norm = getattr(model, "final_norm", None)
+    return h if norm is None else norm(h)
+
+
 @dataclass(frozen=True)
 class Family:
     """What differs per model family (module docstring); one record per checkpoint kind."""
@@ -244,6 +250,9 @@ class Family:
     sentence_features: Callable[[nn.Module, Any, Tensor], Tensor]  # (model, out, attention_mask) -> (B, D)
     summary_token: Literal["first", "last"]  # the token whose hidden state stands for a sequence ([CLS] / last real)
     heads_per_layer: Callable[[nn.Module], list[int]] = _per_layer  # rows of the head grid
+    # a residual vector h (..., D) of any layer -> LM logits (..., V), as the last layer is read (the
+    # logit and tuned lens, probes/lens.py); None: the family has no single head to read through
+    residual_logits: Callable[[nn.Module, Tensor], Tensor] | None = None
 
 
 FAMILIES: dict[str, Family] = {f.kind: f for f in (
@@ -251,12 +260,14 @@ FAMILIES: dict[str, Family] = {f.kind: f for f in (
            "mlm", encoder_preset, "wordpiece", segments=True, head_mask=True, cross_attention=False,
            lm_inputs="masked", lm_metric="mlm_loss", lm_name="masked-LM loss", lm_stat=masked_lm_stat,
            lm_logits=_masked_eval_logits, forward_batch=segment_forward, analysis_kwargs={},
-           sentence_features=lambda m, out, mask: pooled_features(out, mask), summary_token="first"),
+           sentence_features=lambda m, out, mask: pooled_features(out, mask), summary_token="first",
+           residual_logits=lambda m, h: m.mlm_logits(_final_norm(m, h))),
     Family("decoder", Decoder, DecoderConfig, "GPT-2 (Radford et al. 2019)",
            "clm", decoder_preset, "bpe", segments=False, head_mask=True, cross_attention=False,
            lm_inputs="causal", lm_metric="perplexity", lm_name="perplexity", lm_stat=causal_lm_stat,
            lm_logits=_causal_eval_logits, forward_batch=plain_forward, analysis_kwargs={"return_logits": False},
-           sentence_features=lambda m, out, mask: last_token_features(out, mask), summary_token="last"),
+           sentence_features=lambda m, out, mask: last_token_features(out, mask), summary_token="last",
+           residual_logits=lambda m, h: m.lm_logits(_final_norm(m, h))),
     Family("bilm", ElmoBiLM, ElmoConfig, "ELMo (Peters et al. 2018)",
            "bilm", bilm_preset, "wordpiece", segments=False, head_mask=False, cross_attention=False,
            lm_inputs="bidirectional", lm_metric="bilm_loss",

@@ -15,8 +15,8 @@ translator is the identity. `TunedLens` is shaped like a scikit-learn estimator 
 Per-layer metrics (`lens_metrics`): KL(p_final || p_l) in nats, top-1 agreement with the final
 distribution, and the LM loss (cross-entropy, nats) of the targets read through the lens.
 
-How a family's head reads a vector is the one per-family fact this module needs: `LM_READOUT`, a dict
-keyed by the model's kind (to move into plmodels' family registry).
+How a family's head reads a vector is the one per-family fact this module needs: the family record's
+`residual_logits` (plmodels/families.py; encoder and decoder today).
 """
 from __future__ import annotations
 
@@ -28,31 +28,19 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from plmodels.families import FAMILIES, family_of
 from plmodels.files import save_safetensors, write_json_atomic
 
 
-def _final_norm(model, h: torch.Tensor) -> torch.Tensor:
-    """A pre-LN model's final LayerNorm (post-LN models have none: their blocks end normalised)."""
-    norm = getattr(model, "final_norm", None)
-    return h if norm is None else norm(h)
-
-
-# kind -> readout(model, h (..., D)) -> logits (..., V): what the family applies to its last layer's
-# residual vector to predict tokens. Encoders read through the MLM head (the original token at each
-# position), decoders through the next-token head.
-LM_READOUT: dict[str, Callable[[torch.nn.Module, torch.Tensor], torch.Tensor]] = {
-    "encoder": lambda model, h: model.mlm_logits(_final_norm(model, h)),
-    "decoder": lambda model, h: model.lm_logits(_final_norm(model, h)),
-}
-
-
 def lm_readout(model) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The readout h (..., D) -> logits (..., V) of `model`; a kind without an LM head here is a
-    ValueError naming the kinds that have one."""
-    kind = getattr(model, "kind", None)
-    if kind not in LM_READOUT:
-        raise ValueError(f"lens: model kind {kind!r} has no LM readout here; kinds with one: {sorted(LM_READOUT)}")
-    fn = LM_READOUT[kind]
+    """The readout h (..., D) -> logits (..., V) of `model`: its family's `residual_logits`
+    (plmodels/families.py: a pre-LN model's final LayerNorm, then its LM head); a family without one is
+    a ValueError naming the kinds that have one."""
+    fam = family_of(model)
+    if fam.residual_logits is None:
+        have = sorted(k for k, f in FAMILIES.items() if f.residual_logits is not None)
+        raise ValueError(f"lens: model kind {fam.kind!r} has no LM readout here; kinds with one: {have}")
+    fn = fam.residual_logits
     return lambda h: fn(model, h)
 
 

@@ -18,10 +18,10 @@ dev split as the tuned lens' held-out training text), runs `probes.flow`, `probe
   "integrated_gradients" | "random"), metric ("spearman_loo" | "aopc" | "completeness_error"), value,
   ci_low, ci_high, n_items, seed.
 
-What differs per family is in two dicts keyed by the model's kind, beside `probes.lens.LM_READOUT`:
-`PREDICTION_VIEW` (which positions predict which token, on what input) and `ATTRIBUTION_TARGET` (the one
-prediction per sentence whose inputs are attributed). Both are meant to move into plmodels' family
-registry.
+What differs per family is read off its LM batch form (`Family.lm_inputs`, plmodels/families.py)
+in two tables beside the family's lens readout (`Family.residual_logits`): `PREDICTION_VIEW` (which
+positions predict which token, on what input) and `ATTRIBUTION_TARGET` (the one prediction per sentence
+whose inputs are attributed), "masked" (an MLM encoder) and "causal" (a decoder) today.
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ import torch
 
 import plmodels
 from plmodels.config import Config
+from plmodels.families import FAMILIES, family_of
 from plmodels.training.masking import MaskingConfig, mask_tokens, step_generator
 from probes.attribution import (EmbedTarget, aopc, attention_flow, deletion_curve, input_x_gradient,
                                 integrated_gradients, leave_one_out, rank_correlation, rollout, value_zeroing)
@@ -112,7 +113,7 @@ def _clm_view(model, tok, ids: torch.Tensor, real: torch.Tensor, gen: torch.Gene
 
 # kind -> view(model, tok, ids (B, T), real (B, T) bool, generator) -> (input ids, predict positions (B, T)
 # bool, label (B, T) token to predict there)
-PREDICTION_VIEW: dict[str, Callable] = {"encoder": _mlm_view, "decoder": _clm_view}
+PREDICTION_VIEW: dict[str, Callable] = {"masked": _mlm_view, "causal": _clm_view}  # Family.lm_inputs ->
 
 
 def _words(tok, ids: torch.Tensor) -> list[int]:
@@ -138,14 +139,16 @@ def _clm_target(tok, ids: torch.Tensor, rng: np.random.Generator) -> tuple[torch
 
 # kind -> target(tok, ids (T,), rng) -> (input ids (T,), read position, token whose log-prob is F,
 # the attributed positions)
-ATTRIBUTION_TARGET: dict[str, Callable] = {"encoder": _mlm_target, "decoder": _clm_target}
+ATTRIBUTION_TARGET: dict[str, Callable] = {"masked": _mlm_target, "causal": _clm_target}  # Family.lm_inputs ->
 
 
 def _family(table: dict, model, what: str):
-    kind = getattr(model, "kind", None)
-    if kind not in table:
-        raise ValueError(f"workbench flow: {what} is not defined for model kind {kind!r}; kinds: {sorted(table)}")
-    return table[kind]
+    """table's entry for the model's LM batch form; a family without one is one line naming the kinds that have one."""
+    fam = family_of(model)
+    if fam.lm_inputs not in table:
+        have = sorted(k for k, f in FAMILIES.items() if f.lm_inputs in table)
+        raise ValueError(f"workbench flow: {what} is not defined for model kind {fam.kind!r}; kinds: {have}")
+    return table[fam.lm_inputs]
 
 
 # ----------------------------------------------------------------------------------- data

@@ -7,10 +7,12 @@
    outside `plmodels.training` imports training (a model file must load without the trainer);
 4. imports of the product's own modules sit at module top, so the graph above is the whole graph
    (the one exception, workbench/cli.py, imports its subcommand's library lazily: `workbench --help`
-   takes 0.09 s that way and 3.5 s with every analysis imported, measured on a 2-core EPYC).
+   takes 0.09 s that way and 3.5 s with every analysis imported, measured on a 2-core EPYC);
+5. no test module (`test_*.py`) and no `conftest.py` is imported by another file of tests/ or
+   research/tests: shared helpers live in helper modules, so a test module runs or is deselected alone.
 
-The checker is a plain function, so the last tests plant an upward import and a cycle in a copy of
-the tree and check that it reports them.
+The checkers are plain functions, so the tests after them plant an upward import, a cycle and an
+imported test module in a copy of the tree and check that they are reported.
 """
 from __future__ import annotations
 
@@ -197,3 +199,48 @@ def test_the_checker_reports_a_cycle_and_a_lazy_import(tree):
     assert any(p.startswith("import cycle:") and "workbench.analyses.probing" in p
                and "workbench.analyses.prune" in p for p in found), found
     assert any("workbench/analyses/compare.py" in p and "inside a function" in p for p in found)
+
+
+# ------------------------------------------------------------------------------- the tests' own imports
+TEST_ROOTS = ("tests", "research/tests")
+
+
+def imports_of_test_modules(root: Path) -> list[str]:
+    """Imports of a test module (`test_*.py`) or a `conftest.py` by any file under TEST_ROOTS, one phrase
+    each: helpers shared by tests live in helper modules (tests/plmodels/toy_runs.py, ...), so that
+    running or deselecting one test module never depends on another."""
+    out = []
+    for top in TEST_ROOTS:
+        for path in sorted((root / top).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            module, is_package = module_name(root, path), path.name == "__init__.py"
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom):
+                    base = _resolve(node, module, is_package)
+                    names = [base] + [f"{base}.{a.name}" for a in node.names]
+                else:
+                    continue
+                for name in names:
+                    last = name.rsplit(".", 1)[-1]
+                    target = root / Path(*name.split("."))
+                    if (last.startswith("test_") or last == "conftest") and target.with_suffix(".py").is_file():
+                        out.append(f"{path.relative_to(root)}:{node.lineno}: imports the test module {name}")
+    return out
+
+
+def test_no_test_module_imports_another_or_a_conftest():
+    assert imports_of_test_modules(ROOT) == []
+
+
+def test_the_checker_reports_a_test_module_imported_by_another(tmp_path):
+    for top in TEST_ROOTS:
+        shutil.copytree(ROOT / top, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__"))
+    _append(tmp_path / "tests" / "probes" / "test_l0.py", "from tests.probes.test_importance import CRUCIAL")
+    _append(tmp_path / "tests" / "plmodels" / "test_hooks.py", "from .conftest import encoder")
+    _append(tmp_path / "tests" / "workbench" / "test_cli.py", "from tests.plmodels import test_train")
+    found = imports_of_test_modules(tmp_path)
+    assert [p.split(": ", 1)[1] for p in found] == [
+        "imports the test module tests.plmodels.conftest", "imports the test module tests.probes.test_importance",
+        "imports the test module tests.plmodels.test_train"], found

@@ -1,5 +1,4 @@
 """The research tests run on one thread, like the workbench's (tiny problems are overhead-bound)."""
-import importlib
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,3 @@ def _one_thread_here():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-def load_script(name: str):
-    """The module research/scripts/<name>.py."""
-    return importlib.import_module(f"research.scripts.{name}")

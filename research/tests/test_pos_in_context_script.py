@@ -10,7 +10,7 @@ from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 from workbench.store import extract
 
-from .conftest import load_script
+from .scripts import load_script
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from plmodels.tokenizer import Tokenizer
 from research.ablate import AblationEval, heldout_c, pos_by_layer, pos_vectors, probe_layers
 from workbench.data.tasks import ud_sentences
 
-from .conftest import load_script
+from .scripts import load_script
 
 
 def _tiny_saved_encoder(tmp_path, seed):

@@ -6,7 +6,7 @@ import pytest
 
 from plmodels.recipes import RECIPES
 
-from .conftest import load_script
+from .scripts import load_script
 
 
 @pytest.fixture(scope="module")

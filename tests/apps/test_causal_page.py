@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.apps.fixtures import app_page
-from tests.workbench.presentation.test_causal_faces import causal_run
+from tests.workbench.presentation.causal_run import causal_run
 from workbench.core.paths import data_root
 from workbench.core.results import write_table
 

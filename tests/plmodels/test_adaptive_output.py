@@ -11,7 +11,7 @@ from plmodels.tokenizer import Tokenizer
 from plmodels.training.data import Batch
 from plmodels.training.loss import lm_loss
 
-from .conftest import TINY, batch, tiny_decoder
+from .tiny import TINY, batch, tiny_decoder
 
 ADAPTIVE = dict(output="adaptive", tie_embeddings=False, adaptive_cutoffs=(10, 30), position="rope")
 

@@ -23,7 +23,7 @@ from plmodels import Encoder, EncoderConfig, load, save
 from plmodels.encoder import SHARED_PARTS
 from plmodels.hf_export import export_hf, hf_layout
 
-from .conftest import TINY, batch
+from .tiny import TINY, batch
 
 L = 3  # three layers: a bug that ties only blocks 0 and 1 shows
 MODES = pytest.mark.parametrize("share", ["all", "attention", "ffn"])

@@ -10,7 +10,7 @@ from torch.testing import assert_close
 from plmodels import checkpoint_hash, load, save
 from plmodels.tokenizer import Tokenizer
 
-from .conftest import batch, tiny_decoder, tiny_encoder
+from .tiny import batch, tiny_decoder, tiny_encoder
 
 
 @pytest.fixture(scope="module")

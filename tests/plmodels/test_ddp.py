@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from plmodels.training import pretrain
-from tests.plmodels.test_train import _cfg, _corpus
+from tests.plmodels.toy_runs import toy_config, toy_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = """
@@ -35,11 +35,11 @@ def _free_port():
 
 @pytest.mark.slow
 def test_two_process_replicas_stay_identical_and_match_one_process(tmp_path):
-    data = (_corpus(tmp_path / "train.txt", 3000, 0), _corpus(tmp_path / "valid.txt", 200, 1))
-    pretrain(_cfg(data, "decoder", vocab_size=300, max_steps=1), tmp_path / "tok")
+    data = (toy_corpus(tmp_path / "train.txt", 3000, 0), toy_corpus(tmp_path / "valid.txt", 200, 1))
+    pretrain(toy_config(data, "decoder", vocab_size=300, max_steps=1), tmp_path / "tok")
     common = dict(vocab_size=300, max_steps=6, tokenizer_path=str(tmp_path / "tok" / "tokenizer"),
                   model={"dropout": 0.0}, ckpt_log_spaced=False)
-    ddp_cfg = _cfg(data, "decoder", **common).to_dict()
+    ddp_cfg = toy_config(data, "decoder", **common).to_dict()
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
            "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, json.dumps(ddp_cfg), str(tmp_path / "ddp"),
@@ -55,7 +55,7 @@ def test_two_process_replicas_stay_identical_and_match_one_process(tmp_path):
     diverged = [k for k in r0 if not torch.equal(r0[k], r1[k])]
     assert not diverged, f"replicas are not bit-identical in {diverged}"
     # One process with 2 accumulated micro-batches sees the same rows (rank r <-> micro-batch r).
-    single = pretrain(_cfg(data, "decoder", grad_accum=2, **common), tmp_path / "single")
+    single = pretrain(toy_config(data, "decoder", grad_accum=2, **common), tmp_path / "single")
     w1, w2 = load_file(str(single / "model.safetensors")), load_file(str(tmp_path / "ddp" / "final" / "model.safetensors"))
     assert w1.keys() == w2.keys() and set(w2) <= set(r0)
     # "match": the docs state no tolerance, and summing the two halves in another order (all-reduce vs
@@ -70,15 +70,15 @@ def test_two_process_replicas_stay_identical_and_match_one_process(tmp_path):
 def test_electra_under_two_processes_matches_one_process(tmp_path):
     # the objectives (objectives.py) run under torchrun too: ELECTRA's generator samples are drawn
     # from the (step, micro-batch x rank) stream, so rank r draws what micro-batch r of one process draws
-    from tests.plmodels.test_train import _fixed_wordpiece
+    from tests.plmodels.toy_runs import fixed_wordpiece
 
-    data = (_corpus(tmp_path / "train.txt", 3000, 0), _corpus(tmp_path / "valid.txt", 200, 1))
-    tok = _fixed_wordpiece(data[0], tmp_path / "tok")
+    data = (toy_corpus(tmp_path / "train.txt", 3000, 0), toy_corpus(tmp_path / "valid.txt", 200, 1))
+    tok = fixed_wordpiece(data[0], tmp_path / "tok")
     common = dict(max_steps=4, tokenizer_path=str(tok), objective="electra", ckpt_log_spaced=False,
                   model={"dropout": 0.0, "embedding_size": 16}, masking={"mask_frac": 0.85, "random_frac": 0.0})
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()), "WORLD_SIZE": "2",
            "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cfg = json.dumps(_cfg(data, **common).to_dict())
+    cfg = json.dumps(toy_config(data, **common).to_dict())
     procs = [subprocess.Popen([sys.executable, "-c", WORKER, cfg, str(tmp_path / "ddp"), str(tmp_path / f"rank{r}.st")],
                               env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stderr=subprocess.PIPE, text=True)
              for r in range(2)]
@@ -86,7 +86,7 @@ def test_electra_under_two_processes_matches_one_process(tmp_path):
     assert [p.returncode for p in procs] == [0, 0], errs
     r0, r1 = (load_file(str(tmp_path / f"rank{r}.st")) for r in range(2))
     assert all(torch.equal(r0[k], r1[k]) for k in r0)
-    single = pretrain(_cfg(data, grad_accum=2, **common), tmp_path / "single")
+    single = pretrain(toy_config(data, grad_accum=2, **common), tmp_path / "single")
     for name in ("model.safetensors", "objective.safetensors"):  # the discriminator, and the generator
         w1, w2 = load_file(str(single / name)), load_file(str(tmp_path / "ddp" / "final" / name))
         assert w1.keys() == w2.keys()

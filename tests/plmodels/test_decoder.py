@@ -8,7 +8,7 @@ from plmodels import DecoderConfig
 from plmodels.components.attention import keep_mask
 from plmodels.components.positions import rope_cos_sin
 
-from .conftest import TINY, batch, tiny_decoder
+from .tiny import TINY, batch, tiny_decoder
 
 
 def test_gpt2_defaults(decoder):

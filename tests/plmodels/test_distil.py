@@ -22,7 +22,7 @@ from plmodels.training.distil import (
     student_from_teacher,
 )
 
-from .conftest import TINY, batch
+from .tiny import TINY, batch
 
 
 def teacher_encoder(n_layers: int = 6, seed: int = 0, **overrides) -> Encoder:

@@ -24,7 +24,7 @@ from plmodels.training.loss import linear_cross_entropy
 from probes.importance import michel_importance
 from probes.pruning import bilm_stat
 from tests.plmodels.kinds import assert_store_is_the_hidden_states
-from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
+from tests.plmodels.toy_runs import fixed_wordpiece, toy_config, toy_corpus
 from workbench.analyses.amnesic import AmnesicRunConfig, held_out, run_model
 from workbench.analyses.emergence import emergence_cli
 from workbench.analyses.gating import gate_model
@@ -253,9 +253,9 @@ def test_the_kind_picks_the_objective():
 @pytest.fixture(scope="module", params=["bilm", "tbilm"])
 def trained(request, tmp_path_factory):
     d = tmp_path_factory.mktemp(request.param)
-    data = _corpus(d / "train.txt", 2000, 0), _corpus(d / "valid.txt", 200, 1)
-    tok = _fixed_wordpiece(data[0], d / "tok")
-    cfg = _cfg(data, kind=request.param, max_steps=12, tokenizer_path=str(tok), eval_sequences=16,
+    data = toy_corpus(d / "train.txt", 2000, 0), toy_corpus(d / "valid.txt", 200, 1)
+    tok = fixed_wordpiece(data[0], d / "tok")
+    cfg = toy_config(data, kind=request.param, max_steps=12, tokenizer_path=str(tok), eval_sequences=16,
                lr=1e-2 if request.param == "bilm" else 3e-3, warmup_steps=2)
     return cfg, run_training(cfg, d / "run"), d
 

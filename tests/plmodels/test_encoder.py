@@ -8,7 +8,7 @@ from torch.testing import assert_close
 
 from plmodels import DecoderConfig, EncoderConfig
 
-from .conftest import TINY, batch, tiny_decoder, tiny_encoder
+from .tiny import TINY, batch, tiny_decoder, tiny_encoder
 
 BUILDERS = {"encoder": tiny_encoder, "decoder": tiny_decoder}
 MODELS = pytest.mark.parametrize("kind", sorted(BUILDERS))

@@ -11,14 +11,15 @@ import warnings
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, normalizers, pre_tokenizers, processors, trainers
+from tokenizers import normalizers, pre_tokenizers
 from torch.testing import assert_close
 
 from plmodels import load
 from plmodels.hf_encoders import import_hf_albert
 from plmodels.hf_families import import_hf
 from plmodels.tokenizer import Tokenizer, albert_pipeline
+
+from .hf_files import ALBERT_TEXTS, unigram_folder
 
 # transformers is the reference implementation, one of the test extras: without it this module is
 # skipped at collection, not failed
@@ -179,24 +180,8 @@ def test_albert_with_embedding_size_equal_to_hidden_size(tmp_path):
 
 
 # ------------------------------------------------------------------------------ tokenizer
-TEXTS = ["The quick brown fox jumps over the lazy dog.", "Héllo wörld, café! The dog sat on the mat.",
-         "A cat and a dog ran home; the cats ran too.", "東京 😀 antidisestablishmentarianism",
-         "naïve résumé ``quoted'' text"]
 EDGE = ["Héllo  WORLD\t\tcafé", "東京 😀 中文 ☃", "antidisestablishmentarianismxyzzy", "  lead  and  trail  ",
         "``quote'' [MASK] x", "Ça va? Ünïcödé ﬁ Å", "a\nb\r\nc", "", "The dog."]
-
-
-def unigram_folder(root, normalizer, pre_tokenizer):
-    """A tiny Unigram trained here, wrapped in AlbertTokenizerFast and saved as transformers saves it."""
-    hf = HFTokenizer(models.Unigram())
-    hf.normalizer, hf.pre_tokenizer = normalizer, pre_tokenizer
-    trainer = trainers.UnigramTrainer(vocab_size=90, special_tokens=["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"],
-                                      unk_token="<unk>", show_progress=False)
-    hf.train_from_iterator(TEXTS * 5, trainer=trainer)
-    hf.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", 2), ("[SEP]", 3)])
-    transformers.AlbertTokenizerFast(tokenizer_object=hf).save_pretrained(root)
-    return root
 
 
 @pytest.mark.parametrize("pipeline", ["albert", "other"])
@@ -213,7 +198,7 @@ def test_albert_tokenizer_ids_equal_transformers(tmp_path, pipeline):
     assert ours.kind == "unigram" and ours.lowercase
     assert (ours.pad_id, ours.unk_id, ours.cls_id, ours.sep_id, ours.mask_id) == (0, 1, 2, 3, 4)
     assert ours.special_affixes == ([2], [3]) and ours.doc_sep_id == 3
-    for text in EDGE + TEXTS:
+    for text in EDGE + ALBERT_TEXTS:
         assert ours.encode(text) == ref(text)["input_ids"], text
         assert ours.encode(text, add_special=False) == ref(text, add_special_tokens=False)["input_ids"], text
     # pre-split words give the running text's ids, and the spans cover them

@@ -166,7 +166,7 @@ def test_gpt2_export_computes_what_ours_computes(tokenizers, tmp_path, tie):
 def test_roberta_and_distilbert_exports(tokenizers, tmp_path):
     from plmodels.hf_encoders import import_hf_distilbert, import_hf_roberta
 
-    from .test_hf_tokenizers import write_roberta_files
+    from .hf_files import write_roberta_files
 
     vocab = write_roberta_files(tmp_path / "rtok")
     rtok = Tokenizer.from_hf_folder(tmp_path / "rtok")

@@ -31,7 +31,10 @@ from tokenizers import models
 from plmodels import DecoderConfig, load
 from plmodels.hf_gpt2 import UnsafePickleError, config_from_gpt2, import_hf_gpt2, map_gpt2_state
 
-from .test_hf_tokenizers import write_gpt2_files
+from .hf_files import write_gpt2_files
+from .hf_models import GPT2_EPS as EPS
+from .hf_models import GPT2_SIZES as SIZES
+from .hf_models import hf_gpt2
 
 # transformers is the reference implementation, one of the test extras: without it this module is
 # skipped at collection, not failed
@@ -39,27 +42,8 @@ transformers = pytest.importorskip("transformers", reason="the parity tests need
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-SIZES = {"n_embd": 32, "n_layer": 2, "n_head": 4, "n_inner": 48, "n_positions": 16}  # n_inner != 4 n_embd: a swap shows
-EPS = 3e-5  # not GPT-2's 1e-5: the importer must carry it
 TEXTS = ["Héllo wörld, café!", "東京 😀 antidisestablishmentarianism", "The quick brown fox.", "a\n\nb  c"]
 ATOL = 1e-4
-
-
-def hf_gpt2(vocab_size: int, tie: bool, seed: int) -> transformers.GPT2LMHeadModel:
-    torch.manual_seed(seed)
-    cfg = transformers.GPT2Config(
-        vocab_size=vocab_size, **SIZES, activation_function="gelu_new", layer_norm_epsilon=EPS,
-        tie_word_embeddings=tie, bos_token_id=vocab_size - 1, eos_token_id=vocab_size - 1,
-        # N(0, 0.2), not GPT-2's 0.02: large enough pre-activations for a wrong GELU or eps to show
-        initializer_range=0.2, attn_implementation="eager",
-    )
-    model = transformers.GPT2LMHeadModel(cfg).eval()
-    with torch.no_grad():  # non-trivial LayerNorms and biases so a mapping slip shows
-        for name, p in model.named_parameters():
-            if ".ln_" in name or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-    assert (model.lm_head.weight is model.transformer.wte.weight) == tie
-    return model
 
 
 @pytest.fixture(scope="module")

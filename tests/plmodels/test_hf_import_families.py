@@ -14,24 +14,24 @@ import torch
 
 import plmodels
 from plmodels.hf_families import IMPORTERS, import_hf
-from tests.plmodels import test_seq2seq_parity as s2s
-from tests.plmodels import test_xlnet as xl
 from tests.plmodels.hf_bert_folder import save_bert_folder
+from tests.plmodels.hf_files import write_roberta_files
+from tests.plmodels.hf_models import hf_bart, hf_gpt2, hf_t5, hf_xlnet, seq2seq_batch, xlnet_batch
+from tests.plmodels.kinds import assert_same_weights
 from tests.plmodels.test_hf_albert import albert_config
 from tests.plmodels.test_hf_encoders import distil_config, roberta_config
-from tests.plmodels.test_hf_gpt2 import hf_gpt2
 from tests.plmodels.test_hf_gpt_neox import CASES, neox_config
-from tests.plmodels.kinds import assert_same_weights
-from tests.plmodels.test_hf_tokenizers import write_roberta_files
 from workbench import cli
 
 transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")
 
 pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore:import_hf_")]
 
+ATOL = 1e-4   # as test_seq2seq_parity.py and test_xlnet.py
+
 
 def _seq2seq_logits(model, pad: int):
-    ids, mask, dec, dec_mask = s2s.batch(pad=pad)
+    ids, mask, dec, dec_mask = seq2seq_batch(pad=pad)
     with torch.no_grad():
         out = model(ids, attention_mask=mask, decoder_input_ids=dec, decoder_attention_mask=dec_mask)
     return out.logits[dec_mask.bool()]
@@ -39,12 +39,12 @@ def _seq2seq_logits(model, pad: int):
 
 @pytest.mark.parametrize("family", ["t5", "bart"])
 def test_seq2seq_folder_imports_and_round_trips(tmp_path, family):
-    hf = s2s.hf_t5() if family == "t5" else s2s.hf_bart()
+    hf = hf_t5() if family == "t5" else hf_bart()
     pad = hf.config.pad_token_id
     hf.save_pretrained(tmp_path / "hf")
     model, tok = import_hf(tmp_path / "hf", tmp_path / "ours")
     assert type(model).__name__ == "Seq2Seq" and not model.training
-    torch.testing.assert_close(_seq2seq_logits(model, pad), _seq2seq_logits(hf, pad), atol=s2s.ATOL, rtol=0)
+    torch.testing.assert_close(_seq2seq_logits(model, pad), _seq2seq_logits(hf, pad), atol=ATOL, rtol=0)
     back, _ = plmodels.load(tmp_path / "ours")
     assert_same_weights(model.state_dict(), back.state_dict())
     report = json.loads((tmp_path / "ours" / "card.json").read_text())["import"]
@@ -55,30 +55,30 @@ def test_seq2seq_folder_imports_and_round_trips(tmp_path, family):
 def test_bart_folder_with_its_byte_level_bpe_reads_the_tokenizer(tmp_path):
     folder = tmp_path / "hf"
     n = write_roberta_files(folder)  # BART's tokenizer files are RoBERTa's (<s> </s> <pad> <unk> <mask>)
-    s2s.hf_bart().save_pretrained(folder)
+    hf_bart().save_pretrained(folder)
     model, tok = import_hf(folder)
     assert tok is not None and tok.vocab_size == n
     assert tok.pad_id == model.config.pad_token_id == 1
 
 
 def test_xlnet_folder_imports_and_round_trips(tmp_path):
-    hf = xl.hf_xlnet()
+    hf = hf_xlnet()
     hf.save_pretrained(tmp_path / "hf")
     model, tok = import_hf(tmp_path / "hf", tmp_path / "ours")
     assert type(model).__name__ == "XLNet"
-    ids, mask, tt = xl.batch()
+    ids, mask, tt = xlnet_batch()
     with torch.no_grad():
         ours = model(ids, attention_mask=mask, token_type_ids=tt).logits
         ref = hf(ids, attention_mask=mask, token_type_ids=tt, use_mems=False).logits
     real = mask.bool()
-    torch.testing.assert_close(ours[real], ref[real], atol=xl.ATOL, rtol=0)
+    torch.testing.assert_close(ours[real], ref[real], atol=ATOL, rtol=0)
     back, _ = plmodels.load(tmp_path / "ours")
     assert_same_weights(model.state_dict(), back.state_dict())
     assert tok is None
 
 
 def test_a_field_we_cannot_compute_names_the_file_and_the_field(tmp_path):
-    s2s.hf_t5().save_pretrained(tmp_path / "hf")
+    hf_t5().save_pretrained(tmp_path / "hf")
     cfg_path = tmp_path / "hf" / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["feed_forward_proj"] = "gated-silu"
@@ -90,7 +90,7 @@ def test_a_field_we_cannot_compute_names_the_file_and_the_field(tmp_path):
 def test_a_tensor_missing_from_the_folder_is_named(tmp_path):
     from safetensors.torch import load_file, save_file
 
-    xl.hf_xlnet().save_pretrained(tmp_path / "hf")
+    hf_xlnet().save_pretrained(tmp_path / "hf")
     path = tmp_path / "hf" / "model.safetensors"
     state = {k: v for k, v in load_file(str(path)).items() if "layer.1.ff.layer_2.weight" not in k}
     save_file(state, str(path), metadata={"format": "pt"})
@@ -120,7 +120,7 @@ def _tiny_folders(root) -> dict:
             intermediate_size=48, max_position_embeddings=24)),
         "albert": transformers.AlbertForMaskedLM(albert_config()),
         "gpt2": hf_gpt2(50, True, 0), "gpt_neox": transformers.GPTNeoXForCausalLM(neox_config(*CASES["pythia"])),
-        "t5": s2s.hf_t5(), "bart": s2s.hf_bart(), "xlnet": xl.hf_xlnet(),
+        "t5": hf_t5(), "bart": hf_bart(), "xlnet": hf_xlnet(),
     }
     folders = {"bert": save_bert_folder(transformers.BertForPreTraining(bert), root / "bert")}
     for family, model in models.items():

@@ -13,75 +13,20 @@ import shutil
 from pathlib import Path
 
 import pytest
-from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, pre_tokenizers, trainers
 
 from plmodels.tokenizer import GPT2_SPECIALS, ROBERTA_SPECIALS, Tokenizer
+
+from .hf_files import CORPUS, EOT, TEXTS, train_byte_bpe, write_gpt2_files, write_roberta_files
 
 # transformers is the reference implementation, one of the test extras: without it this module is
 # skipped at collection, not failed
 transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")
 
-EOT = "<|endoftext|>"
-TEXTS = [
-    "Héllo wörld, café naïve résumé Ångström Œuvre",
-    "e\u0301 combining vs precomposed é; Straße, İstanbul",
-    "東京は日本の首都です。中文，標點！한국어",
-    "emoji 😀🎉 👍🏽 family 👨\u200d👩\u200d👧 flag 🇫🇷",
-    "antidisestablishmentarianism pneumonoultramicroscopicsilicovolcanoconiosis",
-    "a" * 150 + " " + "ab" * 60,
-    "spaces   between    words\t\ttabs \t mixed",
-    "line one\nline two\n\n\nthree\r\nfour\n",
-    "   leading and trailing   ",
-    "",
-    " ",
-    "\n\n",
-    "Don't, you'll, I'm, they've: 12345 3.14159 $100 50% #tag @user",
-    "zero\u200bwidth no\u00a0break ﬁ ligature",
-    f"{EOT}inline{EOT} special {EOT}",
-    "<s>a</s> <mask> b <pad> <unk> c<mask>d",
-]
-CORPUS = [t for t in TEXTS if t.strip()] * 5 + [
-    "The quick brown fox jumps over the lazy dog. The dogs were barking loudly.",
-    "Running, jumping and sleeping are what animals do. Unbelievably quiet zebras sleep.",
-] * 20
 SENTENCES = [
     ["The", "quick", "fox", "jumps", "."],
     ["Héllo", "wörld", ",", "東京", "😀", "antidisestablishmentarianism", "don't"],
     ["Ångström", "naïve", "12345"],
 ]
-
-
-def _train(special_tokens: list[str], vocab_size: int) -> HFTokenizer:
-    hf = HFTokenizer(models.BPE())
-    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special_tokens, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    hf.train_from_iterator(CORPUS, trainer=trainer)
-    return hf
-
-
-def write_gpt2_files(folder: Path, vocab_size: int = 420) -> int:
-    """vocab.json + merges.txt of a small GPT-2-style BPE, <|endoftext|> last (as GPT-2's 50256);
-    returns the number of ids."""
-    folder.mkdir(parents=True, exist_ok=True)
-    hf = _train([], vocab_size - 1)
-    hf.model.save(str(folder))
-    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-    vocab[EOT] = len(vocab)
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    return len(vocab)
-
-
-def write_roberta_files(folder: Path, vocab_size: int = 420) -> int:
-    """vocab.json + merges.txt with RoBERTa's <s>=0 <pad>=1 </s>=2 <unk>=3 and <mask> last."""
-    folder.mkdir(parents=True, exist_ok=True)
-    hf = _train(["<s>", "<pad>", "</s>", "<unk>"], vocab_size - 1)
-    hf.model.save(str(folder))
-    vocab = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
-    vocab["<mask>"] = len(vocab)
-    (folder / "vocab.json").write_text(json.dumps(vocab, ensure_ascii=False), encoding="utf-8")
-    return len(vocab)
 
 
 REF = {"gpt2": transformers.GPT2TokenizerFast, "roberta": transformers.RobertaTokenizerFast}
@@ -232,7 +177,7 @@ def test_folders_that_are_not_byte_level_bpe_are_refused(root, tmp_path):
         Tokenizer.from_hf_folder(tmp_path / "wp")
     bare = tmp_path / "no-specials"
     bare.mkdir()
-    _train([], 300).model.save(str(bare))
+    train_byte_bpe([], 300).model.save(str(bare))
     with pytest.raises(ValueError, match="cannot tell the special tokens"):
         Tokenizer.from_hf_folder(bare)
     (bare / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<eos>"}))  # a role token not in the vocab

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from .conftest import batch, tiny_decoder, tiny_encoder
+from .tiny import batch, tiny_decoder, tiny_encoder
 
 SITES = ["resid_pre", "attn.q", "attn.k", "attn.v", "attn.scores", "attn.pattern", "attn.head_out", "attn_out",
          "mlp.post", "mlp_out", "resid_post"]

@@ -12,7 +12,7 @@ from plmodels.training import load_config, pretrain
 from plmodels.training.loop import run_training
 from plmodels.training.objectives import OBJECTIVE_FILE, OBJECTIVES
 
-from .test_train import _cfg, _corpus, _fixed_wordpiece
+from .toy_runs import fixed_wordpiece, toy_config, toy_corpus
 
 SYSTEMS = {
     "bert": {"masking": {"nsp": True}},
@@ -27,12 +27,12 @@ SYSTEMS = {
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("corpus")
-    return _corpus(d / "train.txt", 2000, 0), _corpus(d / "valid.txt", 200, 1)
+    return toy_corpus(d / "train.txt", 2000, 0), toy_corpus(d / "valid.txt", 200, 1)
 
 
 @pytest.fixture(scope="module")
 def tok(data, tmp_path_factory):
-    return _fixed_wordpiece(data[0], tmp_path_factory.mktemp("tok"))
+    return fixed_wordpiece(data[0], tmp_path_factory.mktemp("tok"))
 
 
 def _extras(folder):
@@ -42,7 +42,7 @@ def _extras(folder):
 
 @pytest.mark.parametrize("system", sorted(SYSTEMS))
 def test_system_trains_saves_and_resumes_bit_exact(data, tok, tmp_path, system):
-    cfg = _cfg(data, max_steps=6, tokenizer_path=str(tok), eval_sequences=16, **SYSTEMS[system])
+    cfg = toy_config(data, max_steps=6, tokenizer_path=str(tok), eval_sequences=16, **SYSTEMS[system])
     straight = pretrain(cfg, tmp_path / "a")
     killed = run_training(cfg, tmp_path / "b", stop_at_step=4)  # last checkpoint: step 4
     assert killed.path is None
@@ -84,8 +84,8 @@ def test_system_trains_saves_and_resumes_bit_exact(data, tok, tmp_path, system):
 
 
 def test_distilbert_student_of_a_trained_teacher(data, tok, tmp_path):
-    teacher = pretrain(_cfg(data, max_steps=3, tokenizer_path=str(tok), model={"n_layers": 4}), tmp_path / "teacher")
-    cfg = _cfg(data, max_steps=4, objective="distil", objective_args={"teacher": str(teacher)}, eval_sequences=16)
+    teacher = pretrain(toy_config(data, max_steps=3, tokenizer_path=str(tok), model={"n_layers": 4}), tmp_path / "teacher")
+    cfg = toy_config(data, max_steps=4, objective="distil", objective_args={"teacher": str(teacher)}, eval_sequences=16)
     final = pretrain(cfg, tmp_path / "student")
     student, stok = load(final)
     t, ttok = load(teacher)
@@ -115,3 +115,4 @@ def test_system_recipes_resolve():
         load_config("distilbert-mini")
     with pytest.raises(ValueError, match="trains a encoder|not a decoder"):
         load_config("decoder-tiny", {"objective": "electra"})
+

@@ -18,19 +18,19 @@ from plmodels.training import pretrain
 from plmodels.training.loop import run_training
 from plmodels.training.runtime import KILL_ENV, read_jsonl
 
-from .test_train import _cfg, _corpus, _fixed_wordpiece
+from .toy_runs import fixed_wordpiece, toy_config, toy_corpus
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("corpus")
-    return _corpus(d / "train.txt", 4000, 0), _corpus(d / "valid.txt", 400, 1)
+    return toy_corpus(d / "train.txt", 4000, 0), toy_corpus(d / "valid.txt", 400, 1)
 
 
 @pytest.fixture(scope="module")
 def tokenizer(data, tmp_path_factory):
     """One fixed WordPiece for every run (a trained one may number tied tokens differently)."""
-    return str(_fixed_wordpiece(data[0], tmp_path_factory.mktemp("tok")))
+    return str(fixed_wordpiece(data[0], tmp_path_factory.mktemp("tok")))
 
 
 def _rows(run):
@@ -68,7 +68,7 @@ def test_write_text_atomic_leaves_the_old_file_on_failure(tmp_path):
 
 def test_torn_metrics_line_and_rows_after_the_checkpoint_are_dropped(data, tokenizer, tmp_path, capsys):
     # the review's failure: a kill tore the last line and the resumed run died with JSONDecodeError
-    cfg = _cfg(data, max_steps=7, eval_every=2, tokenizer_path=tokenizer)
+    cfg = toy_config(data, max_steps=7, eval_every=2, tokenizer_path=tokenizer)
     straight = pretrain(cfg, tmp_path / "a")
     run_training(cfg, tmp_path / "b", stop_at_step=5)   # last checkpoint: step 4; step 5's row after it
     torn = '{"step": 6, "tokens": 1536, "split": "tra'
@@ -99,7 +99,7 @@ def test_torn_metrics_line_and_rows_after_the_checkpoint_are_dropped(data, token
 
 
 def test_an_unparseable_middle_line_is_an_error_naming_file_and_line(data, tokenizer, tmp_path):
-    cfg = _cfg(data, max_steps=4, tokenizer_path=tokenizer)
+    cfg = toy_config(data, max_steps=4, tokenizer_path=tokenizer)
     run_training(cfg, tmp_path / "r", stop_at_step=2)
     path = tmp_path / "r" / "metrics.jsonl"
     lines = path.read_text().splitlines()
@@ -113,12 +113,12 @@ def test_resumed_runs_log_each_row_once(data, tokenizer, tmp_path):
     # Before: a run killed before its first checkpoint kept its rows and logged them again, and a run
     # resumed at max_steps (a finished run run again, or one killed while saving `final`) logged the
     # final evaluation twice.
-    cfg = _cfg(data, max_steps=4, eval_every=2, ckpt_log_spaced=False, tokenizer_path=tokenizer)
+    cfg = toy_config(data, max_steps=4, eval_every=2, ckpt_log_spaced=False, tokenizer_path=tokenizer)
     pretrain(cfg, tmp_path / "a")
     run_training(cfg, tmp_path / "b", stop_at_step=3)   # no checkpoint: starts again from step 0
     pretrain(cfg, tmp_path / "b")
     assert _rows(tmp_path / "b") == _rows(tmp_path / "a")
-    cfg = _cfg(data, max_steps=4, eval_every=2, tokenizer_path=tokenizer)
+    cfg = toy_config(data, max_steps=4, eval_every=2, tokenizer_path=tokenizer)
     pretrain(cfg, tmp_path / "c")
     expected = _rows(tmp_path / "c")
     pretrain(cfg, tmp_path / "c")                       # resumes at step 4 = max_steps
@@ -168,7 +168,7 @@ def _kill_after_rows(config, run, n_more, deadline_s=60):
 def kill_cfg(data, tokenizer, tmp_path_factory):
     """(config file, uninterrupted run): checkpoints at 1, 2, 3, 4, 6, 8, 9, 12; held-out evaluations
     at 0, 4, 8 and the final one at 12."""
-    cfg = _cfg(data, max_steps=12, eval_every=4, ckpt_every=3, tokenizer_path=tokenizer)
+    cfg = toy_config(data, max_steps=12, eval_every=4, ckpt_every=3, tokenizer_path=tokenizer)
     d = tmp_path_factory.mktemp("kill")
     (d / "config.json").write_text(json.dumps(cfg.to_dict()))
     pretrain(cfg, d / "straight")
@@ -223,7 +223,7 @@ def test_a_truncated_last_checkpoint_is_skipped_for_the_previous_good_one(data, 
     """Issue 75: a torn model.safetensors in the latest checkpoint gave a raw SafetensorError and
     the run could not resume. It is recognised by its checksum, skipped with a warning naming it,
     and the run resumes from the checkpoint before, reaching the uninterrupted run's weights."""
-    cfg = _cfg(data, max_steps=7, eval_every=2, tokenizer_path=tokenizer)
+    cfg = toy_config(data, max_steps=7, eval_every=2, tokenizer_path=tokenizer)
     straight = pretrain(cfg, tmp_path / "a")
     run_training(cfg, tmp_path / "b", stop_at_step=5)   # checkpoints at steps 1, 2, 4
     name = "model.safetensors" if damage == "weights" else "train_state.safetensors"
@@ -244,7 +244,7 @@ def test_a_checkpoint_without_checksums_is_still_read(data, tokenizer, tmp_path)
     resumes as before; a truncated one of them is still recognised, by reading it whole."""
     from plmodels.training.state import STATE_JSON, latest_checkpoint
 
-    cfg = _cfg(data, max_steps=4, tokenizer_path=tokenizer)
+    cfg = toy_config(data, max_steps=4, tokenizer_path=tokenizer)
     run_training(cfg, tmp_path / "r", stop_at_step=3)   # checkpoints at steps 1, 2
     for step in (1, 2):
         folder = tmp_path / "r" / "checkpoints" / f"step_{step:07d}"

@@ -17,6 +17,9 @@ import torch
 from plmodels.hf_seq2seq import bart_config, from_hf_bart_state_dict, from_hf_t5_state_dict, t5_config
 from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig, relative_position_bucket
 
+from .hf_models import hf_bart, hf_t5
+from .hf_models import seq2seq_batch as batch
+
 # transformers is the reference implementation, one of the test extras: without it this module is
 # skipped at collection, not failed
 transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")
@@ -24,40 +27,6 @@ transformers = pytest.importorskip("transformers", reason="the parity tests need
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 ATOL = 1e-4
-V = 64
-
-
-def _perturb(model: torch.nn.Module) -> None:
-    """Non-trivial norms and biases, so that a swapped or dropped one shows."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "norm" in name or name.endswith("bias"):
-                p.add_(0.1 * torch.randn_like(p))
-
-
-def hf_t5(seed: int = 0, **kw) -> transformers.T5ForConditionalGeneration:
-    torch.manual_seed(seed)
-    cfg = transformers.T5Config(vocab_size=V, d_model=32, d_kv=8, d_ff=48, num_layers=2, num_decoder_layers=2,
-                                num_heads=4, relative_attention_num_buckets=32, relative_attention_max_distance=20,
-                                dropout_rate=0.0, layer_norm_epsilon=1e-6, pad_token_id=0, eos_token_id=1,
-                                decoder_start_token_id=0, attn_implementation="eager", **kw)
-    model = transformers.T5ForConditionalGeneration(cfg).eval()
-    _perturb(model)
-    return model
-
-
-def hf_bart(seed: int = 0, **kw) -> transformers.BartForConditionalGeneration:
-    torch.manual_seed(seed)
-    cfg = transformers.BartConfig(vocab_size=V, d_model=32, encoder_layers=2, decoder_layers=2,
-                                  encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=48,
-                                  decoder_ffn_dim=48, max_position_embeddings=40, dropout=0.0, attention_dropout=0.0,
-                                  activation_dropout=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-                                  decoder_start_token_id=2, init_std=0.2, attn_implementation="eager", **kw)
-    model = transformers.BartForConditionalGeneration(cfg).eval()
-    _perturb(model)
-    with torch.no_grad():
-        model.final_logits_bias.add_(0.1 * torch.randn_like(model.final_logits_bias))  # a buffer: zeros in BART
-    return model
 
 
 def ours_from(hf, config_fn, convert) -> Seq2Seq:
@@ -65,20 +34,6 @@ def ours_from(hf, config_fn, convert) -> Seq2Seq:
     model = Seq2Seq(cfg).eval()
     model.load_state_dict(convert(hf.state_dict(), cfg), strict=True)
     return model
-
-
-def batch(pad: int):
-    """Encoder ids (3, 11) with the last row padded from 7, decoder ids (3, 9) with the middle row padded from 5."""
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(3, V, (3, 11), generator=g)
-    mask = torch.ones(3, 11, dtype=torch.long)
-    mask[-1, 7:] = 0
-    ids[-1, 7:] = pad
-    dec = torch.randint(3, V, (3, 9), generator=g)
-    dec_mask = torch.ones(3, 9, dtype=torch.long)
-    dec_mask[1, 5:] = 0
-    dec[1, 5:] = pad
-    return ids, mask, dec, dec_mask
 
 
 def _compare(ours, hf_out, enc_mask, dec_mask, *, final_norm_enc=None, final_norm_dec=None):

@@ -18,7 +18,7 @@ from plmodels.training.data import bart_batch, sentinel_ids, t5_batch, with_sent
 from plmodels.training.loop import run_training
 from plmodels.training.masking import continuation_ids, step_generator, word_starts
 from tests.plmodels.kinds import assert_same_weights, assert_store_is_the_hidden_states, packed_rows
-from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
+from tests.plmodels.toy_runs import fixed_wordpiece, toy_config, toy_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -29,14 +29,14 @@ ARGS = {"t5": {"n_sentinels": 16}, "bart": {}}
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     d = tmp_path_factory.mktemp("s2s")
-    data = _corpus(d / "train.txt", 2000, 0), _corpus(d / "valid.txt", 200, 1)
-    return data, _fixed_wordpiece(data[0], d / "tok")
+    data = toy_corpus(d / "train.txt", 2000, 0), toy_corpus(d / "valid.txt", 200, 1)
+    return data, fixed_wordpiece(data[0], d / "tok")
 
 
 def _run_cfg(corpus, fam, **kw):
     data, tok = corpus
     run = dict(model={**RECIPE_MODEL[fam], "dropout": 0.0}, max_steps=30, eval_sequences=16, lr=3e-3, warmup_steps=2)
-    return _cfg(data, kind="seq2seq", objective=fam, objective_args=ARGS[fam], tokenizer_path=str(tok), **{**run, **kw})
+    return toy_config(data, kind="seq2seq", objective=fam, objective_args=ARGS[fam], tokenizer_path=str(tok), **{**run, **kw})
 
 
 @pytest.fixture(scope="module", params=["t5", "bart"])

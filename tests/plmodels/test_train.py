@@ -1,6 +1,5 @@
 """Tests for pretraining: loss goes down, bit-exact resume, config checks, checkpoint schedule."""
 import json
-import random
 
 import numpy as np
 import pytest
@@ -11,50 +10,13 @@ from plmodels.training import PretrainConfig, load_config, pretrain
 from plmodels.training.loop import run_training
 from plmodels.training.state import should_checkpoint
 
-
-def _corpus(path, n, seed):
-    """A toy language with structure a small model can learn: agreement and fixed phrases."""
-    rng = random.Random(seed)
-    nouns = {"sg": ["the cat", "a dog", "the king", "my friend", "the old man"],
-             "pl": ["the cats", "two dogs", "the kings", "my friends", "the old men"]}
-    verbs = {"sg": ["sees", "likes", "follows", "calls"], "pl": ["see", "like", "follow", "call"]}
-    objs = ["the river", "a small house", "the green hill", "her brother", "the night sky"]
-    lines = []
-    for _ in range(n):
-        num = rng.choice(["sg", "pl"])
-        lines.append(f"{rng.choice(nouns[num])} {rng.choice(verbs[num])} {rng.choice(objs)} .")
-    path.write_text("\n".join(lines) + "\n")
-    return path
+from .toy_runs import fixed_wordpiece, toy_config, toy_corpus
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("corpus")
-    return _corpus(d / "train.txt", 4000, 0), _corpus(d / "valid.txt", 400, 1)
-
-
-def _cfg(data, kind="encoder", **kw):
-    train, valid = data
-    base = dict(kind=kind, train_source=str(train), train_split=None, eval_source=str(valid), eval_split=None,
-                preset="tiny", vocab_size=200, tokenizer_sample_chars=100_000, seq_len=32, batch_size=8,
-                lr=3e-3, warmup_steps=5, max_steps=8, eval_every=0, eval_sequences=32, log_every=1000,
-                ckpt_log_spaced=True, bf16="off", seed=3, num_threads=1)
-    return PretrainConfig.from_dict({**base, **kw})
-
-
-def _fixed_wordpiece(train, out):
-    """A WordPiece of the toy corpus's characters and words, numbered in sorted order after BERT's
-    five specials: the same ids in every process, unlike a trained one (plmodels.tokenizer,
-    "Reproducibility")."""
-    from plmodels.tokenizer import WORDPIECE_SPECIALS, Tokenizer
-
-    words = sorted({w for line in train.read_text().splitlines() for w in line.split()})
-    chars = sorted({c for w in words for c in w})  # and the alphabet, as a trained one has
-    pieces = [*WORDPIECE_SPECIALS.values(), *chars, *(f"##{c}" for c in chars), *(w for w in words if len(w) > 1)]
-    (out / "vocab").mkdir(parents=True)
-    (out / "vocab" / "vocab.txt").write_text("\n".join(pieces) + "\n")
-    Tokenizer.from_bert_vocab(out / "vocab" / "vocab.txt", lowercase=False).save(out / "tokenizer")
-    return out / "tokenizer"
+    return toy_corpus(d / "train.txt", 4000, 0), toy_corpus(d / "valid.txt", 400, 1)
 
 
 def _eval_losses(run):
@@ -72,8 +34,8 @@ def _eval_losses(run):
 ], ids=["encoder", "decoder", "decoder-adaptive"])
 def test_tiny_pretraining_lowers_heldout_loss_below_unigram(data, tmp_path, kind, steps, extra):
     if kind == "encoder":  # a trained WordPiece numbers tied tokens in hash order, which moved this
-        extra = {**extra, "tokenizer_path": str(_fixed_wordpiece(data[0], tmp_path / "tok"))}  # loss by 0.12
-    final = pretrain(_cfg(data, kind, max_steps=steps, ckpt_log_spaced=False, **extra), tmp_path / "run")
+        extra = {**extra, "tokenizer_path": str(fixed_wordpiece(data[0], tmp_path / "tok"))}  # loss by 0.12
+    final = pretrain(toy_config(data, kind, max_steps=steps, ckpt_log_spaced=False, **extra), tmp_path / "run")
     if extra.get("model", {}).get("output") == "adaptive":  # the shortlist holds the corpus's most frequent ids
         ids = np.fromfile(next((tmp_path / "run" / "cache").glob("*train*.ids")), dtype=np.uint16)
         rank = load_file(str(final / "model.safetensors"))["vocab_rank"]
@@ -100,9 +62,9 @@ def test_killed_run_resumes_bit_exact(data, tmp_path, monkeypatch, kind, extra):
     # Both runs share one tokenizer: the WordPiece trainer breaks frequency ties in no fixed order,
     # so two separately trained tokenizers may number the vocabulary differently. The tokenizer path
     # is relative: it is taken from the current directory (not the data root), as on the CLI.
-    pretrain(_cfg(data, kind, max_steps=1, vocab_size=extra.get("vocab_size", 200)), tmp_path / "tok")
+    pretrain(toy_config(data, kind, max_steps=1, vocab_size=extra.get("vocab_size", 200)), tmp_path / "tok")
     monkeypatch.chdir(tmp_path)
-    cfg = _cfg(data, kind, max_steps=7, tokenizer_path="tok/tokenizer", **extra)
+    cfg = toy_config(data, kind, max_steps=7, tokenizer_path="tok/tokenizer", **extra)
     straight = pretrain(cfg, tmp_path / "a")
     killed = run_training(cfg, tmp_path / "b", stop_at_step=4)  # last checkpoint: step 4 (log-spaced)
     assert killed.path is None and not (tmp_path / "b" / "final").exists()
@@ -120,7 +82,7 @@ def test_killed_run_resumes_bit_exact(data, tmp_path, monkeypatch, kind, extra):
 
 def test_progress_lines_count_steps_from_the_resumed_step(data, tmp_path, capsys):
     # off a terminal the bar writes a line when it opens, every log_every steps and when it closes
-    cfg = _cfg(data, max_steps=8, log_every=2)
+    cfg = toy_config(data, max_steps=8, log_every=2)
     run_training(cfg, tmp_path / "run", stop_at_step=4)  # last checkpoint: step 4 (log-spaced)
     capsys.readouterr()
     pretrain(cfg, tmp_path / "run")
@@ -140,12 +102,12 @@ def test_progress_lines_count_steps_from_the_resumed_step(data, tmp_path, capsys
 def test_compiled_training_matches_eager_and_leaves_the_model_plain(data, tmp_path, monkeypatch, kind, extra):
     # `compile` must compile what the loss calls (the encoder's masked_hidden, not only forward) and
     # nothing else: the same weights as eager (fp32, no dropout), and the returned model uncompiled.
-    pretrain(_cfg(data, kind, max_steps=1, vocab_size=extra.get("vocab_size", 200)), tmp_path / "tok")
+    pretrain(toy_config(data, kind, max_steps=1, vocab_size=extra.get("vocab_size", 200)), tmp_path / "tok")
     monkeypatch.chdir(tmp_path)
     cfg = dict(max_steps=4, eval_every=2, tokenizer_path="tok/tokenizer", **extra)
     torch._dynamo.reset()
-    eager = run_training(_cfg(data, kind, **cfg), tmp_path / "eager")
-    compiled = run_training(_cfg(data, kind, compile=True, **cfg), tmp_path / "compiled")
+    eager = run_training(toy_config(data, kind, **cfg), tmp_path / "eager")
+    compiled = run_training(toy_config(data, kind, compile=True, **cfg), tmp_path / "compiled")
     counts = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert counts > 0  # something was compiled
     wa, wb = (load_file(str(r.path / "model.safetensors")) for r in (eager, compiled))
@@ -163,13 +125,13 @@ def test_compiled_training_matches_eager_and_leaves_the_model_plain(data, tmp_pa
 
 
 def test_resume_with_changed_config_refuses_listing_keys(data, tmp_path):
-    cfg = _cfg(data, max_steps=2)
+    cfg = toy_config(data, max_steps=2)
     pretrain(cfg, tmp_path / "r")
     with pytest.raises(ValueError, match=r"\['lr', 'seq_len'\]"):
         pretrain(cfg, tmp_path / "r", overrides={"lr": 1e-2, "seq_len": 16})
     # resume=False (`--no-resume`) starts the run over with the new config: the same weights as a
     # fresh folder gets, and none of the old run's rows or checkpoints left
-    changed = {"lr": 1e-2, "seq_len": 16, "tokenizer_path": str(_fixed_wordpiece(data[0], tmp_path / "tok"))}
+    changed = {"lr": 1e-2, "seq_len": 16, "tokenizer_path": str(fixed_wordpiece(data[0], tmp_path / "tok"))}
     over = pretrain(cfg, tmp_path / "r", resume=False, overrides=changed)
     fresh = pretrain(cfg, tmp_path / "fresh", overrides=changed)
     wa, wb = load_file(str(over / "model.safetensors")), load_file(str(fresh / "model.safetensors"))
@@ -182,7 +144,7 @@ def test_resume_with_changed_config_refuses_listing_keys(data, tmp_path):
 
 
 def test_resume_accepts_a_key_added_later_at_its_default(data, tmp_path):
-    cfg = _cfg(data, max_steps=2)
+    cfg = toy_config(data, max_steps=2)
     pretrain(cfg, tmp_path / "r")
     path = tmp_path / "r" / "config.resolved.json"
     old = json.loads(path.read_text())
@@ -252,7 +214,7 @@ def test_heldout_targets_do_not_depend_on_training_mask_or_batch(data, tmp_path)
     # the eval mask is BERT's 15% whatever the training masking and batch size, so runs that differ
     # in those are scored on the same targets (same unigram loss, same count); eval_masking changes it
     def eval_row(name, **kw):
-        pretrain(_cfg(data, max_steps=1, ckpt_log_spaced=False, **kw), tmp_path / name)
+        pretrain(toy_config(data, max_steps=1, ckpt_log_spaced=False, **kw), tmp_path / name)
         _, rows = _eval_losses(tmp_path / name)
         return next(r["value"] for r in rows if r["metric"] == "unigram_loss" and r["step"] == 0)
 
@@ -260,7 +222,7 @@ def test_heldout_targets_do_not_depend_on_training_mask_or_batch(data, tmp_path)
     assert eval_row("b", masking={"rate": 0.4}, batch_size=4) == a
     assert eval_row("c", eval_masking={"rate": 0.4}) != a
     with pytest.raises(ValueError, match="eval_masking"):
-        _cfg(data, eval_masking={"nsp": True})
+        toy_config(data, eval_masking={"nsp": True})
 
 
 def test_short_first_phase_reads_short_rows_then_seq_len_rows(data, tmp_path, monkeypatch):
@@ -271,7 +233,7 @@ def test_short_first_phase_reads_short_rows_then_seq_len_rows(data, tmp_path, mo
     shapes, real = [], objectives.masked_lm_loss
     monkeypatch.setattr(objectives, "masked_lm_loss", lambda model, batch, autocast: shapes.append(tuple(batch.input_ids.shape))
                         or real(model, batch, autocast))
-    final = pretrain(_cfg(data, max_steps=8, short_seq_len=16, short_frac=0.5, ckpt_log_spaced=False), tmp_path / "r")
+    final = pretrain(toy_config(data, max_steps=8, short_seq_len=16, short_frac=0.5, ckpt_log_spaced=False), tmp_path / "r")
     assert shapes == [(16, 16)] * 4 + [(8, 32)] * 4
     assert json.loads((final / "card.json").read_text())["tokens"] == 8 * 8 * 32
     _, rows = _eval_losses(tmp_path / "r")
@@ -280,7 +242,7 @@ def test_short_first_phase_reads_short_rows_then_seq_len_rows(data, tmp_path, mo
 
 def test_eval_seq_len_scores_runs_of_any_length_on_the_same_targets(data, tmp_path):
     def eval_row(name, **kw):
-        pretrain(_cfg(data, max_steps=1, ckpt_log_spaced=False, **kw), tmp_path / name)
+        pretrain(toy_config(data, max_steps=1, ckpt_log_spaced=False, **kw), tmp_path / name)
         _, rows = _eval_losses(tmp_path / name)
         return [(r["metric"], r["value"]) for r in rows if r["metric"] == "unigram_loss" and r["step"] == 0]
 
@@ -318,7 +280,7 @@ def test_time_clock_schedule_ends_with_the_budget(data, tmp_path, monkeypatch):
 
     fake = iter(range(0, 10**6))
     monkeypatch.setattr(train.time, "monotonic", lambda: float(next(fake)))
-    final = pretrain(_cfg(data, max_steps=1000, warmup_steps=2, max_minutes=0.5, schedule_clock="time",
+    final = pretrain(toy_config(data, max_steps=1000, warmup_steps=2, max_minutes=0.5, schedule_clock="time",
                           ckpt_log_spaced=False, eval_sequences=8), tmp_path / "run")
     state = json.loads((final / "train_state.json").read_text())
     card = json.loads((final / "card.json").read_text())
@@ -334,7 +296,7 @@ def test_time_clock_warns_when_max_steps_would_end_the_run_first(data, tmp_path,
 
     fake = iter(range(0, 10**6))
     monkeypatch.setattr(train.time, "monotonic", lambda: float(next(fake)))
-    final = pretrain(_cfg(data, max_steps=40, warmup_steps=4, max_minutes=60, schedule_clock="time", log_every=5,
+    final = pretrain(toy_config(data, max_steps=40, warmup_steps=4, max_minutes=60, schedule_clock="time", log_every=5,
                           ckpt_log_spaced=False, eval_every=0), tmp_path / "run")
     err = capsys.readouterr().err
     assert json.loads((final / "card.json").read_text())["stopped_by"] == "max_steps"
@@ -343,7 +305,7 @@ def test_time_clock_warns_when_max_steps_would_end_the_run_first(data, tmp_path,
     suggested = int(warnings[0].rsplit(" ", 1)[1])
     assert suggested > 10 * 40   # an hour at a few seconds per step
     # a budget that runs out long before max_steps: the clock ends the run, no warning
-    final = pretrain(_cfg(data, max_steps=1000, warmup_steps=2, max_minutes=5, schedule_clock="time", log_every=5,
+    final = pretrain(toy_config(data, max_steps=1000, warmup_steps=2, max_minutes=5, schedule_clock="time", log_every=5,
                           ckpt_log_spaced=False, eval_every=0), tmp_path / "run2")
     err = capsys.readouterr().err
     assert json.loads((final / "card.json").read_text())["stopped_by"] == "time budget"
@@ -361,8 +323,8 @@ def test_shipped_configs_load():
 
 
 def test_log_spaced_checkpoint_steps(data, tmp_path):
-    cfg = _cfg(data, max_steps=40, ckpt_every=10)
+    cfg = toy_config(data, max_steps=40, ckpt_every=10)
     assert [s for s in range(1, 41) if should_checkpoint(s, cfg)] == [1, 2, 4, 8, 10, 16, 20, 30, 32, 40]
-    pretrain(_cfg(data, max_steps=5), tmp_path / "run")
+    pretrain(toy_config(data, max_steps=5), tmp_path / "run")
     names = sorted(p.name for p in (tmp_path / "run" / "checkpoints").iterdir())
     assert names == ["step_0000001", "step_0000002", "step_0000004"]

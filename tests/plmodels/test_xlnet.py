@@ -16,6 +16,10 @@ from plmodels.hf_xlnet import from_hf_xlnet_state_dict, xlnet_config
 from plmodels.training.plm import permutation_batch
 from plmodels.xlnet import XLNet, XLNetConfig
 
+from .hf_models import XLNET_VOCAB as V
+from .hf_models import hf_xlnet
+from .hf_models import xlnet_batch as batch
+
 # transformers is the reference implementation, one of the test extras: without it this module is
 # skipped at collection, not failed
 transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")
@@ -23,37 +27,12 @@ transformers = pytest.importorskip("transformers", reason="the parity tests need
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 ATOL = 1e-4
-V = 100
-
-
-def hf_xlnet(seed: int = 0, **kw) -> transformers.XLNetLMHeadModel:
-    torch.manual_seed(seed)
-    cfg = transformers.XLNetConfig(vocab_size=V, d_model=32, n_layer=2, n_head=4, d_inner=64, dropout=0.0,
-                                   mem_len=None, **kw)
-    model = transformers.XLNetLMHeadModel(cfg).eval()
-    with torch.no_grad():  # non-trivial norms and biases, so that a swapped or dropped one shows
-        for name, p in model.named_parameters():
-            if "layer_norm" in name or name.endswith("bias") or "seg_embed" in name:
-                p.add_(0.1 * torch.randn_like(p))
-    return model
 
 
 def ours_from(hf) -> XLNet:
     model = XLNet(xlnet_config(hf.config.to_dict())).eval()
     model.load_state_dict(from_hf_xlnet_state_dict(hf.state_dict()), strict=True)
     return model
-
-
-def batch(B: int = 4, T: int = 10):
-    """ids (B, T), attention mask with row 1 padded from 6, two segments split at 4."""
-    g = torch.Generator().manual_seed(1)
-    ids = torch.randint(6, V, (B, T), generator=g)
-    mask = torch.ones(B, T, dtype=torch.long)
-    mask[1, 6:] = 0
-    ids[1, 6:] = 5
-    token_types = torch.zeros(B, T, dtype=torch.long)
-    token_types[:, 4:] = 1
-    return ids, mask, token_types
 
 
 @pytest.mark.parametrize("hf_kw", [{}, {"bi_data": True, "clamp_len": 3}, {"attn_type": "uni"}])

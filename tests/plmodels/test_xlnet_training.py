@@ -21,7 +21,7 @@ from plmodels.training.masking import step_generator
 from plmodels.training.objectives import objective_for, plm_loss
 from plmodels.xlnet import XLNet, XLNetConfig
 from tests.plmodels.kinds import assert_same_weights, assert_store_is_the_hidden_states, packed_rows
-from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
+from tests.plmodels.toy_runs import fixed_wordpiece, toy_config, toy_corpus
 from workbench.analyses.prune import prune_model_cli
 from workbench.core.paths import data_root
 
@@ -33,15 +33,15 @@ RECIPE_MODEL = load_config("xlnet-tiny").model  # the recipe's family options
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     d = tmp_path_factory.mktemp("xlnet")
-    data = _corpus(d / "train.txt", 2000, 0), _corpus(d / "valid.txt", 200, 1)
-    return data, _fixed_wordpiece(data[0], d / "tok")
+    data = toy_corpus(d / "train.txt", 2000, 0), toy_corpus(d / "valid.txt", 200, 1)
+    return data, fixed_wordpiece(data[0], d / "tok")
 
 
 def _run_cfg(corpus, **kw):
     data, tok = corpus
     run = dict(model={**RECIPE_MODEL, "dropout": 0.0}, max_steps=30, eval_sequences=16, lr=3e-3, warmup_steps=2,
                objective_args={"partial_k": 3})
-    return _cfg(data, kind="xlnet", tokenizer_path=str(tok), **{**run, **kw})
+    return toy_config(data, kind="xlnet", tokenizer_path=str(tok), **{**run, **kw})
 
 
 @pytest.fixture(scope="module")

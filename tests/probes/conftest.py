@@ -11,7 +11,7 @@ def _one_thread_here(one_thread):
 @pytest.fixture(scope="module")
 def planted(one_thread):
     """A tiny encoder with one planted crucial head, and batches labelled with its own predictions."""
-    from tests.probes.test_importance import planted_encoder, self_labelled_batches
+    from tests.probes.planted import planted_encoder, self_labelled_batches
 
     model = planted_encoder()
     return model, self_labelled_batches(model)

@@ -9,7 +9,7 @@ import torch
 
 from probes.l0 import HardConcreteGates, L0HeadGates, l0_sweep
 from probes.pruning import METRICS, mlm_loss
-from tests.probes.test_importance import CRUCIAL, planted_encoder, self_labelled_batches
+from tests.probes.planted import CRUCIAL, planted_encoder, self_labelled_batches
 
 
 

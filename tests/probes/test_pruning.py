@@ -24,7 +24,7 @@ from probes.pruning import (
     random_pruning_curves,
     roles_vs_importance,
 )
-from tests.probes.test_importance import (
+from tests.probes.planted import (
     N_HEADS,
     N_LAYERS,
     planted_encoder,

@@ -19,9 +19,9 @@ from plmodels.tokenizer import Tokenizer
 from plmodels.training.data import with_sentinels
 from plmodels.xlnet import XLNet, XLNetConfig
 from probes.sentence_scores import KIND_SCORERS, SCORERS, pll_scores, scorers_for
-from tests.plmodels.test_hf_gpt2 import hf_gpt2
+from tests.plmodels.hf_models import hf_gpt2
 from tests.plmodels.hf_bert_folder import save_bert_folder
-from tests.plmodels.test_hf_tokenizers import write_gpt2_files
+from tests.plmodels.hf_files import write_gpt2_files
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -9,7 +9,6 @@ few seconds a run), as tests/plmodels/test_train.py keeps it.
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -18,8 +17,9 @@ from plmodels import save
 from plmodels.tokenizer import Tokenizer
 from workbench import cli
 
-from ..plmodels.conftest import tiny_encoder
-from ..plmodels.test_train import _corpus
+from ..plmodels.tiny import tiny_encoder
+from ..plmodels.toy_runs import toy_corpus
+from .cli_runs import refused, succeeds
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     d = tmp_path_factory.mktemp("corpus")
-    return _corpus(d / "train.txt", 600, 0), _corpus(d / "valid.txt", 100, 1)
+    return toy_corpus(d / "train.txt", 600, 0), toy_corpus(d / "valid.txt", 100, 1)
 
 
 @pytest.fixture
@@ -43,29 +43,6 @@ def tiny(corpus):
 @pytest.fixture(autouse=True)
 def _no_debug(monkeypatch):
     monkeypatch.delenv("WORKBENCH_DEBUG", raising=False)
-
-
-def refused(capsys, argv: list[str], expected: str, absent: Path | None = None) -> str:
-    """Run `workbench argv`: exit 1, one stderr line `workbench <cmd>: error: ...` matching
-    `expected` (a regex), no traceback, and no folder at `absent`."""
-    capsys.readouterr()
-    status = cli.main([str(a) for a in argv])
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert status == 1, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert re.search(r"^workbench [\w -]+: error: ", lines[0]) and re.search(expected, lines[0]), lines[0]
-    if absent is not None:
-        assert not absent.exists(), f"{absent} was made: {sorted(p.name for p in absent.iterdir())}"
-    return lines[0]
-
-
-def succeeds(capsys, argv: list[str]) -> str:
-    capsys.readouterr()
-    status = cli.main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert status == 0, err
-    return out
 
 
 # ------------------------------------------------------------------------------- pretraining

@@ -8,30 +8,15 @@ import torch
 
 from plmodels.checkpoint import load
 from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig
-from plmodels.training import load_config
 from plmodels.training.config import BartArgs, T5Args
 from plmodels.training.data import sentinel_ids
 from plmodels.training.denoising import bart_text_infilling
-from plmodels.training.loop import run_training
-from tests.plmodels.test_train import _cfg, _corpus, _fixed_wordpiece
 from workbench.analyses.cross_heads import NoisedExample, analyse_cross_heads, cross_head_table, noise_rows
 from workbench.core.results import load_table
 
+from .seq2seq_runs import checkpoint  # noqa: F401  (the tiny T5 / BART fixture)
+
 SCORES = {"align_acc", "align_acc:low", "align_acc:high", "align_mass", "entropy", "monotonic"}
-
-
-@pytest.fixture(scope="module", params=["bart", "t5"])
-def checkpoint(request, tmp_path_factory):
-    """A tiny T5 / BART trained a few steps on the toy corpus (tests/plmodels/test_seq2seq_training.py's
-    pattern, with the recipes' family options)."""
-    fam = request.param
-    d = tmp_path_factory.mktemp(fam)
-    data = _corpus(d / "train.txt", 600, 0), _corpus(d / "valid.txt", 100, 1)
-    tok = _fixed_wordpiece(data[0], d / "tok")
-    model = {**load_config(f"{fam}-tiny").model, "dropout": 0.0}
-    cfg = _cfg(data, kind="seq2seq", objective=fam, objective_args={"n_sentinels": 16} if fam == "t5" else {},
-               tokenizer_path=str(tok), model=model, max_steps=4, eval_sequences=8, warmup_steps=1)
-    return fam, run_training(cfg, d / "run").path
 
 
 def test_a_checkpoint_gets_every_layer_and_head_scored_in_unit_range(checkpoint, tmp_path):

@@ -1,13 +1,11 @@
 """workbench.analyses.heads glue: a head forced (by a pattern hook) to attend to the previous token is
 found positional -1; the head picked on dev is the one reported on test, with its test accuracy;
 too-long sentences are counted; a forced induction head is found on repeated random tokens."""
-import functools
 import json
 
 import numpy as np
 import pytest
 import torch
-from tokenizers import pre_tokenizers
 
 from plmodels.decoder import Decoder, DecoderConfig
 from plmodels.encoder import Encoder, EncoderConfig
@@ -23,32 +21,9 @@ from workbench.analyses.heads import (
     token_positional_shares,
     ud_tokens,
 )
-from workbench.data.tasks import ud_sentences as _ud_sentences
 from workbench.store import Store, special_token_columns, word_attention_maps
 
-
-@functools.lru_cache(maxsize=None)
-def ud_sentences(treebank, split):
-    return _ud_sentences(treebank, split)
-
-N_SENT, MAX_POS = 30, 40
-MAX_TREE_POS = 128
-RUN = HeadRunConfig(max_sentences=N_SENT, freq_source="ewt:dev", n_boot=50, similarity_max_words=200,
-                    induction_sequences=2, induction_length=8)
-
-
-def _word_vocab_tokenizer(tmp_path, n_sentences: int = N_SENT):
-    """WordPiece whose vocabulary holds every (BERT-pre-tokenized) piece of the test sentences, so
-    nearly every word is one token and token offsets equal word offsets."""
-    pre = pre_tokenizers.BertPreTokenizer()
-    pieces = set()
-    for split in ("dev", "test"):
-        for s in ud_sentences("ewt", split)[:n_sentences]:
-            for w in s.words:
-                pieces.update(p for p, _ in pre.pre_tokenize_str(w))
-    vocab = tmp_path / "vocab.txt"
-    vocab.write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(pieces)]) + "\n")
-    return Tokenizer.from_bert_vocab(vocab, lowercase=False)
+from .ud_heads import MAX_POS, MAX_TREE_POS, N_SENT, RUN, ud_sentences, word_vocab_tokenizer
 
 
 def _previous_token(t, name):
@@ -65,7 +40,7 @@ def _previous_token(t, name):
 @pytest.fixture(scope="module")
 def forced(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("heads")
-    tok = _word_vocab_tokenizer(tmp)
+    tok = word_vocab_tokenizer(tmp)
     torch.manual_seed(0)
     model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=32, n_layers=2, n_heads=2, d_ff=64,
                                   max_positions=MAX_POS, dropout=0.0)).eval()
@@ -231,7 +206,7 @@ def planted_syntax(tmp_path_factory):
     of each word to the first token of its UD head (the root word's tokens attend to themselves),
     then run through the whole path: model -> activation store -> HeadStats -> tables."""
     tmp = tmp_path_factory.mktemp("syntax")
-    tok = _word_vocab_tokenizer(tmp, N_TREE)
+    tok = word_vocab_tokenizer(tmp, N_TREE)
     trees = {}
     for split in ("dev", "test"):
         for s in ud_sentences("ewt", split)[:N_TREE]:

@@ -9,8 +9,8 @@ import torch
 
 from plmodels.hf_families import import_hf
 from plmodels.tokenizer import albert_pipeline
-from tests.plmodels.test_hf_albert import unigram_folder
-from tests.plmodels.test_hf_tokenizers import write_gpt2_files, write_roberta_files
+from tests.plmodels.hf_files import unigram_folder
+from tests.plmodels.hf_files import write_gpt2_files, write_roberta_files
 from workbench.analyses.heads import analyse_heads
 from workbench.analyses.probing import probe_model
 from workbench.core.paths import data_root

@@ -28,7 +28,7 @@ from plmodels.decoder import Decoder, DecoderConfig
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 from probes.heads import weighting_rows
-from tests.workbench.analyses.test_heads import MAX_POS, RUN, _word_vocab_tokenizer
+from tests.workbench.analyses.ud_heads import MAX_POS, RUN, word_vocab_tokenizer
 from workbench.analyses.heads import HeadRunConfig, analyse_loaded, sentence_attention, summarise_heads
 from workbench.analyses.prune import find_heads_classes
 from workbench.core.results import write_table
@@ -185,7 +185,7 @@ def _to_cls(t, name):
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("norm_heads")
-    tok = _word_vocab_tokenizer(tmp)
+    tok = word_vocab_tokenizer(tmp)
     model = _cls_value_zero_model(tok)
     with model.hooks(fwd=[("blocks.0.attn.pattern", _to_cls)]):
         both = analyse_loaded(model, tok, tmp / "both", {**RUN.to_dict(), "weightings": ["raw", "norm"]},

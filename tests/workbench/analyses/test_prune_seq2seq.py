@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from plmodels.checkpoint import load
 from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig
 from probes.importance import forward, ones_mask
-from tests.workbench.analyses.test_cross_heads import checkpoint  # noqa: F401  (the tiny T5 / BART fixture)
+from tests.workbench.analyses.seq2seq_runs import checkpoint  # noqa: F401  (the tiny T5 / BART fixture)
 from workbench.analyses.prune import prune_model_cli
 from workbench.core.paths import data_root
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig, TeacherForcedDecoder
-from tests.workbench.analyses.test_cross_heads import checkpoint  # noqa: F401  (the tiny T5 / BART fixture)
+from tests.workbench.analyses.seq2seq_runs import checkpoint  # noqa: F401  (the tiny T5 / BART fixture)
 from workbench.analyses.probing import probe_model
 from workbench.core.paths import data_root
 

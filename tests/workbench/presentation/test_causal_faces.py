@@ -1,70 +1,28 @@
 """The faces of the causal probes (workbench.presentation: views, analysis_figures, report) on the tables
 the analyses really write: a tiny encoder on EWT, head roles (`analyse_heads`), head gating
 (`gate_model`), amnesic probing (`amnesic_model`) and the structural probes (`probe_model`), built once
-per session (`causal_run`, also used by tests/apps/test_causal_page.py). Each view's numbers are
+per session (`causal_run` in causal_run.py, also used by tests/apps/test_causal_page.py). Each view's numbers are
 checked against a hand computation on the raw table; the report's sections against the same numbers."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import plotly.io
 import pytest
-import torch
 
-import plmodels
-from plmodels.checkpoint import build_model
-from plmodels.families import preset
-from plmodels.tokenizer import Tokenizer
 from tests.apps.fixtures import make_results_fixture
-from workbench.analyses.amnesic import amnesic_model
-from workbench.analyses.gating import gate_model
-from workbench.analyses.heads import analyse_heads
-from workbench.analyses.probing import probe_model
 from workbench.core import results
 from workbench.core.paths import data_root
-from workbench.data.tasks import ud_sentences
 from workbench.presentation import analysis_figures as AF
 from workbench.presentation import report, views
 from workbench.presentation.report import _f
 
+from .causal_run import causal_run
+
 pytestmark = pytest.mark.skipif(not (data_root() / "ud_english_ewt").is_dir(), reason="data root missing")
-
-_BUILT: dict[str, Path] = {}
-
-
-def build_causal_run(run: Path) -> Path:
-    """A run folder holding what the analyses write for a tiny untrained EWT encoder (test_gating's
-    model): heads_classes, gating, head_passport, amnesic and structural probing rows (two seeds)."""
-    texts = [" ".join(s.words) for s in ud_sentences("ewt", "train")[:400]]
-    tok = Tokenizer.train_wordpiece(texts, 400)
-    torch.manual_seed(0)
-    fields = {**preset("encoder", "tiny"), "vocab_size": tok.vocab_size, "dropout": 0.0, "pad_token_id": tok.pad_id}
-    path = run / "models" / "tiny"
-    plmodels.save(build_model("encoder", fields), tok, path)
-    # small configs; C = 0.05 makes the L-BFGS probes converge in a few iterations (the budget is ~60 s)
-    analyse_heads(path, out_dir=run / "heads", run_dir=run, config=dict(max_sentences=40, n_boot=50), progress=False)
-    gate_model(path, out_dir=run, progress=False, config=dict(tasks=["pos", "ner"], random_draws=2, max_train_targets=500,
-                                                              lm_sentences=16, batch_size=12, C=0.05))
-    amnesic_model(path, out_dir=run, progress=False, config=dict(
-        tasks=["pos"], layers=[0, 2], erasers=["leace"], max_train_targets=500, max_eval_targets=300,
-        lm_sentences=16, C=0.05, draws=2))
-    probe_model(path, tasks=["structural_distance", "structural_depth"], out_dir=run / "probe", run_dir=run,
-                progress=False, config=dict(seeds=[0, 1], max_train_targets=500, max_eval_targets=300, n_boot=0,
-                                            modes=["single"]))
-    return run
-
-
-def causal_run(tmp_path_factory) -> Path:
-    """The run of `build_causal_run`, built once per session (prints how long it took)."""
-    if "run" not in _BUILT:
-        t0 = time.perf_counter()
-        _BUILT["run"] = build_causal_run(tmp_path_factory.mktemp("causal") / "causal")
-        print(f"causal run built in {time.perf_counter() - t0:.1f} s")
-    return _BUILT["run"]
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from tests.apps.conftest import partial_root, results_root, run_dir  # noqa: F401  (fixtures)
+from tests.apps.results_fixtures import partial_root, results_root, run_dir  # noqa: F401  (fixtures)
 from tests.apps.fixtures import BEST_HEAD, PEAK_LAYER, SENTENCES
 from workbench.presentation import views
 

@@ -30,10 +30,9 @@ from pathlib import Path
 from typing import ClassVar
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
-from plmodels.checkpoint import build_model, save
+from plmodels.checkpoint import WEIGHTS_FILE, build_model, read_safetensors, save, write_checksums
 from plmodels.config import Config
 from plmodels.electra import ElectraConfig, ElectraPair, electra_loss, generator_state
 from plmodels.elmo import bilm_loss
@@ -107,10 +106,12 @@ class Objective:
         state = self.extra_state(module)
         if state:
             save_safetensors({k: v.detach().cpu().contiguous() for k, v in state.items()}, folder / OBJECTIVE_FILE)
+            # checksums.json again, after the file: a torn one is recognised like torn main weights
+            write_checksums(folder, (WEIGHTS_FILE, OBJECTIVE_FILE))
 
     def load_extras(self, module: nn.Module, folder: Path, device) -> None:
         path = folder / OBJECTIVE_FILE
-        self.load_extra_state(module, load_file(str(path), device=str(device)) if path.is_file() else {})
+        self.load_extra_state(module, read_safetensors(path, device=str(device)) if path.is_file() else {})
 
     # --- a step -----------------------------------------------------------------------------
     def batch(self, rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Generator, cont_ids,

@@ -116,3 +116,27 @@ def test_system_recipes_resolve():
     with pytest.raises(ValueError, match="trains a encoder|not a decoder"):
         load_config("decoder-tiny", {"objective": "electra"})
 
+
+@pytest.mark.parametrize("system", ["electra", "spanbert"])
+def test_a_torn_objective_file_is_recognised_and_skipped_for_the_checkpoint_before(data, tok, tmp_path, capsys,
+                                                                                  system):
+    """ELECTRA's generator (and SpanBERT's SBO head) live in objective.safetensors beside the analysed
+    model; checksums.json lists it too, written after it, so a torn one is recognised like torn main
+    weights: resuming skips that checkpoint for the one before it, naming the file, and the resumed run
+    ends on the uninterrupted run's weights, generator included."""
+    from plmodels.training.state import latest_checkpoint
+
+    cfg = toy_config(data, max_steps=5, tokenizer_path=str(tok), eval_sequences=16, **SYSTEMS[system])
+    straight = pretrain(cfg, tmp_path / "a")
+    run_training(cfg, tmp_path / "b", stop_at_step=5)   # checkpoints at steps 1, 2, 4
+    last = tmp_path / "b" / "checkpoints" / "step_0000004"
+    assert set(json.loads((last / "checksums.json").read_text())) == {"model.safetensors", OBJECTIVE_FILE}
+    torn = last / OBJECTIVE_FILE
+    torn.write_bytes(torn.read_bytes()[: torn.stat().st_size // 2])
+    capsys.readouterr()
+    assert latest_checkpoint(tmp_path / "b").name == "step_0000002"
+    assert f"skipping the damaged checkpoint step_0000004: {torn}: sha256" in capsys.readouterr().err
+    resumed = pretrain(cfg, tmp_path / "b")
+    for name in ("model.safetensors", OBJECTIVE_FILE):
+        wa, wb = load_file(str(straight / name)), load_file(str(resumed / name))
+        assert wa.keys() == wb.keys() and all(torch.equal(wa[k], wb[k]) for k in wa), name

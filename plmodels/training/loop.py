@@ -236,7 +236,8 @@ def check_resume(out_dir: Path, resolved: dict, resume: bool) -> bool:
         if k not in old.get("pretrain", {}) and k in defaults and v == defaults[k]:
             old.setdefault("pretrain", {})[k] = v
     strip = lambda r: {**r, "pretrain": {k: v for k, v in r["pretrain"].items() if k not in RESUME_SAFE_KEYS}}  # noqa: E731
-    diff = [k.removeprefix("pretrain.") for k in config_diff(strip(old), strip(resolved))]
+    # a model field shows twice, as pretrain.model.X (the override) and model.X (the resolved model): once here
+    diff = list(dict.fromkeys(k.removeprefix("pretrain.") for k in config_diff(strip(old), strip(resolved))))
     if diff:
         raise ValueError(f"cannot resume the run in {out_dir}: the config differs in {diff} "
                          f"(start a new folder, or restore these keys)")

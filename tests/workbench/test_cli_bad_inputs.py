@@ -111,6 +111,9 @@ def test_no_resume_starts_a_finished_run_over(tmp_path, capsys, tiny):
     # a finished run with another config is refused, naming the keys ...
     refused(capsys, ["pretrain", "encoder-tiny", "--out", out, *tiny, "--set", "lr=0.01"],
             r"cannot resume the run in .*: the config differs in \['lr'\]")
+    # a model field is named once (it differs both as the override pretrain.model.X and the resolved model.X)
+    refused(capsys, ["pretrain", "encoder-tiny", "--out", out, *tiny, "--set", "model.n_heads=4"],
+            r"the config differs in \['model\.n_heads'\] \(start a new folder")
     # ... and --no-resume does what it says: starts over with the new config
     succeeds(capsys, ["pretrain", "encoder-tiny", "--out", out, *tiny, "--set", "lr=0.01", "--no-resume"])
     assert json.loads((out / "config.resolved.json").read_text())["pretrain"]["lr"] == 0.01

@@ -41,6 +41,7 @@ from torch import nn
 
 import plmodels
 from plmodels import recipes
+from plmodels.checkpoint import CheckpointError, check_weights, read_meta
 from plmodels.config import Config, merge
 from plmodels.families import family_of
 from plmodels.files import save_safetensors, write_json_atomic
@@ -257,10 +258,25 @@ def _fit(cfg: FinetuneConfig, params: list, n_train: int, loss_of, evaluate, sta
     return {**best, "steps": step, "stopped_by": stopped_by}
 
 
+def check_base(cfg: FinetuneConfig, field: str = "base") -> None:
+    """The base checkpoint is whole (config.json readable, model.safetensors matching checksums.json or
+    its own header), checked before any data is read, model loaded or folder made: one error naming
+    `field` (where the value came from: "base", "--set base", "<config file>: base") and the folder or
+    file otherwise."""
+    try:
+        read_meta(cfg.base)
+        check_weights(cfg.base)
+    except FileNotFoundError as e:
+        raise FileNotFoundError(f"{field}: {e}") from None
+    except CheckpointError as e:
+        raise CheckpointError(f"{field}: {e}") from None
+
+
 def finetune(config, out_dir: str | Path, overrides: dict | None = None, *, data: TaskData) -> Path:
     """Finetune `config.base` on `config.task` in `config.mode`; returns the checkpoint folder out_dir."""
 
     cfg = load_finetune_config(config, overrides)
+    check_base(cfg)
     out_dir = Path(out_dir)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)

@@ -189,6 +189,28 @@ def test_an_analysis_refuses_bad_arguments_before_its_folder_or_model(tmp_path, 
     refused(capsys, argv, expected, absent=out)
 
 
+def test_finetune_checks_its_base_before_reading_any_data(tmp_path, capsys, checkpoint, monkeypatch):
+    """The base checkpoint is checked first: the task data (seconds to read for EWT) is never touched."""
+    import workbench.data.finetuning as finetuning
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("the task data was read before the base checkpoint was checked")
+
+    monkeypatch.setattr(finetuning, "load_task_data", no_data)
+    out = tmp_path / "out"
+    refused(capsys, ["finetune", "pos-frozen", "--set", f"base={tmp_path / 'absent'}", "--out", out],
+            r"error: --set base: \S+/absent is not a checkpoint folder \(needs config\.json and model\.safetensors\)$",
+            absent=out)
+    config = tmp_path / "mine.json"
+    config.write_text(json.dumps({"base": str(tmp_path / "absent"), "task": "pos"}))
+    refused(capsys, ["finetune", config, "--out", out], r"error: \S+/mine\.json: base: \S+/absent is not a checkpoint",
+            absent=out)
+    model = _copy(checkpoint, tmp_path)
+    _damage(model, "model.safetensors", "truncate")
+    refused(capsys, ["finetune", "pos-frozen", "--set", f"base={model}", "--out", out],
+            r"error: --set base: \S+/model/model\.safetensors: not a readable safetensors file", absent=out)
+
+
 # ------------------------------------------------------------------------------- damaged checkpoints
 def _damage(folder: Path, name: str, how: str) -> Path:
     path = folder / name

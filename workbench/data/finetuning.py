@@ -11,7 +11,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from plmodels.training.finetune import IGNORE_INDEX, TaskData, load_finetune_config
+from plmodels.training.finetune import IGNORE_INDEX, TaskData, check_base, load_finetune_config
 from plmodels.training.finetune import finetune as _finetune
 from workbench.core.paths import dataset_dir
 from workbench.data.readers import read_conllu, read_sst2
@@ -50,5 +50,8 @@ def load_task_data(task: str, max_train: int | None = None, max_dev: int | None 
 def finetune(config, out_dir: str | Path, overrides: dict | None = None) -> Path:
     """Load the config's task data and finetune (see plmodels.training.finetune); returns the checkpoint folder."""
     cfg = load_finetune_config(config, overrides)
+    # before the data is read: a bad base is one line naming it and where it was set, at once
+    check_base(cfg, "--set base" if "base" in (overrides or {}) else
+               f"{config}: base" if isinstance(config, (str, Path)) else "base")
     data = load_task_data(cfg.task, cfg.max_train_examples, cfg.max_dev_examples)
     return _finetune(cfg, out_dir, data=data)

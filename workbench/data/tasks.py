@@ -390,25 +390,29 @@ def build_all_tasks(out_dir: str | Path, tasks: Iterable[str] | None = None,
     manifest = json.loads(manifest_path.read_text()) if manifest_path.is_file() else {}
     old = pd.read_parquet(stats_path) if stats_path.is_file() else pd.DataFrame(columns=["task"])
     hashes: dict[Path, str] = {}
-    frames = []
+    frames, built = {}, {}
     for name in names:
         key = _task_key(name, hashes)
         cached = old[old["task"] == name]
         complete = all((out / name / f"{sp}.jsonl").is_file() for sp in SPLITS) and len(cached) == len(SPLITS)
         if not force and manifest.get(name) == key and complete:
             log.info("task %s: cached in %s", name, out)
-            frames.append(cached)
+            frames[name] = cached
             continue
+        # every split of every task is read before anything is written: a malformed data file is one
+        # error naming its line, with no half-built task folder left behind
+        built[name] = key, {sp: build_task_with_skips(name, sp) for sp in SPLITS}
+    for name, (key, splits) in built.items():
         rows = []
-        for sp in SPLITS:
-            records, skips = build_task_with_skips(name, sp)
+        for sp, (records, skips) in splits.items():
             _write_jsonl(out / name / f"{sp}.jsonl", records)
             rows.append(split_stats(name, sp, records, skips))
-        frames.append(pd.DataFrame(rows))
+        frames[name] = pd.DataFrame(rows)
         manifest[name] = key
         _write_atomic(manifest_path, lambda fh: json.dump(manifest, fh, indent=1, sort_keys=True))
     kept = old[~old["task"].isin(names)] if len(old) else old
-    stats = pd.concat([kept, *frames], ignore_index=True) if len(kept) else pd.concat(frames, ignore_index=True)
+    ordered = [frames[n] for n in names]   # the tasks in the order asked, cached or built
+    stats = pd.concat([kept, *ordered], ignore_index=True) if len(kept) else pd.concat(ordered, ignore_index=True)
     _write_atomic(stats_path, lambda fh: stats.to_parquet(fh, index=False), mode="wb")
     _conllu_cached.cache_clear()
     return stats

@@ -56,6 +56,16 @@ def test_vectorised_micro_f1_matches_stats_on_a_resample():
     assert _micro_f1_from_sums(np.zeros(4), 50) == micro_f1_from_counts(np.zeros((3, 3))) == 1.0
 
 
+@pytest.mark.parametrize("tp,fp,fn,f1", [(0, 1, 0, 0.0), (0, 0, 1, 0.0), (1, 0, 0, 1.0), (0, 2, 0, 0.0),
+                                         (1, 1, 0, 2 / 3), (1, 1, 1, 0.5), (0, 0, 0, 1.0)])
+def test_vectorised_micro_f1_equals_the_counts_formula_on_small_counts(tp, fp, fn, f1):
+    """By hand, 2 tp / (2 tp + fp + fn), 1.0 with no entity at all: a single false positive or false
+    negative (denominator 1) scores 0, not the empty case's 1."""
+    sums = np.array([0.0, tp, fp, fn])
+    assert _micro_f1_from_sums(sums, 1) == pytest.approx(f1)
+    assert micro_f1_from_counts(np.array([[tp, fp, fn]], dtype=float)) == pytest.approx(f1)
+
+
 def test_items_only_interval_has_binomial_width():
     n = 2000
     iv = multi_bootstrap(system([0.7], n, 0), n_boot=2000, resample_seeds=False)
@@ -367,3 +377,13 @@ def test_errors_name_the_problem():
         seeds_only([1.0, 2.0], level=1.5)
     with pytest.raises(ValueError, match="finite"):
         seeds_only([1.0, float("nan")])
+
+
+def test_an_undefined_e_delta_counts_no_seed_pair_flips():
+    """A's probes get worse with depth (sum of d_l < 0): its E_delta, and so delta, is undefined (nan),
+    and no seed pair can disagree with an undefined sign."""
+    a = layered([0.6, 0.5], 200, 3, 1)
+    b = layered([0.5, 0.7], 200, 3, 2)
+    c = compare_e_delta(a, b, n_boot=50)
+    assert np.isnan(c.delta) and c.claim == "no claim"
+    assert c.flips == 0 and c.n_seed_pairs == 9

@@ -1,0 +1,42 @@
+"""scripts/mutation_sample.py on a module small enough to list its mutants by hand."""
+import importlib.util
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "mutation_sample.py"
+spec = importlib.util.spec_from_file_location("mutation_sample", SCRIPT)
+ms = importlib.util.module_from_spec(spec)
+sys.modules["mutation_sample"] = ms   # its dataclasses look their module up there
+spec.loader.exec_module(ms)
+
+SOURCE = '''def f(x):
+    """Docstrings are never mutated."""
+    if x < 1:
+        raise ValueError(f"x must be >= 1, got {x}")
+    return x + 2
+'''
+
+
+def test_sites_are_the_operators_numbers_and_returns_but_no_docstring_or_message():
+    found = sorted((m.line, m.op, m.what) for m in ms.sites(SOURCE))
+    assert found == [(3, "compare", "Lt -> LtE"), (3, "constant", "1 -> 2"), (5, "binop", "Add -> Sub"),
+                     (5, "constant", "2 -> 3"), (5, "return", "return x -> return None")]
+
+
+def test_a_mutant_changes_its_one_node_and_nothing_else():
+    (lt,) = [m for m in ms.sites(SOURCE) if m.op == "compare"]
+    mutant = ms.mutate(SOURCE, lt)
+    assert "if x <= 1:" in mutant and "return x + 2" in mutant
+    scope: dict = {}
+    exec(mutant, scope)
+    assert scope["f"](3) == 5
+
+
+def test_the_score_leaves_equivalent_mutants_out():
+    row = dict(module="m.py", op="constant", mutation="0 -> 1", source="y = 0", sites=9, seed=0, reason="")
+    rows = [{**row, "line": 1, "result": "killed"}, {**row, "line": 2, "result": "timeout"},
+            {**row, "line": 3, "result": "survived"}, {**row, "line": 4, "result": "equivalent", "reason": "why"}]
+    md = ms.report(rows)
+    # 2 of 3 killed (a timeout counts as killed), the equivalent one not counted: Wilson [0.21, 0.94]
+    assert "| m.py | 9 | 4 | 1 | 2 | 0.67 | [0.21, 0.94] |" in md
+    assert "- m.py:3 constant 0 -> 1: `y = 0`" in md and "- m.py:4 constant 0 -> 1: `y = 0`: why" in md

@@ -1,6 +1,18 @@
-"""Fixtures shared by every test package."""
+"""Fixtures shared by every test package, and the slow tier's marks (tests/tiers.py)."""
 import pytest
 import torch
+
+from tests.tiers import load_durations, slow_tier
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark `slow` the tests that tests/durations.json measured slow (alone or by their module) or whose
+    module it never measured, so that `pytest -m "not slow"` is the fast tier (tests/tiers.py); a test's
+    own @pytest.mark.slow stands as well."""
+    slow = slow_tier([item.nodeid for item in items], load_durations())
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="module")

@@ -136,6 +136,20 @@ def test_unseen_labels_and_bad_spans_raise():
         EdgeProbe(max_epochs=1).fit(X, y, span, span).predict(X, span)
 
 
+def test_features_of_another_width_or_depth_are_refused_naming_both():
+    """A probe fitted on one layer of width 8 refuses a store of width 5 (one layer, as a single-layer
+    store reaches it) or of two layers, naming what it got and what it was fitted on."""
+    rng = np.random.default_rng(0)
+    span = np.stack([np.arange(40), np.arange(40) + 1], 1)
+    y = np.array(["A", "B"] * 20)
+    p = EdgeProbe(max_epochs=1, **{k: v for k, v in FAST.items() if k != "max_epochs"}).fit(
+        rng.normal(size=(41, 8)).astype(np.float32), y, span)
+    with pytest.raises(ValueError, match=r"got 1 layers of width 5, the probe was fitted on 1 layers of width 8"):
+        p.predict(rng.normal(size=(41, 5)).astype(np.float32), span)
+    with pytest.raises(ValueError, match=r"got 2 layers of width 8, the probe was fitted on 1 layers of width 8"):
+        p.predict(rng.normal(size=(2, 41, 8)).astype(np.float32), span)
+
+
 def test_determinism_for_fixed_seed():
     X = _store()
     span, y = _single_word_task(X, n=600)

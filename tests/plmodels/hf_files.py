@@ -70,6 +70,9 @@ ALBERT_TEXTS = ["The quick brown fox jumps over the lazy dog.", "Héllo wörld, 
                 "A cat and a dog ran home; the cats ran too.", "東京 😀 antidisestablishmentarianism",
                 "naïve résumé ``quoted'' text"]
 
+ALBERT_EDGE = ["Héllo  WORLD\t\tcafé", "東京 😀 中文 ☃", "antidisestablishmentarianismxyzzy", "  lead  and  trail  ",
+        "``quote'' [MASK] x", "Ça va? Ünïcödé ﬁ Å", "a\nb\r\nc", "", "The dog."]  # hard cases for SentencePiece tokenizers
+
 
 def unigram_folder(root, normalizer, pre_tokenizer):
     """A tiny Unigram trained here, wrapped in AlbertTokenizerFast and saved as transformers saves it."""

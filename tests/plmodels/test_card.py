@@ -11,7 +11,7 @@ import pytest
 
 from plmodels.checkpoint import CheckpointError, read_card, save
 
-from .conftest import tiny_encoder
+from .tiny import tiny_encoder
 
 FRESH = {"source": "x", "fresh_init": ["mlm.bias", "mlm.dense.weight"], "mlm_head": "fresh init (not in the source)"}
 

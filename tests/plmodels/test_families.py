@@ -17,7 +17,7 @@ from plmodels.families import FAMILIES, KINDS, AnalysedModel, family, family_of,
 from plmodels.training.config import AUTO_OBJECTIVE, OBJECTIVE_FIELDS, PretrainConfig
 from plmodels.training.objectives import OBJECTIVES
 
-from .conftest import batch, tiny_decoder, tiny_encoder
+from .tiny import batch, tiny_decoder, tiny_encoder
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -19,7 +19,8 @@ from plmodels.hf_encoders import import_hf_albert
 from plmodels.hf_families import import_hf
 from plmodels.tokenizer import Tokenizer, albert_pipeline
 
-from .hf_files import ALBERT_TEXTS, unigram_folder
+from .hf_configs import albert_config
+from .hf_files import ALBERT_EDGE, ALBERT_TEXTS, unigram_folder
 
 # transformers is the reference implementation, one of the test extras: without it this module is
 # skipped at collection, not failed
@@ -31,12 +32,6 @@ TOL = {"atol": 1e-4, "rtol": 0}  # max abs diff <= 1e-4
 # ALBERT's vocabulary order: <pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4; right padding in rows 1 and 2
 IDS = torch.tensor([[2, 5, 6, 7, 3, 8, 9, 3], [2, 10, 11, 12, 3, 0, 0, 0], [2, 13, 3, 14, 15, 3, 0, 0]])
 TYPES = torch.tensor([[0, 0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 0, 0, 0], [0, 0, 0, 1, 1, 1, 0, 0]])
-
-
-def albert_config(**overrides):
-    return transformers.AlbertConfig(**{
-        "vocab_size": 40, "embedding_size": 16, "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": 2,
-        "intermediate_size": 48, "max_position_embeddings": 24, "layer_norm_eps": 1e-6, **overrides})
 
 
 def perturb(model):
@@ -180,10 +175,6 @@ def test_albert_with_embedding_size_equal_to_hidden_size(tmp_path):
 
 
 # ------------------------------------------------------------------------------ tokenizer
-EDGE = ["Héllo  WORLD\t\tcafé", "東京 😀 中文 ☃", "antidisestablishmentarianismxyzzy", "  lead  and  trail  ",
-        "``quote'' [MASK] x", "Ça va? Ünïcödé ﬁ Å", "a\nb\r\nc", "", "The dog."]
-
-
 @pytest.mark.parametrize("pipeline", ["albert", "other"])
 def test_albert_tokenizer_ids_equal_transformers(tmp_path, pipeline):
     """'other': the tokenizer.json's own normalizer (NFKC, no lowercasing) and pre-tokenizer differ from
@@ -198,7 +189,7 @@ def test_albert_tokenizer_ids_equal_transformers(tmp_path, pipeline):
     assert ours.kind == "unigram" and ours.lowercase
     assert (ours.pad_id, ours.unk_id, ours.cls_id, ours.sep_id, ours.mask_id) == (0, 1, 2, 3, 4)
     assert ours.special_affixes == ([2], [3]) and ours.doc_sep_id == 3
-    for text in EDGE + ALBERT_TEXTS:
+    for text in ALBERT_EDGE + ALBERT_TEXTS:
         assert ours.encode(text) == ref(text)["input_ids"], text
         assert ours.encode(text, add_special=False) == ref(text, add_special_tokens=False)["input_ids"], text
     # pre-split words give the running text's ids, and the spans cover them
@@ -208,7 +199,7 @@ def test_albert_tokenizer_ids_equal_transformers(tmp_path, pipeline):
     # the workbench's own save / load keeps the ids
     ours.save(tmp_path / "saved")
     again = Tokenizer.load(tmp_path / "saved")
-    assert again.kind == "unigram" and all(again.encode(t) == ours.encode(t) for t in EDGE)
+    assert again.kind == "unigram" and all(again.encode(t) == ours.encode(t) for t in ALBERT_EDGE)
 
 
 def test_albert_import_reads_its_tokenizer(albert_folder, tmp_path):
@@ -219,4 +210,4 @@ def test_albert_import_reads_its_tokenizer(albert_folder, tmp_path):
     assert tok is not None and tok.kind == "unigram"
     assert tok.encode("Héllo WORLD") == transformers.AutoTokenizer.from_pretrained(str(folder))("Héllo WORLD")["input_ids"]
     _, saved = load(tmp_path / "ckpt")
-    assert saved.kind == "unigram" and saved.encode(EDGE[0]) == tok.encode(EDGE[0])
+    assert saved.kind == "unigram" and saved.encode(ALBERT_EDGE[0]) == tok.encode(ALBERT_EDGE[0])

@@ -16,6 +16,8 @@ from plmodels import Encoder, EncoderConfig, checkpoint_hash, load, save
 from plmodels.components.positions import padding_position_ids, sinusoidal_table
 from plmodels.hf_encoders import import_hf_distilbert, import_hf_electra, import_hf_roberta
 
+from .hf_configs import ROBERTA_IDS, ROBERTA_PAD, SIZES, distil_config, roberta_config
+
 # transformers is the reference implementation, one of the test extras: without it this module is
 # skipped at collection, not failed
 transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")
@@ -23,11 +25,6 @@ transformers = pytest.importorskip("transformers", reason="the parity tests need
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TOL = {"atol": 1e-4, "rtol": 0}  # max abs diff <= 1e-4
-SIZES = {"vocab_size": 40, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 48,
-         "max_position_embeddings": 24}
-ROBERTA_PAD = 1
-# right padding (rows 0, 1) and left padding (row 2); RoBERTa's <s>=0, <pad>=1, </s>=2
-ROBERTA_IDS = torch.tensor([[0, 5, 6, 7, 8, 9, 2, 1], [0, 10, 11, 12, 2, 1, 1, 1], [1, 1, 0, 13, 14, 15, 16, 2]])
 # DistilBERT (BERT vocabulary): [PAD]=0, [CLS]=2, [SEP]=3; right padding
 DISTIL_IDS = torch.tensor([[2, 5, 6, 7, 8, 9, 3, 0], [2, 10, 11, 12, 3, 0, 0, 0]])
 
@@ -39,19 +36,6 @@ def perturb(model, also=()):
             if "norm" in name.lower() or name.endswith("bias") or any(a in name for a in also):
                 p.add_(0.1 * torch.randn_like(p))
     return model
-
-
-def roberta_config(**overrides):
-    return transformers.RobertaConfig(**{
-        **SIZES, "hidden_size": 32, "type_vocab_size": 1, "pad_token_id": ROBERTA_PAD, "bos_token_id": 0,
-        "eos_token_id": 2, "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0, "layer_norm_eps": 1e-5,
-        **overrides})
-
-
-def distil_config(**overrides):
-    return transformers.DistilBertConfig(**{
-        "vocab_size": 40, "dim": 32, "n_layers": 2, "n_heads": 4, "hidden_dim": 48, "max_position_embeddings": 24,
-        "dropout": 0.0, "attention_dropout": 0.0, **overrides})
 
 
 @pytest.fixture(scope="module")

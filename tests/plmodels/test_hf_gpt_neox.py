@@ -22,7 +22,8 @@ from plmodels import Decoder, DecoderConfig, load
 from plmodels.hf_families import import_hf
 from plmodels.hf_gpt_neox import config_from_neox, import_hf_gpt_neox, map_neox_state, neox_qkv_to_ours
 
-from .test_hf_tokenizers import TEXTS, write_gpt2_files
+from .hf_configs import CASES, NEOX_H as H, NEOX_V as V, neox_config
+from .hf_files import TEXTS, write_gpt2_files
 
 # transformers is the reference implementation, one of the test extras: without it this module is
 # skipped at collection, not failed
@@ -31,23 +32,6 @@ transformers = pytest.importorskip("transformers", reason="the parity tests need
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TOL = {"atol": 1e-5, "rtol": 0}
-V, H = 50, 4  # vocabulary, heads (head size 8)
-# (rotary_pct, use_parallel_residual, tie_word_embeddings, rotary_emb_base)
-CASES = {
-    "pythia": (0.25, True, False, 10000),    # Pythia: 2 of 8 channels rotated, parallel, untied
-    "full-rotary-sequential": (1.0, False, False, 10000),
-    "half-rotary-tied": (0.5, True, True, 10000),
-    "quarter-sequential-base": (0.25, False, False, 500),
-}
-
-
-def neox_config(pct, parallel, tie, base, **overrides):
-    return transformers.GPTNeoXConfig(**{
-        "vocab_size": V, "hidden_size": 32, "num_hidden_layers": 3, "num_attention_heads": H, "intermediate_size": 48,
-        "max_position_embeddings": 24, "rotary_pct": pct, "rotary_emb_base": base, "use_parallel_residual": parallel,
-        "tie_word_embeddings": tie, "layer_norm_eps": 3e-5, **overrides})
-
-
 def perturbed(model):
     with torch.no_grad():
         for name, p in model.named_parameters():

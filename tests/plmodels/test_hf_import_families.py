@@ -15,12 +15,10 @@ import torch
 import plmodels
 from plmodels.hf_families import IMPORTERS, import_hf
 from tests.plmodels.hf_bert_folder import save_bert_folder
+from tests.plmodels.hf_configs import CASES, albert_config, distil_config, neox_config, roberta_config
 from tests.plmodels.hf_files import write_roberta_files
 from tests.plmodels.hf_models import hf_bart, hf_gpt2, hf_t5, hf_xlnet, seq2seq_batch, xlnet_batch
 from tests.plmodels.kinds import assert_same_weights
-from tests.plmodels.test_hf_albert import albert_config
-from tests.plmodels.test_hf_encoders import distil_config, roberta_config
-from tests.plmodels.test_hf_gpt_neox import CASES, neox_config
 from workbench import cli
 
 transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")

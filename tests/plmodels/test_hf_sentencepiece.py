@@ -23,11 +23,11 @@ from plmodels import load
 from plmodels.hf_families import import_hf
 from plmodels.tokenizer import T5_SPECIALS, XLM_ROBERTA_SPECIALS, XLNET_SPECIALS, Tokenizer
 
-from . import test_seq2seq_parity as s2s
-from . import test_xlnet as xl
-from .test_hf_albert import EDGE, TEXTS
-from .test_hf_encoders import ROBERTA_IDS, roberta_config
-from .test_hf_tokenizers import TEXTS as BPE_TEXTS
+from .hf_configs import ROBERTA_IDS, roberta_config
+from .hf_files import ALBERT_EDGE as EDGE
+from .hf_files import ALBERT_TEXTS as TEXTS
+from .hf_files import TEXTS as BPE_TEXTS
+from .hf_models import hf_t5, hf_xlnet
 
 transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")
 
@@ -130,7 +130,7 @@ def quiet(fn, *args, **kw):
 @pytest.mark.parametrize("family", ["t5", "xlnet"])
 def test_t5_and_xlnet_folders_import_with_their_tokenizer(tmp_path, family):
     folder = tmp_path / "hf"
-    (s2s.hf_t5() if family == "t5" else xl.hf_xlnet()).save_pretrained(folder)
+    (hf_t5() if family == "t5" else hf_xlnet()).save_pretrained(folder)
     sentencepiece_folder(folder, family)
     model, tok = quiet(import_hf, folder, tmp_path / "ckpt")
     ref = transformers.AutoTokenizer.from_pretrained(str(folder))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.workbench.analyses.test_emergence import _run
+from tests.workbench.analyses.pretrain_runs import pretrain_run as _run
 from workbench.analyses.competence import BIGRAM_CONTEXT, competence_table
 from workbench.analyses.emergence import HeldOutEval, bigram_baseline
 

@@ -1,7 +1,6 @@
 """Tests for workbench.analyses.emergence: the table over a tiny run's log-spaced checkpoints, n-gram baselines."""
 import json
 import math
-import random
 
 import numpy as np
 import pytest
@@ -10,32 +9,8 @@ from workbench.presentation.analysis_figures import write_analysis_figures
 from workbench.analyses.emergence import (HeldOutEval, bigram_baseline, checkpoints, decoder_baselines, emergence,
                                  emergence_cli)
 
-
-def _corpus(path, n, seed):
-    rng = random.Random(seed)
-    nouns = ["the cat", "a dog", "the king", "my friend", "the old man", "the cats", "two dogs"]
-    verbs = ["sees", "likes", "follows", "calls", "see", "like"]
-    objs = ["the river", "a small house", "the green hill", "her brother", "the night sky"]
-    path.write_text("\n".join(f"{rng.choice(nouns)} {rng.choice(verbs)} {rng.choice(objs)} ." for _ in range(n)) + "\n")
-    return path
-
-
-def _run(tmp, kind, steps, **kw):
-    from plmodels.training import pretrain
-
-    train, valid = _corpus(tmp / "train.txt", 2000, 0), _corpus(tmp / "valid.txt", 200, 1)
-    cfg = {**dict(kind=kind, train_source=str(train), train_split=None, eval_source=str(valid), eval_split=None,
-               preset="tiny", vocab_size=200, tokenizer_sample_chars=100_000, seq_len=32, batch_size=8,
-               lr=5e-3, warmup_steps=2, max_steps=steps, eval_every=0, eval_sequences=16, log_every=1000,
-               ckpt_log_spaced=True, bf16="off", seed=3, num_threads=1), **kw}
-    pretrain(cfg_obj(cfg), tmp / "run")
-    return tmp / "run"
-
-
-def cfg_obj(d):
-    from plmodels.training import PretrainConfig
-
-    return PretrainConfig.from_dict(d)
+from .pretrain_runs import pretrain_run as _run
+from .pretrain_runs import svo_corpus
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +61,7 @@ def test_bigram_baseline_planted_cycle():
 
 
 def test_decoder_baselines_match_the_trainers_unigram(tmp_path):
-    other = _corpus(tmp_path / "other.txt", 150, 7)
+    other = svo_corpus(tmp_path / "other.txt", 150, 7)
     run = _run(tmp_path, "decoder", 2, vocab_size=300, ckpt_log_spaced=False,
                extra_eval={"other": [str(other), None]})
     rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]

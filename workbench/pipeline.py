@@ -39,17 +39,9 @@ from plmodels.training import pretrain
 from plmodels.training.config import PretrainConfig, read_config_file
 from plmodels.training.loop import check_model_config, check_sources
 from workbench import __version__
-from workbench.analyses.amnesic import AmnesicRunConfig, amnesic_model
 from workbench.analyses.compare import CompareRunConfig, compare_models
 from workbench.analyses.competence import competence_table
-from workbench.analyses.cross_heads import analyse_cross_heads
-from workbench.analyses.emergence import EmergenceConfig, emergence_cli
-from workbench.analyses.frozen_vs_finetuned import FvFConfig, frozen_vs_finetuned
-from workbench.analyses.gating import GateRunConfig, gate_model
-from workbench.analyses.heads import HeadRunConfig, analyse_heads
-from workbench.analyses.minimal_pairs import PairsRunConfig, score_pairs_model
-from workbench.analyses.probing import ProbeRunConfig, probe_model
-from workbench.analyses.prune import PruneRunConfig, prune_model_cli
+from workbench.analyses.registry import ANALYSES, Analysis, Where
 from workbench.analyses.zoo import cka_between, training_table, zoo_statistics
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import data_root
@@ -254,36 +246,42 @@ def _finetune_step(name: str, spec: dict) -> Callable[[Context], dict]:
     return fn
 
 
-def _analysis_step(kind: str, model: str, spec: dict) -> Callable[[Context], dict]:
-    """probe / heads / prune / gate / amnesic for one model: the library function returns tables; we
-    upsert them. gate reads the run's heads_classes and importance tables (its step runs after them)."""
+def _analysis_step(record: Analysis, model: str, spec: dict) -> Callable[[Context], dict]:
+    """Analysis `record` of one model: its run function (one shape for every analysis,
+    workbench/analyses/registry.py) with the step's typed config; the tables it returns are upserted
+    into the run and drawn (`write_analysis_figures`)."""
     def fn(ctx: Context) -> dict:
-        path = ctx.model_path(model)
-        if not (path / "config.json").exists():
-            return {"skipped": f"model {model} is not in this run (its step was skipped)"}
-        config = _step_config(spec)
-        out = ctx.run_dir / kind / model
-        if kind == "probe":
-            tables = probe_model(path, tasks=spec["tasks"], out_dir=out, config=config, model_name=model,
-                                 tasks_dir=ctx.run_dir / "tasks", store_root=ctx.run_dir / "store")
-        elif kind == "heads":
-            tables = analyse_heads(path, out_dir=out, config=config, model_name=model,
-                                   store_root=ctx.run_dir / "store")
-            _attention_for_app(ctx.run_dir, model, path, spec.get("app_sentences", 40))
-        elif kind == "prune":
-            tables = prune_model_cli(path, methods=spec["methods"], out_dir=out, config=config,
-                                     model_name=model)
-        elif kind == "cross_heads":
-            tables = analyse_cross_heads(path, out_dir=out, model_name=model, **(config or {}))
-        elif kind == "gate":
-            tables = gate_model(path, out_dir=out, config=config, model_name=model, store_root=ctx.run_dir / "store")
+        if record.reads == "pretraining_run":
+            source = ctx.run_dir / "models" / model
+            if not (source / "checkpoints").is_dir():
+                return {"skipped": f"{model} has no checkpoints/ (not pretrained in this run)"}
         else:
-            tables = amnesic_model(path, out_dir=out, config=config, model_name=model,
-                                   store_root=ctx.run_dir / "store")
+            source = ctx.model_path(model)
+            if not (source / "config.json").exists():
+                return {"skipped": f"model {model} is not in this run (its step was skipped)"}
+        out = ctx.run_dir / record.name / model
+        where = Where(out_dir=out, model_name=model, store_root=ctx.run_dir / "store",
+                      tasks_dir=ctx.run_dir / "tasks", cache_dir=ctx.run_dir / "cache" / "minimal_pairs")
+        tables = record.run(source, step_config(record, spec), where)
+        for extra in AFTER_RUN.get(record.name, ()):
+            extra(ctx, model, source, spec)
         write_tables(ctx.run_dir, tables)
-        write_analysis_figures(kind, tables, out)
+        write_analysis_figures(record.name, tables, out)
         return {"tables": sorted(tables)}
     return fn
+
+
+def step_config(record: Analysis, spec: dict, where: str = "run config") -> Config:
+    """The typed config of an analysis step: its "config" (a JSON file or inline), the step's own
+    fields (`Analysis.step_fields`: probe's "tasks", prune's "methods") over it. Errors name `where`, the section and the field."""
+    config = _step_config(spec)
+    if isinstance(config, Path) and not config.is_file():
+        raise FileNotFoundError(f"{where}: {record.name}.config: {config} does not exist")
+    overrides = {k: spec[k] for k in record.step_fields if k in spec}
+    try:
+        return record.resolve(config, overrides or None)
+    except ValueError as e:
+        raise type(e)(f"{where}: {record.name}.config: {e}") from None
 
 
 def _step_config(spec: dict) -> Path | dict | None:
@@ -292,42 +290,21 @@ def _step_config(spec: dict) -> Path | dict | None:
     return _resolve(config) if isinstance(config, str) else (config or None)
 
 
-def _attention_for_app(run_dir: Path, model: str, path: Path, n: int) -> None:
-    """A small word-level attention store of EWT dev sentences for the app's sentence view."""
+APP_SENTENCES = 40   # EWT dev sentences in the app's attention store of a heads step ("app_sentences")
 
-    sentences = [list(s.words) for s in ud_sentences("ewt", "dev")[:n]]
+
+def _attention_for_app(ctx: Context, model: str, path: Path, spec: dict) -> None:
+    """A small word-level attention store of EWT dev sentences for the app's sentence view."""
+    sentences = [list(s.words) for s in ud_sentences("ewt", "dev")[:spec.get("app_sentences", APP_SENTENCES)]]
     net, tok = plmodels.load(path)
-    out = run_dir / "attention" / model
+    out = ctx.run_dir / "attention" / model
     extract(net, tok, sentences, out, attentions=True, progress=False, model_id=plmodels.checkpoint_hash(path))
     atomic_write_json(out / "sentences.json", sentences)
 
 
-def _fvf_step(model: str, spec: dict) -> Callable[[Context], dict]:
-    """Frozen features vs full finetuning (Peters et al. 2019) for one pretrained model."""
-    def fn(ctx: Context) -> dict:
-        path = ctx.model_path(model)
-        if not (path / "config.json").exists():
-            return {"skipped": f"model {model} is not in this run"}
-        config = _step_config(spec)
-        tables = frozen_vs_finetuned(path, out_dir=ctx.run_dir / "frozen_vs_finetuned" / model, config=config,
-                                     model_name=model)
-        write_tables(ctx.run_dir, tables)
-        return {"tables": sorted(tables)}
-    return fn
-
-
-def _emergence_step(model: str, spec: dict) -> Callable[[Context], dict]:
-    """How structure emerges: probes and head scores over one pretraining run's checkpoints."""
-    def fn(ctx: Context) -> dict:
-        run_folder = ctx.run_dir / "models" / model
-        if not (run_folder / "checkpoints").is_dir():
-            return {"skipped": f"{model} has no checkpoints/ (not pretrained in this run)"}
-        out = ctx.run_dir / "emergence" / model
-        tables = emergence_cli(run_folder, out, config=spec.get("config"))
-        write_tables(ctx.run_dir, tables)
-        write_analysis_figures("emergence", tables, out)
-        return {"tables": sorted(tables)}
-    return fn
+# What a run does after an analysis beyond its tables: the heads step also stores attention maps for the
+# app's sentence view (a run's product, not the analysis').
+AFTER_RUN: dict[str, tuple[Callable[[Context, str, Path, dict], None], ...]] = {"heads": (_attention_for_app,)}
 
 
 def _competence_step(model: str) -> Callable[[Context], dict]:
@@ -338,21 +315,6 @@ def _competence_step(model: str) -> Callable[[Context], dict]:
                                  eval_sequences=(ctx.params or {}).get("eval_sequences"))
         upsert_table(ctx.run_dir, "competence", table)
         return {"tables": ["competence"]}
-    return fn
-
-
-def _pairs_step(model: str, spec: dict) -> Callable[[Context], dict]:
-    """Minimal pairs (docs/behaviour.md) for one model: every suite with the model's scorers and the
-    four floors. The built suites and the scores are cached in the run's cache/minimal_pairs/, shared by
-    every model of the run."""
-    def fn(ctx: Context) -> dict:
-        path = ctx.model_path(model)
-        if not (path / "config.json").exists():
-            return {"skipped": f"model {model} is not in this run"}
-        tables = score_pairs_model(path, out_dir=ctx.run_dir / "pairs" / model, config=_step_config(spec),
-                                   model_name=model, cache_dir=ctx.run_dir / "cache" / "minimal_pairs")
-        write_tables(ctx.run_dir, tables)
-        return {"tables": sorted(tables)}
     return fn
 
 
@@ -422,39 +384,25 @@ def build_steps(cfg: dict) -> list[Step]:
     for name, spec in cfg.get("finetune", {}).items():
         base = spec["base"]
         steps.append(Step(f"finetune:{name}", spec, _finetune_step(name, spec), after=[_model_step(cfg, base)]))
-    for kind in ("probe", "heads", "cross_heads", "prune", "gate", "amnesic"):
-        spec = cfg.get(kind)
+    for record in ANALYSES.values():
+        spec = cfg.get(record.name)
         if not spec:
             continue
         for model in spec["models"]:
-            after = [_model_step(cfg, model)] + (["tasks"] if kind == "probe" else [])
-            if kind == "gate":  # its role units and passport read these steps' tables
-                after += [f"{k}:{model}" for k in ("heads", "prune") if model in (cfg.get(k) or {}).get("models", [])]
-            steps.append(Step(f"{kind}:{model}", spec, _analysis_step(kind, model, spec), after=after))
+            after = [_model_step(cfg, model)] + (["tasks"] if record.reads_tasks else [])
+            # the analyses of the same model whose tables it reads (gate: heads_classes, importance)
+            after += [f"{k}:{model}" for k in record.after if model in (cfg.get(k) or {}).get("models", [])]
+            steps.append(Step(f"{record.name}:{model}", spec, _analysis_step(record, model, spec), after=after))
     spec = cfg.get("compare")
     if spec:
         for a, b in spec["pairs"]:
             steps.append(Step(f"compare:{a}:{b}", spec, _compare_step(a, b, spec),
                               after=[_model_step(cfg, a), _model_step(cfg, b), "tasks"]))
-    spec = cfg.get("frozen_vs_finetuned")
-    if spec:
-        for model in spec["models"]:
-            steps.append(Step(f"frozen_vs_finetuned:{model}", spec, _fvf_step(model, spec),
-                              after=[_model_step(cfg, model)]))
-    spec = cfg.get("emergence")
-    if spec:
-        for model in spec["models"]:
-            steps.append(Step(f"emergence:{model}", spec, _emergence_step(model, spec),
-                              after=[_model_step(cfg, model), "tasks"]))
     spec = cfg.get("competence")
     if spec is not None:
         for name in cfg["models"]:
             if "pretrain" in cfg["models"][name]:
                 steps.append(Step(f"competence:{name}", spec, _competence_step(name), after=[f"pretrain:{name}"]))
-    spec = cfg.get("pairs")
-    if spec:
-        for model in spec["models"]:
-            steps.append(Step(f"pairs:{model}", spec, _pairs_step(model, spec), after=[_model_step(cfg, model)]))
     spec = cfg.get("zoo")
     if spec:
         trained = [s.name for s in steps if s.name.startswith("pretrain:")]
@@ -477,13 +425,6 @@ def _model_step(cfg: dict, model: str) -> str:
 
 
 # ---------------------------------------------------------------------------------- validation
-ANALYSIS_CONFIGS: dict[str, type[Config]] = {
-    "probe": ProbeRunConfig, "heads": HeadRunConfig, "prune": PruneRunConfig, "gate": GateRunConfig,
-    "amnesic": AmnesicRunConfig, "compare": CompareRunConfig, "frozen_vs_finetuned": FvFConfig,
-    "emergence": EmergenceConfig, "pairs": PairsRunConfig,
-}
-
-
 def check_pretrain_spec(recipe: str, overrides: dict, source: str, teacher_later: bool = False) -> None:
     """A model's pretraining config (a recipe name or JSON file, with its overrides) resolves and
     type-checks, its model config included, and its corpora exist; errors start with `source`
@@ -516,19 +457,18 @@ def validate_run_config(cfg: dict, where: str | None) -> None:
         if config is None and not Path(spec["config"]).is_file():
             raise FileNotFoundError(f"{where}: finetune.{name}.config: {spec['config']!r} is neither a JSON file "
                                     f"nor a shipped finetuning config ({', '.join(recipes.names('finetune'))})")
-    for kind, cls in ANALYSIS_CONFIGS.items():
-        spec = cfg.get(kind)
-        if not spec:
-            continue
+    for record in ANALYSES.values():
+        if cfg.get(record.name):
+            step_config(record, cfg[record.name], where)
+    spec = cfg.get("compare")
+    if spec:
         config = _step_config(spec)
         if isinstance(config, Path) and not config.is_file():
-            raise FileNotFoundError(f"{where}: {kind}.config: {config} does not exist")
+            raise FileNotFoundError(f"{where}: compare.config: {config} does not exist")
         try:
-            resolved = cls.resolve(config)
+            CompareRunConfig.resolve(config)
         except ValueError as e:
-            raise type(e)(f"{where}: {kind}.config: {e}") from None
-        if kind == "heads":
-            resolved.thresholds()
+            raise type(e)(f"{where}: compare.config: {e}") from None
 
 
 # -------------------------------------------------------------------------------------- runner

@@ -33,6 +33,7 @@ import pandas as pd
 import torch
 
 from plmodels.checkpoint import CONFIG_FILE, load, read_card, read_json_file
+from plmodels.config import Config
 from plmodels.families import FAMILIES, family
 from plmodels.seq2seq import Seq2Seq
 from plmodels.tokenizer import Tokenizer
@@ -132,6 +133,21 @@ def cross_head_table(model: Seq2Seq, examples: list[NoisedExample], model_name: 
             sentinel = None if e.sentinel is None else e.sentinel.numpy()
             stats.update(CrossSentence(A, e.alignment.numpy(), sentinel, sent_id=str(i + b)))
     return stats.finalize(model_name)
+
+
+@dataclass(frozen=True)
+class CrossHeadsConfig(Config):
+    """The run config of `analyse_cross_heads` (`workbench cross-heads`, the `cross_heads` step)."""
+
+    n_sentences: int = 200   # EWT test sentences to noise and read
+    seed: int = 0            # the noising seed (and the bootstrap's)
+    n_boot: int = 1000       # bootstrap resamples over sentences for align_acc's interval
+    batch_size: int = 16     # sentences per teacher-forced forward
+
+    def __post_init__(self) -> None:
+        for name in ("n_sentences", "n_boot", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"CrossHeadsConfig.{name} must be >= 1, got {getattr(self, name)}")
 
 
 def analyse_cross_heads(model_path: str | Path, out_dir: str | Path | None = None, n_sentences: int = 200,

@@ -33,31 +33,21 @@ from plmodels.components.norms import record_value_norms
 from plmodels.families import family_of
 from probes.heads import DEFAULT_WEIGHTING, is_role_score, table_weightings, weighting_rows
 from probes.multibootstrap import FEW_SEEDS, MIN_SEEDS
+from workbench.analyses.registry import ANALYSES
 from workbench.core import results
 from workbench.store import INDEX_FILE, Store, special_token_columns, word_attention_maps
 from workbench.store.word_attention import renormalised_word_maps, word_maps
 
-# Which command writes which table (the "no results yet" message of every page).
+# Which command writes which table (the "no results yet" message of every page): each registered
+# analysis' tables name its command (workbench/analyses/registry.py); the rest are written here.
 COMMANDS: dict[str, str] = {
+    **{table: a.command for a in ANALYSES.values() for table in a.tables},
     "training": "workbench pretrain CONFIG --out runs/NAME (or workbench run configs/demo.json)",
-    "probing": "workbench probe MODEL", "probing_summary": "workbench probe MODEL",
-    "mix_weights": "workbench probe MODEL",
-    "heads": "workbench heads MODEL", "heads_classes": "workbench heads MODEL",
-    "cross_heads": "workbench cross-heads MODEL",
-    "relations": "workbench heads MODEL", "head_similarity": "workbench heads MODEL",
-    "importance": "workbench prune MODEL", "pruning": "workbench prune MODEL",
-    "pruned_speed": "workbench prune MODEL",
     "cka": "workbench compare A B", "head_change": "workbench compare A B",
     "probing_change": "workbench compare A B (probing_tasks in its config)",
-    "frozen_vs_finetuned": "workbench frozen-vs-finetuned MODEL",
     "models": "workbench run configs/demo.json (or workbench pretrain / import-hf)",
     "attention": "workbench run configs/demo.json",
-    "emergence": "workbench emergence RUN_FOLDER (a pretraining run with log-spaced checkpoints)",
-    "amnesic": "workbench amnesic MODEL --out RUN_FOLDER",
-    "gating": "workbench gate MODEL --out RUN_FOLDER (after workbench heads, for role units)",
-    "head_passport": "workbench gate MODEL --out RUN_FOLDER (after workbench heads, for role units)",
     "structural": "workbench probe MODEL --tasks structural_distance,structural_depth",
-    "minimal_pairs": "workbench pairs MODEL --out RUN_FOLDER",
     "competence": "workbench run configs/demo.json (its competence step)",
     "zoo_training": "workbench zoo CONFIG", "zoo_stats": "workbench zoo CONFIG",
     "zoo_comparisons": "workbench zoo CONFIG", "zoo_cka": "workbench zoo CONFIG",

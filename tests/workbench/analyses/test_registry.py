@@ -1,0 +1,80 @@
+"""The analysis registry (workbench/analyses/registry.py) is the one place `workbench run`, the app's
+views and the figure writer learn of an analysis: a record planted in it gets a step that calls its
+run function with a typed config, and every table it names gets its command."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from plmodels.config import Config
+from workbench import pipeline
+from workbench.analyses import registry
+from workbench.analyses.probing import ProbeRunConfig
+from workbench.analyses.registry import ANALYSES, Analysis, Where
+from workbench.presentation import analysis_figures, views
+
+
+@dataclass(frozen=True)
+class PlantedConfig(Config):
+    width: int = 3
+
+
+def _planted(calls: list) -> Analysis:
+    def run(source: Path, config: Config, where: Where) -> dict[str, pd.DataFrame]:
+        calls.append((source, config, where))
+        return {"planted": pd.DataFrame({"model": [where.model_name], "value": [config.width]})}
+    return Analysis("planted", PlantedConfig, run, ("planted",), "workbench planted MODEL")
+
+
+def test_a_planted_record_gets_a_step_that_runs_it_with_a_typed_config(tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setitem(ANALYSES, "planted", _planted(calls))
+    (tmp_path / "models" / "m").mkdir(parents=True)
+    (tmp_path / "models" / "m" / "config.json").write_text("{}")
+    cfg = {"name": "r", "seed": 0, "models": {"m": {"import": "x"}},
+           "planted": {"models": ["m"], "config": {"width": 7}}}
+    steps = {s.name: s for s in pipeline.build_steps(cfg)}
+    assert steps["planted:m"].after == ["import:m"]
+    out = steps["planted:m"].fn(pipeline.Context(tmp_path, cfg, steps["planted:m"].params))
+    assert out == {"tables": ["planted"]}
+    (source, config, where), = calls
+    assert source == tmp_path / "models" / "m" and config == PlantedConfig(width=7)
+    assert where.out_dir == tmp_path / "planted" / "m" and where.model_name == "m"
+    assert pd.read_parquet(tmp_path / "tables" / "planted.parquet")["value"].tolist() == [7]
+
+
+def test_a_planted_records_config_is_checked_before_the_run(monkeypatch):
+    monkeypatch.setitem(ANALYSES, "planted", _planted([]))
+    cfg = {"name": "r", "seed": 0, "models": {"m": {"import": "x"}},
+           "planted": {"models": ["m"], "config": {"wdth": 7}}}
+    with pytest.raises(ValueError, match=r"demo.json: planted.config: .*'wdth'"):
+        pipeline.validate_run_config(cfg, "demo.json")
+
+
+def test_step_fields_override_the_config_and_the_result_stays_typed(tmp_path):
+    spec = {"models": ["m"], "tasks": ["pos"], "config": {"seeds": [0]}}
+    config = pipeline.step_config(registry.analysis("probe"), spec)
+    assert isinstance(config, ProbeRunConfig) and list(config.tasks) == ["pos"]
+    assert list(config.seeds) == [0]
+
+
+def test_every_run_config_section_is_a_registered_analysis_or_a_named_step():
+    fields = set(pipeline.RunConfig.__dataclass_fields__)
+    assert set(ANALYSES) <= fields
+    others = {"name", "seed", "models", "results_root", "tasks", "finetune", "compare", "competence", "report", "zoo"}
+    assert fields - set(ANALYSES) == others
+
+
+def test_views_and_figures_are_keyed_by_registered_analyses():
+    for record in ANALYSES.values():
+        for table in record.tables:
+            assert views.COMMANDS[table] == record.command
+    assert set(analysis_figures.BUILDERS) <= set(ANALYSES)
+
+
+def test_an_unknown_analysis_is_refused_by_name():
+    with pytest.raises(ValueError, match="unknown analysis 'probes'; known: probe, heads"):
+        registry.analysis("probes")

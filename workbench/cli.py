@@ -141,54 +141,54 @@ def _extract(a: argparse.Namespace) -> None:
     print(f"store: {store.path}")
 
 
-def _probe(a: argparse.Namespace) -> None:
-    from workbench.analyses.probing import probe_model, resolve_config
+def _analysis(a: argparse.Namespace, name: str, fields: dict | None = None) -> None:
+    """One registered analysis (workbench/analyses/registry.py) on `a.model` (or the pretraining run
+    `a.run`): the typed config (--config, then --set, then the subcommand's own flags `fields`) and
+    the input checked before any work, the run, its figures."""
+    from workbench.analyses.registry import Where, analysis
     from workbench.presentation.analysis_figures import write_analysis_figures
 
+    record = analysis(name)
+    config = record.resolve(a.config, {**_overrides(a), **(fields or {})})
+    if record.reads == "pretraining_run":
+        source = a.run
+        if not source.is_dir():
+            raise FileNotFoundError(f"pretraining run folder {source} does not exist")
+        if not any((source / "checkpoints").glob("step_*")):
+            raise FileNotFoundError(f"{source} is not a pretraining run folder (no checkpoints/step_*)")
+    else:
+        source = a.model
+        _check_checkpoint(source)
+    tables = record.run(source, config, Where(out_dir=a.out))
+    figures = write_analysis_figures(name, tables, a.out)
+    print(f"{name} tables: {sorted(tables)} in {a.out / 'tables'}"
+          + (f", figures in {figures[0].parent}" if figures else ""))
+
+
+def _probe(a: argparse.Namespace) -> None:
     from probes.structural import STRUCTURAL_TASKS
+    from workbench.analyses.probing import ProbeRunConfig
     from workbench.data.tasks import TASKS
 
-    config = resolve_config(a.config, _overrides(a))
     known = set(TASKS) | set(STRUCTURAL_TASKS)
     tasks = _tasks_flag(a, known)
-    bad = [t for t in config.tasks if t not in known]
-    if tasks is None and bad:
-        raise ValueError(f"{a.config or 'the probing config'}: tasks: unknown {bad}; known: {', '.join(sorted(known))}")
-    _check_checkpoint(a.model)
-    tables = probe_model(a.model, tasks=tasks, out_dir=a.out, config=config)
-    write_analysis_figures("probe", tables, a.out)
-    print(f"probing tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
-
-
-def _word_property_analysis(a: argparse.Namespace, run, resolve_config, kind: str) -> None:
-    """`workbench amnesic` / `gate`: the config with --tasks over --set, the run, its figures."""
-    from workbench.presentation.analysis_figures import write_analysis_figures
-
-    config = resolve_config(a.config, {**_overrides(a), **({"tasks": a.tasks.split(",")} if a.tasks else {})})
-    _check_checkpoint(a.model)
-    tables = run(a.model, out_dir=a.out, config=config)
-    write_analysis_figures(kind, tables, a.out)
-    print(f"{kind} tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
+    if tasks is None:
+        bad = [t for t in ProbeRunConfig.resolve(a.config, _overrides(a)).tasks if t not in known]
+        if bad:
+            raise ValueError(f"{a.config or 'the probing config'}: tasks: unknown {bad}; known: {', '.join(sorted(known))}")
+    _analysis(a, "probe", {"tasks": tasks} if tasks else None)
 
 
 def _amnesic(a: argparse.Namespace) -> None:
-    from workbench.analyses.amnesic import amnesic_model, resolve_config
-
-    _word_property_analysis(a, amnesic_model, resolve_config, "amnesic")
+    _analysis(a, "amnesic", {"tasks": a.tasks.split(",")} if a.tasks else None)
 
 
 def _gate(a: argparse.Namespace) -> None:
-    from workbench.analyses.gating import gate_model, resolve_config
-
-    _word_property_analysis(a, gate_model, resolve_config, "gate")
+    _analysis(a, "gate", {"tasks": a.tasks.split(",")} if a.tasks else None)
 
 
 def _cross_heads(a: argparse.Namespace) -> None:
-    from workbench.analyses.cross_heads import analyse_cross_heads
-
-    _check_checkpoint(a.model)
-    tables = analyse_cross_heads(a.model, out_dir=a.out, n_sentences=a.sentences, seed=a.seed)
-    print(f"cross-attention head tables: {sorted(tables)} in {a.out / 'tables'}")
+    _analysis(a, "cross_heads", {k: v for k, v in (("n_sentences", a.sentences), ("seed", a.seed)) if v is not None})
 
 
 def _flow(a: argparse.Namespace) -> None:
@@ -201,38 +201,21 @@ def _flow(a: argparse.Namespace) -> None:
 
 
 def _pairs(a: argparse.Namespace) -> None:
-    from workbench.analyses.minimal_pairs import resolve_config, score_pairs_model
-
-    tables = score_pairs_model(a.model, out_dir=a.out, config=resolve_config(a.config, _overrides(a)))
-    print(f"minimal-pair tables: {sorted(tables)} in {a.out / 'tables'}")
+    _analysis(a, "pairs")
 
 
 def _heads(a: argparse.Namespace) -> None:
-    from workbench.analyses.heads import analyse_heads, resolve_config
-    from workbench.presentation.analysis_figures import write_analysis_figures
-
-    config = resolve_config(a.config, _overrides(a))
-    config.thresholds()   # a heads_config file named in it is read and checked now
-    _check_checkpoint(a.model)
-    tables = analyse_heads(a.model, out_dir=a.out, config=config)
-    write_analysis_figures("heads", tables, a.out)
-    print(f"head tables: {sorted(tables)} in {a.out / 'tables'}, figures in {a.out / 'figures'}")
+    _analysis(a, "heads")
 
 
 def _prune(a: argparse.Namespace) -> None:
-    from workbench.analyses.prune import prune_model_cli, resolve_config
-
-    config = resolve_config(a.config, _overrides(a))
-    _check_checkpoint(a.model)
-    tables = prune_model_cli(a.model, methods=a.method.split(",") if a.method else None, out_dir=a.out,
-                             config=config)
-    print(f"pruning tables: {sorted(tables)} in {a.out / 'tables'}")
+    _analysis(a, "prune", {"methods": a.method.split(",")} if a.method else None)
 
 
 def _compare(a: argparse.Namespace) -> None:
-    from workbench.analyses.compare import compare_models, resolve_config
+    from workbench.analyses.compare import CompareRunConfig, compare_models
 
-    config = resolve_config(a.config, _overrides(a))
+    config = CompareRunConfig.resolve(a.config, _overrides(a))
     _check_checkpoint(a.model_a, "model_a")
     _check_checkpoint(a.model_b, "model_b")
     out = compare_models(a.model_a, a.model_b, out_dir=a.out, config=config)
@@ -240,26 +223,11 @@ def _compare(a: argparse.Namespace) -> None:
 
 
 def _fvf(a: argparse.Namespace) -> None:
-    from workbench.analyses.frozen_vs_finetuned import frozen_vs_finetuned, resolve_config
-
-    config = resolve_config(a.config, _overrides(a))
-    _check_checkpoint(a.model)
-    frozen_vs_finetuned(a.model, out_dir=a.out, config=config)
-    print(f"frozen-vs-finetuned table: {a.out / 'tables' / 'frozen_vs_finetuned.parquet'}")
+    _analysis(a, "frozen_vs_finetuned")
 
 
 def _emergence(a: argparse.Namespace) -> None:
-    from workbench.analyses.emergence import EmergenceConfig, emergence_cli
-    from workbench.presentation.analysis_figures import write_analysis_figures
-
-    config = EmergenceConfig.resolve(a.config, _overrides(a))
-    if not a.run.is_dir():
-        raise FileNotFoundError(f"pretraining run folder {a.run} does not exist")
-    if not any((a.run / "checkpoints").glob("step_*")):
-        raise FileNotFoundError(f"{a.run} is not a pretraining run folder (no checkpoints/step_*)")
-    tables = emergence_cli(a.run, a.out, config=config)
-    write_analysis_figures("emergence", tables, a.out)
-    print(f"emergence table: {a.out / 'tables' / 'emergence.parquet'}")
+    _analysis(a, "emergence")
 
 
 def _run(a: argparse.Namespace) -> None:
@@ -453,8 +421,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "looks in the source, under the model's own noising and teacher forcing")
     s.add_argument("model", type=Path, help=MODEL_HELP)
     s.add_argument("--out", type=Path, default=Path("runs/cross-heads"), help=OUT_HELP)
-    s.add_argument("--sentences", type=int, default=200, help="EWT test sentences to noise and read (default 200)")
-    s.add_argument("--seed", type=int, default=0, help="the noising seed (default 0)")
+    s.add_argument("--sentences", type=int, help="EWT test sentences to noise and read (default: the config's "
+                                                 "n_sentences, 200)")
+    s.add_argument("--seed", type=int, help="the noising seed (default: the config's seed, 0)")
+    _config_args(s, "cross-attention-head")
     s.set_defaults(fn=_cross_heads)
 
     s = _command(sub, "prune", "head importance, pruning curves and real pruning")

@@ -102,12 +102,6 @@ class AmnesicRunConfig(Config):
                 raise ValueError(f"AmnesicRunConfig.{name} must be >= 1, got {getattr(self, name)}")
 
 
-def resolve_config(config=None, overrides: dict | None = None) -> AmnesicRunConfig:
-    """None -> the defaults; a dict (over the defaults); a JSON path; or an AmnesicRunConfig itself;
-    `overrides` (e.g. `--set` values) apply last."""
-    return AmnesicRunConfig.resolve(config, overrides)
-
-
 def word_labels(split: TaskSplit, fill: str | None) -> tuple[np.ndarray, np.ndarray]:
     """(global word rows, labels) with one label per word: each target labels the words of its first
     span (the first target wins); with `fill`, every other kept word gets `fill`."""
@@ -341,7 +335,7 @@ def amnesic_model(model_path: str | Path, out_dir: str | Path | None = None,
                   store_root: str | Path | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
     """Amnesic probing of a checkpoint -> {"amnesic": table}; with out_dir, the table is upserted into
     out_dir/tables and the config and timings go to out_dir/amnesic_run.json."""
-    cfg = resolve_config(config)
+    cfg = AmnesicRunConfig.resolve(config)
     model, tok = plmodels.load(model_path)
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; amnesic probing needs one")

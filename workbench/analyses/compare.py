@@ -83,12 +83,6 @@ class CompareRunConfig(Config):
             if v is not None and (not isinstance(v, int) or v < 1):
                 raise ValueError(f"CompareRunConfig.{name} must be a positive int or null, got {v!r}")
 
-def resolve_config(config=None, overrides: dict | None = None) -> CompareRunConfig:
-    """None -> the defaults; a dict (over the defaults); a JSON path; or a CompareRunConfig itself;
-    `overrides` (e.g. `--set` values) apply last."""
-    return CompareRunConfig.resolve(config, overrides)
-
-
 def _say(progress: bool, msg: str) -> None:
     if progress:
         write(f"[compare] {msg}")
@@ -246,7 +240,7 @@ def compare_models(path_a: str | Path, path_b: str | Path, out_dir: str | Path |
     written to out_dir/tables and the resolved config to out_dir/compare_run.json.
     """
 
-    cfg = resolve_config(config)
+    cfg = CompareRunConfig.resolve(config)
     pa, pb = Path(path_a), Path(path_b)
     names = tuple(names) if names else (default_model_name(pa), default_model_name(pb))
     if names[0] == names[1]:

@@ -92,12 +92,6 @@ class FvFConfig(Config):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"FvFConfig.{name} must be a positive int, got {getattr(self, name)!r}")
 
-def resolve_config(config=None, overrides: dict | None = None) -> FvFConfig:
-    """None -> the defaults; a dict; a path; or a FvFConfig itself;
-    `overrides` (e.g. `--set` values) apply last."""
-    return FvFConfig.resolve(config, overrides)
-
-
 # ---------------------------------------------------------------------------------- features
 @torch.no_grad()
 def layer_features(model, encoded: list, kind: str, pad_id: int, batch_size: int) -> dict[str, torch.Tensor]:
@@ -252,7 +246,7 @@ def frozen_vs_finetuned(model_path: str | Path, out_dir: str | Path | None = Non
                         model_name: str | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
     """The `frozen_vs_finetuned` table for one pretrained checkpoint (see module docstring)."""
 
-    cfg = resolve_config(config)
+    cfg = FvFConfig.resolve(config)
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
     path = Path(model_path)

@@ -83,12 +83,6 @@ class GateRunConfig(Config):
             raise ValueError(f"GateRunConfig.random_draws must be >= 0, got {self.random_draws}")
 
 
-def resolve_config(config=None, overrides: dict | None = None) -> GateRunConfig:
-    """None -> the defaults; a dict (over the defaults); a JSON path; or a GateRunConfig itself;
-    `overrides` (e.g. `--set` values) apply last."""
-    return GateRunConfig.resolve(config, overrides)
-
-
 # ------------------------------------------------------------------------------------ units
 @dataclass(frozen=True)
 class Unit:
@@ -266,7 +260,7 @@ def gate_model(model_path: str | Path, out_dir: str | Path | None = None,
     """Head-gated probing of a checkpoint -> {"gating", "head_passport"}; with out_dir, the tables are
     upserted into out_dir/tables and the config and timings go to out_dir/gate_run.json. Role and
     family units need `heads_classes` (given, the config's file, or the run's table)."""
-    cfg = resolve_config(config)
+    cfg = GateRunConfig.resolve(config)
     t0 = time.perf_counter()
     model, tok = plmodels.load(model_path)
     if tok is None:

@@ -160,12 +160,6 @@ class HeadRunConfig(Config):
         return HeadConfig() if self.heads_config is None else HeadConfig.load(self.heads_config)
 
 
-def resolve_config(config=None, overrides: dict | None = None) -> HeadRunConfig:
-    """None -> the defaults; a dict; a path; or a HeadRunConfig itself;
-    `overrides` (e.g. `--set` values) apply last."""
-    return HeadRunConfig.resolve(config, overrides)
-
-
 # ------------------------------------------------------------------------------ frequencies
 def ud_tokens(text: str) -> list[str]:
     """The lower-cased tokens of `text` cut as UD English treebanks cut them (`_UD_TOKEN_RE`):
@@ -610,7 +604,7 @@ def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=N
                    model_id: str | None = None, model_path: str | Path | None = None,
                    progress: bool = True) -> dict[str, pd.DataFrame]:
     """`analyse_heads` on a model already in memory (hooks registered on it stay active)."""
-    cfg = resolve_config(config)
+    cfg = HeadRunConfig.resolve(config)
     thresholds = cfg.thresholds()
     t0 = time.perf_counter()
     if store_root is None:

@@ -96,11 +96,6 @@ class PairsRunConfig(Config):
                 raise ValueError(f"PairsRunConfig.{name} must be >= 1, got {getattr(self, name)}")
 
 
-def resolve_config(config=None, overrides: dict | None = None) -> PairsRunConfig:
-    """None -> the defaults; a dict; a JSON path; or a PairsRunConfig; `overrides` apply last."""
-    return PairsRunConfig.resolve(config, overrides)
-
-
 def select_pairs(cfg: PairsRunConfig, cache_dir: str | Path | None = None) -> list[PairRecord]:
     """The scored items: per (suite, phenomenon, condition) at most max_pairs_per_condition base items
     (seeded), each with all its variants; the suites are kept in `cache_dir` when given."""
@@ -228,7 +223,7 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
     docstring); with out_dir, the tables are upserted into out_dir/tables and the run's config and
     timings go to out_dir/minimal_pairs_run.json. `cache_dir` (default out_dir/cache/minimal_pairs)
     holds the built suites and the scores: a study's models share one (`workbench run`)."""
-    cfg = resolve_config(config)
+    cfg = PairsRunConfig.resolve(config)
     model, tok = plmodels.load(model_path)
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; minimal pairs need one")

@@ -170,12 +170,6 @@ class ProbeRunConfig(Config):
         if bad:
             raise ValueError(f"ProbeRunConfig.structural_baselines: unknown {bad}; choose from {list(STRUCTURAL_FLOORS)}")
 
-def resolve_config(config=None, overrides: dict | None = None) -> ProbeRunConfig:
-    """None -> the defaults; a dict (over the defaults); a JSON path; or a ProbeRunConfig itself;
-    `overrides` (e.g. `--set` values) apply last."""
-    return ProbeRunConfig.resolve(config, overrides)
-
-
 # ------------------------------------------------------------------------------------ data
 def select_records(records: Sequence[dict], max_targets: int | None, seed: int = 0) -> list[dict]:
     """Whole records, in a seeded random order, until `max_targets` targets are reached; returned in
@@ -502,7 +496,7 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
     `workbench.presentation.analysis_figures`).
     """
 
-    cfg = resolve_config(config)
+    cfg = ProbeRunConfig.resolve(config)
     tasks = list(tasks) if tasks is not None else list(cfg.tasks)
     model, tokenizer = plmodels.load(model_path)
     if tokenizer is None:

@@ -132,12 +132,6 @@ class PruneRunConfig(Config):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ValueError(f"PruneRunConfig.{name} must be a positive int, got {getattr(self, name)!r}")
 
-def resolve_config(config=None, overrides: dict | None = None) -> PruneRunConfig:
-    """None -> the defaults; a dict (over the defaults); a JSON path; or a PruneRunConfig itself;
-    `overrides` (e.g. `--set` values) apply last."""
-    return PruneRunConfig.resolve(config, overrides)
-
-
 # ------------------------------------------------------------------------- evaluation data
 @dataclass
 class Objective:
@@ -533,7 +527,7 @@ def prune_model_cli(model_path: str | Path, methods: Sequence[str] | None = None
     out_dir/pruned and the resolved config with checks to out_dir/prune_run.json.
     """
 
-    cfg = resolve_config(config)
+    cfg = PruneRunConfig.resolve(config)
     methods = list(methods) if methods is not None else list(cfg.methods)
     if methods != list(cfg.methods):
         cfg = PruneRunConfig.from_dict({**cfg.to_dict(), "methods": methods})

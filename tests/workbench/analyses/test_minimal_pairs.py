@@ -80,7 +80,7 @@ def test_the_frequency_floor_chooses_the_form_the_corpus_holds(decoder_ckpt, tmp
 def test_a_planted_model_scores_one_on_every_phenomenon(decoder_ckpt, monkeypatch):
     """A hook on the decoder's output that makes the grammatical sentences' next tokens certain."""
     model, tok = plmodels.load(decoder_ckpt)
-    good = [tok.encode_words(list(r.good)).ids for r in mp.select_pairs(mp.resolve_config(CFG))]
+    good = [tok.encode_words(list(r.good)).ids for r in mp.select_pairs(mp.PairsRunConfig.resolve(CFG))]
     prefixes: dict[tuple, set] = {}
     for g in good:
         for t in range(1, len(g)):
@@ -154,14 +154,14 @@ def test_the_scorers_field_keeps_the_named_scorers_that_apply(decoder_ckpt, tmp_
     with pytest.raises(ValueError, match=r"none of scorers=\['masked_word'\] applies to this decoder"):
         mp.score_pairs_model(decoder_ckpt, None, {**cfg, "scorers": ["masked_word"]}, progress=False)
     with pytest.raises(ValueError, match="PairsRunConfig.scorers: \\['plm'\\]"):
-        mp.resolve_config({"scorers": ["plm"]})
+        mp.PairsRunConfig.resolve({"scorers": ["plm"]})
 
 
 def test_items_carry_their_cell_and_a_shared_cache_is_used(decoder_ckpt, tmp_path):
     cfg = {**CFG, "floors": ["chance"]}
     items = mp.score_pairs_model(decoder_ckpt, tmp_path / "out", cfg, progress=False,
                                  cache_dir=tmp_path / "shared")["minimal_pair_items"]
-    pairs = {r.id: r for r in mp.select_pairs(mp.resolve_config(cfg), tmp_path / "shared")}
+    pairs = {r.id: r for r in mp.select_pairs(mp.PairsRunConfig.resolve(cfg), tmp_path / "shared")}
     assert all((r.suite, r.phenomenon, r.condition, r.variant) == (pairs[r.id].suite, pairs[r.id].phenomenon,
                                                                    pairs[r.id].condition, pairs[r.id].variant)
                for r in items.itertuples())

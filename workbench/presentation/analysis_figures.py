@@ -194,21 +194,28 @@ def gating_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
     return out
 
 
+# analysis name (workbench.analyses.registry.ANALYSES) -> its figures as Plotly JSON under figures/
 BUILDERS: dict[str, Callable[[Mapping[str, pd.DataFrame]], dict[str, go.Figure]]] = {
     "probe": probing_figures,
     "heads": heads_figures,
     "amnesic": amnesic_figures,
     "gate": gating_figures,
 }
+# analysis name -> one figure written as a standalone page, out_dir/<name>.html (offline, no CDN)
+PAGES: dict[str, Callable[[Mapping[str, pd.DataFrame]], go.Figure]] = {
+    "emergence": lambda tables: F.emergence_figure(tables["emergence"]),
+}
 
 
 def write_analysis_figures(kind: str, tables: Mapping[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
-    """Write the figures of analysis `kind` ("probe", "heads", "amnesic", "gate", "emergence") into `out_dir`: Plotly
-    JSON under out_dir/figures/, and out_dir/emergence.html (offline, no CDN) for emergence."""
+    """Write the figures of analysis `kind` (a record name of workbench.analyses.registry) into `out_dir`:
+    its `BUILDERS` figures as Plotly JSON under out_dir/figures/, its `PAGES` figure as out_dir/<kind>.html;
+    an analysis in neither has no figures ([])."""
     out_dir = Path(out_dir)
-    if kind == "emergence":
-        html = F.emergence_figure(tables["emergence"]).to_html(include_plotlyjs=True, full_html=True)
-        return [atomic_write_text(out_dir / "emergence.html", html)]
-    if kind not in BUILDERS:
-        return []
-    return write_figures(out_dir / "figures", BUILDERS[kind](tables))
+    written = []
+    if kind in PAGES:
+        html = PAGES[kind](tables).to_html(include_plotlyjs=True, full_html=True)
+        written.append(atomic_write_text(out_dir / f"{kind}.html", html))
+    if kind in BUILDERS:
+        written += write_figures(out_dir / "figures", BUILDERS[kind](tables))
+    return written

@@ -72,7 +72,7 @@ def test_views_and_figures_are_keyed_by_registered_analyses():
     for record in ANALYSES.values():
         for table in record.tables:
             assert views.COMMANDS[table] == record.command
-    assert set(analysis_figures.BUILDERS) <= set(ANALYSES)
+    assert set(analysis_figures.BUILDERS) | set(analysis_figures.PAGES) <= set(ANALYSES)
 
 
 def test_an_unknown_analysis_is_refused_by_name():

@@ -192,9 +192,9 @@ def _cross_heads(a: argparse.Namespace) -> None:
 
 
 def _flow(a: argparse.Namespace) -> None:
-    from workbench.analyses.flow import flow_model, resolve_config
+    from workbench.analyses.flow import FlowRunConfig, flow_model
 
-    config = resolve_config(a.config, _overrides(a))
+    config = FlowRunConfig.resolve(a.config, _overrides(a))
     _check_checkpoint(a.model)
     tables = flow_model(a.model, out_dir=a.out, config=config, lens_dir=a.lens_dir)
     print(f"flow tables: {sorted(tables)} in {a.out / 'tables'}")

@@ -88,11 +88,6 @@ class FlowRunConfig(Config):
             raise ValueError(f"FlowRunConfig.max_tokens must be >= 4, got {self.max_tokens}")
 
 
-def resolve_config(config=None, overrides: dict | None = None) -> FlowRunConfig:
-    """None -> the defaults; a dict; a JSON path; or a FlowRunConfig; `overrides` apply last."""
-    return FlowRunConfig.resolve(config, overrides)
-
-
 # ----------------------------------------------------------------------------------- per-family views
 def _mlm_view(model, tok, ids: torch.Tensor, real: torch.Tensor, gen: torch.Generator):
     """MLM: the training masking (15%, 80/10/10); predict positions are the chosen ones, label = the original."""
@@ -327,7 +322,7 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
     """The flow suite of one checkpoint -> {"flow_mi", "flow_lens", "flow_attribution"}; with out_dir the
     tables are upserted into out_dir/tables and the config and timings go to out_dir/flow_run.json. The
     tuned lens is saved in lens_dir (None: `<checkpoint>/tuned_lens/`)."""
-    cfg = resolve_config(config)
+    cfg = FlowRunConfig.resolve(config)
     model, tok = plmodels.load(model_path)
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; workbench flow needs one")

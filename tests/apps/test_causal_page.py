@@ -28,10 +28,14 @@ def test_every_tab_draws_the_real_tables(monkeypatch, tmp_path_factory):
     assert at.title[0].value == "Causal probes" and [t.label for t in at.tabs] == TABS
     assert not at.info and not at.error
     charts = [c.proto.spec for c in at.get("plotly_chart")]
-    assert len(charts) == 4 and len(at.dataframe) == 4
+    # one figure a tab, and the Structural tab's second: the best layer beside its four floors
+    assert len(charts) == 5 and len(at.dataframe) == 5
     for tab, title in zip(at.tabs, ("Amnesic probing", "gating head roles", "lm_loss_delta when the head alone",
                                     "Structural probes per layer")):
-        assert len(tab.get("plotly_chart")) == 1 and title in tab.get("plotly_chart")[0].proto.spec, tab.label
+        assert title in tab.get("plotly_chart")[0].proto.spec, tab.label
+    assert [len(tab.get("plotly_chart")) for tab in at.tabs] == [1, 1, 1, 2]
+    floors = at.tabs[3].get("plotly_chart")[1].proto.spec
+    assert "best layer beside the four floors" in floors and all(f in floors for f in ("random_tree", "chain", "position"))
     at.selectbox(key="causal_passport_column").select("pos_max_drop").run()
     assert not at.exception and "pos_max_drop when the head alone" in at.tabs[2].get("plotly_chart")[0].proto.spec
 

@@ -69,8 +69,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import torch
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import shortest_path
 from scipy.stats import rankdata
 from torch import nn
 
@@ -125,13 +123,25 @@ def tree_depths(heads: Any, where: str = "heads") -> np.ndarray:
 
 
 def tree_distances(heads: Any, where: str = "heads") -> np.ndarray:
-    """(n, n) int path lengths in the undirected tree given by heads (0-based, -1 root)."""
+    """(n, n) int path lengths in the undirected tree given by heads (0-based, -1 root). Row by row from the
+    root down: a word is one step further than its head from every word outside its own subtree, and one step
+    closer to every word inside it."""
     h = _check_heads(heads, where)
-    tree_depths(h, where)  # cycle / root check
+    depth = tree_depths(h, where)  # cycle / root check
     n = len(h)
-    child = np.flatnonzero(h >= 0)
-    graph = csr_matrix((np.ones(len(child)), (child, h[child])), shape=(n, n))
-    return shortest_path(graph, directed=False, unweighted=True).astype(np.int64)
+    below = np.zeros((n, n), dtype=bool)     # below[i, a]: i is a or in a's subtree
+    word, up = np.arange(n), np.arange(n)
+    while word.size:
+        below[word, up] = True
+        up = h[up]
+        word, up = word[up >= 0], up[up >= 0]
+    step = np.where(below, -1, 1)
+    dist = np.empty((n, n), dtype=np.int64)
+    order = np.argsort(depth, kind="stable")
+    dist[order[0]] = depth
+    for c in order[1:].tolist():
+        dist[c] = dist[h[c]] + step[:, c]
+    return dist
 
 
 # ----------------------------------------------------------------------------- input checks
@@ -170,6 +180,26 @@ def _check_masks(punct_mask: Any, lengths: Sequence[int], name: str = "punct_mas
 
 
 # ----------------------------------------------------------------------------- estimators
+def _sentence_rows(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """(sum(lens),) int64: the indices start, ..., start + len - 1 of every (start, len), concatenated in order."""
+    starts, lens = np.asarray(starts, dtype=np.int64), np.asarray(lens, dtype=np.int64)
+    return np.repeat(starts - (np.cumsum(lens) - lens), lens) + np.arange(int(lens.sum()), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class _Sentences:
+    """A split's sentences as the probe's steps read them: x (N, D) float32, the sentences' rows one after
+    another; off / lens (S,) each sentence's first row in x and its length; gold (float32, flat): the gold
+    depths (one per row of x) or each sentence's (n, n) path lengths row-major, sentence after sentence, each
+    sentence's first entry at gold_off (S,); both None at prediction."""
+
+    x: torch.Tensor
+    off: np.ndarray
+    lens: np.ndarray
+    gold: torch.Tensor | None = None
+    gold_off: np.ndarray | None = None
+
+
 class _StructuralProbe(OneLayerEstimator):
     """Shared fit / predict of the distance and depth probes (subclasses set _kind)."""
 
@@ -185,42 +215,50 @@ class _StructuralProbe(OneLayerEstimator):
         self.standardize, self.seed, self.device = standardize, seed, device
 
     # ---- batching
-    def _batch(self, layer: np.ndarray, bounds: np.ndarray, ids: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        """x (B, T, D) float32 and mask (B, T) of sentences `ids`."""
-        start, lens = bounds[ids, 0], bounds[ids, 1] - bounds[ids, 0]
-        offs = np.arange(int(lens.max()))
-        mask = offs[None, :] < lens[:, None]
-        rows = np.where(mask, start[:, None] + offs[None, :], start[:, None]).ravel()
-        x = np.asarray(layer[rows], dtype=np.float32).reshape(len(ids), len(offs), -1)
+    def _sentences(self, layer: Any, bounds: np.ndarray, golds: Sequence[np.ndarray] | None = None) -> _Sentences:
+        """The sentences of `bounds` read once (memmaps welcome), standardised with the training words' moments
+        when the probe has them (fit), with their gold depths / distances flattened when given."""
+        lens = bounds[:, 1] - bounds[:, 0]
+        x = np.asarray(layer[_sentence_rows(bounds[:, 0], lens)], dtype=np.float32)
         if hasattr(self, "mean_"):   # standardize: the training words' moments (fit), applied to every split
             x = (x - self.mean_) / self.scale_
-        dev = torch.device(self.device)
-        return torch.from_numpy(x).to(dev), torch.from_numpy(mask).to(dev)
+        dev, off = torch.device(self.device), np.cumsum(lens) - lens
+        if golds is None:
+            return _Sentences(torch.from_numpy(x).to(dev), off, lens)
+        gold = torch.from_numpy(np.concatenate([np.ravel(g) for g in golds]).astype(np.float32)).to(dev)
+        sizes = np.array([np.size(g) for g in golds], dtype=np.int64)        # n (depth) or n^2 (distance)
+        return _Sentences(torch.from_numpy(x).to(dev), off, lens, gold, np.cumsum(sizes) - sizes)
 
-    def _forward(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, T, T) squared distances or (B, T) squared norms under B."""
-        p = x @ self.B_.T                                                  # (B, T, k)
-        sq = (p * p).sum(-1)
+    def _padded(self, data: _Sentences, ids: np.ndarray) -> torch.Tensor:
+        """(B, T, T) squared distances or (B, T) squared norms under B of sentences `ids` (T = the longest;
+        padding entries are 0 and belong to no sentence). Only the sentences' own rows are projected."""
+        lens = data.lens[ids]
+        B, T = len(ids), int(lens.max())
+        p = data.x[torch.from_numpy(_sentence_rows(data.off[ids], lens))] @ self.B_.T      # (N_batch, k)
+        slot = torch.from_numpy(_sentence_rows(np.arange(B) * T, lens))                   # row -> b * T + i
+        p = p.new_zeros(B * T, p.shape[1]).index_copy(0, slot, p).view(B, T, -1)          # (B, T, k)
+        sq = (p * p).sum(-1)                                                              # (B, T)
         if self._kind == "depth":
             return sq
         return sq[:, :, None] + sq[:, None, :] - 2 * p @ p.transpose(1, 2)
 
-    def _gold(self, golds: list[np.ndarray], ids: np.ndarray, T: int) -> torch.Tensor:
-        """Padded gold depths (B, T) or distances (B, T, T) of sentences `ids`."""
-        g = np.zeros((len(ids),) + (T,) * golds[0].ndim, dtype=np.float32)
-        for b, s in enumerate(ids):
-            g[(b,) + tuple(slice(0, len(golds[s])) for _ in range(golds[s].ndim))] = golds[s]
-        return torch.from_numpy(g).to(torch.device(self.device))
-
-    def _loss(self, layer, bounds, golds, ids) -> torch.Tensor:
-        """Sum over sentences `ids` of the length-normalised L1 loss."""
-        x, mask = self._batch(layer, bounds, ids)
-        pred, gold = self._forward(x), self._gold(golds, ids, x.shape[1])
-        m = mask.float()
-        n = m.sum(1)
-        if self._kind == "depth":
-            return ((pred - gold).abs() * m).sum(1).div(n).sum()
-        return ((pred - gold).abs() * m[:, :, None] * m[:, None, :]).sum((1, 2)).div(n * n).sum()
+    def _loss(self, data: _Sentences, ids: np.ndarray) -> torch.Tensor:
+        """Sum over sentences `ids` of the length-normalised L1 loss: sum_i |pred - gold| / n (depth) or
+        sum_{i,j} |pred - gold| / n^2 (distance), every pair (i, j) of the sentence's n words."""
+        lens = data.lens[ids]
+        if self._kind == "depth":      # one term per word: no padding needed
+            rows = torch.from_numpy(_sentence_rows(data.off[ids], lens))
+            p = data.x[rows] @ self.B_.T                                                  # (N_batch, k)
+            w = torch.from_numpy(np.repeat(1.0 / lens, lens).astype(np.float32))
+            return (((p * p).sum(-1) - data.gold[rows]).abs() * w).sum()
+        pred = self._padded(data, ids)                                                    # (B, T, T)
+        T, n2 = pred.shape[1], lens * lens
+        q = np.arange(n2.sum()) - np.repeat(np.cumsum(n2) - n2, n2)    # pair index i * n + j within its sentence
+        n = np.repeat(lens, n2)
+        slot = np.repeat(np.arange(len(ids)) * T * T, n2) + (q // n) * T + q % n           # its (b, i, j) in pred
+        gold = data.gold[torch.from_numpy(_sentence_rows(data.gold_off[ids], n2))]
+        w = torch.from_numpy(np.repeat(1.0 / n2, n2).astype(np.float32))
+        return ((pred.reshape(-1)[torch.from_numpy(slot)] - gold).abs() * w).sum()
 
     # ---- training
     def fit(self, X: Any, bounds: Any, heads: Sequence[Any]) -> "_StructuralProbe":
@@ -239,16 +277,17 @@ class _StructuralProbe(OneLayerEstimator):
             mean, scale = span_word_stats([layer], [bounds])
             self.mean_, self.scale_ = mean[0], scale[0]          # (D,) float32 each
         golds = [tree_depths(h) if self._kind == "depth" else tree_distances(h) for h in heads]
+        data = self._sentences(layer, bounds, golds)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             self.B_ = nn.Parameter(torch.empty(int(self.rank), self.d_in_, device=self.device).uniform_(-0.05, 0.05))
             rng = np.random.default_rng(self.seed)
             perm = rng.permutation(len(bounds))
             n_val = int(round(self.val_fraction * len(bounds))) if len(bounds) >= 20 else 0
-            self._train(layer, bounds, golds, perm[n_val:], np.sort(perm[:n_val]), rng)
+            self._train(data, perm[n_val:], np.sort(perm[:n_val]), rng)
         return self
 
-    def _train(self, layer, bounds, golds, train_ids, val_ids, rng) -> None:
+    def _train(self, data: _Sentences, train_ids: np.ndarray, val_ids: np.ndarray, rng: np.random.Generator) -> None:
         opt = torch.optim.Adam([self.B_], lr=self.lr)
         sched = (torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=self.lr_decay, patience=0)
                  if self.lr_decay and len(val_ids) else None)
@@ -258,7 +297,7 @@ class _StructuralProbe(OneLayerEstimator):
             order = train_ids[rng.permutation(len(train_ids))]
             for s in range(0, len(order), self.batch_size):
                 ids = order[s:s + self.batch_size]
-                loss = self._loss(layer, bounds, golds, ids) / len(ids)
+                loss = self._loss(data, ids) / len(ids)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
@@ -266,7 +305,7 @@ class _StructuralProbe(OneLayerEstimator):
             if len(val_ids) == 0:
                 continue
             with torch.no_grad():
-                val = sum(float(self._loss(layer, bounds, golds, val_ids[s:s + _PRED_SENTENCES]))
+                val = sum(float(self._loss(data, val_ids[s:s + _PRED_SENTENCES]))
                           for s in range(0, len(val_ids), _PRED_SENTENCES)) / len(val_ids)
             self.history_.append(val)
             if sched is not None:
@@ -288,13 +327,12 @@ class _StructuralProbe(OneLayerEstimator):
             raise RuntimeError(f"{type(self).__name__} is not fitted yet; call fit first")
         layer = self._layer(X)
         bounds, _ = _check_sentences(layer.shape[0], bounds)
+        data = self._sentences(layer, bounds)
         out: list[np.ndarray] = []
         for s in range(0, len(bounds), _PRED_SENTENCES):
             ids = np.arange(s, min(len(bounds), s + _PRED_SENTENCES))
-            x, _ = self._batch(layer, bounds, ids)
-            pred = self._forward(x).clamp_min(0).cpu().numpy().astype(np.float64)
-            for b, i in enumerate(ids):
-                n = int(bounds[i, 1] - bounds[i, 0])
+            pred = self._padded(data, ids).clamp_min(0).cpu().numpy().astype(np.float64)
+            for b, n in enumerate(data.lens[ids]):
                 out.append(pred[b, :n] if self._kind == "depth" else pred[b, :n, :n])
         if self._kind == "distance":
             for d in out:

@@ -338,6 +338,34 @@ def test_depth_probe_recovers_planted_depths(planted):
     assert scores["nspr"] > 0.93
 
 
+@pytest.mark.parametrize("cls", [DistanceProbe, DepthProbe])
+def test_batched_loss_is_the_per_sentence_definition(planted, cls):
+    """The training loss of a batch of padded sentences of different lengths is the docstring's sum, sentence by
+    sentence in float64: sum_{i,j} |d_B(i, j) - d_T(i, j)| / n^2 or sum_i |||h_i||_B - depth(i)| / n (padding
+    and other sentences' words add nothing), and prediction gives each sentence's own (n, n) / (n,) values."""
+    train, _ = planted
+    ids = np.array([5, 0, 17, 3])
+    lens = np.diff(train.bounds[ids], axis=1).ravel()
+    assert len(set(lens.tolist())) > 1                     # padding is exercised
+    p = cls(**{**FAST, "max_epochs": 1}).fit(train.X, train.bounds, train.heads)
+    B = p.B_.detach().numpy().astype(np.float64)
+    Z = (train.X.astype(np.float64) - p.mean_) / p.scale_
+    want = 0.0
+    for s in ids:
+        a, b = train.bounds[s]
+        proj = Z[a:b] @ B.T
+        if cls is DistanceProbe:
+            pred = ((proj[:, None, :] - proj[None, :, :]) ** 2).sum(-1)
+            want += np.abs(pred - tree_distances(train.heads[s])).sum() / (b - a) ** 2
+        else:
+            want += np.abs((proj ** 2).sum(-1) - tree_depths(train.heads[s])).sum() / (b - a)
+    gold = [tree_distances(h) if cls is DistanceProbe else tree_depths(h) for h in train.heads]
+    data = p._sentences(train.X, np.asarray(train.bounds), gold)
+    assert float(p._loss(data, ids)) == pytest.approx(want, rel=1e-5)
+    pred = p._predict(train.X, train.bounds[ids])
+    assert [x.shape for x in pred] == [(n, n) if cls is DistanceProbe else (n,) for n in lens]
+
+
 def test_random_vectors_do_not_recover_trees():
     train, test = _corpus(150, seed=3, planted=False), _corpus(40, seed=4, planted=False)
     p = DistanceProbe(**{**FAST, "max_epochs": 10}).fit(train.X, train.bounds, train.heads)

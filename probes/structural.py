@@ -78,6 +78,7 @@ from probes.layers import PROBING_COLUMNS, LayerResult, _frame, _seed_aggregates
 from probes.stats import bootstrap_ci
 
 _PRED_SENTENCES = 256  # sentences per batch at inference
+_GRAM_SENTENCES = 5    # sentences of similar length per padded (T, T) block of the distance loss
 _MIN_DELTA = 1e-4      # a validation loss must improve by this much (reference: 0.0001)
 SPEARMAN_LENGTHS = (5, 50)
 # (per-sentence items, statistic): a metric is statistic(items); the bootstrap resamples the rows of items
@@ -188,16 +189,85 @@ def _sentence_rows(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True)
 class _Sentences:
-    """A split's sentences as the probe's steps read them: x (N, D) float32, the sentences' rows one after
-    another; off / lens (S,) each sentence's first row in x and its length; gold (float32, flat): the gold
-    depths (one per row of x) or each sentence's (n, n) path lengths row-major, sentence after sentence, each
-    sentence's first entry at gold_off (S,); both None at prediction."""
+    """Sentences as the probes' steps read them: x (A, N, D) float32, for each of A inputs (layers) the
+    sentences' rows one after another; off / lens (S,) each sentence's first row and its length; gold
+    (float32, flat): the gold depths (one per row) or each sentence's (n, n) path lengths row-major, sentence
+    after sentence, each sentence's first entry at gold_off (S,); both None at prediction."""
 
     x: torch.Tensor
     off: np.ndarray
     lens: np.ndarray
     gold: torch.Tensor | None = None
     gold_off: np.ndarray | None = None
+
+
+def _read_sentences(layers: Sequence[np.ndarray], moments: Sequence[tuple | None], bounds: np.ndarray,
+                    golds: Sequence[np.ndarray] | None, device: str) -> _Sentences:
+    """The sentences of `bounds` from each layer (memmaps welcome), read once, each standardised with its
+    (mean, scale) when given, with the gold depths / distances flattened when given."""
+    lens = bounds[:, 1] - bounds[:, 0]
+    rows = _sentence_rows(bounds[:, 0], lens)
+    x = np.empty((len(layers), len(rows), layers[0].shape[1]), dtype=np.float32)
+    for a, (layer, mom) in enumerate(zip(layers, moments)):
+        x[a] = layer[rows]
+        if mom is not None:     # standardize: the training words' moments (fit), applied to every split
+            x[a] = (x[a] - mom[0]) / mom[1]
+    dev, off = torch.device(device), np.cumsum(lens) - lens
+    if golds is None:
+        return _Sentences(torch.from_numpy(x).to(dev), off, lens)
+    gold = torch.from_numpy(np.concatenate([np.ravel(g) for g in golds]).astype(np.float32)).to(dev)
+    sizes = np.array([np.size(g) for g in golds], dtype=np.int64)        # n (depth) or n^2 (distance)
+    return _Sentences(torch.from_numpy(x).to(dev), off, lens, gold, np.cumsum(sizes) - sizes)
+
+
+def _pred_block(kind: str, data: _Sentences, ids: np.ndarray, B: torch.Tensor, inputs: torch.Tensor | None = None
+            ) -> torch.Tensor:
+    """(A, S_b, T, T) squared distances or (A, S_b, T) squared norms of sentences `ids` (T = the longest;
+    padding entries are 0 and belong to no sentence) under B (A, k, D), input a reading inputs[a] of data.x
+    (default: all). Only the sentences' own rows are projected."""
+    lens = data.lens[ids]
+    S_b, T = len(ids), int(lens.max())
+    rows = torch.from_numpy(_sentence_rows(data.off[ids], lens))
+    x = data.x[:, rows] if inputs is None else data.x[inputs[:, None], rows[None, :]]     # (A, N_b, D)
+    p = torch.bmm(x, B.transpose(1, 2))                                                  # (A, N_b, k)
+    slot = torch.from_numpy(_sentence_rows(np.arange(S_b) * T, lens))                   # row -> b * T + i
+    p = p.new_zeros(len(B), S_b * T, p.shape[2]).index_copy(1, slot, p).view(len(B), S_b, T, -1)  # (A, S_b, T, k)
+    sq = (p * p).sum(-1)                                                                 # (A, S_b, T)
+    if kind == "depth":
+        return sq
+    return sq[..., :, None] + sq[..., None, :] - 2 * p @ p.transpose(-1, -2)
+
+
+def _loss(kind: str, data: _Sentences, ids: np.ndarray, B: torch.Tensor, inputs: torch.Tensor | None = None
+          ) -> torch.Tensor:
+    """(A,) for each input a, the sum over sentences `ids` of the length-normalised L1 loss under B[a]:
+    sum_i |pred - gold| / n (depth) or sum_{i,j} |pred - gold| / n^2 (distance, every pair of the n words;
+    the sentences taken by length, `_GRAM_SENTENCES` at a time, so that a short one is not padded to the
+    batch's longest)."""
+    lens = data.lens[ids]
+    if kind == "depth":      # one term per word: no padding needed
+        rows = torch.from_numpy(_sentence_rows(data.off[ids], lens))
+        x = data.x[:, rows] if inputs is None else data.x[inputs[:, None], rows[None, :]]
+        p = torch.bmm(x, B.transpose(1, 2))                                                # (A, N_b, k)
+        w = torch.from_numpy(np.repeat(1.0 / lens, lens).astype(np.float32))
+        return (((p * p).sum(-1) - data.gold[rows]).abs() * w).sum(-1)
+    by_length = ids[np.argsort(lens, kind="stable")]
+    return sum(_distance_loss(data, by_length[s:s + _GRAM_SENTENCES], B, inputs)
+               for s in range(0, len(by_length), _GRAM_SENTENCES))
+
+
+def _distance_loss(data: _Sentences, ids: np.ndarray, B: torch.Tensor, inputs: torch.Tensor | None) -> torch.Tensor:
+    """(A,) sum over sentences `ids` of sum_{i,j} |d_B(i, j) - d_T(i, j)| / n^2, read from their padded block."""
+    lens = data.lens[ids]
+    pred = _pred_block("distance", data, ids, B, inputs)                                  # (A, S_b, T, T)
+    T, n2 = pred.shape[-1], lens * lens
+    q = np.arange(n2.sum()) - np.repeat(np.cumsum(n2) - n2, n2)    # pair index i * n + j within its sentence
+    n = np.repeat(lens, n2)
+    slot = np.repeat(np.arange(len(ids)) * T * T, n2) + (q // n) * T + q % n            # its (b, i, j) in pred
+    gold = data.gold[torch.from_numpy(_sentence_rows(data.gold_off[ids], n2))]
+    w = torch.from_numpy(np.repeat(1.0 / n2, n2).astype(np.float32))
+    pairs = pred.reshape(len(B), -1).index_select(1, torch.from_numpy(slot))            # (A, sum n^2)
+    return ((pairs - gold).abs() * w).sum(-1)
 
 
 class _StructuralProbe(OneLayerEstimator):
@@ -214,111 +284,11 @@ class _StructuralProbe(OneLayerEstimator):
         self.batch_size, self.val_fraction, self.lr_decay = batch_size, val_fraction, lr_decay
         self.standardize, self.seed, self.device = standardize, seed, device
 
-    # ---- batching
-    def _sentences(self, layer: Any, bounds: np.ndarray, golds: Sequence[np.ndarray] | None = None) -> _Sentences:
-        """The sentences of `bounds` read once (memmaps welcome), standardised with the training words' moments
-        when the probe has them (fit), with their gold depths / distances flattened when given."""
-        lens = bounds[:, 1] - bounds[:, 0]
-        x = np.asarray(layer[_sentence_rows(bounds[:, 0], lens)], dtype=np.float32)
-        if hasattr(self, "mean_"):   # standardize: the training words' moments (fit), applied to every split
-            x = (x - self.mean_) / self.scale_
-        dev, off = torch.device(self.device), np.cumsum(lens) - lens
-        if golds is None:
-            return _Sentences(torch.from_numpy(x).to(dev), off, lens)
-        gold = torch.from_numpy(np.concatenate([np.ravel(g) for g in golds]).astype(np.float32)).to(dev)
-        sizes = np.array([np.size(g) for g in golds], dtype=np.int64)        # n (depth) or n^2 (distance)
-        return _Sentences(torch.from_numpy(x).to(dev), off, lens, gold, np.cumsum(sizes) - sizes)
-
-    def _padded(self, data: _Sentences, ids: np.ndarray) -> torch.Tensor:
-        """(B, T, T) squared distances or (B, T) squared norms under B of sentences `ids` (T = the longest;
-        padding entries are 0 and belong to no sentence). Only the sentences' own rows are projected."""
-        lens = data.lens[ids]
-        B, T = len(ids), int(lens.max())
-        p = data.x[torch.from_numpy(_sentence_rows(data.off[ids], lens))] @ self.B_.T      # (N_batch, k)
-        slot = torch.from_numpy(_sentence_rows(np.arange(B) * T, lens))                   # row -> b * T + i
-        p = p.new_zeros(B * T, p.shape[1]).index_copy(0, slot, p).view(B, T, -1)          # (B, T, k)
-        sq = (p * p).sum(-1)                                                              # (B, T)
-        if self._kind == "depth":
-            return sq
-        return sq[:, :, None] + sq[:, None, :] - 2 * p @ p.transpose(1, 2)
-
-    def _loss(self, data: _Sentences, ids: np.ndarray) -> torch.Tensor:
-        """Sum over sentences `ids` of the length-normalised L1 loss: sum_i |pred - gold| / n (depth) or
-        sum_{i,j} |pred - gold| / n^2 (distance), every pair (i, j) of the sentence's n words."""
-        lens = data.lens[ids]
-        if self._kind == "depth":      # one term per word: no padding needed
-            rows = torch.from_numpy(_sentence_rows(data.off[ids], lens))
-            p = data.x[rows] @ self.B_.T                                                  # (N_batch, k)
-            w = torch.from_numpy(np.repeat(1.0 / lens, lens).astype(np.float32))
-            return (((p * p).sum(-1) - data.gold[rows]).abs() * w).sum()
-        pred = self._padded(data, ids)                                                    # (B, T, T)
-        T, n2 = pred.shape[1], lens * lens
-        q = np.arange(n2.sum()) - np.repeat(np.cumsum(n2) - n2, n2)    # pair index i * n + j within its sentence
-        n = np.repeat(lens, n2)
-        slot = np.repeat(np.arange(len(ids)) * T * T, n2) + (q // n) * T + q % n           # its (b, i, j) in pred
-        gold = data.gold[torch.from_numpy(_sentence_rows(data.gold_off[ids], n2))]
-        w = torch.from_numpy(np.repeat(1.0 / n2, n2).astype(np.float32))
-        return ((pred.reshape(-1)[torch.from_numpy(slot)] - gold).abs() * w).sum()
-
-    # ---- training
     def fit(self, X: Any, bounds: Any, heads: Sequence[Any]) -> "_StructuralProbe":
         """X: one layer (N_words, D); bounds (S, 2) sentence rows [start, end); heads: S int arrays (within-sentence
         0-based head positions, -1 for the root)."""
-        for attr in [a for a in vars(self) if a.endswith("_")]:
-            delattr(self, attr)
-        if not isinstance(self.rank, (int, np.integer)) or self.rank < 1:
-            raise ValueError(f"rank: expected a positive int, got {self.rank!r}")
-        if not 0 <= self.val_fraction < 1:
-            raise ValueError(f"val_fraction: expected a value in [0, 1), got {self.val_fraction}")
-        layer = self._layer(X)
-        bounds, heads = _check_sentences(layer.shape[0], bounds, heads, "fit: ")
-        self.d_in_ = layer.shape[1]
-        if self.standardize:
-            mean, scale = span_word_stats([layer], [bounds])
-            self.mean_, self.scale_ = mean[0], scale[0]          # (D,) float32 each
-        golds = [tree_depths(h) if self._kind == "depth" else tree_distances(h) for h in heads]
-        data = self._sentences(layer, bounds, golds)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.seed)
-            self.B_ = nn.Parameter(torch.empty(int(self.rank), self.d_in_, device=self.device).uniform_(-0.05, 0.05))
-            rng = np.random.default_rng(self.seed)
-            perm = rng.permutation(len(bounds))
-            n_val = int(round(self.val_fraction * len(bounds))) if len(bounds) >= 20 else 0
-            self._train(data, perm[n_val:], np.sort(perm[:n_val]), rng)
+        fit_probes([self], [X], bounds, heads)
         return self
-
-    def _train(self, data: _Sentences, train_ids: np.ndarray, val_ids: np.ndarray, rng: np.random.Generator) -> None:
-        opt = torch.optim.Adam([self.B_], lr=self.lr)
-        sched = (torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="min", factor=self.lr_decay, patience=0)
-                 if self.lr_decay and len(val_ids) else None)
-        best, best_B, bad = float("inf"), None, 0
-        self.history_, self.best_epoch_, self.n_epochs_ = [], -1, 0
-        for epoch in range(self.max_epochs):
-            order = train_ids[rng.permutation(len(train_ids))]
-            for s in range(0, len(order), self.batch_size):
-                ids = order[s:s + self.batch_size]
-                loss = self._loss(data, ids) / len(ids)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-            self.n_epochs_ = epoch + 1
-            if len(val_ids) == 0:
-                continue
-            with torch.no_grad():
-                val = sum(float(self._loss(data, val_ids[s:s + _PRED_SENTENCES]))
-                          for s in range(0, len(val_ids), _PRED_SENTENCES)) / len(val_ids)
-            self.history_.append(val)
-            if sched is not None:
-                sched.step(val)
-            if val < best - _MIN_DELTA:
-                best, best_B, bad, self.best_epoch_ = val, self.B_.detach().clone(), 0, epoch
-            else:
-                bad += 1
-                if bad >= self.patience:
-                    break
-        if best_B is not None:
-            with torch.no_grad():
-                self.B_.copy_(best_B)
 
     # ---- inference
     @torch.no_grad()
@@ -327,17 +297,138 @@ class _StructuralProbe(OneLayerEstimator):
             raise RuntimeError(f"{type(self).__name__} is not fitted yet; call fit first")
         layer = self._layer(X)
         bounds, _ = _check_sentences(layer.shape[0], bounds)
-        data = self._sentences(layer, bounds)
+        moments = (self.mean_, self.scale_) if hasattr(self, "mean_") else None
+        data = _read_sentences([layer], [moments], bounds, None, self.device)
         out: list[np.ndarray] = []
         for s in range(0, len(bounds), _PRED_SENTENCES):
             ids = np.arange(s, min(len(bounds), s + _PRED_SENTENCES))
-            pred = self._padded(data, ids).clamp_min(0).cpu().numpy().astype(np.float64)
+            pred = _pred_block(self._kind, data, ids, self.B_.detach()[None])[0]
+            pred = pred.clamp_min(0).cpu().numpy().astype(np.float64)
             for b, n in enumerate(data.lens[ids]):
                 out.append(pred[b, :n] if self._kind == "depth" else pred[b, :n, :n])
         if self._kind == "distance":
             for d in out:
                 np.fill_diagonal(d, 0.0)
         return out
+
+
+# ----------------------------------------------------------------------------- fitting
+_JOINT_BYTES = 2**30     # the most input bytes that one joint fit holds in memory (the rest: another group)
+
+
+def fit_probes(probes: Sequence[_StructuralProbe], Xs: Sequence[Any], bounds: Any, heads: Sequence[Any]
+               ) -> list[_StructuralProbe]:
+    """Fit probes[i] on Xs[i] (one layer (N_words, D) each), all on the same sentences `bounds` and trees
+    `heads`; returns `probes`. Each fit is probes[i].fit(Xs[i], bounds, heads): B drawn uniform in
+    [-0.05, 0.05] from the probe's seed, its sentence order, its own Adam, learning-rate decay and early
+    stopping. Probes of one class, the same parameters and input width step together (up to `_JOINT_BYTES`
+    of inputs at a time): their seed gives them the same validation sentences and the same order of batches,
+    so one batched projection (A, N_batch, D) @ (A, D, k) serves the A probes still training, and a probe
+    that stops early leaves the batch."""
+    if len(probes) != len(Xs):
+        raise ValueError(f"Xs: {len(Xs)} inputs for {len(probes)} probes")
+    layers = []
+    for p, X in zip(probes, Xs):
+        for attr in [a for a in vars(p) if a.endswith("_")]:
+            delattr(p, attr)
+        if not isinstance(p.rank, (int, np.integer)) or p.rank < 1:
+            raise ValueError(f"rank: expected a positive int, got {p.rank!r}")
+        if not 0 <= p.val_fraction < 1:
+            raise ValueError(f"val_fraction: expected a value in [0, 1), got {p.val_fraction}")
+        layers.append(p._layer(X))
+    if not probes:
+        return list(probes)
+    n_rows = {layer.shape[0] for layer in layers}
+    b, heads = _check_sentences(min(n_rows), bounds, heads, "fit: ")
+    if len(n_rows) > 1:   # the sentences' rows must exist in every input
+        _check_sentences(max(n_rows), b, None, "fit: ")
+    golds = {}
+    groups: dict[tuple, list[int]] = {}
+    for i, (p, layer) in enumerate(zip(probes, layers)):
+        groups.setdefault((type(p), tuple(sorted(p.get_params().items())), layer.shape[1]), []).append(i)
+    for (cls, _, width), members in groups.items():
+        if cls._kind not in golds:
+            golds[cls._kind] = [tree_depths(h) if cls._kind == "depth" else tree_distances(h) for h in heads]
+        per = max(1, _JOINT_BYTES // max(1, int(np.diff(b, axis=1).sum()) * width * 4))
+        for s in range(0, len(members), per):
+            chunk = members[s:s + per]
+            _fit_group([probes[i] for i in chunk], [layers[i] for i in chunk], b, golds[cls._kind])
+    return list(probes)
+
+
+def _fit_group(probes: list[_StructuralProbe], layers: list[np.ndarray], bounds: np.ndarray,
+               golds: list[np.ndarray]) -> None:
+    """Fit probes of one class and parameters, probes[a] on layers[a], stepping together (`fit_probes`)."""
+    lead = probes[0]
+    for p, layer in zip(probes, layers):
+        p.d_in_ = layer.shape[1]
+        if p.standardize:
+            mean, scale = span_word_stats([layer], [bounds])
+            p.mean_, p.scale_ = mean[0], scale[0]          # (D,) float32 each
+    moments = [(p.mean_, p.scale_) if p.standardize else None for p in probes]
+    data = _read_sentences(layers, moments, bounds, golds, lead.device)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(lead.seed)
+        init = torch.empty(int(lead.rank), lead.d_in_, device=lead.device).uniform_(-0.05, 0.05)
+        for p in probes:
+            p.B_ = nn.Parameter(init.clone())
+        rng = np.random.default_rng(lead.seed)
+        perm = rng.permutation(len(bounds))
+        n_val = int(round(lead.val_fraction * len(bounds))) if len(bounds) >= 20 else 0
+        _train_group(probes, data, perm[n_val:], np.sort(perm[:n_val]), rng)
+
+
+def _train_group(probes: list[_StructuralProbe], data: _Sentences, train_ids: np.ndarray, val_ids: np.ndarray,
+                 rng: np.random.Generator) -> None:
+    """Each probe's Adam steps on the shared batches, its validation loss after each epoch, its learning-rate
+    decay (the reference's ReduceLROnPlateau, patience 0) and early stopping; a stopped probe leaves the
+    batch and gets its best epoch's B back."""
+    lead, kind = probes[0], probes[0]._kind
+    opts = [torch.optim.Adam([p.B_], lr=lead.lr) for p in probes]
+    scheds = [torch.optim.lr_scheduler.ReduceLROnPlateau(o, mode="min", factor=lead.lr_decay, patience=0)
+              if lead.lr_decay and len(val_ids) else None for o in opts]
+    best, best_B, bad = [float("inf")] * len(probes), [None] * len(probes), [0] * len(probes)
+    for p in probes:
+        p.history_, p.best_epoch_, p.n_epochs_ = [], -1, 0
+    active = list(range(len(probes)))
+    val_chunk = max(1, _PRED_SENTENCES // len(probes))      # bounds the (A, S, T, T) block of a validation pass
+    for epoch in range(lead.max_epochs):
+        inputs = torch.tensor(active) if len(active) < len(probes) else None
+        order = train_ids[rng.permutation(len(train_ids))]
+        for s in range(0, len(order), lead.batch_size):
+            ids = order[s:s + lead.batch_size]
+            B = torch.stack([probes[a].B_ for a in active])                       # (A, k, D)
+            loss = _loss(kind, data, ids, B, inputs) / len(ids)                  # (A,)
+            for a in active:
+                opts[a].zero_grad(set_to_none=True)
+            loss.sum().backward()         # the probes share no parameter: each gets its own loss's gradient
+            for a in active:
+                opts[a].step()
+        for a in active:
+            probes[a].n_epochs_ = epoch + 1
+        if len(val_ids) == 0:
+            continue
+        with torch.no_grad():
+            B = torch.stack([probes[a].B_ for a in active])
+            val = sum(_loss(kind, data, val_ids[s:s + val_chunk], B, inputs).double()
+                      for s in range(0, len(val_ids), val_chunk)) / len(val_ids)
+        for a, v in zip(list(active), val.tolist()):
+            p = probes[a]
+            p.history_.append(v)
+            if scheds[a] is not None:
+                scheds[a].step(v)
+            if v < best[a] - _MIN_DELTA:
+                best[a], best_B[a], bad[a], p.best_epoch_ = v, p.B_.detach().clone(), 0, epoch
+            else:
+                bad[a] += 1
+                if bad[a] >= p.patience:
+                    active.remove(a)
+        if not active:
+            break
+    for p, b in zip(probes, best_B):
+        if b is not None:
+            with torch.no_grad():
+                p.B_.copy_(b)
 
 
 class DistanceProbe(_StructuralProbe):
@@ -778,13 +869,18 @@ def structural_layer_scores(train: StructuralData | Mapping[int, StructuralData]
     pick = lambda data, seed: data[seed] if isinstance(data, Mapping) else data
     if layers is None:
         layers = list(range(pick(train, seeds[0]).n_layers))
+    fitted = {}
+    for seed in seeds:     # a seed's probes of every layer step together (`fit_probes`)
+        tr = pick(train, seed)
+        probes = fit_probes([cls(**{**params, "seed": seed}) for _ in layers], [tr.layer(l) for l in layers],
+                            tr.bounds, tr.heads)
+        fitted.update({(l, seed): p for l, p in zip(layers, probes)})
     rows: list[dict] = []
     for l in layers:
         base = {"model": model, "task": task, "probe": probe, "pooling": "first", "layer": l, "mode": mode}
         for seed in seeds:
-            tr, te = pick(train, seed), pick(test, seed)
-            p = cls(**{**params, "seed": seed}).fit(tr.layer(l), tr.bounds, tr.heads)
-            scored = p.score_items(te.layer(l), te.bounds, te.heads, te.punct_mask)
+            te = pick(test, seed)
+            scored = fitted[l, seed].score_items(te.layer(l), te.bounds, te.heads, te.punct_mask)
             rows += _score_rows(base, seed, scored, task, n_boot, boot_seed, items_out)
     return LayerResult(_frame(_seed_aggregates(rows), PROBING_COLUMNS))
 

@@ -6,11 +6,15 @@ from collections import Counter
 
 import numpy as np
 import pytest
+import torch
 from scipy.stats import rankdata
 
 from probes.layers import PROBING_COLUMNS
 from probes.stats import bootstrap_ci, micro_f1_from_counts
 from probes.structural import (
+    _loss,
+    _read_sentences,
+    fit_probes,
     DepthProbe,
     DistanceProbe,
     StructuralData,
@@ -340,30 +344,56 @@ def test_depth_probe_recovers_planted_depths(planted):
 
 @pytest.mark.parametrize("cls", [DistanceProbe, DepthProbe])
 def test_batched_loss_is_the_per_sentence_definition(planted, cls):
-    """The training loss of a batch of padded sentences of different lengths is the docstring's sum, sentence by
-    sentence in float64: sum_{i,j} |d_B(i, j) - d_T(i, j)| / n^2 or sum_i |||h_i||_B - depth(i)| / n (padding
-    and other sentences' words add nothing), and prediction gives each sentence's own (n, n) / (n,) values."""
+    """The training loss of a batch of padded sentences of different lengths, for two inputs at once, is for each
+    input the docstring's sum, sentence by sentence in float64: sum_{i,j} |d_B(i, j) - d_T(i, j)| / n^2 or
+    sum_i |||h_i||_B - depth(i)| / n (padding, other sentences' words and the other input add nothing), and
+    prediction gives each sentence's own (n, n) / (n,) values."""
     train, _ = planted
-    ids = np.array([5, 0, 17, 3])
+    ids = np.array([5, 0, 17, 3, 40, 41, 99, 12, 7])   # more than one padded block of _GRAM_SENTENCES
     lens = np.diff(train.bounds[ids], axis=1).ravel()
     assert len(set(lens.tolist())) > 1                     # padding is exercised
     p = cls(**{**FAST, "max_epochs": 1}).fit(train.X, train.bounds, train.heads)
-    B = p.B_.detach().numpy().astype(np.float64)
-    Z = (train.X.astype(np.float64) - p.mean_) / p.scale_
-    want = 0.0
-    for s in ids:
-        a, b = train.bounds[s]
-        proj = Z[a:b] @ B.T
-        if cls is DistanceProbe:
-            pred = ((proj[:, None, :] - proj[None, :, :]) ** 2).sum(-1)
-            want += np.abs(pred - tree_distances(train.heads[s])).sum() / (b - a) ** 2
-        else:
-            want += np.abs((proj ** 2).sum(-1) - tree_depths(train.heads[s])).sum() / (b - a)
+    Bs = [p.B_.detach().numpy().astype(np.float64), np.random.default_rng(0).normal(size=p.B_.shape) / 10]
+    Xs = [train.X, train.X[:, ::-1].copy()]
     gold = [tree_distances(h) if cls is DistanceProbe else tree_depths(h) for h in train.heads]
-    data = p._sentences(train.X, np.asarray(train.bounds), gold)
-    assert float(p._loss(data, ids)) == pytest.approx(want, rel=1e-5)
+    data = _read_sentences(Xs, [(p.mean_, p.scale_), None], np.asarray(train.bounds), gold, "cpu")
+    got = _loss(p._kind, data, ids, torch.tensor(np.stack(Bs), dtype=torch.float32))
+    for a, (X, B) in enumerate(zip(Xs, Bs)):
+        Z = (X.astype(np.float64) - p.mean_) / p.scale_ if a == 0 else X.astype(np.float64)
+        want = 0.0
+        for s in ids:
+            start, end = train.bounds[s]
+            proj = Z[start:end] @ B.T
+            if cls is DistanceProbe:
+                pred = ((proj[:, None, :] - proj[None, :, :]) ** 2).sum(-1)
+                want += np.abs(pred - tree_distances(train.heads[s])).sum() / (end - start) ** 2
+            else:
+                want += np.abs((proj ** 2).sum(-1) - tree_depths(train.heads[s])).sum() / (end - start)
+        assert float(got[a]) == pytest.approx(want, rel=1e-5)
     pred = p._predict(train.X, train.bounds[ids])
     assert [x.shape for x in pred] == [(n, n) if cls is DistanceProbe else (n,) for n in lens]
+
+
+@pytest.mark.parametrize("cls", [DistanceProbe, DepthProbe])
+def test_joint_fit_is_each_probes_own_fit(planted, cls):
+    """fit_probes steps the probes of several inputs together; each ends where its own fit ends (its epochs,
+    best epoch, validation losses, B), also when one stops early and leaves the batch. A probe of other
+    parameters is fitted apart, with its own."""
+    train, _ = planted
+    noise = np.random.default_rng(5).normal(size=train.X.shape).astype(np.float32)
+    Xs = [train.X, noise, train.X[:, ::-1].copy()]
+    params = {**FAST, "max_epochs": 12}
+    joint = fit_probes([cls(**params) for _ in Xs] + [cls(**{**params, "seed": 1})], Xs + [train.X],
+                       train.bounds, train.heads)
+    alone = [cls(**params).fit(X, train.bounds, train.heads) for X in Xs]
+    alone.append(cls(**{**params, "seed": 1}).fit(train.X, train.bounds, train.heads))
+    assert len({p.n_epochs_ for p in alone[:3]}) > 1          # a probe leaves the batch before the others
+    for j, a in zip(joint, alone):
+        assert (j.n_epochs_, j.best_epoch_) == (a.n_epochs_, a.best_epoch_)
+        np.testing.assert_allclose(j.history_, a.history_, rtol=1e-5)
+        np.testing.assert_allclose(j.B_.detach().numpy(), a.B_.detach().numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="Xs: 1 inputs for 2 probes"):
+        fit_probes([cls(), cls()], [train.X], train.bounds, train.heads)
 
 
 def test_random_vectors_do_not_recover_trees():

@@ -121,6 +121,26 @@ def test_the_matched_control_moves_vectors_exactly_as_far_as_leace():
     assert low.gamma_ < 0 and displacement(low, X)[1] == pytest.approx(displacement(same_rank, X)[1] / 3, rel=1e-6)
 
 
+def test_the_matched_control_search_is_short_and_stops_at_the_range_ends(monkeypatch):
+    """The search for gamma reaches the target (rtol 1e-9) in a handful of moves (each one QR of a (D, r)
+    draw; bisection took about 35), and a target past what any gamma reaches gives the end of the range,
+    with the move it reached."""
+    import probes.amnesic as amnesic
+    X, y = planted()
+    leace = LeaceEraser().fit(X, y)
+    target = displacement(leace, X)[1]
+    calls = []
+    qr = np.linalg.qr
+    monkeypatch.setattr(amnesic.np.linalg, "qr", lambda a, *k, **kw: calls.append(1) or qr(a, *k, **kw))
+    m = MatchedRandomEraser(rank=leace.rank_, target=target, seed=0).fit(X)
+    assert m.displacement_ == pytest.approx(target, rel=1e-9) and len(calls) <= 15
+    top = np.linalg.eigvalsh(np.cov(X.T.astype(np.float64), bias=True))[-leace.rank_:].sum()
+    far = MatchedRandomEraser(rank=leace.rank_, target=2 * top, seed=0, max_gamma=8.0).fit(X)
+    assert far.gamma_ == 8.0 and far.displacement_ < top * (1 + 1e-9)
+    near = MatchedRandomEraser(rank=leace.rank_, target=0.0, seed=0, max_gamma=8.0).fit(X)
+    assert near.gamma_ == -8.0 and near.displacement_ > 0
+
+
 def test_the_shuffled_label_control_leaves_a_planted_property_decodable():
     X, y = planted()
     Xte, yte = planted(seed=1)

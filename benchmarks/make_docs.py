@@ -229,6 +229,14 @@ def leace(d: Result) -> tuple[str, str]:
     return text, met(d["ours_s"] < d["target_s"])
 
 
+def structural(d: Result) -> str:
+    s = d["shape"]
+    return (f"{s['layers']} layers x {s['words']:,} words x {s['d']} ({s['sentences']:,} sentences), {d['epochs']} "
+            f"epochs each: `fit_probes` **{d['ours_s']:.2f} s**, the reference's loop {d['reference_s']:.2f} s "
+            f"(reference / ours **{d['reference_over_ours']:.2f}x**, paired median of {d['rounds']} rounds); B agrees to "
+            f"{d['max_abs_diff_B']:.1e}, validation losses to {d['max_rel_diff_val']:.1e} (relative)")
+
+
 def rope(d: Result) -> str:
     base = d["rows"][0]
     rest = ", ".join(f"{r['variant']} **{r['x_learned']:.3f}x**" for r in d["rows"][1:])
@@ -351,6 +359,10 @@ REPORTS = (
         "attention.json", "python benchmarks/bench_attention.py", attention),
     Row("the POS probe's logistic regression in torch (`probes.logreg`) against scikit-learn's lbfgs, 27k x 256, "
         "17 classes (issue 11)", "logreg.json", "python benchmarks/bench_logreg.py --rounds 3 --threads 2", logreg),
+    Row("the structural distance probe on every layer of a MiniLM-sized model, 20,000 EWT-shaped training words: "
+        "the layers fitted together (`probes.structural.fit_probes`) against structural-probes' per-layer loop "
+        "over padded batches (issue 74's floors doubled the probe's fits)", "structural.json",
+        "python benchmarks/bench_structural.py --rounds 3 --epochs 3 --threads 1", structural),
     Row("the decoder's step with the adaptive softmax against the full 16k softmax (issue 11)", "adaptive.json",
         "python benchmarks/bench_adaptive.py --rounds 8 --threads 2", adaptive),
     Row("the same under bf16 autocast, targets from a real token cache (issue 11)", "adaptive_bf16.json",

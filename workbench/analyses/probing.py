@@ -225,10 +225,16 @@ class TaskSplit:
 
 
 def load_split(model, tokenizer, task: str, split: str, cfg: ProbeRunConfig, store_root: Path,
-               model_id: str, max_targets: int | None, tasks_dir=None, progress: bool = True) -> TaskSplit:
-    """Capped records of `task`/`split` -> store (extracted once, reused) -> task arrays."""
-
-    records = select_records(load_task(task, split, out_dir=tasks_dir), max_targets, cfg.record_seed)
+               model_id: str, max_targets: int | None, tasks_dir=None, progress: bool = True,
+               loaded: dict | None = None) -> TaskSplit:
+    """Capped records of `task`/`split` -> store (extracted once, reused) -> task arrays. `loaded`: a dict
+    that keeps each (task, split)'s records once read, for the next split of the same records (the arcs
+    task and both structural tasks, for the model and its random-init floor, read EWT's arcs)."""
+    if loaded is None:
+        loaded = {}
+    if (task, split) not in loaded:
+        loaded[task, split] = load_task(task, split, out_dir=tasks_dir)
+    records = select_records(loaded[task, split], max_targets, cfg.record_seed)
     if not records:
         raise ValueError(f"task {task!r} split {split!r} has no records")
     store = extract(model, tokenizer, [r["words"] for r in records], store_root, model_id=model_id,
@@ -517,20 +523,24 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
     store_root = Path(store_root)
     frames: dict[str, list[pd.DataFrame]] = {"probing": [], "probing_summary": [], "mix_weights": [], "probe_items": []}
     counts: dict[str, dict] = {}
+    loaded: dict = {}       # each task split's records, read once (arcs serves three tasks and the floor)
     # one unit: one probe in one mode, over every layer and seed (extraction has its own bars)
     bar = progress_bar(len(tasks) * len(cfg.probes) * len(cfg.modes), f"probe {model_name}", "fit",
                        disable=not progress)
     with bar:
-        for task in tasks:
+        for i, task in enumerate(tasks):
             t0 = time.perf_counter()
             bar.set_postfix_str(task, refresh=False)
+            ahead = {RECORDS_OF.get(t, t) for t in tasks[i:]}
+            for key in [k for k in loaded if k[0] not in ahead]:   # records no task ahead reads
+                del loaded[key]
             log.info(f"probe {model_name}: task {task}: extracting")
             records = RECORDS_OF.get(task, task)
             train_cap = cfg.structural_train_words if task in STRUCTURAL_TASKS else cfg.max_train_targets
             train = load_split(model, tokenizer, records, cfg.train_split, cfg, store_root, model_id,
-                               train_cap, tasks_dir, progress)
+                               train_cap, tasks_dir, progress, loaded)
             test = load_split(model, tokenizer, records, cfg.eval_split, cfg, store_root, model_id,
-                              cfg.max_eval_targets, tasks_dir, progress)
+                              cfg.max_eval_targets, tasks_dir, progress, loaded)
             # arcs: the label (deprel) only marks punctuation; any head can be scored
             dropped = (_drop_unseen(train, test) if cfg.unseen_labels == "drop" and records not in ARC_TASKS
                        else 0)
@@ -551,7 +561,7 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
             if (task in STRUCTURAL_TASKS and "random_init" in cfg.structural_baselines) or (
                     task not in STRUCTURAL_TASKS and records not in ARC_TASKS and "random_init" in cfg.modes):
                 random_init = {seed: random_init_splits(base_model, tokenizer, records, cfg, seed, store_root,
-                                                        model_id, train_cap, tasks_dir, progress)
+                                                        model_id, train_cap, tasks_dir, progress, loaded)
                                for seed in cfg.seeds}
                 if dropped and task not in STRUCTURAL_TASKS:   # the same records: the same unseen labels
                     for r_tr, r_te in random_init.values():
@@ -593,7 +603,7 @@ def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: di
 # ------------------------------------------------------------------------------------ baseline
 def random_init_splits(model: torch.nn.Module, tokenizer, records: str, cfg: ProbeRunConfig, seed: int,
                        store_root: Path, model_id: str, train_cap: int | None, tasks_dir=None,
-                       progress: bool = True) -> tuple[TaskSplit, TaskSplit]:
+                       progress: bool = True, loaded: dict | None = None) -> tuple[TaskSplit, TaskSplit]:
     """The train and eval splits of `records` read by `random_init_model(model, seed)` (the structural
     probes' "random_init" floor): the same capped records and tokenizer as the model's, their own stores
     (model id `<model_id>;random_init:<seed>`; a seq2seq's decoder stack teacher-forced as the model's)."""
@@ -601,9 +611,9 @@ def random_init_splits(model: torch.nn.Module, tokenizer, records: str, cfg: Pro
     if cfg.stack == "decoder":
         fresh = TeacherForcedDecoder(fresh)
     return (load_split(fresh, tokenizer, records, cfg.train_split, cfg, store_root, fresh_id, train_cap, tasks_dir,
-                       progress),
+                       progress, loaded),
             load_split(fresh, tokenizer, records, cfg.eval_split, cfg, store_root, fresh_id, cfg.max_eval_targets,
-                       tasks_dir, progress))
+                       tasks_dir, progress, loaded))
 
 
 def random_baseline_checkpoint(model_path: str | Path, out: str | Path, seed: int = 0) -> Path:

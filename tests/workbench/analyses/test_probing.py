@@ -203,6 +203,20 @@ def test_structural_tasks_read_whole_ewt_trees_from_the_arcs_records(run, ckpt, 
     assert data.punct_mask[0].tolist() == [t["label"] == "punct" for t in gold["targets"]]
 
 
+def test_records_are_read_once_per_split_for_every_task_and_floor_that_reads_them(run, ckpt, tmp_path, monkeypatch):
+    """arcs, both structural tasks and their random-init floor read EWT's arcs records: each split is read
+    from disk once per run, and a task's records are let go when no task ahead reads them."""
+    import workbench.analyses.probing as probing
+    reads = []
+    real = probing.load_task
+    monkeypatch.setattr(probing, "load_task", lambda task, split, **kw: reads.append((task, split)) or real(task, split, **kw))
+    cfg = {**CFG, "modes": ["single"], "seeds": [1], "n_boot": 0, "structural_train_words": 100, "layers": [1],
+           "structural_baselines": ["chain", "random_init"]}
+    probe_model(ckpt, tasks=["structural_distance", "pos", "structural_depth", "pos"], out_dir=tmp_path, config=cfg,
+                store_root=run[0] / "store", progress=False)
+    assert reads == [("arcs", "train"), ("arcs", "test"), ("pos", "train"), ("pos", "test")]
+
+
 def test_unseen_eval_labels_error_names_the_task(ckpt, tmp_path):
     cfg = {**CFG, "max_train_targets": 10, "modes": ["single"], "seeds": [0], "layers": [0],
            "unseen_labels": "error"}

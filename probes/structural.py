@@ -14,6 +14,12 @@ B starts uniform in [-0.05, 0.05]; Adam (lr 1e-3), `batch_size` sentences per st
 x0.1 after every epoch whose validation loss does not improve (the reference's ReduceLROnPlateau,
 patience 0; `lr_decay=None` switches it off) and early stopping after `patience` such epochs (an
 improvement must exceed 1e-4, as in the reference), best epoch restored.
+`fit_probes` fits the probes of several inputs on the same sentences (a model's layers) together: one seed
+gives them the same initial B, validation sentences and batch order, so each step projects every input's batch
+in one batched product, while each probe keeps its own Adam, learning-rate decay and early stopping (the same
+fit as its own `fit`, to float32 rounding). A batch projects only its sentences' words; the distance loss
+reads them in blocks of `_GRAM_SENTENCES` sentences of similar length, so the (T, T) block of a short sentence
+is not padded to the batch's longest.
 
 Standardisation (`standardize=True`, the default; not in the reference, which reads the vectors raw): each
 feature is z-scored, h -> (h - mean) / std, with the mean and std of the training sentences' words

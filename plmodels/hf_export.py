@@ -103,6 +103,7 @@ from .components.positions import rope_cos_sin
 from .files import replace_folder, save_safetensors, temp_folder
 from .hf_encoders import ALBERT, DISTILBERT, ELECTRA, ROBERTA
 from .hf_gpt2 import GPT2_CONV1D, GPT2_RENAMES
+from .hf_gpt_neox import NEOX_RENAMES as NEOX_IMPORT_RENAMES
 from .hf_import import RENAMES as BERT_RENAMES
 from .tokenizer import _precompiled_charsmap, albert_pipeline
 
@@ -150,25 +151,9 @@ ZERO_BIASES = ("roformer", "gpt_neox")  # layouts that take a model without bias
 NO_BIAS_SLOT = re.compile(r"^(embeddings\.(word|segment|position)\.weight|mlm\.decoder\.weight|pooler\..*|nsp\..*"
                           r"|wte\.weight|lm_head\.weight)$")
 
-# GPT-NeoX (pre-LN, sequential residual): the fused query_key_value is per head [q_h; k_h; v_h] (hf_state reorders ours)
-NEOX_RENAMES = {
-    "embed_in.weight": "wte.weight",
-    "layers.{l}.input_layernorm.weight": "blocks.{l}.norm1.weight",
-    "layers.{l}.input_layernorm.bias": "blocks.{l}.norm1.bias",
-    "layers.{l}.attention.query_key_value.weight": "blocks.{l}.attn.qkv.weight",
-    "layers.{l}.attention.query_key_value.bias": "blocks.{l}.attn.qkv.bias",
-    "layers.{l}.attention.dense.weight": "blocks.{l}.attn.out.weight",
-    "layers.{l}.attention.dense.bias": "blocks.{l}.attn.out.bias",
-    "layers.{l}.post_attention_layernorm.weight": "blocks.{l}.norm2.weight",
-    "layers.{l}.post_attention_layernorm.bias": "blocks.{l}.norm2.bias",
-    "layers.{l}.mlp.dense_h_to_4h.weight": "blocks.{l}.mlp.fc_in.weight",
-    "layers.{l}.mlp.dense_h_to_4h.bias": "blocks.{l}.mlp.fc_in.bias",
-    "layers.{l}.mlp.dense_4h_to_h.weight": "blocks.{l}.mlp.fc_out.weight",
-    "layers.{l}.mlp.dense_4h_to_h.bias": "blocks.{l}.mlp.fc_out.bias",
-    "final_layer_norm.weight": "final_norm.weight",
-    "final_layer_norm.bias": "final_norm.bias",
-    "lm_head.weight": "lm_head.weight",
-}
+# GPT-NeoX (pre-LN): the fused query_key_value is per head [q_h; k_h; v_h] (hf_state reorders ours)
+# the importer's names, and the LM head under the name transformers 5 writes
+NEOX_RENAMES = {**NEOX_IMPORT_RENAMES, "lm_head.weight": "lm_head.weight"}
 FAMILIES["gpt_neox"] = (NEOX_RENAMES, "gpt_neox.", ("lm_head.",), "")
 
 # every config field this module has looked at; another field at a non-default value is refused

@@ -231,23 +231,7 @@ def import_hf_gpt2(src_dir: str | Path, out_dir: str | Path | None = None,
     drops = {k: hf_cfg[k] for k in ("embd_pdrop", "attn_pdrop") if k in hf_cfg and hf_cfg[k] != config.dropout}
     if drops:
         notes.append(f"one dropout rate: resid_pdrop={config.dropout} is used; {drops} differ (training only)")
-    model = Decoder(config)
-    expected = model.state_dict()
-    check_shapes(expected, state, sources, str(src))
-    missing = [k for k in expected if k not in state]
-    if missing:
-        raise ValueError(f"{src}: the checkpoint lacks tensors that config.json needs: "
-                         f"{', '.join(f'{gpt2_name(k)} (our {k})' for k in missing)}")
-    check_state(expected, state, str(src))  # nothing left to find; kept as the last word
-    model.load_state_dict(state, strict=True)
-    model.eval()
-    try:
-        tokenizer = read_gpt2_tokenizer(src)
-    except ValueError as e:  # the weights import without it; the report and a warning say why
-        tokenizer = None
-        notes.append(f"tokenizer not loaded: {e}")
-    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
-        notes.append(f"the tokenizer can emit {tokenizer.vocab_size} ids, the model embeds {config.vocab_size}")
+    model, tokenizer = load_decoder(config, state, sources, src, gpt2_name, notes)
     report: dict[str, Any] = {
         "source": str(src),
         "family": "gpt2",
@@ -267,4 +251,30 @@ def import_hf_gpt2(src_dir: str | Path, out_dir: str | Path | None = None,
     if out_dir is not None:
         save(model, tokenizer, out_dir, card={"data": hf_cfg.get("_name_or_path") or str(src), **(card or {}),
                                               "import": report})
+    return model, tokenizer
+
+
+def load_decoder(config: DecoderConfig, state: dict[str, torch.Tensor], sources: dict[str, tuple[str, bool]],
+                 src: Path, hf_name, notes: list[str]) -> tuple[Decoder, Tokenizer | None]:
+    """The Decoder of `config` holding the mapped `state` (shapes, missing and leftover tensors refused,
+    named in the checkpoint's own names by `hf_name`), and the folder's byte-level BPE tokenizer (None,
+    with a note, when it cannot be read; a note when it can emit ids the model does not embed). Shared by
+    the GPT-2 and GPT-NeoX importers."""
+    model = Decoder(config)
+    expected = model.state_dict()
+    check_shapes(expected, state, sources, str(src))
+    missing = [k for k in expected if k not in state]
+    if missing:
+        raise ValueError(f"{src}: the checkpoint lacks tensors that config.json needs: "
+                         f"{', '.join(f'{hf_name(k)} (our {k})' for k in missing)}")
+    check_state(expected, state, str(src))  # nothing left to find; kept as the last word
+    model.load_state_dict(state, strict=True)
+    model.eval()
+    try:
+        tokenizer = read_gpt2_tokenizer(src)
+    except ValueError as e:  # the weights import without it; the report and a warning say why
+        tokenizer = None
+        notes.append(f"tokenizer not loaded: {e}")
+    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
+        notes.append(f"the tokenizer can emit {tokenizer.vocab_size} ids, the model embeds {config.vocab_size}")
     return model, tokenizer

@@ -40,9 +40,9 @@ from typing import Any
 
 import torch
 
-from .checkpoint import check_state, save
+from .checkpoint import save
 from .decoder import Decoder, DecoderConfig
-from .hf_gpt2 import check_shapes, read_gpt2_tokenizer
+from .hf_gpt2 import load_decoder
 from .hf_import import HF_ACTIVATIONS, read_hf_weights, weights_source
 from .tokenizer import Tokenizer
 
@@ -256,23 +256,7 @@ def import_hf_gpt_neox(src_dir: str | Path, out_dir: str | Path | None = None,
     drops = {k: hf_cfg[k] for k in ("attention_dropout",) if k in hf_cfg and hf_cfg[k] != config.dropout}
     if drops:
         notes.append(f"one dropout rate: hidden_dropout={config.dropout} is used; {drops} differs (training only)")
-    model = Decoder(config)
-    expected = model.state_dict()
-    check_shapes(expected, state, {k: (v, False) for k, v in sources.items()}, str(src))
-    missing = [k for k in expected if k not in state]
-    if missing:
-        raise ValueError(f"{src}: the checkpoint lacks tensors that config.json needs: "
-                         f"{', '.join(f'{neox_name(k)} (our {k})' for k in missing)}")
-    check_state(expected, state, str(src))
-    model.load_state_dict(state, strict=True)
-    model.eval()
-    try:
-        tokenizer = read_gpt2_tokenizer(src)
-    except ValueError as e:  # the weights import without it; the report and a warning say why
-        tokenizer = None
-        notes.append(f"tokenizer not loaded: {e}")
-    if tokenizer is not None and tokenizer.vocab_size > config.vocab_size:
-        notes.append(f"the tokenizer can emit {tokenizer.vocab_size} ids, the model embeds {config.vocab_size}")
+    model, tokenizer = load_decoder(config, state, {k: (v, False) for k, v in sources.items()}, src, neox_name, notes)
     head_dim = config.d_model // config.n_heads
     report: dict[str, Any] = {
         "source": str(src),

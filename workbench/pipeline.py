@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 import time
+import traceback
+from multiprocessing.connection import wait as wait_for
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -90,6 +94,14 @@ class RunConfig(Config):
     competence: dict | None = None
     report: dict | None = None                       # {} to write the report
     zoo: dict | None = None                          # {"systems": {system: [seeds]}, "cka", "stats"} (workbench/zoo.py)
+    # steps run at once: 1 runs them one after another in this process; n > 1 runs each step in a
+    # process of its own, n at a time, as soon as the steps it reads are done, each with
+    # cpu_count // n torch threads (`run_steps_parallel`). Not part of any step's key.
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"workers must be >= 1, got {self.workers}")
 
 
 def load_run_config(path: str | Path, overrides: dict | None = None) -> dict:
@@ -500,14 +512,145 @@ def _estimate(step: Step, seconds_by_kind: dict[str, list[float]]) -> float | No
     return sum(done) / len(done) if done else None
 
 
-def _eta(steps: list[Step], start: int, seconds_by_kind: dict[str, list[float]]) -> str:
-    """The study's time left from step `start` on (0-based), as a log phrase."""
+def _eta(steps: list[Step], start: int, seconds_by_kind: dict[str, list[float]], workers: int = 1) -> str:
+    """The study's time left from step `start` on (0-based), as a log phrase (`workers` steps at once:
+    the sum of the estimates over `workers`)."""
     guesses = [_estimate(s, seconds_by_kind) for s in steps[start:]]
     known = [g for g in guesses if g is not None]
     if not known:
         return "time left unknown"
     missing = len(guesses) - len(known)
-    return f"about {sum(known) / 60:.0f} min left" + (f" (+ {missing} steps not yet timed)" if missing else "")
+    return f"about {sum(known) / workers / 60:.0f} min left" + (f" (+ {missing} steps not yet timed)" if missing else "")
+
+
+def _started(step: Step, i: int, n: int, keys: dict[str, str], info: dict, run_dir: Path, eta: str) -> None:
+    """Mark `step` running in run.json (a killed run leaves it so: the next run re-runs it)."""
+    old = info["steps"].get(step.name, {})
+    _log(f"[{i}/{n}] {step.name}: running" + (" (resuming)" if old.get("status") == "running" else "") + f"; {eta}")
+    info["steps"][step.name] = {"status": "running", "key": keys[step.name], "started": time.time()}
+    atomic_write_json(run_dir / "run.json", info)
+
+
+def _finished(step: Step, i: int, n: int, keys: dict[str, str], info: dict, run_dir: Path, outputs: dict,
+              seconds: float) -> None:
+    info["steps"][step.name] = {"status": "done", "key": keys[step.name], "seconds": round(seconds, 1),
+                                "outputs": outputs, "finished": time.time()}
+    atomic_write_json(run_dir / "run.json", info)
+    _log(f"[{i}/{n}] {step.name}: done in {seconds:.0f} s {outputs}")
+
+
+def worker_threads(workers: int) -> int:
+    """Torch threads of each step when `workers` steps run at once: the CPUs this process may use,
+    shared evenly (at least one). Fixed for a machine and `workers`, so a run's numbers do not depend
+    on which steps happened to run beside each other."""
+    return max(1, len(os.sched_getaffinity(0)) // workers)
+
+
+def _exit_with_parent(parent: int, server: int) -> None:
+    """A step's process ends within a second of the run's (`parent`) end, even a SIGKILL, so that a
+    re-run never shares the run folder with an orphan: it watches the parent and its own forkserver
+    (`server`, which ends when the parent does, re-parenting this process)."""
+    while True:
+        time.sleep(0.5)
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        if os.getppid() != server:
+            os._exit(1)
+
+
+def _step_process(build: Callable[[dict], list[Step]], cfg: dict, run_dir: str, name: str, force: bool,
+                  threads: int, env: dict, cwd: str, parent: int, conn) -> None:
+    """One step in its own process (`run_steps_parallel`): step `name` of `build(cfg)`, in the parent's
+    working folder and environment, with `threads` torch threads, ending with the parent
+    (`_exit_with_parent`); sends ("done", outputs) or ("failed", exception, traceback)."""
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    threading.Thread(target=_exit_with_parent, args=(parent, os.getppid()), daemon=True).start()
+    import torch
+    torch.set_num_threads(threads)
+    try:
+        step = next(s for s in build(cfg) if s.name == name)
+        conn.send(("done", step.fn(Context(Path(run_dir), cfg, step.params, force=force))))
+    except BaseException as e:  # noqa: BLE001 - every failure goes back to the parent, which raises it
+        tb = traceback.format_exc()
+        try:
+            conn.send(("failed", e, tb))
+        except Exception:  # an exception that does not pickle: its type and message
+            conn.send(("failed", RuntimeError(f"{type(e).__name__}: {e}"), tb))
+    finally:
+        conn.close()
+
+
+def run_steps_parallel(steps: list[Step], todo: list[Step], keys: dict[str, str], info: dict, run_dir: Path,
+                       cfg: dict, force: bool, workers: int,
+                       build: Callable[[dict], list[Step]] = build_steps) -> None:
+    """Run the steps of `todo` `workers` at a time, each in a process of its own (a forkserver's child:
+    no torch state shared with this process) with `worker_threads(workers)` torch threads, a step as
+    soon as every step it reads (`Step.after`) is done. Tables and activation stores that two steps
+    may write at once are locked (`workbench.core.io.file_lock`). When a step fails, the steps running
+    beside it finish (their work is kept), no new one starts, and its exception is raised here with
+    the child's traceback as a note; a killed run leaves its running steps "running" in run.json, so
+    the next run re-runs them. A child finds its step by name in `build(cfg)` (a module-level function:
+    it is sent to the child by reference)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["workbench.pipeline"])   # imported once, by the server, not per step
+    threads = worker_threads(workers)
+    names = {s.name for s in steps}
+    done = names - {s.name for s in todo}
+    pending = list(todo)
+    running: dict[Any, tuple[Step, Any, float]] = {}
+    failure: tuple[Step, BaseException, str] | None = None
+    seconds_by_kind: dict[str, list[float]] = {}
+    _log(f"{len(todo)} steps, {workers} at a time, {threads} torch thread(s) each")
+    try:
+        while pending or running:
+            while failure is None and len(running) < workers:
+                ready = next((s for s in pending if all(a in done or a not in names for a in s.after)), None)
+                if ready is None:
+                    break
+                pending.remove(ready)
+                eta = _eta(pending + [s for s, _, _ in running.values()], 0, seconds_by_kind, workers)
+                _started(ready, steps.index(ready) + 1, len(steps), keys, info, run_dir, eta)
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_step_process, name=f"workbench {ready.name}",
+                                   args=(build, cfg, str(run_dir), ready.name, force, threads, dict(os.environ),
+                                         os.getcwd(), os.getpid(), send))
+                proc.start()
+                send.close()
+                running[recv] = (ready, proc, time.perf_counter())
+            if not running:
+                break       # nothing runs and nothing can start: a step failed upstream
+            for conn in wait_for(list(running)):
+                step, proc, t0 = running.pop(conn)
+                try:
+                    message = conn.recv()
+                except EOFError:   # the process died without a word (killed, out of memory)
+                    message = ("failed", RuntimeError(f"step {step.name}: its process ended without a result"), "")
+                conn.close()
+                proc.join()
+                if message[0] == "done":
+                    done.add(step.name)
+                    seconds_by_kind.setdefault(step.name.split(":")[0], []).append(time.perf_counter() - t0)
+                    _finished(step, steps.index(step) + 1, len(steps), keys, info, run_dir, message[1],
+                              time.perf_counter() - t0)
+                elif failure is None:
+                    failure = (step, message[1], message[2])
+                    if running:
+                        _log(f"{step.name} failed: letting the {len(running)} running step(s) finish")
+    except BaseException:
+        for _, proc, _ in running.values():
+            proc.terminate()
+        for _, proc, _ in running.values():
+            proc.join()
+        raise
+    if failure is not None:
+        step, error, tb = failure
+        if tb:
+            error.add_note(f"in step {step.name}, in its own process:\n{tb}")
+        raise error
 
 
 def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, force: bool = False,
@@ -534,24 +677,25 @@ def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, f
     steps = build_steps(cfg)
     keys = step_keys(cfg, steps)
     t_run = time.perf_counter()
-    seconds_by_kind: dict[str, list[float]] = {}
+    todo = []
     for i, step in enumerate(steps, 1):
-        key = keys[step.name]
         old = states.get(step.name, {})
-        if old.get("status") == "done" and old.get("key") == key:
+        if old.get("status") == "done" and old.get("key") == keys[step.name]:
             _log(f"[{i}/{len(steps)}] {step.name}: unchanged, skipped")
-            continue
-        _log(f"[{i}/{len(steps)}] {step.name}: running" + (" (resuming)" if old.get("status") == "running" else "")
-             + f"; {_eta(steps, i - 1, seconds_by_kind)}")
-        states[step.name] = {"status": "running", "key": key, "started": time.time()}
-        atomic_write_json(run_dir / "run.json", info)
-        t0 = time.perf_counter()
-        outputs = step.fn(Context(run_dir, cfg, step.params, force=force))
-        states[step.name] = {"status": "done", "key": key, "seconds": round(time.perf_counter() - t0, 1),
-                             "outputs": outputs, "finished": time.time()}
-        seconds_by_kind.setdefault(step.name.split(":")[0], []).append(time.perf_counter() - t0)
-        atomic_write_json(run_dir / "run.json", info)
-        _log(f"[{i}/{len(steps)}] {step.name}: done in {time.perf_counter() - t0:.0f} s {outputs}")
+        else:
+            todo.append(step)
+    workers = int(cfg.get("workers", 1))
+    if workers > 1:
+        run_steps_parallel(steps, todo, keys, info, run_dir, cfg, force, workers)
+    else:
+        seconds_by_kind: dict[str, list[float]] = {}
+        for step in todo:
+            i = steps.index(step) + 1
+            _started(step, i, len(steps), keys, info, run_dir, _eta(todo[todo.index(step):], 0, seconds_by_kind))
+            t0 = time.perf_counter()
+            outputs = step.fn(Context(run_dir, cfg, step.params, force=force))
+            seconds_by_kind.setdefault(step.name.split(":")[0], []).append(time.perf_counter() - t0)
+            _finished(step, i, len(steps), keys, info, run_dir, outputs, time.perf_counter() - t0)
     _log(f"finished in {time.perf_counter() - t_run:.0f} s")
     report = run_dir / "report" / "report.html"
     _log(f"report: {report.resolve()}")

@@ -108,7 +108,7 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
     run_a = tiny_run                      # run_pipeline(TINY) into a fresh folder, once per session
     steps = _steps(run_a)
     expected = [s.name for s in build_steps(load_run_config(TINY))]
-    assert list(steps) == expected
+    assert set(steps) == set(expected)          # two at a time (tiny.json's workers): in the order they started
     assert all(s["status"] == "done" for s in steps.values())
     for name in ("training", "probing", "probing_summary", "mix_weights", "heads", "heads_classes", "relations",
                  "importance", "pruning", "cka", "head_change", "frozen_vs_finetuned", "emergence", "gating",
@@ -160,24 +160,7 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
     a, b = _tables(run_a), _tables(run_b)
     assert set(a) == set(b)
     for name in set(a) - TIMED:
-        ta, tb = a[name], b[name]
-        if "mode" in ta.columns:   # the structural position floor: compared by interval (below), the rest exactly
-            pos_a, pos_b = ta[ta["mode"] == "position"], tb[tb["mode"] == "position"]
-            _same_within_intervals(pos_a, pos_b, name)
-            ta, tb = ta[ta["mode"] != "position"].reset_index(drop=True), tb[tb["mode"] != "position"].reset_index(drop=True)
-        pd.testing.assert_frame_equal(ta, tb, check_exact=False, rtol=1e-5, atol=1e-6, obj=name)
-
-
-def _same_within_intervals(a: pd.DataFrame, b: pd.DataFrame, name: str) -> None:
-    """The structural probe on one-hot position features (the `position` floor) fits the same rows, and
-    each value of one run lies inside the other run's 95% interval. Known defect (in the session's note,
-    to fix, then compare exactly again): in the resumed run that fit's UUAS/DSpr moved by a few hundredths
-    (cause not pinned down: process state between the two runs), where every other row is equal to 1e-5."""
-    keys = [c for c in a.columns if c not in ("value", "ci_low", "ci_high")]
-    assert len(a) == len(b) and a[keys].reset_index(drop=True).equals(b[keys].reset_index(drop=True)), name
-    if "ci_low" in a.columns and len(a):
-        inside = (b["value"].values >= a["ci_low"].values - 1e-6) & (b["value"].values <= a["ci_high"].values + 1e-6)
-        assert inside.all() or a["ci_low"].isna().any(), (name, a.assign(b=b["value"].values)[~inside])
+        pd.testing.assert_frame_equal(a[name], b[name], check_exact=False, rtol=1e-5, atol=1e-6, obj=name)
 
 
 def _faces_read_what_the_pipeline_wrote(run: Path, md: str) -> None:

@@ -3,11 +3,13 @@
 Every writer goes to a temporary sibling (same folder, so same file system) and then `os.replace`s
 it over the target; an exception (or a kill) before the rename leaves the old target untouched and
 removes the temporary where it can. `atomic_dir(path)` does the same for a whole folder: build it in
-`<parent>/.<name>.tmp-<pid>-<rand>`, rename it to `path` on success.
+`<parent>/.<name>.tmp-<pid>-<rand>`, rename it to `path` on success. `file_lock(path)` serialises a
+read-modify-write of `path` between processes (steps of `workbench run` with workers > 1).
 """
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -130,6 +132,21 @@ def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Pat
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextlib.contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive advisory lock (`fcntl.flock`) on the sibling `.<name>.lock` of `path` for the
+    block: two processes that read, change and write `path` under it do not lose each other's change.
+    The lock file stays (empty); the lock goes with the process, so a killed holder frees it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent / f".{path.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)   # closing the descriptor releases the lock
 
 
 def _pid_alive(pid: int) -> bool:

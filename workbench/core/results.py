@@ -20,7 +20,7 @@ import pandas as pd
 
 from plmodels.checkpoint import read_card
 from plmodels.training.runtime import read_jsonl
-from workbench.core.io import atomic_write_json, atomic_write_text, write_parquet_atomic
+from workbench.core.io import atomic_write_json, atomic_write_text, file_lock, write_parquet_atomic
 
 TABLES = (
     "training", "probing", "probing_summary", "mix_weights", "heads", "heads_classes",
@@ -129,15 +129,17 @@ def run_info(run_dir: str | Path) -> dict:
 
 
 def upsert_table(run_dir: str | Path, name: str, df: pd.DataFrame, key: str = "model") -> Path:
-    """Replace the rows of `df`'s `key` values in table `name` (other models' rows stay), atomically.
+    """Replace the rows of `df`'s `key` values in table `name` (other models' rows stay), atomically,
+    under the table's lock (`file_lock`: steps running at once may write their shares together).
 
     Analyses run one model at a time; this lets each write its share of a run-wide table.
     """
-    old = load_table(run_dir, name)
-    if old is not None and key in old.columns and key in df.columns:
-        old = old[~old[key].isin(df[key].unique())]
-        df = pd.concat([old, df], ignore_index=True)
-    return write_table(run_dir, name, df)
+    with file_lock(table_path(run_dir, name)):
+        old = load_table(run_dir, name)
+        if old is not None and key in old.columns and key in df.columns:
+            old = old[~old[key].isin(df[key].unique())]
+            df = pd.concat([old, df], ignore_index=True)
+        return write_table(run_dir, name, df)
 
 
 def write_tables(run_dir: str | Path, tables: dict[str, pd.DataFrame], key: str = "model") -> list[Path]:

@@ -35,7 +35,7 @@ from plmodels.components.cpu_linear import onednn_linear
 from plmodels.components.norms import record_value_norms
 from plmodels.families import family_of
 from plmodels.progress import progress as progress_bar
-from workbench.core.io import atomic_dir, atomic_write_json, clean_stale_tmp
+from workbench.core.io import atomic_dir, atomic_write_json, clean_stale_tmp, file_lock
 from workbench.core.memory import HeapTrimmer
 from workbench.data import tasks
 from workbench.data.align import align_sentences
@@ -155,6 +155,18 @@ def extract(model, tokenizer, sentences: Sequence[Sequence[str]], store_root: st
     if attention_weighting != "raw":  # raw keys stay as they were: existing stores keep serving
         extra = f"{extra};attention_weighting={attention_weighting}"
     key = store_key(mid, dhash, pooling, tok_fp, policy, extra)
+    root.mkdir(parents=True, exist_ok=True)
+    with file_lock(root / key):   # two steps running at once may ask for one store: one builds, one reads
+        return _open_or_build(model, tokenizer, sentences, root, key, mid, dhash, tok_fp, key_extra, pooling,
+                              attentions, policy, batch_tokens, max_bytes_disk, max_bytes_ram, precision,
+                              attention_weighting, progress)
+
+
+def _open_or_build(model, tokenizer, sentences: Sequence[Sequence[str]], root: Path, key: str, mid: str,
+                   dhash: str, tok_fp: str, key_extra: str, pooling: str, attentions: bool, policy: str,
+                   batch_tokens: int, max_bytes_disk: int | None, max_bytes_ram: int | None, precision: str,
+                   attention_weighting: str, progress: bool) -> Store:
+    """`extract` once the store's key is known and its lock held: the existing store, else a new one."""
     for with_attn in ([True] if attentions else [True, False]):
         d = store_dir(root, key, pooling, with_attn)
         if (d / INDEX_FILE).is_file():

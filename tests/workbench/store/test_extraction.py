@@ -41,6 +41,11 @@ def _dec(tok, max_positions=32):
     return Decoder(cfg)
 
 
+def _entries(folder) -> list:
+    """What a folder holds beside the stores' lock files (`workbench.core.io.file_lock`: empty, kept)."""
+    return [p for p in folder.iterdir() if not p.name.endswith(".lock")]
+
+
 def _direct(model, tok, words, pooling):
     """Hand recomputation: one unpadded sentence, per-word loop over hidden_states."""
     enc = tok.encode_words(words)
@@ -117,7 +122,7 @@ def test_second_request_is_served_from_disk(wp, tmp_path):
     # a store with attentions also serves a request without
     assert extract(raising, wp, SENTS, tmp_path, attentions=False, progress=False).path == first.path
     np.testing.assert_array_equal(again.layer(1), first.layer(1))
-    assert len([p for p in tmp_path.iterdir()]) == 1
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 1   # one store (beside its lock file)
 
 
 def test_progress_counts_the_tokens_and_progress_false_writes_nothing(wp, tmp_path, capsys):
@@ -144,7 +149,7 @@ def test_budget_refusal_gives_the_estimate(wp, tmp_path):
         extract(model, wp, SENTS, tmp_path / "s", max_bytes_disk=100, progress=False)
     with pytest.raises(BudgetError, match="RAM"):
         extract(model, wp, SENTS, tmp_path / "s", attentions=True, max_bytes_ram=1000, progress=False)
-    assert not (tmp_path / "s").exists() or list((tmp_path / "s").iterdir()) == []
+    assert not (tmp_path / "s").exists() or _entries(tmp_path / "s") == []
     # the disk estimate is exact for the layer files: 3 layers x words x 32 x 2 bytes
     store = extract(model, wp, SENTS, tmp_path / "s", progress=False)
     assert store.index["estimate"]["disk"] == 3 * store.n_words * 32 * 2
@@ -165,7 +170,7 @@ def test_failed_extraction_leaves_no_store_and_rerun_succeeds(wp, tmp_path, monk
     monkeypatch.setattr(extraction, "_write_batch", dying)
     with pytest.raises(KeyboardInterrupt):
         extract(model, wp, SENTS, tmp_path, batch_tokens=20, progress=False)
-    assert list(tmp_path.iterdir()) == []
+    assert _entries(tmp_path) == []
     monkeypatch.setattr(extraction, "_write_batch", real)
     # a SIGKILLed run leaves a temp folder named with its (dead) pid: the next run removes it
     key_dir = keys.store_dir(tmp_path, keys.store_key(keys.model_fingerprint(model), keys.data_hash(SENTS),
@@ -173,7 +178,7 @@ def test_failed_extraction_leaves_no_store_and_rerun_succeeds(wp, tmp_path, monk
     stale = tmp_path / f".{key_dir.name}.tmp-999999999-x"
     stale.mkdir()
     store = extract(model, wp, SENTS, tmp_path, batch_tokens=20, progress=False)
-    assert store.path == key_dir and [p.name for p in tmp_path.iterdir()] == [key_dir.name]
+    assert store.path == key_dir and [p.name for p in _entries(tmp_path)] == [key_dir.name]
     want, _, _ = _direct(model, wp, SENTS[0], "first")
     torch.testing.assert_close(torch.from_numpy(store.layers()[:, store.sentence_rows(0)].astype(np.float32)),
                                want.half().float(), atol=3e-3, rtol=3e-3)
@@ -311,3 +316,32 @@ def test_window_policy_vectors_come_from_the_owning_window(kind, pooling, wp, bp
     # the case under test: the long sentence's first window owns a prefix and holds later words too
     _, windows, owner = _window_direct(model, tok, long, pooling)
     assert len(windows) > 1 and owner.count(0) < windows[0][1]
+
+
+def _extract_after(barrier, tok, root: str, out) -> None:
+    torch.set_num_threads(1)
+    model = _enc(tok)
+    barrier.wait()
+    try:
+        out.put(str(extract(model, tok, SENTS * 40, root, attentions=True, progress=False).path))
+    except Exception as e:   # noqa: BLE001 - the parent asserts on it
+        out.put(f"failed: {type(e).__name__}: {e}")
+
+
+@pytest.mark.slow
+def test_two_processes_asking_for_one_store_at_once_get_it_built_once(wp, tmp_path):
+    """Steps of `workbench run` with workers > 1 may ask for one store together: under the store's lock
+    one builds it and the other opens it (without the lock the second rename fails: "appeared while it
+    was being built")."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    barrier, out = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_extract_after, args=(barrier, wp, str(tmp_path), out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join()
+    assert got[0] == got[1] and not got[0].startswith("failed"), got
+    assert len([p for p in tmp_path.iterdir() if p.is_dir()]) == 1

@@ -316,6 +316,9 @@ class Card:
     train_split: str | None = None  # its split (data.train[1])
     tokenizer: Mapping[str, Any] | None = None  # {"kind", "vocab_size"} of the run's tokenizer
     import_report: Mapping[str, Any] | None = None  # what an importer mapped, left out, initialised fresh
+    # an imported checkpoint's source folder, config and weights sha256, the seed and step it claims
+    # (plmodels.hf_families.provenance); None: not imported
+    provenance: Mapping[str, Any] | None = None
     lm_head_trained: bool = True  # the LM head's logits mean something (module docstring of lm_head_rule)
     role: str | None = None  # e.g. "ELECTRA generator"
     steps: int | None = None
@@ -369,7 +372,7 @@ def read_card(path: str | Path) -> Card:
     return Card(name=raw.get("name"), kind=raw.get("kind"), objective_name=name, objective=raw.get("objective"),
                 objective_args=args, objective_args_source=source, train_source=train[0],
                 train_split=train[1] if len(train) > 1 else None, tokenizer=data.get("tokenizer"),
-                import_report=raw.get("import"), lm_head_trained=lm_head_rule(raw), role=raw.get("role"),
+                import_report=raw.get("import"), provenance=raw.get("provenance"), lm_head_trained=lm_head_rule(raw), role=raw.get("role"),
                 steps=raw.get("steps"), tokens=raw.get("tokens"), metrics=raw.get("metrics") or {}, fields=raw)
 
 

@@ -20,18 +20,26 @@ own files, never from a hub, and never needs transformers.
 Every importer reads sharded checkpoints too (`hf_import.read_hf_weights`), and the SentencePiece
 tokenizers of ALBERT, T5, XLNet and XLM-R from tokenizer.json as transformers 5 rebuilds them
 (`Tokenizer.from_hf_folder`; docs/interop.md).
+
+`import_hf` also writes the checkpoint's provenance into its card (`provenance`): the source folder,
+the sha256 of its config.json and of its weight files, and the seed and step the caller says the
+folder is (an imported suite of the zoo, workbench/zoo.py, passes the ones its folder pattern names).
+Pythia's issue tracker records served checkpoints whose weights were not those of their step: the
+hashes let a user check what was analysed against what the suite publishes.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Callable
 
+from .checkpoint import file_sha256
 from .hf_encoders import (import_hf_albert, import_hf_distilbert, import_hf_electra, import_hf_roberta,
                           import_hf_xlm_roberta)
 from .hf_gpt2 import import_hf_gpt2
 from .hf_gpt_neox import import_hf_gpt_neox
-from .hf_import import import_hf_bert
+from .hf_import import import_hf_bert, weight_files
 from .hf_seq2seq import import_hf_bart, import_hf_t5
 from .hf_xlnet import import_hf_xlnet
 
@@ -40,6 +48,12 @@ IMPORTERS: dict[str, Callable] = {
     "distilbert": import_hf_distilbert,
     "electra": import_hf_electra, "albert": import_hf_albert, "gpt2": import_hf_gpt2, "gpt_neox": import_hf_gpt_neox,
     "t5": import_hf_t5, "bart": import_hf_bart, "xlnet": import_hf_xlnet,
+}
+# model_type -> the kind of our model its importer builds (plmodels/families.py), known before importing
+HF_KINDS: dict[str, str] = {
+    "bert": "encoder", "roberta": "encoder", "xlm-roberta": "encoder", "distilbert": "encoder", "electra": "encoder",
+    "albert": "encoder", "gpt2": "decoder", "gpt_neox": "decoder", "t5": "seq2seq", "bart": "seq2seq",
+    "xlnet": "xlnet",
 }
 
 
@@ -57,11 +71,36 @@ def model_type(src: str | Path) -> str:
     return kind
 
 
-def import_hf(src_dir: str | Path, out_dir: str | Path | None = None, card: dict | None = None):
-    """(model in eval mode, Tokenizer or None) of a Hugging Face folder of a supported family; with
-    out_dir also saved as a workbench checkpoint (safetensors, card with the import report)."""
-    kind = model_type(src_dir)
+def supported_type(src: str | Path) -> str:
+    """`model_type` of a folder whose family has an importer; a ValueError naming config.json otherwise."""
+    kind = model_type(src)
     if kind not in IMPORTERS:
-        raise ValueError(f"{Path(src_dir) / 'config.json'}: model_type {kind!r} cannot be imported; "
+        raise ValueError(f"{Path(src) / 'config.json'}: model_type {kind!r} cannot be imported; "
                          f"supported: {', '.join(sorted(IMPORTERS))}")
+    return kind
+
+
+def provenance(src: str | Path, seed: int | None = None, step: int | None = None) -> dict:
+    """What a Hugging Face folder is, for its imported checkpoint's card: `source` (the folder,
+    absolute), `config_sha256` (its config.json's bytes), `weights` (the weight files read, by name),
+    `weights_sha256` (the sha256 of each of them, in that order, hashed together: one file's own sha256
+    when there is one file) and `claimed_seed`, `claimed_step` (what the caller says the folder is; None
+    when it says nothing). Nothing here checks the claim: the hashes are there to compare with the
+    suite's published ones."""
+    src = Path(src).resolve()
+    files = weight_files(src)
+    sums = [file_sha256(f) for f in files]
+    joint = sums[0] if len(sums) == 1 else hashlib.sha256("".join(sums).encode()).hexdigest()
+    return {"source": str(src), "config_sha256": file_sha256(src / "config.json"),
+            "weights": [f.name for f in files], "weights_sha256": joint, "claimed_seed": seed, "claimed_step": step}
+
+
+def import_hf(src_dir: str | Path, out_dir: str | Path | None = None, card: dict | None = None,
+              seed: int | None = None, step: int | None = None):
+    """(model in eval mode, Tokenizer or None) of a Hugging Face folder of a supported family; with
+    out_dir also saved as a workbench checkpoint (safetensors, card with the import report and the
+    folder's `provenance`, with the `seed` and `step` it claims to be)."""
+    kind = supported_type(src_dir)
+    if out_dir is not None:
+        card = {**(card or {}), "provenance": provenance(src_dir, seed, step)}
     return IMPORTERS[kind](src_dir, out_dir, card=card)

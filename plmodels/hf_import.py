@@ -212,6 +212,17 @@ def weights_source(src: str | Path) -> str:
     return "none"
 
 
+def weight_files(src: str | Path) -> list[Path]:
+    """The files `read_hf_weights` reads in `src`: the first of model.safetensors, the safetensors
+    index and its shards, pytorch_model.bin, the pickle index and its shards (shards by name)."""
+    src = Path(src)
+    for name in WEIGHT_FILES:
+        if (src / name).is_file():
+            shards = sorted(_shard_index(src / name)) if name.endswith(".index.json") else []
+            return [src / name] + [src / s for s in shards]
+    raise FileNotFoundError(f"{src} has no weights: none of {', '.join(WEIGHT_FILES)}")
+
+
 def read_hf_weights(src: Path) -> dict[str, torch.Tensor]:
     """The HF state dict of a folder, from the first of: model.safetensors; model.safetensors.index.json
     and its shards; pytorch_model.bin; pytorch_model.bin.index.json and its pytorch_model-0000x-of-0000y.bin

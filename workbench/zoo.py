@@ -7,8 +7,8 @@ pretraining seeds, one wall-clock budget per checkpoint, the training settings t
 task's primary statistic (the family whose claims Holm's correction controls); `expand_zoo` turns it into the run config of an ordinary study (workbench/pipeline.py)
 with one model "<system>-s<seed>" per system and seed:
 
-- every model reads the tokenizer (and the token cache) of the first system's first seed
-  (`tokenizer_from`), so all of them see the same tokens; DistilBERT-like systems name a `teacher`
+- every trained model reads the tokenizer (and the token cache) of the first trained system's first
+  seed (`tokenizer_from`), so all of them see the same tokens; DistilBERT-like systems name a `teacher`
   system and distil its checkpoint of the same seed (`teacher_from`);
 - probing runs on every model with per-item results kept (`keep_items`), the head analysis and
   importance / pruning on every model that has heads (not ELMo's LSTMs), the cross-attention heads of
@@ -17,6 +17,14 @@ with one model "<system>-s<seed>" per system and seed:
 - then the zoo's own steps (workbench/analyses/zoo.py): `zoo:training` (steps, tokens, FLOPs of
   each checkpoint), `zoo:cka` (CKA between every two checkpoints' layers) and `zoo:stats` (every
   cross-system number with a multi-bootstrap interval over seeds x items), and the report.
+
+A system may instead be an imported suite of checkpoints, MultiBERTs' (Sellam et al. 2022) or
+Pythia's (Biderman et al. 2023) seeds x steps: {"imported": a folder pattern naming {seed} and {step},
+"seeds": [...], "steps": [...], "tokens_per_step": n}. Each of its seeds is one model whose steps are
+imported once into a pretraining run folder (`workbench.analyses.zoo.import_suite`, provenance on every
+card), analysed at its last step like a trained checkpoint, with the multi-bootstrap over the suite's
+own seeds and emergence over its steps; it keeps its own tokenizer. Every folder is checked before the
+run starts (`check_suite`).
 
 The run is the pipeline's: each step is cached by its config and upstream keys, a killed zoo resumes
 where it stopped (pretraining from its last checkpoint), and the log gives each step's progress with
@@ -31,6 +39,7 @@ from pathlib import Path
 from plmodels import recipes
 from plmodels.config import Config, merge, read_json_object
 from plmodels.families import family
+from plmodels.hf_families import HF_KINDS, supported_type
 from plmodels.training.config import PretrainConfig, read_config_file
 from workbench.analyses.probing import RECORDS_OF, STRUCTURAL_TASKS
 from workbench.analyses.zoo import PRIMARY_STATISTICS, model_name
@@ -41,8 +50,10 @@ class ZooConfig(Config):
     """A zoo study (configs/zoo.json, configs/zoo-small.json); unknown keys are errors naming the file."""
 
     name: str                                   # the run folder's name under results_root
-    systems: dict[str, dict]                    # system -> {"recipe": name, "overrides": {...}, "teacher": system}
-    seeds: tuple[int, ...] = (0, 1)             # pretraining seeds of every system
+    # system -> {"recipe": name, "overrides": {...}, "teacher": system} (trained here), or an imported suite
+    # {"imported": "<folder pattern with {seed} and {step}>", "seeds": [...], "steps": [...], "tokens_per_step": n}
+    systems: dict[str, dict]
+    seeds: tuple[int, ...] = (0, 1)             # pretraining seeds of every trained system
     budget_minutes: float = 15.0                # wall-clock pretraining budget per checkpoint
     training: dict = field(default_factory=dict)  # pretraining overrides shared by every system
     results_root: str = "runs"
@@ -72,13 +83,30 @@ class ZooConfig(Config):
         if self.budget_minutes <= 0:
             raise ValueError(f"ZooConfig.budget_minutes must be > 0, got {self.budget_minutes}")
         for system, spec in self.systems.items():
+            if "imported" in spec:
+                check_imported_spec(system, spec)
+                continue
             unknown = set(spec) - {"recipe", "overrides", "teacher"}
             if "recipe" not in spec or unknown:
-                raise ValueError(f"ZooConfig.systems.{system}: needs 'recipe' (and optionally 'overrides', 'teacher'); "
-                                 f"unknown keys {sorted(unknown)}")
-            if spec.get("teacher") is not None and spec["teacher"] not in self.systems:
-                raise ValueError(f"ZooConfig.systems.{system}.teacher={spec['teacher']!r} is not a system of the zoo")
+                raise ValueError(f"ZooConfig.systems.{system}: needs 'recipe' (and optionally 'overrides', 'teacher') "
+                                 f"or 'imported' (with 'seeds', 'steps'); unknown keys {sorted(unknown)}")
+            teacher = spec.get("teacher")
+            if teacher is not None and teacher not in self.systems:
+                raise ValueError(f"ZooConfig.systems.{system}.teacher={teacher!r} is not a system of the zoo")
+            if teacher is not None and "imported" in self.systems[teacher]:
+                raise ValueError(f"ZooConfig.systems.{system}.teacher={teacher!r} is an imported suite; a teacher is "
+                                 "a system the zoo trains (its checkpoint of the same seed)")
         self._check_primary()
+
+    def seeds_of(self, system: str) -> tuple[int, ...]:
+        """The seeds of a system: an imported suite's own, else the zoo's."""
+        spec = self.systems[system]
+        return tuple(spec["seeds"]) if "imported" in spec else self.seeds
+
+    @property
+    def trained(self) -> list[str]:
+        """The systems the zoo pretrains (not imported suites), in config order."""
+        return [s for s, spec in self.systems.items() if "imported" not in spec]
 
     def _check_primary(self) -> None:
         for task, statistic in self.primary.items():
@@ -91,6 +119,40 @@ class ZooConfig(Config):
                                  "so no e_delta")
 
 
+IMPORTED_KEYS = ("imported", "seeds", "steps", "tokens_per_step")
+
+
+def check_imported_spec(system: str, spec: dict) -> None:
+    """An imported suite's entry, before any file is read: a folder pattern naming {seed} (and {step}
+    exactly when the suite lists steps), distinct integer seeds and steps, a positive tokens_per_step;
+    a ValueError naming the system and the field otherwise."""
+    where = f"ZooConfig.systems.{system}"
+    unknown = sorted(set(spec) - set(IMPORTED_KEYS))
+    if unknown:
+        raise ValueError(f"{where}: an imported suite takes {list(IMPORTED_KEYS)}; unknown keys {unknown}")
+    pattern = spec["imported"]
+    if not isinstance(pattern, str) or "{seed}" not in pattern:
+        raise ValueError(f"{where}.imported={pattern!r}: the folder pattern must name {{seed}} "
+                         "(e.g. \"multiberts/seed_{seed}/step_{step}k\")")
+    try:
+        pattern.format(seed=0, step=0)
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"{where}.imported={pattern!r}: only {{seed}} and {{step}} may be named ({e!r})") from None
+    for key in ("seeds", "steps"):
+        values = spec.get(key)
+        if values is None and key == "steps":
+            continue
+        if (not isinstance(values, list) or not values or len(set(values)) != len(values)
+                or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)):
+            raise ValueError(f"{where}.{key}: a non-empty list of distinct integers >= 0, got {values!r}")
+    if ("{step}" in pattern) != ("steps" in spec):
+        raise ValueError(f"{where}: the pattern {pattern!r} " + ("names {step} but the suite lists no 'steps'"
+                         if "{step}" in pattern else "does not name {step} but the suite lists 'steps'"))
+    tps = spec.get("tokens_per_step", 1)
+    if not isinstance(tps, int) or isinstance(tps, bool) or tps < 1:
+        raise ValueError(f"{where}.tokens_per_step: a positive integer, got {tps!r}")
+
+
 def system_recipe(spec: dict, training: dict | None = None) -> dict:
     """A system's pretraining config as a dict: its recipe file, the zoo's shared `training`, then
     the system's own overrides (a distillation recipe is only complete once its teacher exists)."""
@@ -98,9 +160,30 @@ def system_recipe(spec: dict, training: dict | None = None) -> dict:
                  merge(training or {}, spec.get("overrides", {})))
 
 
+def suite_folders(spec: dict, seed: int) -> list[tuple[int | None, Path]]:
+    """(step, folder) of every checkpoint of one seed of an imported suite, by step ([(None, folder)]
+    for a suite without steps); relative patterns are read from the working directory."""
+    steps = sorted(spec["steps"]) if "steps" in spec else [None]
+    return [(step, Path(spec["imported"].format(seed=seed, step=step)).expanduser().absolute()) for step in steps]
+
+
 def system_kind(spec: dict) -> str:
-    """The model kind a system's recipe trains (encoder, decoder, bilm, tbilm, seq2seq, xlnet)."""
+    """The model kind a system trains (encoder, decoder, bilm, tbilm, seq2seq, xlnet), or an imported
+    suite's, from its first folder's config.json (`plmodels.hf_families.HF_KINDS`)."""
+    if "imported" in spec:
+        step, folder = suite_folders(spec, spec["seeds"][0])[0]
+        return HF_KINDS[supported_type(folder)]
     return system_recipe(spec).get("kind", "encoder")
+
+
+def _imported_entry(spec: dict, seed: int) -> dict:
+    """A model entry of the run config for one seed of an imported suite: its last folder as the
+    model ("import"), every folder as a checkpoint of the suite ("suite"; workbench/analyses/zoo.py:
+    `import_suite`)."""
+    folders = suite_folders(spec, seed)
+    return {"import": str(folders[-1][1]),
+            "suite": {"seed": seed, "checkpoints": [[step, str(folder)] for step, folder in folders],
+                      "tokens_per_step": spec.get("tokens_per_step", 1)}}
 
 
 def expand_zoo(zoo: ZooConfig) -> dict:
@@ -108,22 +191,26 @@ def expand_zoo(zoo: ZooConfig) -> dict:
     systems = list(zoo.systems)
     # a teacher trains before its students
     systems.sort(key=lambda s: zoo.systems[s].get("teacher") is not None)
-    first = model_name(systems[0], zoo.seeds[0])
+    trained = [s for s in systems if s in zoo.trained]
+    first = model_name(trained[0], zoo.seeds[0]) if trained else None
     models, with_heads, seq2seq = {}, [], []
     for system in systems:
         spec = zoo.systems[system]
         kind = system_kind(spec)
         has_heads = family(kind).head_mask  # no attention heads (ELMo's LSTM): no head analysis or pruning
-        for seed in zoo.seeds:
+        for seed in zoo.seeds_of(system):
             name = model_name(system, seed)
-            overrides = merge(merge(zoo.training, spec.get("overrides", {})),
-                              {"max_minutes": zoo.budget_minutes, "seed": seed, "name": name})
-            entry = {"pretrain": spec["recipe"], "overrides": overrides}
-            if name != first:
-                entry["tokenizer_from"] = first
-            if spec.get("teacher"):
-                entry["teacher_from"] = model_name(spec["teacher"], seed)
-            models[name] = entry
+            if "imported" in spec:   # its own tokenizer: the suite's
+                models[name] = _imported_entry(spec, seed)
+            else:
+                overrides = merge(merge(zoo.training, spec.get("overrides", {})),
+                                  {"max_minutes": zoo.budget_minutes, "seed": seed, "name": name})
+                entry = {"pretrain": spec["recipe"], "overrides": overrides}
+                if name != first:
+                    entry["tokenizer_from"] = first
+                if spec.get("teacher"):
+                    entry["teacher_from"] = model_name(spec["teacher"], seed)
+                models[name] = entry
             if has_heads:
                 with_heads.append(name)
             if family(kind).cross_attention:  # an encoder-decoder: its cross-attention heads too
@@ -133,7 +220,7 @@ def expand_zoo(zoo: ZooConfig) -> dict:
                  "tasks": {"tasks": list(dict.fromkeys(RECORDS_OF.get(t, t) for t in zoo.tasks))},
                  "probe": {"models": names, "tasks": list(zoo.tasks), "config": {**zoo.probe, "keep_items": True}},
                  "competence": {},
-                 "zoo": {"systems": {s: list(zoo.seeds) for s in systems}, "cka": zoo.cka, "stats": zoo.stats,
+                 "zoo": {"systems": {s: list(zoo.seeds_of(s)) for s in systems}, "cka": zoo.cka, "stats": zoo.stats,
                          "primary": zoo.primary},
                  "report": {}}
     if zoo.heads is not None and with_heads:
@@ -159,11 +246,12 @@ def step_budget_overrides(zoo: ZooConfig, steps: Mapping[str, int]) -> dict:
     share of the run as under the wall-clock schedule (warmup_steps / max_steps of the system's
     resolved config: the time clock maps the budget's used share onto max_steps), and no time limit.
     A system missing from `steps` is a ValueError naming it."""
-    missing = [s for s in zoo.systems if s not in steps]
+    missing = [s for s in zoo.trained if s not in steps]
     if missing:
         raise ValueError(f"no step count for the systems {missing}")
     out = {}
-    for system, spec in zoo.systems.items():
+    for system in zoo.trained:
+        spec = zoo.systems[system]
         resolved = system_recipe(spec, zoo.training)
         share = (resolved.get("warmup_steps", PretrainConfig.warmup_steps)
                  / resolved.get("max_steps", PretrainConfig.max_steps))
@@ -178,11 +266,15 @@ def load_zoo(path: str | Path, overrides: dict | None = None) -> ZooConfig:
 
 
 def check_systems(zoo: ZooConfig, source: str) -> None:
-    """Before anything runs: every system's recipe exists and its pretraining config (recipe, the
-    zoo's `training`, the system's overrides, the budget) type-checks, its model config included;
-    errors name the zoo file and the system (pipeline.check_pretrain_spec)."""
+    """Before anything runs: every trained system's recipe exists and its pretraining config (recipe,
+    the zoo's `training`, the system's overrides, the budget) type-checks, its model config included
+    (pipeline.check_pretrain_spec); every folder of an imported suite exists and holds a Hugging Face
+    checkpoint of a family with an importer (`check_suite`). Errors name the zoo file and the system."""
     for system, spec in zoo.systems.items():
         where = f"{source}: systems.{system}"
+        if "imported" in spec:
+            check_suite(spec, where)
+            continue
         try:
             recipes.find("pretrain", spec["recipe"])
         except FileNotFoundError:
@@ -191,6 +283,24 @@ def check_systems(zoo: ZooConfig, source: str) -> None:
         overrides = merge(merge(zoo.training, spec.get("overrides", {})),
                           {"max_minutes": zoo.budget_minutes, "seed": zoo.seeds[0]})
         check_pretrain_spec(spec["recipe"], overrides, where, teacher_later=spec.get("teacher") is not None)
+
+
+def check_suite(spec: dict, where: str) -> None:
+    """Every (seed, step) folder of an imported suite is a folder with a config.json whose model_type
+    has an importer, and every folder is of one kind; the first that is not is a FileNotFoundError or
+    ValueError naming `where`, the field, the seed, the step and the path."""
+    kinds = set()
+    for seed in spec["seeds"]:
+        for step, folder in suite_folders(spec, seed):
+            at = f"{where}.imported: {folder} (seed {seed}" + (f", step {step})" if step is not None else ")")
+            if not folder.is_dir():
+                raise FileNotFoundError(f"{at} does not exist")
+            try:
+                kinds.add(HF_KINDS[supported_type(folder)])
+            except (FileNotFoundError, ValueError) as e:
+                raise type(e)(f"{at}: {e}") from None
+    if len(kinds) > 1:
+        raise ValueError(f"{where}.imported: the suite's folders hold models of several kinds {sorted(kinds)}")
 
 
 def run_zoo(path: str | Path, run_dir: str | Path | None = None, force: bool = False,

@@ -3,8 +3,13 @@ pretraining seeds (workbench/zoo.py builds the study; docs/zoo.md reads its resu
 
 Models of a zoo are named "<system>-s<seed>" (`model_name`); every analysis of a single checkpoint
 (probing with per-item results, heads, pruning, frozen vs finetuned) runs as in any study, and
-these three steps then read the run's tables across systems:
+these steps then read the run's tables across systems:
 
+- `import_suite` makes one seed of an imported suite (workbench/zoo.py) a pretraining run folder:
+  every step's Hugging Face folder imported into checkpoints/step_<step>/ with its provenance,
+  the last one as final/; `checkpoints_table` -> `zoo_checkpoints` (system, seed, model, step, tokens,
+  checkpoint, source, config_sha256, weights, weights_sha256, claimed_seed, claimed_step): what each
+  imported checkpoint was read from.
 - `training_table` -> `zoo_training` (system, seed, model, kind, objective, steps, tokens,
   n_parameters, flops_6nd, seconds, eval_loss): what each checkpoint got from the same wall-clock
   budget; flops_6nd = 6 N D (Kaplan et al. 2020) with N the checkpoint's parameters and D the
@@ -36,6 +41,8 @@ flagged when the FLOPs differ by more than 25%).
 from __future__ import annotations
 
 import json
+import os
+import shutil
 from itertools import combinations
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -45,6 +52,7 @@ import pandas as pd
 
 import plmodels
 from plmodels.checkpoint import read_card
+from plmodels.hf_families import import_hf, model_type, provenance
 from probes.cka import cka_matrix
 from probes.multibootstrap import (
     Comparison,
@@ -60,6 +68,7 @@ from probes.multibootstrap import (
     seeds_only,
 )
 from probes.sentence_scores import SCORERS
+from workbench.core.io import atomic_dir, atomic_write_json
 from workbench.core.results import load_table
 from workbench.data.tasks import ud_sentences
 from workbench.store import extract
@@ -83,6 +92,9 @@ BUDGET_TOLERANCE = 1.25   # two systems' FLOPs differ by more than 25%: `budget_
 # model-config fields that are not the architecture: regularisation, a padding id, and BERT's NSP head,
 # which belongs to the objective (`contrast`)
 NOT_ARCHITECTURE = ("dropout", "pad_token_id", "use_nsp")
+CHECKPOINT_COLUMNS = ["system", "seed", "model", "step", "tokens", "checkpoint", "source", "config_sha256", "weights",
+                      "weights_sha256", "claimed_seed", "claimed_step"]
+SUITE_STATE = "train_state.json"   # what emergence reads of a checkpoint: its step and tokens
 
 
 def model_name(system: str, seed: int) -> str:
@@ -113,6 +125,80 @@ def training_table(run_dir: Path, systems: Mapping[str, Sequence[int]]) -> pd.Da
                      "tokens": tokens, "n_parameters": n, "flops_6nd": 6.0 * n * tokens, "seconds": seconds,
                      "eval_loss": card.get("metrics", {}).get("eval_loss", float("nan"))})
     return pd.DataFrame(rows, columns=TRAINING_COLUMNS)
+
+
+# ------------------------------------------------------------------------------ imported suites
+def _same_source(folder: Path, prov: Mapping) -> bool:
+    """`folder` is a finished import (its step file written last) of the folder `prov` describes, with
+    the same config and weights bytes and the same claims."""
+    card = read_card(folder)
+    return (folder / SUITE_STATE).is_file() and dict(card.provenance or {}) == dict(prov)
+
+
+def import_suite(checkpoints: Sequence[tuple[int | None, str]], seed: int, out: Path,
+                 tokens_per_step: int = 1) -> dict:
+    """One seed of an imported suite as a pretraining run folder `out`, which every analysis reads
+    like one the workbench trained: each (step, Hugging Face folder) imported into
+    out/checkpoints/step_<step>/ with its provenance on the card (`plmodels.hf_families.provenance`:
+    source, config and weights sha256, the seed and step it claims) and a train_state.json with the
+    step and tokens = step x tokens_per_step (what `workbench.analyses.emergence.checkpoints` reads),
+    and the last one as out/final/ (hard links, or a copy across file systems). A suite without steps
+    is imported into final/ alone. A checkpoint whose card already records the same provenance (same
+    source, bytes and claims) is kept, not imported again. -> {"imported": n, "kept": n, "final": path}."""
+    out = Path(out)
+    done = {"imported": 0, "kept": 0}
+    last = None
+    for step, src in checkpoints:
+        dest = out / "final" if step is None else out / "checkpoints" / f"step_{step}"
+        prov = provenance(src, seed, step)
+        last = dest
+        if _same_source(dest, prov):
+            done["kept"] += 1
+            continue
+        (dest / SUITE_STATE).unlink(missing_ok=True)   # an unfinished import is never read as finished
+        tokens = None if step is None else step * tokens_per_step
+        import_hf(src, dest, card={"steps": step, "tokens": tokens, "seed": seed,
+                                   "objective": f"{model_type(src)} pretraining by the suite's authors (imported)"},
+                  seed=seed, step=step)
+        atomic_write_json(dest / SUITE_STATE, {"step": -1 if step is None else step, "tokens": tokens or 0,
+                                               "imported_from": str(src)})
+        done["imported"] += 1
+    final = out / "final"
+    if last is not None and last != final and not _same_source(final, read_card(last).provenance or {}):
+        with atomic_dir(final, overwrite=True) as tmp:
+            shutil.rmtree(tmp)
+            shutil.copytree(last, tmp, copy_function=_link_or_copy)
+    return {**done, "final": str(final)}
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:   # another file system
+        shutil.copy2(src, dst)
+
+
+def checkpoints_table(run_dir: Path, systems: Mapping[str, Sequence[int]]) -> pd.DataFrame:
+    """`zoo_checkpoints`: one row per imported checkpoint of the zoo (every step of every seed of an
+    imported suite) with its card's provenance: the source folder, the sha256 of its config.json and
+    of its weight files, and the seed and step the suite's folder pattern says it is; what a user
+    compares with the suite's published hashes. Trained systems have no rows."""
+    rows = []
+    for system, seed, name in _members(systems):
+        folder = run_dir / "models" / name
+        found = sorted((folder / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1])) \
+            if (folder / "checkpoints").is_dir() else [folder / "final"]
+        for path in found:
+            card = read_card(path)
+            if not card.provenance:
+                continue
+            p = card.provenance
+            rows.append({"system": system, "seed": seed, "model": name, "step": card.steps, "tokens": card.tokens,
+                         "checkpoint": str(path.relative_to(run_dir)), "source": p.get("source"),
+                         "config_sha256": p.get("config_sha256"), "weights": ", ".join(p.get("weights") or []),
+                         "weights_sha256": p.get("weights_sha256"), "claimed_seed": p.get("claimed_seed"),
+                         "claimed_step": p.get("claimed_step")})
+    return pd.DataFrame(rows, columns=CHECKPOINT_COLUMNS)
 
 
 # ----------------------------------------------------------------------------------- CKA

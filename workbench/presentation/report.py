@@ -854,6 +854,13 @@ def objectives_section(run_dir: Path) -> Section:
     else:
         s.tables.append(("What each checkpoint got from the same budget (flops_6nd = 6 N D, Kaplan et al. 2020)",
                          training.assign(flops_6nd=[f"{x:.3g}" for x in training["flops_6nd"]])))
+    imported = views.table(run_dir, "zoo_checkpoints")
+    if imported is not None:
+        s.tables.append(("Imported checkpoints: the folder each was read from, the sha256 of its config.json and of "
+                         "its weight files, and the seed and step its folder pattern claims (compare the hashes with "
+                         "the suite's published ones)",
+                         imported[["system", "seed", "step", "tokens", "source", "config_sha256", "weights_sha256",
+                                   "claimed_seed", "claimed_step"]]))
     return s
 
 

@@ -193,11 +193,14 @@ def expand_zoo(zoo: ZooConfig) -> dict:
     systems.sort(key=lambda s: zoo.systems[s].get("teacher") is not None)
     trained = [s for s in systems if s in zoo.trained]
     first = model_name(trained[0], zoo.seeds[0]) if trained else None
-    models, with_heads, seq2seq = {}, [], []
+    models, with_heads, seq2seq, prunable = {}, [], [], []
     for system in systems:
         spec = zoo.systems[system]
         kind = system_kind(spec)
         has_heads = family(kind).head_mask  # no attention heads (ELMo's LSTM): no head analysis or pruning
+        # an encoder-decoder's pruning loss and cross-attention alignments replay the denoising objective
+        # its card names (workbench.analyses.cross_heads.denoising_objective): an imported one has none
+        replays = "imported" in spec and family(kind).cross_attention
         for seed in zoo.seeds_of(system):
             name = model_name(system, seed)
             if "imported" in spec:   # its own tokenizer: the suite's
@@ -213,7 +216,9 @@ def expand_zoo(zoo: ZooConfig) -> dict:
                 models[name] = entry
             if has_heads:
                 with_heads.append(name)
-            if family(kind).cross_attention:  # an encoder-decoder: its cross-attention heads too
+                if not replays:
+                    prunable.append(name)
+            if family(kind).cross_attention and not replays:  # an encoder-decoder: its cross-attention heads too
                 seq2seq.append(name)
     names = list(models)
     cfg: dict = {"name": zoo.name, "seed": zoo.seeds[0], "results_root": zoo.results_root, "models": models,
@@ -227,8 +232,8 @@ def expand_zoo(zoo: ZooConfig) -> dict:
         cfg["heads"] = {"models": with_heads, "config": zoo.heads}
     if zoo.cross_heads is not None and seq2seq:
         cfg["cross_heads"] = {"models": seq2seq, "config": zoo.cross_heads}
-    if zoo.prune is not None and with_heads:
-        cfg["prune"] = {"models": with_heads, "methods": list(zoo.prune.get("methods", ["michel", "random"])),
+    if zoo.prune is not None and prunable:
+        cfg["prune"] = {"models": prunable, "methods": list(zoo.prune.get("methods", ["michel", "random"])),
                         "config": zoo.prune.get("config", {})}
     if zoo.frozen_vs_finetuned is not None:
         cfg["frozen_vs_finetuned"] = {"models": names, "config": zoo.frozen_vs_finetuned}

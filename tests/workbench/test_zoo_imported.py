@@ -255,6 +255,16 @@ def test_a_mixed_zoo_shares_the_trained_tokenizer_and_keeps_each_suites_own(tmp_
     assert cfg["models"]["multiberts-s4"] == {"import": bert.format(seed=4, step=20), "suite": {
         "seed": 4, "checkpoints": [[20, bert.format(seed=4, step=20)]], "tokens_per_step": 1}}
     assert cfg["heads"]["models"][:2] == ["multiberts-s3", "multiberts-s4"]
+    # an imported encoder-decoder: heads read, but no pruning and no cross-attention alignments, which
+    # replay the denoising objective a trained checkpoint's card names and an imported one lacks
+    t5 = tmp_path / "t5" / "seed_{seed}"
+    for seed in (0, 1):
+        Path(str(t5).format(seed=seed)).mkdir(parents=True)
+        (Path(str(t5).format(seed=seed)) / "config.json").write_text(json.dumps({"model_type": "t5"}))
+    cfg = expand_zoo(ZooConfig.from_dict({"name": "z", "seeds": [0, 1], "prune": {}, "systems": {
+        "t5-hub": {"imported": str(t5), "seeds": [0, 1]}, "t5": {"recipe": "t5-tiny"}}}))
+    assert cfg["heads"]["models"] == ["t5-hub-s0", "t5-hub-s1", "t5-s0", "t5-s1"]
+    assert cfg["prune"]["models"] == cfg["cross_heads"]["models"] == ["t5-s0", "t5-s1"]
     with pytest.raises(ValueError, match=r"systems\.d\.teacher='multiberts' is an imported suite"):
         ZooConfig.from_dict({"name": "z", "systems": {"d": {"recipe": "distilbert-tiny", "teacher": "multiberts"},
                                                       "multiberts": zoo.systems["multiberts"]}})

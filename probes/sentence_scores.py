@@ -16,9 +16,9 @@ tokens inside the word spans (no specials); log-probabilities are natural logs, 
 | `rtd` | encoder with an RTD head (ELECTRA) | sum_t log sigmoid(-d_t): every body token judged original | Clark et al. 2020 (our use of the discriminator) |
 | `bilm` | bilm, tbilm | forward sum_t log p(x_t \\| x_<t) + backward sum_t log p(x_t \\| x_>t), [CLS]/[SEP] as context | Peters et al. 2018 |
 | `xlnet_l2r` | xlnet | sum_t log p(x_t \\| x_<t) under the left-to-right factorisation order, [CLS] and [SEP] in the context | Yang et al. 2019 |
-| `t5_target` | seq2seq with sentinels | encoder reads [CLS] <extra_id_0> [SEP]; sum of log p of the body in the target <extra_id_0> body [SEP] | Raffel et al. 2020 |
+| `t5_target` | seq2seq with sentinels | encoder reads [CLS] <extra_id_0> [SEP] (an imported T5: <extra_id_0> </s>, the tokenizer's own wrap); sum of log p of the body in the target <extra_id_0> body [SEP] (</s>) | Raffel et al. 2020 |
 | `t5_sentinel` | seq2seq with sentinels | the critical word's pieces behind <extra_id_0> in the input (T5's own span corruption of that word); log p of its pieces and the closing sentinel in the target | Raffel et al. 2020 |
-| `bart_target` | seq2seq without sentinels | encoder reads [CLS] [MASK] [SEP] (the body as one infilled span); sum of log p of the body in the target [CLS] body [SEP] | Lewis et al. 2020 |
+| `bart_target` | seq2seq without sentinels | encoder reads [CLS] [MASK] [SEP] (BART's <s> <mask> </s>; the body as one infilled span); sum of log p of the body in the target [CLS] body [SEP] | Lewis et al. 2020 |
 
 `KIND_SCORERS` maps a model kind to its scorers; each `Scorer` also says whether it applies to a
 given model and tokenizer (an RTD head, sentinels in the vocabulary), so no caller branches on a kind.
@@ -47,6 +47,17 @@ BATCH_TOKENS = 8192
 
 def _body(enc: WordEncoding) -> tuple[int, int]:
     return enc.word_spans[0][0], enc.word_spans[-1][1]
+
+
+def _wrap(tok: Tokenizer) -> tuple[list[int], list[int], int]:
+    """(ids before, ids after, the end-of-sequence id) of a sequence as the checkpoint's tokenizer wraps
+    it (`Tokenizer.special_affixes`): [CLS] .. [SEP] for the workbench's own seq2seq models, <s> .. </s>
+    for an imported BART, .. </s> for an imported T5 (whose tokenizer has no [CLS] or [SEP] role)."""
+    before, after = tok.special_affixes
+    if not after:
+        raise ValueError("seq2seq scoring needs a tokenizer that ends a sequence with a special token "
+                         "([SEP] or </s>); this one adds none")
+    return before, after, after[-1]
 
 
 def _equal_length_batches(rows: list[list[int]], batch_tokens: int) -> list[list[int]]:
@@ -198,14 +209,16 @@ def _seq2seq_target_logp(model: nn.Module, inputs: list[list[int]], targets: lis
 
 def t5_target_scores(model: nn.Module, encs: list[WordEncoding], tok: Tokenizer,
                      batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
-    """T5: the whole body as one noise span; log p of the body in the target <extra_id_0> body [SEP]."""
+    """T5: the whole body as one noise span; log p of the body in the target <extra_id_0> body [SEP]
+    (the encoder reads <extra_id_0> in the tokenizer's wrap: [CLS] .. [SEP], or T5's .. </s>)."""
     x0 = sentinel_ids(tok, 1)[0]
+    before, after, end = _wrap(tok)
     inputs, targets, scored = [], [], []
     for e in encs:
         s, t = _body(e)
         body = list(e.ids[s:t])
-        inputs.append([tok.cls_id, x0, tok.sep_id])
-        targets.append([x0] + body + [tok.sep_id])
+        inputs.append(before + [x0] + after)
+        targets.append([x0] + body + [end])
         scored.append([False] + [True] * len(body) + [False])
     return _seq2seq_target_logp(model, inputs, targets, tok.pad_id, scored, batch_tokens)  # t5_batch starts from [PAD]
 
@@ -214,13 +227,14 @@ def bart_target_scores(model: nn.Module, encs: list[WordEncoding], tok: Tokenize
                        batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
     """BART: the body infilled from one [MASK]; log p of the body in the target [CLS] body [SEP]
     (the decoder starts from [SEP], BART's </s>, as bart_batch trains it)."""
+    before, after, end = _wrap(tok)
     inputs, targets, scored = [], [], []
     for e in encs:
         s, t = _body(e)
-        inputs.append([tok.cls_id, tok.mask_id, tok.sep_id])
+        inputs.append(before + [tok.mask_id] + after)
         targets.append(list(e.ids))
         scored.append([s <= p < t for p in range(len(e.ids))])
-    return _seq2seq_target_logp(model, inputs, targets, tok.sep_id, scored, batch_tokens)
+    return _seq2seq_target_logp(model, inputs, targets, end, scored, batch_tokens)
 
 
 # ---------------------------------------------------------------- pair scorers (need both sentences)
@@ -254,6 +268,7 @@ def t5_sentinel_pairs(model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
     word's pieces as the one noise span (the encoder reads the rest, [CLS] first); log p of the
     target tokens from the word's first piece to the sentinel after it (the word and where it ends)."""
     sentinels = sentinel_ids(tok, 2)
+    before, _, end = _wrap(tok)
     inputs, targets, scored = [], [], []
     for g, b, c in pairs:
         for words in (g, b):
@@ -263,10 +278,10 @@ def t5_sentinel_pairs(model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
             body = torch.tensor(e.ids[s:t])
             noise = torch.zeros(len(body), dtype=torch.bool)
             noise[ws - s:we - s] = True
-            cor = t5_span_corruption(body, noise_mask=noise, sentinel_ids=sentinels, eos_id=tok.sep_id)
+            cor = t5_span_corruption(body, noise_mask=noise, sentinel_ids=sentinels, eos_id=end)
             y = cor.targets.tolist()
             first = 1 if y[0] in sentinels else 0  # the sentinel that stands for the kept text before the word
-            inputs.append([tok.cls_id] + cor.inputs.tolist())
+            inputs.append(before + cor.inputs.tolist())
             targets.append(y)
             scored.append([first <= p <= first + (we - ws) and p < len(y) - 1 for p in range(len(y))])
     logp = _seq2seq_target_logp(model, inputs, targets, tok.pad_id, scored, batch_tokens)

@@ -186,8 +186,8 @@ def checkpoints_table(run_dir: Path, systems: Mapping[str, Sequence[int]]) -> pd
     rows = []
     for system, seed, name in _members(systems):
         folder = run_dir / "models" / name
-        found = sorted((folder / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1])) \
-            if (folder / "checkpoints").is_dir() else [folder / "final"]
+        steps = [p for p in (folder / "checkpoints").glob("step_*") if p.name[5:].isdigit()]
+        found = sorted(steps, key=lambda p: int(p.name[5:])) if steps else [folder / "final"]
         for path in found:
             card = read_card(path)
             if not card.provenance:

@@ -72,6 +72,10 @@ class ZooConfig(Config):
     primary: dict[str, str] = field(default_factory=dict)
     # where a config's step budgets came from (scripts/zoo_calibrate.py: CPU, rates); not read by the run
     calibration: dict | None = None
+    # steps run at once (the run config's `workers`, docs/design.md "Runs"); above 1 only with budgets in
+    # updates (budget_minutes = NO_TIME_LIMIT): checkpoints trained at once share the CPU, so a wall-clock
+    # budget would buy each fewer updates than the same zoo run one step at a time
+    workers: int = 1
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "seeds", tuple(self.seeds))
@@ -82,6 +86,13 @@ class ZooConfig(Config):
             raise ValueError(f"ZooConfig.seeds must be distinct and non-empty, got {list(self.seeds)}")
         if self.budget_minutes <= 0:
             raise ValueError(f"ZooConfig.budget_minutes must be > 0, got {self.budget_minutes}")
+        if self.workers < 1:
+            raise ValueError(f"ZooConfig.workers must be >= 1, got {self.workers}")
+        if self.workers > 1 and self.trained and self.budget_minutes < NO_TIME_LIMIT:
+            raise ValueError(f"ZooConfig.workers={self.workers} needs budgets in updates (budget_minutes = "
+                             f"{NO_TIME_LIMIT:g} and max_steps per system, as configs/zoo-steps.json): with a "
+                             f"wall-clock budget of {self.budget_minutes:g} min, checkpoints trained at once would "
+                             f"each get fewer updates")
         for system, spec in self.systems.items():
             if "imported" in spec:
                 check_imported_spec(system, spec)
@@ -221,7 +232,8 @@ def expand_zoo(zoo: ZooConfig) -> dict:
             if family(kind).cross_attention and not replays:  # an encoder-decoder: its cross-attention heads too
                 seq2seq.append(name)
     names = list(models)
-    cfg: dict = {"name": zoo.name, "seed": zoo.seeds[0], "results_root": zoo.results_root, "models": models,
+    cfg: dict = {"name": zoo.name, "seed": zoo.seeds[0], "results_root": zoo.results_root, "workers": zoo.workers,
+                 "models": models,
                  "tasks": {"tasks": list(dict.fromkeys(RECORDS_OF.get(t, t) for t in zoo.tasks))},
                  "probe": {"models": names, "tasks": list(zoo.tasks), "config": {**zoo.probe, "keep_items": True}},
                  "competence": {},

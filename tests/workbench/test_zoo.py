@@ -68,6 +68,17 @@ def test_a_teacher_trains_first_and_bad_configs_name_the_field():
         ZooConfig.from_dict({**one, "primary": {"structural_depth": "e_delta"}})
 
 
+def test_a_zoo_runs_steps_at_once_only_with_budgets_in_updates():
+    """Checkpoints trained at once share the CPU: with a wall-clock budget each would train fewer updates
+    than one step at a time, so workers > 1 needs update budgets; the expansion carries `workers` to the run."""
+    one = {"name": "z", "systems": {"a": {"recipe": "bert-tiny"}}}
+    with pytest.raises(ValueError, match=r"workers=2 needs budgets in updates .* wall-clock budget of 15 min"):
+        ZooConfig.from_dict({**one, "workers": 2})
+    zoo = ZooConfig.from_dict({**one, "workers": 2, "budget_minutes": NO_TIME_LIMIT})
+    assert expand_zoo(zoo)["workers"] == 2
+    assert expand_zoo(ZooConfig.from_dict(one))["workers"] == 1
+
+
 @pytest.mark.slow
 def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
     run = zoo_run

@@ -1,0 +1,277 @@
+"""Causal mediation of subject-verb agreement in one checkpoint (issue 80, docs/interventions.md):
+Finlayson et al. 2021's experiment ("Causal analysis of syntactic agreement mechanisms in neural
+language models", ACL) on the workbench's agreement templates (Marvin & Linzen 2018,
+workbench/data/pair_templates.py), with activation patching (`probes.patching`) at every layer's
+residual stream, attention and MLP outputs and every head, the mediation effects of
+`probes.mediation`, and attribution patching checked against real patching.
+
+Items. Each agreement template item ("The author near the guards laughs .") gives a clean input u,
+and the intervention u' swaps the subject for its other-number form ("authors": Finlayson et al.'s
+swap-number); the control intervention swaps it for another noun of the same number ("pilot": the
+token changes, the number does not), whose effects are the floor of the intervention's. The two forms
+are the verb of the item and its other-number form (laughs / laugh), read at the position that
+predicts the verb, as the family's LM reads it (`VIEWS`, keyed by `Family.lm_inputs`): a decoder
+reads the prefix and predicts the next token; a masked LM reads the sentence with the verb replaced by
+one mask. d(u) = logit(right) - logit(wrong) of the verb's first subword (`Family.residual_logits` on
+the last hidden state). Items whose clean and intervened inputs tokenize to different lengths (no
+token alignment) or whose two forms share their first subword are skipped and counted.
+
+`interventions_model(path, out_dir, config)` writes two tidy tables:
+
+- `interventions`: model, variant ("trained" | "random_init": the same architecture with fresh
+  weights), intervention ("swap_number" | "same_number"), site (hook label), site_kind, layer, head
+  (-1: the whole site), metric, value, ci_low, ci_high (bootstrap over items), n_items, seed. Metrics:
+  "te_ratio" / "nie_ratio" / "nde_ratio" (Finlayson et al.'s effects, mean of y ratios - 1),
+  "te_log" / "nie_log" / "nde_log" (the same in nats of logit difference), "restored" (the denoising
+  run's share of the clean-minus-corrupt logit difference), "attribution_nie_log" (attribution
+  patching's estimate of nie_log, no interval). TE rows have site "input", site_kind "input", layer -1.
+- `interventions_attribution`: model, variant, intervention, sites ("all" | "top10": the ten sites of
+  largest |nie_log| under real patching), metric ("spearman"), value, ci_low, ci_high (bootstrap over
+  items, recomputing both rankings), n_sites, seed.
+"""
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+from scipy.stats import spearmanr
+
+import plmodels
+from plmodels.checkpoint import random_init_model
+from plmodels.config import Config
+from plmodels.families import family_of
+from probes.mediation import bootstrap_rows, item_effects, restored_fraction
+from probes.patching import GRID_KINDS, Site, attribution_patch, patch_sites, site_grid
+from workbench.analyses.probing import default_model_name
+from workbench.core.io import atomic_write_json
+from workbench.core.results import write_tables
+from workbench.data.minimal_pairs import PairRecord, template_pairs
+from workbench.data.pair_templates import NOUNS, OTHER_NOUNS
+
+COLUMNS = ["model", "variant", "intervention", "site", "site_kind", "layer", "head", "metric", "value", "ci_low",
+           "ci_high", "n_items", "seed"]
+ATTR_COLUMNS = ["model", "variant", "intervention", "sites", "metric", "value", "ci_low", "ci_high", "n_sites", "seed"]
+AGREEMENT_TEMPLATES = ("agr_pp", "agr_obj_rel", "agr_sent_comp")
+INTERVENTIONS = ("swap_number", "same_number")
+FLOORS = ("random_init",)
+TOP_K = 10
+
+
+@dataclass(frozen=True)
+class InterventionsConfig(Config):
+    """One checkpoint's agreement mediation run (defaults: what a run config would hold)."""
+
+    templates: tuple[str, ...] = AGREEMENT_TEMPLATES  # agreement templates of workbench/data/pair_templates.py
+    n_per_template: int = 100  # items drawn per template (seeded), before the alignment filter
+    site_kinds: tuple[str, ...] = ("resid_post", "attn_out", "mlp_out", "head_out")  # probes.patching site kinds
+    interventions: tuple[str, ...] = INTERVENTIONS  # swap_number (the experiment) | same_number (its control)
+    floors: tuple[str, ...] = FLOORS  # random_init: the same run on fresh weights
+    attribution: bool = True  # attribution patching beside real patching, and their rank agreement
+    n_boot: int = 1000  # bootstrap resamples over items
+    batch_size: int = 128  # items per forward
+    seed: int = 0  # templates, control nouns, bootstrap, the random-init model
+
+    def __post_init__(self) -> None:
+        for name, allowed in (("templates", AGREEMENT_TEMPLATES), ("site_kinds", GRID_KINDS),
+                              ("interventions", INTERVENTIONS), ("floors", FLOORS)):
+            value = tuple(getattr(self, name))
+            object.__setattr__(self, name, value)
+            bad = [v for v in value if v not in allowed]
+            if bad or (not value and name != "floors"):
+                raise ValueError(f"InterventionsConfig.{name}: {bad or '[]'}; choose from {allowed}")
+        if "swap_number" not in self.interventions:
+            raise ValueError("InterventionsConfig.interventions must include 'swap_number' (the experiment)")
+        for name in ("n_per_template", "n_boot", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"InterventionsConfig.{name} must be >= 1, got {getattr(self, name)}")
+
+
+# ----------------------------------------------------------------------------------- the items
+_OTHER_NUMBER = {s: p for s, p in NOUNS + OTHER_NOUNS} | {p: s for s, p in NOUNS + OTHER_NOUNS}
+_SAME_NUMBER = {w: [x[i] for x in table if x[i] != w] for table in (NOUNS, OTHER_NOUNS) for i in (0, 1)
+                for w in (t[i] for t in table)}
+
+
+def agreement_items(cfg: InterventionsConfig) -> list[PairRecord]:
+    """The agreement template items of the chosen templates (`n_per_template` each, seeded)."""
+    return [r for r in template_pairs(cfg.n_per_template, cfg.seed) if r.source in cfg.templates]
+
+
+def intervene(r: PairRecord, intervention: str, seed: int) -> tuple[str, ...]:
+    """The item's grammatical sentence with its subject swapped: for its other-number form
+    (swap_number) or for another noun of its number (same_number, drawn with the item's id)."""
+    subj = r.critical - r.distance
+    noun = r.good[subj]
+    new = (_OTHER_NUMBER[noun] if intervention == "swap_number"
+           else random.Random(f"{seed}:{r.id}").choice(_SAME_NUMBER[noun]))
+    return r.good[:subj] + (new,) + r.good[subj + 1:]
+
+
+def _causal_view(tok, words: tuple[str, ...], critical: int) -> tuple[list[int], int] | None:
+    """A decoder: the ids before the verb (BOS first), read at the last of them."""
+    e = tok.encode_words(list(words))
+    s = e.word_spans[critical][0]
+    return list(e.ids[:s]), s - 1
+
+
+def _masked_view(tok, words: tuple[str, ...], critical: int) -> tuple[list[int], int] | None:
+    """A masked LM: the sentence with the verb's subwords replaced by one mask, read there."""
+    e = tok.encode_words(list(words))
+    s, t = e.word_spans[critical]
+    return list(e.ids[:s]) + [tok.mask_id] + list(e.ids[t:]), s
+
+
+# Family.lm_inputs -> view(tok, words, verb index) -> (input ids, position that predicts the verb)
+VIEWS: dict[str, Callable] = {"causal": _causal_view, "masked": _masked_view}
+
+
+@dataclass
+class Items:
+    """Aligned clean / intervened batches of the kept items and their bookkeeping."""
+
+    clean: dict[str, torch.Tensor]
+    corrupt: dict[str, torch.Tensor]
+    position: torch.Tensor  # (N,) the reading position
+    right: torch.Tensor  # (N,) first subword of the verb that agrees with the clean subject
+    wrong: torch.Tensor  # (N,) first subword of the other form
+    ids: list[str]
+    skipped: dict[str, int]
+
+
+def build_items(model, tok, records: list[PairRecord], intervention: str, seed: int) -> Items:
+    """Tokenise every item in the family's view; skip (and count) the unaligned and the ambiguous."""
+    fam = family_of(model)
+    if fam.lm_inputs not in VIEWS or fam.residual_logits is None:
+        raise ValueError(f"interventions: a {model.kind} model has no agreement view (LM batch form "
+                         f"{fam.lm_inputs!r}); views exist for {sorted(VIEWS)} with a residual readout")
+    view = VIEWS[fam.lm_inputs]
+    rows, skipped = [], {"unaligned": 0, "same_first_subword": 0}
+    for r in records:
+        good, bad = tok.encode_words(list(r.good)), tok.encode_words(list(r.bad))
+        right, wrong = good.ids[good.word_spans[r.critical][0]], bad.ids[bad.word_spans[r.critical][0]]
+        if right == wrong:
+            skipped["same_first_subword"] += 1
+            continue
+        (a, pos), (b, pos_b) = view(tok, r.good, r.critical), view(tok, intervene(r, intervention, seed), r.critical)
+        if len(a) != len(b) or pos != pos_b:
+            skipped["unaligned"] += 1
+            continue
+        rows.append((a, b, pos, right, wrong, r.id))
+    if not rows:
+        raise ValueError(f"interventions: no item survives tokenisation ({skipped})")
+    T = max(len(x[0]) for x in rows)
+
+    def batch(k: int) -> dict[str, torch.Tensor]:
+        ids = torch.full((len(rows), T), tok.pad_id, dtype=torch.long)
+        mask = torch.zeros(len(rows), T, dtype=torch.long)
+        for i, row in enumerate(rows):
+            ids[i, : len(row[k])] = torch.tensor(row[k])
+            mask[i, : len(row[k])] = 1
+        return {"input_ids": ids, "attention_mask": mask}
+
+    col = lambda j: torch.tensor([x[j] for x in rows])  # noqa: E731
+    return Items(batch(0), batch(1), col(2), col(3), col(4), [x[5] for x in rows], skipped)
+
+
+def logit_diff_score(items: Items) -> Callable:
+    """score(model, batch) -> (n,) logit(right) - logit(wrong) at each item's reading position; the
+    batch carries the items' rows in "row" (patch_sites passes chunks of the batch)."""
+    def score(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
+        fam = family_of(model)
+        rows = batch["row"]
+        inputs = {k: v for k, v in batch.items() if k != "row"}
+        out = fam.forward_batch(model, inputs, None, output_hidden_states=True, **fam.analysis_kwargs)
+        h = out.hidden_states[-1][torch.arange(len(rows)), items.position[rows]]  # (n, D)
+        logits = fam.residual_logits(model, h).float()  # (n, V)
+        return logits.gather(1, items.right[rows, None])[:, 0] - logits.gather(1, items.wrong[rows, None])[:, 0]
+    return score
+
+
+# ----------------------------------------------------------------------------------- the run
+def mediate(model, items: Items, sites: list[Site], cfg: InterventionsConfig, attribution: bool
+            ) -> tuple[list[tuple], np.ndarray, np.ndarray | None]:
+    """(rows of (site, metric, value, lo, hi)), per-item nie_log (S, N), attribution estimate (S, N))."""
+    rows_idx = torch.arange(len(items.ids))
+    clean = {**items.clean, "row": rows_idx}
+    corrupt = {**items.corrupt, "row": rows_idx}
+    score = logit_diff_score(items)
+    d_clean, d_corrupt, noised = patch_sites(model, score, clean, corrupt, sites, cfg.batch_size)
+    _, _, denoised = patch_sites(model, score, corrupt, clean, sites, cfg.batch_size)
+    c, k, nz, dn = (t.double().numpy() for t in (d_clean, d_corrupt, noised, denoised))
+    out = []
+    for scale in ("ratio", "log"):
+        eff = item_effects(c, k, nz, dn, scale=scale)
+        for name in ("te", "nie", "nde"):
+            m, lo, hi = bootstrap_rows(eff[name], cfg.n_boot, seed=cfg.seed)
+            targets = [None] if name == "te" else sites
+            out += [(s, f"{name}_{scale}", m[i], lo[i], hi[i]) for i, s in enumerate(targets)]
+    m, lo, hi = restored_fraction(c, k, dn, cfg.n_boot, seed=cfg.seed)
+    out += [(s, "restored", m[i], lo[i], hi[i]) for i, s in enumerate(sites)]
+    nie_log = item_effects(c, k, nz, dn, scale="log")["nie"]
+    approx = None
+    if attribution:  # d(clean; z <- corrupt) - d(clean) ~ attribution, so nie_log ~ -attribution
+        approx = -attribution_patch(model, score, clean, corrupt, sites, cfg.batch_size).double().numpy()
+        out += [(s, "attribution_nie_log", float(approx[i].mean()), np.nan, np.nan) for i, s in enumerate(sites)]
+    return out, nie_log, approx
+
+
+def rank_agreement(real: np.ndarray, approx: np.ndarray, n_boot: int, seed: int, top_k: int = TOP_K
+                   ) -> list[tuple[str, float, float, float, int]]:
+    """Spearman's rho between the mean real and attribution effects (S, N) over every site and over the
+    top_k sites by |real mean|, each with a bootstrap over items (the top sites re-chosen per resample)."""
+    def rhos(cols: np.ndarray) -> tuple[float, float]:
+        r, a = real[:, cols].mean(1), approx[:, cols].mean(1)
+        top = np.argsort(-np.abs(r), kind="stable")[:top_k]
+        return float(spearmanr(r, a).statistic), float(spearmanr(r[top], a[top]).statistic)
+
+    n = real.shape[1]
+    point = rhos(np.arange(n))
+    rng = np.random.default_rng(seed)
+    boots = np.array([rhos(rng.integers(0, n, n)) for _ in range(n_boot)])
+    lo, hi = np.nanquantile(boots, [0.025, 0.975], axis=0)
+    return [("all", point[0], lo[0], hi[0], real.shape[0]), (f"top{top_k}", point[1], lo[1], hi[1], min(top_k, real.shape[0]))]
+
+
+def interventions_model(model_path: str | Path, out_dir: str | Path | None = None,
+                        config: InterventionsConfig | Mapping | str | Path | None = None,
+                        model_name: str | None = None) -> dict[str, pd.DataFrame]:
+    """Run the agreement mediation on one checkpoint -> {"interventions", "interventions_attribution"}
+    (module docstring); with out_dir the tables are upserted into out_dir/tables and the run's config,
+    item counts and timings go to out_dir/interventions_run.json."""
+    cfg = InterventionsConfig.resolve(config)
+    model, tok = plmodels.load(model_path)
+    if tok is None:
+        raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; the agreement items need one")
+    name = model_name or default_model_name(model_path)
+    records = agreement_items(cfg)
+    models = {"trained": model} | ({"random_init": random_init_model(model, cfg.seed)} if "random_init" in cfg.floors else {})
+    sites = site_grid(model, kinds=cfg.site_kinds)
+    rows, attr_rows, meta = [], [], {"seconds": {}, "items": {}}
+    for intervention in cfg.interventions:
+        items = build_items(model, tok, records, intervention, cfg.seed)
+        meta["items"][intervention] = {"kept": len(items.ids), **items.skipped}
+        for variant, m in models.items():
+            t0 = time.perf_counter()
+            out, real, approx = mediate(m, items, sites, cfg, cfg.attribution)
+            for site, metric, value, lo, hi in out:
+                where = ("input", "input", -1, -1) if site is None else (
+                    site.label, site.kind, site.layer, -1 if site.head is None else site.head)
+                rows.append((name, variant, intervention, *where, metric, float(value), float(lo), float(hi),
+                             len(items.ids), cfg.seed))
+            if approx is not None:
+                attr_rows += [(name, variant, intervention, which, "spearman", rho, lo, hi, n_sites, cfg.seed)
+                              for which, rho, lo, hi, n_sites in rank_agreement(real, approx, cfg.n_boot, cfg.seed)]
+            meta["seconds"][f"{intervention}:{variant}"] = round(time.perf_counter() - t0, 1)
+    tables = {"interventions": pd.DataFrame(rows, columns=COLUMNS),
+              "interventions_attribution": pd.DataFrame(attr_rows, columns=ATTR_COLUMNS)}
+    if out_dir is not None:
+        write_tables(out_dir, tables)
+        atomic_write_json(Path(out_dir) / "interventions_run.json",
+                          {"config": cfg.to_dict(), "model": name, **meta})
+    return tables

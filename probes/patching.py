@@ -132,8 +132,9 @@ def _check_batches(base: Batch, source: Batch) -> None:
     bad = [k for k in keys if k not in base or k not in source or base[k] is None and source[k] is not None
            or base[k] is not None and (source[k] is None or base[k].shape != source[k].shape)]
     if bad:
+        shapes = [tuple(getattr(b.get(k), "shape", ())) for k in bad for b in (base, source)]
         raise ValueError(f"patching: base and source batches must be aligned (same keys and shapes); they differ "
-                         f"at {bad}: {[(tuple(getattr(base.get(k), 'shape', ())), tuple(getattr(source.get(k), 'shape', ()))) for k in bad]}")
+                         f"at {bad}: base, source shapes {shapes}")
 
 
 def _chunks(batch: Batch, size: int) -> Iterable[dict[str, Tensor]]:
@@ -143,7 +144,8 @@ def _chunks(batch: Batch, size: int) -> Iterable[dict[str, Tensor]]:
 
 
 @torch.no_grad()
-def cache_activations(model: nn.Module, score: Score, batch: Batch, hooks: Iterable[str]) -> tuple[Tensor, dict[str, Tensor]]:
+def cache_activations(model: nn.Module, score: Score, batch: Batch, hooks: Iterable[str]
+                      ) -> tuple[Tensor, dict[str, Tensor]]:
     """(score (N,), {hook: activation}) of one run."""
     cache: dict[str, Tensor] = {}
 

@@ -24,10 +24,13 @@ token alignment) or whose two forms share their first subword are skipped and co
   "te_ratio" / "nie_ratio" / "nde_ratio" (Finlayson et al.'s effects, mean of y ratios - 1),
   "te_log" / "nie_log" / "nde_log" (the same in nats of logit difference), "restored" (the denoising
   run's share of the clean-minus-corrupt logit difference), "attribution_nie_log" (attribution
-  patching's estimate of nie_log, no interval). TE rows have site "input", site_kind "input", layer -1.
+  patching's estimate of nie_log, no interval); and per run, at site "input" (site_kind "input", layer
+  -1) like the TE: "logit_diff_clean" / "logit_diff_corrupt" (mean d(u), d(u')) and "accuracy_clean"
+  (the share of items with d(u) > 0: the model prefers the agreeing form).
 - `interventions_attribution`: model, variant, intervention, sites ("all" | "top10": the ten sites of
   largest |nie_log| under real patching), metric ("spearman"), value, ci_low, ci_high (bootstrap over
-  items, recomputing both rankings), n_sites, seed.
+  items, recomputing both rankings), n_sites, seed. The residual-stream sites are left out: patched at
+  every position each one is the whole intervention (NIE = TE at every layer), a block of ties.
 """
 from __future__ import annotations
 
@@ -205,6 +208,9 @@ def mediate(model, items: Items, sites: list[Site], cfg: InterventionsConfig, at
     _, _, denoised = patch_sites(model, score, corrupt, clean, sites, cfg.batch_size)
     c, k, nz, dn = (t.double().numpy() for t in (d_clean, d_corrupt, noised, denoised))
     out = []
+    m, lo, hi = bootstrap_rows(np.stack([c, k, (c > 0).astype(float)]), cfg.n_boot, seed=cfg.seed)
+    out += [(None, metric, m[i], lo[i], hi[i]) for i, metric in enumerate(
+        ("logit_diff_clean", "logit_diff_corrupt", "accuracy_clean"))]
     for scale in ("ratio", "log"):
         eff = item_effects(c, k, nz, dn, scale=scale)
         for name in ("te", "nie", "nde"):
@@ -221,6 +227,12 @@ def mediate(model, items: Items, sites: list[Site], cfg: InterventionsConfig, at
     return out, nie_log, approx
 
 
+def _whole_stream(site: Site) -> bool:
+    """A residual-stream site patched at every position: the whole intervention by construction (its NIE
+    is the TE at every layer), so it is left out of the rank comparison, where it would be a block of ties."""
+    return site.kind == "resid_post" and site.position is None
+
+
 def rank_agreement(real: np.ndarray, approx: np.ndarray, n_boot: int, seed: int, top_k: int = TOP_K
                    ) -> list[tuple[str, float, float, float, int]]:
     """Spearman's rho between the mean real and attribution effects (S, N) over every site and over the
@@ -235,7 +247,8 @@ def rank_agreement(real: np.ndarray, approx: np.ndarray, n_boot: int, seed: int,
     rng = np.random.default_rng(seed)
     boots = np.array([rhos(rng.integers(0, n, n)) for _ in range(n_boot)])
     lo, hi = np.nanquantile(boots, [0.025, 0.975], axis=0)
-    return [("all", point[0], lo[0], hi[0], real.shape[0]), (f"top{top_k}", point[1], lo[1], hi[1], min(top_k, real.shape[0]))]
+    return [("all", point[0], lo[0], hi[0], real.shape[0]),
+            (f"top{top_k}", point[1], lo[1], hi[1], min(top_k, real.shape[0]))]
 
 
 def interventions_model(model_path: str | Path, out_dir: str | Path | None = None,
@@ -250,7 +263,9 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; the agreement items need one")
     name = model_name or default_model_name(model_path)
     records = agreement_items(cfg)
-    models = {"trained": model} | ({"random_init": random_init_model(model, cfg.seed)} if "random_init" in cfg.floors else {})
+    models = {"trained": model}
+    if "random_init" in cfg.floors:
+        models["random_init"] = random_init_model(model, cfg.seed)
     sites = site_grid(model, kinds=cfg.site_kinds)
     rows, attr_rows, meta = [], [], {"seconds": {}, "items": {}}
     for intervention in cfg.interventions:
@@ -265,8 +280,11 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
                 rows.append((name, variant, intervention, *where, metric, float(value), float(lo), float(hi),
                              len(items.ids), cfg.seed))
             if approx is not None:
-                attr_rows += [(name, variant, intervention, which, "spearman", rho, lo, hi, n_sites, cfg.seed)
-                              for which, rho, lo, hi, n_sites in rank_agreement(real, approx, cfg.n_boot, cfg.seed)]
+                keep = [i for i, s in enumerate(sites) if not _whole_stream(s)]
+                if len(keep) >= 3:
+                    attr_rows += [(name, variant, intervention, which, "spearman", rho, lo, hi, n_sites, cfg.seed)
+                                  for which, rho, lo, hi, n_sites in
+                                  rank_agreement(real[keep], approx[keep], cfg.n_boot, cfg.seed)]
             meta["seconds"][f"{intervention}:{variant}"] = round(time.perf_counter() - t0, 1)
     tables = {"interventions": pd.DataFrame(rows, columns=COLUMNS),
               "interventions_attribution": pd.DataFrame(attr_rows, columns=ATTR_COLUMNS)}

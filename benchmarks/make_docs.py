@@ -176,6 +176,12 @@ def heads(d: Result) -> tuple[str, str]:
             met(d["total_s"] <= d["target_s"]))
 
 
+def patching(d: Result) -> tuple[str, str]:
+    text = (f"**{d['batched_s']:.1f} s** batched ({d['sites']} heads x {d['pairs']} pairs x {d['directions']} "
+            f"directions), naive loop {d['naive_s']:.1f} s ({d['speedup']:.1f}x), max abs diff {d['max_abs_diff']:.1e}")
+    return text, met(d["batched_s"] <= d["target_s"])
+
+
 def michel(d: Result) -> tuple[str, str]:
     m = d["michel"]
     text = f"**{m['seconds']:.1f} s** wall, {m['cpu_seconds']:.0f} s CPU (load {m['load_average_before']:.1f} before)"
@@ -308,6 +314,8 @@ TARGETS = (
         "python benchmarks/bench_probe.py", probe),
     Row("all head scores, EWT dev + test, mini encoder, extraction included, within 60 s (#6)", "heads.json",
         "python benchmarks/bench_heads.py", heads),
+    Row("activation patching of every head of a mini decoder on 200 aligned pairs, noising and denoising, "
+        "within 3 min (180 s) (#80)", "patching.json", "python benchmarks/bench_patching.py --threads 1", patching),
     Row("Michel importance, mini encoder, 2,000 sentences, within 2 min (120 s) (#7)", "pruning.json",
         "python benchmarks/bench_pruning.py", michel),
     Row("pruning half the heads of the mini encoder is measurably faster (here: >= 1.05x tokens/s) (#7)",

@@ -10,9 +10,10 @@ automated circuit discovery").
 A site is a hook name of the model (docs/design.md, "Hook sites": `blocks.{l}.resid_post`,
 `blocks.{l}.attn_out`, `blocks.{l}.mlp_out`, `blocks.{l}.attn.head_out`, `.q/.k/.v`, a seq2seq
 model's `decoder.blocks.{l}.cross_attn.head_out`, an ELMo layer's `fwd`/`bwd`, ...), optionally one
-head of it (the head axis of the per-head sites, `HEAD_AXIS`) and one token position (the same index
-for every item; None: every position). Nothing here branches on a model kind: the sites are read off
-`model.hook_names()`.
+head of it (the head axis of the per-head sites, `HEAD_AXIS`) and one token position: an int (the
+same index for every item), a name of an entry of the `positions` mapping the patching functions take
+((N,) one index per item: the subject's last token, the reading position), or None (every position).
+Nothing here branches on a model kind: the sites are read off `model.hook_names()`.
 
 The inputs are two batches of the same shapes (a mapping of tensors, as the families' analysis
 forwards take them: `plmodels.families.Family.forward_batch`), aligned token by token: item n of the
@@ -58,7 +59,8 @@ class Site:
 
     hook: str  # our hook name (docs/design.md, "Hook sites")
     head: int | None = None  # index on the site's head axis (HEAD_AXIS); None: the whole tensor
-    position: int | None = None  # token (query) position, the same for every item; None: every position
+    # token (query) position: an int for every item, a key of `positions` (one per item), None: every one
+    position: int | str | None = None
 
     @property
     def kind(self) -> str:
@@ -77,12 +79,20 @@ class Site:
         pos = "" if self.position is None else f"@{self.position}"
         return f"{self.hook}{head}{pos}"
 
-    def index(self, ndim: int) -> tuple:
-        """The slice of a (B, ...) activation this site covers."""
+    def index(self, ndim: int, positions: Mapping[str, Tensor] | None = None) -> tuple:
+        """The slice of a (B, ...) activation this site covers; a named position is looked up in
+        `positions` ((B,) per item: advanced indexing on the batch and the position axes)."""
         idx: list = [slice(None)] * ndim
         if self.head is not None:
             idx[HEAD_AXIS[self.kind]] = self.head
-        if self.position is not None:
+        if isinstance(self.position, str):
+            if positions is None or self.position not in positions:
+                raise ValueError(f"patching: site {self.label} names position {self.position!r}, which is not a key "
+                                 f"of positions {sorted(positions or {})}")
+            per_item = positions[self.position]
+            idx[0] = torch.arange(len(per_item))
+            idx[POSITION_AXIS.get(self.kind, 1)] = per_item
+        elif self.position is not None:
             idx[POSITION_AXIS.get(self.kind, 1)] = self.position
         return tuple(idx)
 
@@ -162,9 +172,10 @@ def cache_activations(model: nn.Module, score: Score, batch: Batch, hooks: Itera
     return s, cache
 
 
-def _patcher(site: Site, value: Tensor) -> Callable[[Tensor, str], Tensor]:
+def _patcher(site: Site, value: Tensor, positions: Mapping[str, Tensor] | None = None
+             ) -> Callable[[Tensor, str], Tensor]:
     def fn(t: Tensor, name: str) -> Tensor:
-        idx = site.index(t.dim())
+        idx = site.index(t.dim(), positions)
         out = t.clone()
         out[idx] = value[idx].to(t.dtype)
         return out
@@ -173,23 +184,34 @@ def _patcher(site: Site, value: Tensor) -> Callable[[Tensor, str], Tensor]:
 
 @torch.no_grad()
 def patch_sites(model: nn.Module, score: Score, base: Batch, source: Batch, sites: Iterable[Site],
-                batch_size: int = 256) -> tuple[Tensor, Tensor, Tensor]:
+                batch_size: int = 256, positions: Mapping[str, Tensor] | None = None
+                ) -> tuple[Tensor, Tensor, Tensor]:
     """(base score (N,), source score (N,), patched (S, N)): patched[s] is the base run's score with
-    site s's activation taken from the source run (module docstring). Items go `batch_size` at a time."""
+    site s's activation taken from the source run (module docstring). Items go `batch_size` at a time;
+    `positions` {name: (N,)} are the per-item positions that sites may name."""
     sites = check_sites(model, sites)
     _check_batches(base, source)
     hooks = {s.hook for s in sites}
     b_all, s_all, p_all = [], [], []
-    for b, src in zip(_chunks(base, batch_size), _chunks(source, batch_size)):
+    chunks = zip(_chunks(base, batch_size), _chunks(source, batch_size), _position_chunks(positions, batch_size))
+    for b, src, pos in chunks:
         s_score, cache = cache_activations(model, score, src, hooks)
         b_all.append(score(model, b))
         s_all.append(s_score)
         rows = []
         for site in sites:
-            with model.hooks([(site.hook, _patcher(site, cache[site.hook]))]):
+            with model.hooks([(site.hook, _patcher(site, cache[site.hook], pos))]):
                 rows.append(score(model, b))
         p_all.append(torch.stack(rows) if rows else torch.zeros(0, len(s_score)))
     return torch.cat(b_all), torch.cat(s_all), torch.cat(p_all, dim=1)
+
+
+def _position_chunks(positions: Mapping[str, Tensor] | None, size: int) -> Iterable[dict[str, Tensor] | None]:
+    """The per-item positions cut as the batches are (None forever when there are none)."""
+    if not positions:
+        while True:
+            yield None
+    yield from _chunks(positions, size)
 
 
 def _forward_order(model: nn.Module, site: Site) -> int:
@@ -205,6 +227,8 @@ def path_patch(model: nn.Module, score: Score, base: Batch, source: Batch, sende
     (Wang et al. 2022). The receiver must come after the sender in forward order."""
     check_sites(model, [sender, receiver])
     _check_batches(base, source)
+    if isinstance(sender.position, str) or isinstance(receiver.position, str):
+        raise ValueError("path_patch: per-item (named) positions are not supported; give an int or None")
     if _forward_order(model, receiver) <= _forward_order(model, sender):
         raise ValueError(f"path_patch: the receiver {receiver.label} must come after the sender {sender.label} "
                          "in forward order (model.hook_names())")
@@ -231,7 +255,7 @@ def path_patch(model: nn.Module, score: Score, base: Batch, source: Batch, sende
 
 
 def attribution_patch(model: nn.Module, score: Score, base: Batch, source: Batch, sites: Iterable[Site],
-                      batch_size: int = 256) -> Tensor:
+                      batch_size: int = 256, positions: Mapping[str, Tensor] | None = None) -> Tensor:
     """(S, N) the first-order estimate of `patch_sites(...)[2] - base score`: sum over the site's
     slice of (a_source - a_base) * d score / d a, the gradient taken at the base run (Nanda 2023;
     Syed et al. 2023). Items do not interact in a forward, so one backward of the summed score gives
@@ -240,7 +264,8 @@ def attribution_patch(model: nn.Module, score: Score, base: Batch, source: Batch
     _check_batches(base, source)
     hooks = sorted({s.hook for s in sites})
     out = []
-    for b, src in zip(_chunks(base, batch_size), _chunks(source, batch_size)):
+    chunks = zip(_chunks(base, batch_size), _chunks(source, batch_size), _position_chunks(positions, batch_size))
+    for b, src, pos in chunks:
         _, src_cache = cache_activations(model, score, src, hooks)
         acts: dict[str, Tensor] = {}
 
@@ -256,7 +281,7 @@ def attribution_patch(model: nn.Module, score: Score, base: Batch, source: Batch
         grad = {h: (torch.zeros_like(acts[h]) if g is None else g) for h, g in zip(hooks, grads)}
         rows = []
         for site in sites:
-            idx = site.index(acts[site.hook].dim())
+            idx = site.index(acts[site.hook].dim(), pos)
             contrib = ((src_cache[site.hook] - acts[site.hook].detach()) * grad[site.hook])[idx]
             rows.append(contrib.reshape(len(s), -1).sum(1))
         out.append(torch.stack(rows) if rows else torch.zeros(0, len(s)))

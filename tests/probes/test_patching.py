@@ -81,6 +81,11 @@ def test_the_last_residual_site_carries_the_whole_source_run(kind):
     assert (b - s).abs().min() > 1e-4  # the intervention moves the readout
     torch.testing.assert_close(p[0], s, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(p[1], b, atol=1e-6, rtol=0)
+    # a per-item position: items 0 and 2 patched where the readout reads, items 1 and 3 at position 0
+    last_pos = (base["decoder_input_ids"] if "decoder_input_ids" in base else base["input_ids"]).shape[1] - 1
+    where = {"read": torch.tensor([last_pos, 0, last_pos, 0])}
+    _, _, q = patch_sites(model, readout_score(model), base, source, [Site(last, position="read")], positions=where)
+    torch.testing.assert_close(q[0], torch.stack([s[0], b[1], s[2], b[3]]), atol=1e-5, rtol=1e-5)
 
 
 # ELMo and XLNet have no per-head site, the tiny transformer biLM one head per direction
@@ -113,6 +118,8 @@ def test_unknown_sites_and_unaligned_batches_are_one_clear_error():
     base, source = pair("decoder")
     with pytest.raises(ValueError, match=r"unknown site\(s\) \['blocks.9.resid_post'\] for a decoder model"):
         check_sites(model, [Site("blocks.9.resid_post")])
+    with pytest.raises(ValueError, match=r"names position 'subject', which is not a key of positions \[\]"):
+        patch_sites(model, readout_score(model), base, source, [Site("blocks.0.resid_post", position="subject")])
     with pytest.raises(ValueError, match=r"\['blocks.0.mlp_out\[1\]'\] have no head axis"):
         check_sites(model, [Site("blocks.0.mlp_out", head=1)])
     short = {k: v[:, :5] for k, v in source.items()}

@@ -20,7 +20,9 @@ token alignment) or whose two forms share their first subword are skipped and co
 
 - `interventions`: model, variant ("trained" | "random_init": the same architecture with fresh
   weights), intervention ("swap_number" | "same_number"), site (hook label), site_kind, layer, head
-  (-1: the whole site), metric, value, ci_low, ci_high (bootstrap over items), n_items, seed. Metrics:
+  (-1: the whole site), position ("all" | "subject" | "reading": the residual stream patched at the
+  subject's last token or at the position that reads the verb alone), metric, value, ci_low, ci_high
+  (bootstrap over items), n_items, seed. Metrics:
   "te_ratio" / "nie_ratio" / "nde_ratio" (Finlayson et al.'s effects, mean of y ratios - 1),
   "te_log" / "nie_log" / "nde_log" (the same in nats of logit difference), "restored" (the denoising
   run's share of the clean-minus-corrupt logit difference), "attribution_nie_log" (attribution
@@ -57,12 +59,13 @@ from workbench.core.results import write_tables
 from workbench.data.minimal_pairs import PairRecord, template_pairs
 from workbench.data.pair_templates import NOUNS, OTHER_NOUNS
 
-COLUMNS = ["model", "variant", "intervention", "site", "site_kind", "layer", "head", "metric", "value", "ci_low",
-           "ci_high", "n_items", "seed"]
+COLUMNS = ["model", "variant", "intervention", "site", "site_kind", "layer", "head", "position", "metric", "value",
+           "ci_low", "ci_high", "n_items", "seed"]
 ATTR_COLUMNS = ["model", "variant", "intervention", "sites", "metric", "value", "ci_low", "ci_high", "n_sites", "seed"]
 AGREEMENT_TEMPLATES = ("agr_pp", "agr_obj_rel", "agr_sent_comp")
 INTERVENTIONS = ("swap_number", "same_number")
 FLOORS = ("random_init",)
+POSITIONS = ("subject", "reading")  # per-item token positions a residual-stream site can be patched at
 TOP_K = 10
 
 
@@ -73,6 +76,9 @@ class InterventionsConfig(Config):
     templates: tuple[str, ...] = AGREEMENT_TEMPLATES  # agreement templates of workbench/data/pair_templates.py
     n_per_template: int = 100  # items drawn per template (seeded), before the alignment filter
     site_kinds: tuple[str, ...] = ("resid_post", "attn_out", "mlp_out", "head_out")  # probes.patching site kinds
+    # the residual stream after each block is also patched at these positions alone: the subject's last
+    # token (Meng et al. 2022's causal tracing), and the position that reads the verb
+    positions: tuple[str, ...] = POSITIONS
     interventions: tuple[str, ...] = INTERVENTIONS  # swap_number (the experiment) | same_number (its control)
     floors: tuple[str, ...] = FLOORS  # random_init: the same run on fresh weights
     attribution: bool = True  # attribution patching beside real patching, and their rank agreement
@@ -82,11 +88,11 @@ class InterventionsConfig(Config):
 
     def __post_init__(self) -> None:
         for name, allowed in (("templates", AGREEMENT_TEMPLATES), ("site_kinds", GRID_KINDS),
-                              ("interventions", INTERVENTIONS), ("floors", FLOORS)):
+                              ("interventions", INTERVENTIONS), ("floors", FLOORS), ("positions", POSITIONS)):
             value = tuple(getattr(self, name))
             object.__setattr__(self, name, value)
             bad = [v for v in value if v not in allowed]
-            if bad or (not value and name != "floors"):
+            if bad or (not value and name not in ("floors", "positions")):
                 raise ValueError(f"InterventionsConfig.{name}: {bad or '[]'}; choose from {allowed}")
         if "swap_number" not in self.interventions:
             raise ValueError("InterventionsConfig.interventions must include 'swap_number' (the experiment)")
@@ -116,21 +122,23 @@ def intervene(r: PairRecord, intervention: str, seed: int) -> tuple[str, ...]:
     return r.good[:subj] + (new,) + r.good[subj + 1:]
 
 
-def _causal_view(tok, words: tuple[str, ...], critical: int) -> tuple[list[int], int] | None:
+def _causal_view(tok, words: tuple[str, ...], critical: int, subject: int) -> tuple[list[int], int, int]:
     """A decoder: the ids before the verb (BOS first), read at the last of them."""
     e = tok.encode_words(list(words))
     s = e.word_spans[critical][0]
-    return list(e.ids[:s]), s - 1
+    return list(e.ids[:s]), s - 1, e.word_spans[subject][1] - 1
 
 
-def _masked_view(tok, words: tuple[str, ...], critical: int) -> tuple[list[int], int] | None:
-    """A masked LM: the sentence with the verb's subwords replaced by one mask, read there."""
+def _masked_view(tok, words: tuple[str, ...], critical: int, subject: int) -> tuple[list[int], int, int]:
+    """A masked LM: the sentence with the verb's subwords replaced by one mask, read there (the subject
+    comes before the verb, so its position is unchanged)."""
     e = tok.encode_words(list(words))
     s, t = e.word_spans[critical]
-    return list(e.ids[:s]) + [tok.mask_id] + list(e.ids[t:]), s
+    return list(e.ids[:s]) + [tok.mask_id] + list(e.ids[t:]), s, e.word_spans[subject][1] - 1
 
 
-# Family.lm_inputs -> view(tok, words, verb index) -> (input ids, position that predicts the verb)
+# Family.lm_inputs -> view(tok, words, verb index, subject index) -> (input ids, position that predicts
+# the verb, the subject's last token)
 VIEWS: dict[str, Callable] = {"causal": _causal_view, "masked": _masked_view}
 
 
@@ -141,6 +149,7 @@ class Items:
     clean: dict[str, torch.Tensor]
     corrupt: dict[str, torch.Tensor]
     position: torch.Tensor  # (N,) the reading position
+    subject: torch.Tensor  # (N,) the subject's last token (the one that has read the whole noun)
     right: torch.Tensor  # (N,) first subword of the verb that agrees with the clean subject
     wrong: torch.Tensor  # (N,) first subword of the other form
     ids: list[str]
@@ -161,11 +170,13 @@ def build_items(model, tok, records: list[PairRecord], intervention: str, seed: 
         if right == wrong:
             skipped["same_first_subword"] += 1
             continue
-        (a, pos), (b, pos_b) = view(tok, r.good, r.critical), view(tok, intervene(r, intervention, seed), r.critical)
-        if len(a) != len(b) or pos != pos_b:
+        subj = r.critical - r.distance
+        (a, pos, sa), (b, pos_b, sb) = (view(tok, words, r.critical, subj)
+                                        for words in (r.good, intervene(r, intervention, seed)))
+        if len(a) != len(b) or pos != pos_b or sa != sb:
             skipped["unaligned"] += 1
             continue
-        rows.append((a, b, pos, right, wrong, r.id))
+        rows.append((a, b, pos, right, wrong, r.id, sa))
     if not rows:
         raise ValueError(f"interventions: no item survives tokenisation ({skipped})")
     T = max(len(x[0]) for x in rows)
@@ -179,7 +190,7 @@ def build_items(model, tok, records: list[PairRecord], intervention: str, seed: 
         return {"input_ids": ids, "attention_mask": mask}
 
     col = lambda j: torch.tensor([x[j] for x in rows])  # noqa: E731
-    return Items(batch(0), batch(1), col(2), col(3), col(4), [x[5] for x in rows], skipped)
+    return Items(batch(0), batch(1), col(2), col(6), col(3), col(4), [x[5] for x in rows], skipped)
 
 
 def logit_diff_score(items: Items) -> Callable:
@@ -204,8 +215,9 @@ def mediate(model, items: Items, sites: list[Site], cfg: InterventionsConfig, at
     clean = {**items.clean, "row": rows_idx}
     corrupt = {**items.corrupt, "row": rows_idx}
     score = logit_diff_score(items)
-    d_clean, d_corrupt, noised = patch_sites(model, score, clean, corrupt, sites, cfg.batch_size)
-    _, _, denoised = patch_sites(model, score, corrupt, clean, sites, cfg.batch_size)
+    where = {"subject": items.subject, "reading": items.position}
+    d_clean, d_corrupt, noised = patch_sites(model, score, clean, corrupt, sites, cfg.batch_size, where)
+    _, _, denoised = patch_sites(model, score, corrupt, clean, sites, cfg.batch_size, where)
     c, k, nz, dn = (t.double().numpy() for t in (d_clean, d_corrupt, noised, denoised))
     out = []
     m, lo, hi = bootstrap_rows(np.stack([c, k, (c > 0).astype(float)]), cfg.n_boot, seed=cfg.seed)
@@ -222,7 +234,7 @@ def mediate(model, items: Items, sites: list[Site], cfg: InterventionsConfig, at
     nie_log = item_effects(c, k, nz, dn, scale="log")["nie"]
     approx = None
     if attribution:  # d(clean; z <- corrupt) - d(clean) ~ attribution, so nie_log ~ -attribution
-        approx = -attribution_patch(model, score, clean, corrupt, sites, cfg.batch_size).double().numpy()
+        approx = -attribution_patch(model, score, clean, corrupt, sites, cfg.batch_size, where).double().numpy()
         out += [(s, "attribution_nie_log", float(approx[i].mean()), np.nan, np.nan) for i, s in enumerate(sites)]
     return out, nie_log, approx
 
@@ -267,6 +279,7 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
     if "random_init" in cfg.floors:
         models["random_init"] = random_init_model(model, cfg.seed)
     sites = site_grid(model, kinds=cfg.site_kinds)
+    sites += [Site(s.hook, position=p) for s in site_grid(model, kinds=("resid_post",)) for p in cfg.positions]
     rows, attr_rows, meta = [], [], {"seconds": {}, "items": {}}
     for intervention in cfg.interventions:
         items = build_items(model, tok, records, intervention, cfg.seed)
@@ -275,8 +288,9 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
             t0 = time.perf_counter()
             out, real, approx = mediate(m, items, sites, cfg, cfg.attribution)
             for site, metric, value, lo, hi in out:
-                where = ("input", "input", -1, -1) if site is None else (
-                    site.label, site.kind, site.layer, -1 if site.head is None else site.head)
+                where = ("input", "input", -1, -1, "all") if site is None else (
+                    site.label, site.kind, site.layer, -1 if site.head is None else site.head,
+                    "all" if site.position is None else str(site.position))
                 rows.append((name, variant, intervention, *where, metric, float(value), float(lo), float(hi),
                              len(items.ids), cfg.seed))
             if approx is not None:

@@ -57,11 +57,17 @@ def test_patching_a_whole_residual_stream_is_the_whole_intervention(decoder_tabl
         te = v["te_log"]
         assert te == pytest.approx(v["logit_diff_clean"] - v["logit_diff_corrupt"], abs=1e-9)
         assert 0.0 <= v["accuracy_clean"] <= 1.0
-        resid = g[g.site_kind == "resid_post"].pivot(index="site", columns="metric", values="value")
+        resid = g[(g.site_kind == "resid_post") & (g.position == "all")].pivot(index="site", columns="metric",
+                                                                                values="value")
         assert len(resid) == 2 and abs(te) > 1e-6
         np.testing.assert_allclose(resid["nie_log"], te, atol=1e-5)
         np.testing.assert_allclose(resid["nde_log"], 0.0, atol=1e-5)
         np.testing.assert_allclose(resid["restored"], 1.0, atol=1e-4)
+        # the last block's output at the reading position alone is all the decoder's readout sees
+        last = g[(g.site == "blocks.1.resid_post@reading") & (g.metric == "nie_log")]["value"].item()
+        assert last == pytest.approx(te, abs=1e-5)
+        first = g[(g.site == "blocks.0.resid_post@reading") & (g.metric == "nie_log")]["value"].item()
+        assert abs(first - te) > 1e-6  # earlier, the subject reaches the reading position by attention later on
     assert set(t["variant"]) == {"trained", "random_init"} and set(t["intervention"]) == {"swap_number", "same_number"}
     means = t[t.metric.str.endswith(("_log", "_ratio")) & ~t.metric.str.startswith("attribution")]
     assert ((means["ci_low"] <= means["value"] + 1e-12) & (means["value"] <= means["ci_high"] + 1e-12)).all()
@@ -80,8 +86,9 @@ def test_attribution_rows_sit_beside_real_patching(decoder_tables):
     g = g[~g.index.str.contains("resid_post")]
     np.testing.assert_allclose(g["attribution_nie_log"], g["nie_log"], atol=0.2 * g["nie_log"].abs().max())
     a = decoder_tables["interventions_attribution"]
-    # 2 layers x (2 heads + attn_out + mlp_out); the residual stream (a block of ties) is left out
-    assert set(a["sites"]) == {"all", "top10"} and (a[a.sites == "all"]["n_sites"] == 8).all()
+    # 2 layers x (2 heads + attn_out + mlp_out + the residual stream at 2 positions); the residual stream
+    # at every position (a block of ties) is left out
+    assert set(a["sites"]) == {"all", "top10"} and (a[a.sites == "all"]["n_sites"] == 12).all()
 
 
 def test_an_encoder_reads_the_verb_at_one_mask(tmp_path):
@@ -94,8 +101,8 @@ def test_an_encoder_reads_the_verb_at_one_mask(tmp_path):
     ids = items.clean["input_ids"]
     assert (ids[torch.arange(len(ids)), items.position] == tok.mask_id).all()
     assert ((ids == tok.mask_id).sum(1) == 1).all()
-    differ = (items.clean["input_ids"] != items.corrupt["input_ids"]).sum(1)
-    assert (differ == 1).all()  # the subject, one wordpiece here
+    differ = items.clean["input_ids"] != items.corrupt["input_ids"]
+    assert (differ.sum(1) == 1).all() and differ[torch.arange(len(ids)), items.subject].all()  # the subject only
     plmodels.save(model, tok, tmp_path / "enc")
     t = iv.interventions_model(tmp_path / "enc", None, {**CFG, "floors": [], "interventions": ["swap_number"],
                                                        "attribution": False})["interventions"]

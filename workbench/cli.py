@@ -200,6 +200,15 @@ def _flow(a: argparse.Namespace) -> None:
     print(f"flow tables: {sorted(tables)} in {a.out / 'tables'}")
 
 
+def _patch(a: argparse.Namespace) -> None:
+    from workbench.analyses.interventions import InterventionsConfig, interventions_model
+
+    config = InterventionsConfig.resolve(a.config, _overrides(a))
+    _check_checkpoint(a.model)
+    tables = interventions_model(a.model, out_dir=a.out, config=config)
+    print(f"patch tables: {sorted(tables)} in {a.out / 'tables'}")
+
+
 def _pairs(a: argparse.Namespace) -> None:
     _analysis(a, "pairs")
 
@@ -400,6 +409,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="folder to write tables/ (minimal_pairs, minimal_pair_items) and the score cache into")
     _config_args(s, "minimal-pairs")
     s.set_defaults(fn=_pairs)
+
+    s = _command(sub, "patch", "causal mediation of subject-verb agreement: activation patching of every layer "
+                               "and head, attribution patching beside it, with floors (docs/interventions.md)")
+    s.add_argument("model", type=Path, help=MODEL_HELP)
+    s.add_argument("--out", type=Path, default=Path("runs/patch"),
+                   help="folder to write tables/ (interventions, interventions_attribution) and "
+                        "interventions_run.json into")
+    _config_args(s, "interventions")
+    s.set_defaults(fn=_patch)
 
     s = _command(sub, "flow", "information flow: token identity per layer (Voita et al.), logit and tuned lens, "
                               "attribution methods and their faithfulness, each beside its floor (docs/flow.md)")

@@ -4,6 +4,7 @@ is the whole intervention), both LM views, the floors' rows and the clear errors
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -11,6 +12,7 @@ import plmodels
 from plmodels import Decoder, DecoderConfig, Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 from workbench.analyses import interventions as iv
+from workbench.cli import main
 from workbench.data.pair_templates import INTRANSITIVE, NOUNS, OTHER_NOUNS, PREPOSITIONS, SAY_VERBS, TRANSITIVE
 
 CFG = {"n_per_template": 8, "n_boot": 50, "batch_size": 16}
@@ -119,3 +121,16 @@ def test_bad_inputs_are_one_clear_error():
     bilm = ElmoBiLM(ElmoConfig(vocab_size=tok.vocab_size, d_embed=8, d_hidden=24, d_proj=8, n_layers=2, dropout=0.0))
     with pytest.raises(ValueError, match=r"a bilm model has no agreement view .* \['causal', 'masked'\]"):
         iv.build_items(bilm, tok, iv.agreement_items(iv.InterventionsConfig.from_dict(CFG)), "swap_number", 0)
+
+
+def test_the_cli_writes_the_tables_and_names_a_bad_field_in_one_line(decoder_ckpt, tmp_path, capsys):
+    argv = ["patch", decoder_ckpt, "--out", str(tmp_path)]
+    assert main(argv + ["--set", "n_boot=0"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "InterventionsConfig.n_boot must be >= 1" in err[0]
+    assert not (tmp_path / "tables").exists()  # refused before any work
+    overrides = ["--set", "n_per_template=4", "--set", "n_boot=20", "--set", "floors=[]", "--set",
+                 'interventions=["swap_number"]', "--set", "attribution=false"]
+    assert main(argv + overrides) == 0
+    t = pd.read_parquet(tmp_path / "tables" / "interventions.parquet")
+    assert set(t["variant"]) == {"trained"} and (t["n_items"] > 0).all()

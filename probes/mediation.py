@@ -19,6 +19,12 @@ free of the ratio's heavy tail (one confident item can carry the ratio mean). `r
 denoising run's share of the logit difference brought back, mean(d(u'; z <- z(u)) - d(u')) /
 mean(d(u) - d(u')) (Heimersheim & Nanda 2024's normalised patching metric).
 
+Interchange intervention accuracy (Geiger et al. 2021, "Causal abstractions of neural networks", Sec.
+3): the hypothesis "site z holds the subject's number" predicts that the clean run with z set to its
+value under u' prefers the form that agrees with u', i.e. d(u; z <- z(u')) < 0. `interchange_hits` is
+that indicator per site and item; its mean is the IIA, and the model's own d(u') < 0 share is its
+ceiling (a site that carries the whole input reaches exactly that).
+
 Intervals: a percentile bootstrap over items, the same resamples for every site (`bootstrap_rows`).
 """
 from __future__ import annotations
@@ -77,3 +83,12 @@ def restored_fraction(clean: np.ndarray, corrupt: np.ndarray, denoised: np.ndarr
     boots = np.stack([gain[:, i].mean(1) / gap[i].mean() for i in idx], 1)
     lo, hi = np.quantile(boots, [0.5 - level / 2, 0.5 + level / 2], axis=1)
     return gain.mean(1) / gap.mean(), lo, hi
+
+
+def interchange_hits(noised: np.ndarray) -> np.ndarray:
+    """(S, N) 1.0 where the noising run d(u; z <- z(u')) prefers the form that agrees with u' (d < 0),
+    else 0.0: the items on which the interchange intervention at site s behaves as the hypothesis says."""
+    noised = np.asarray(noised, dtype=np.float64)
+    if noised.ndim != 2:
+        raise ValueError(f"interchange_hits: noised must be (S, N), got {noised.shape}")
+    return (noised < 0).astype(np.float64)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from plmodels import Decoder, DecoderConfig
-from probes.mediation import bootstrap_rows, item_effects, restored_fraction
+from probes.mediation import bootstrap_rows, interchange_hits, item_effects, restored_fraction
 from probes.patching import patch_sites, site_grid
 
 PLANTED = (1, 2)  # the one head through which the subject reaches the last position
@@ -64,6 +64,10 @@ def test_a_head_that_carries_the_decision_has_the_whole_indirect_effect(scale):
     np.testing.assert_allclose(eff["nde"][others], np.broadcast_to(te, (len(others), len(te))), atol=tol)
     value, _, _ = restored_fraction(d_clean.numpy(), d_corrupt.numpy(), denoised.numpy(), n_boot=50)
     np.testing.assert_allclose(value, np.where(np.arange(len(sites)) == k, 1.0, 0.0), atol=1e-5)
+    # IIA: the planted head's interchange behaves exactly as the corrupted run, every other as the clean one
+    hits = interchange_hits(noised.numpy())
+    np.testing.assert_array_equal(hits[k], (d_corrupt.numpy() < 0).astype(float))
+    np.testing.assert_array_equal(hits[others], np.broadcast_to(d_clean.numpy() < 0, (len(others), len(te))))
 
 
 def test_effects_by_hand():

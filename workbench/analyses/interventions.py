@@ -27,8 +27,10 @@ token alignment) or whose two forms share their first subword are skipped and co
   "te_log" / "nie_log" / "nde_log" (the same in nats of logit difference), "restored" (the denoising
   run's share of the clean-minus-corrupt logit difference), "attribution_nie_log" (attribution
   patching's estimate of nie_log, no interval); and per run, at site "input" (site_kind "input", layer
-  -1) like the TE: "logit_diff_clean" / "logit_diff_corrupt" (mean d(u), d(u')) and "accuracy_clean"
-  (the share of items with d(u) > 0: the model prefers the agreeing form).
+  -1) like the TE: "logit_diff_clean" / "logit_diff_corrupt" (mean d(u), d(u')), "accuracy_clean"
+  (the share of items with d(u) > 0: the model prefers the agreeing form) and "iia_ceiling" (the share
+  with d(u') < 0); per site "iia", interchange intervention accuracy (`probes.mediation.interchange_hits`,
+  Geiger et al. 2021), the share of noising runs that prefer the form agreeing with u'.
 - `interventions_attribution`: model, variant, intervention, sites ("all" | "top10": the ten sites of
   largest |nie_log| under real patching), metric ("spearman"), value, ci_low, ci_high (bootstrap over
   items, recomputing both rankings), n_sites, seed. The residual-stream sites are left out: patched at
@@ -51,7 +53,7 @@ import plmodels
 from plmodels.checkpoint import random_init_model
 from plmodels.config import Config
 from plmodels.families import family_of
-from probes.mediation import bootstrap_rows, item_effects, restored_fraction
+from probes.mediation import bootstrap_rows, interchange_hits, item_effects, restored_fraction
 from probes.patching import GRID_KINDS, Site, attribution_patch, patch_sites, site_grid
 from workbench.analyses.probing import default_model_name
 from workbench.core.io import atomic_write_json
@@ -220,9 +222,12 @@ def mediate(model, items: Items, sites: list[Site], cfg: InterventionsConfig, at
     _, _, denoised = patch_sites(model, score, corrupt, clean, sites, cfg.batch_size, where)
     c, k, nz, dn = (t.double().numpy() for t in (d_clean, d_corrupt, noised, denoised))
     out = []
-    m, lo, hi = bootstrap_rows(np.stack([c, k, (c > 0).astype(float)]), cfg.n_boot, seed=cfg.seed)
+    m, lo, hi = bootstrap_rows(np.stack([c, k, (c > 0).astype(float), (k < 0).astype(float)]), cfg.n_boot,
+                               seed=cfg.seed)
     out += [(None, metric, m[i], lo[i], hi[i]) for i, metric in enumerate(
-        ("logit_diff_clean", "logit_diff_corrupt", "accuracy_clean"))]
+        ("logit_diff_clean", "logit_diff_corrupt", "accuracy_clean", "iia_ceiling"))]
+    m, lo, hi = bootstrap_rows(interchange_hits(nz), cfg.n_boot, seed=cfg.seed)
+    out += [(s, "iia", m[i], lo[i], hi[i]) for i, s in enumerate(sites)]
     for scale in ("ratio", "log"):
         eff = item_effects(c, k, nz, dn, scale=scale)
         for name in ("te", "nie", "nde"):

@@ -65,6 +65,7 @@ def test_patching_a_whole_residual_stream_is_the_whole_intervention(decoder_tabl
         np.testing.assert_allclose(resid["nie_log"], te, atol=1e-5)
         np.testing.assert_allclose(resid["nde_log"], 0.0, atol=1e-5)
         np.testing.assert_allclose(resid["restored"], 1.0, atol=1e-4)
+        np.testing.assert_allclose(resid["iia"], v["iia_ceiling"])  # the whole input: the model's own answer
         # the last block's output at the reading position alone is all the decoder's readout sees
         last = g[(g.site == "blocks.1.resid_post@reading") & (g.metric == "nie_log")]["value"].item()
         assert last == pytest.approx(te, abs=1e-5)

@@ -216,3 +216,49 @@ def test_path_patching_through_a_silenced_receiver_carries_nothing():
     torch.testing.assert_close(shut, b, atol=1e-6, rtol=0)
     open_ = path_patch(model, score, base, source, sender, Site("blocks.1.attn.head_out", head=1))
     assert (open_ - b).abs().max() > 1e-5
+
+
+def test_sites_name_their_layer_and_the_default_grid_holds_every_head():
+    assert Site("decoder.blocks.3.cross_attn.head_out", head=1).layer == 3 and Site("embed").layer == -1
+    assert Site("blocks.2.attn.q", 0, "subject").label == "blocks.2.attn.q[0]@subject"
+    model = tiny("decoder")
+    L, H = model.config.n_layers, model.config.n_heads
+    grid = site_grid(model)
+    assert [s.kind for s in grid].count("head_out") == L * H and len(grid) == L * (H + 3)
+    assert [(s.layer, s.head) for s in grid if s.kind == "head_out"] == [(l, h) for l in range(L) for h in range(H)]
+
+
+@pytest.mark.parametrize("kind", ["pattern", "scores"])
+def test_a_pattern_patched_at_one_position_is_that_query_row(kind):
+    """A pattern's (or the scores') position is its query axis: row 2 of head 1 comes from the source,
+    nothing else (copied when seen: the no-grad softmax overwrites the scores in place)."""
+    model = tiny("decoder")
+    base, source = pair("decoder", changed=1)
+    site = Site(f"blocks.1.attn.{kind}", head=1, position=2)
+    seen = {}
+
+    def score(m, batch):
+        with m.hooks([(site.hook, lambda t, n: seen.__setitem__("x", t.clone()))]):
+            return readout_score(model)(m, batch)
+
+    score(model, source)
+    src = seen["x"].clone()
+    score(model, base)
+    ref = seen["x"].clone()
+    patch_sites(model, score, base, source, [site])
+    want = ref.clone()
+    want[:, 1, 2] = src[:, 1, 2]
+    torch.testing.assert_close(seen["x"], want)
+    assert not torch.allclose(src[:, 1, 2], ref[:, 1, 2])
+
+
+def test_items_in_chunks_give_the_numbers_of_one_batch():
+    model = tiny("encoder")
+    base, source = pair("encoder")
+    sites = site_grid(model)
+    whole = patch_sites(model, readout_score(model), base, source, sites)
+    chunked = patch_sites(model, readout_score(model), base, source, sites, batch_size=3)
+    for a, b in zip(whole, chunked):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(attribution_patch(model, readout_score(model), base, source, sites, batch_size=3),
+                               attribution_patch(model, readout_score(model), base, source, sites), atol=1e-5, rtol=1e-5)

@@ -28,7 +28,7 @@ F is any scalar of a forward pass, seen as a function of the vectors at the mode
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Mapping
 
 import numpy as np
 import torch
@@ -72,12 +72,34 @@ def flow_capacities(attn: np.ndarray, residual: float = 0.5) -> np.ndarray:
 
 
 def attention_flow(attn: np.ndarray, target: int, residual: float = 0.5) -> np.ndarray:
-    """(T,) maximum flow from each input node (0, j) to the output node (L, target)."""
-    cap = flow_capacities(attn, residual)
-    L, T = attn.shape[0], attn.shape[1]
-    graph = csr_matrix(np.rint(cap * FLOW_SCALE).astype(np.int32))
-    sink = L * T + target
-    return np.array([maximum_flow(graph, j, sink).flow_value / FLOW_SCALE for j in range(T)])
+    """(T,) maximum flow from each input node (0, j) to the output node (L, target).
+
+    Each max-flow runs on the target's ancestor graph: the top layer keeps the node (L, target) alone,
+    and the nodes with no path to it (positions after the target in a causal model, every layer) are
+    dropped; the flow values are those of the whole graph, since a dropped node carries no flow to
+    the sink."""
+    a = _with_residual(attn, residual)
+    L, T = a.shape[0], a.shape[1]
+    reach = np.zeros((L + 1, T), dtype=bool)  # reach[l, i]: (l, i) has a path to (L, target)
+    reach[L, target] = True
+    for l in range(L, 0, -1):
+        reach[l - 1] = (a[l - 1][reach[l]] > 0).any(0)
+    nodes = np.flatnonzero(reach.ravel())  # kept nodes, in (l, i) order
+    index = np.full((L + 1) * T, -1)
+    index[nodes] = np.arange(len(nodes))
+    src, dst, cap = [], [], []
+    for l in range(1, L + 1):
+        i_kept, j_kept = np.flatnonzero(reach[l]), np.flatnonzero(reach[l - 1])
+        block = a[l - 1][np.ix_(i_kept, j_kept)]  # (i, j): capacity (l-1, j) -> (l, i)
+        ii, jj = np.nonzero(block)
+        src.append(index[(l - 1) * T + j_kept[jj]])
+        dst.append(index[l * T + i_kept[ii]])
+        cap.append(block[ii, jj])
+    src, dst, cap = np.concatenate(src), np.concatenate(dst), np.rint(np.concatenate(cap) * FLOW_SCALE).astype(np.int32)
+    graph = csr_matrix((cap, (src, dst)), shape=(len(nodes), len(nodes)))
+    sink = index[L * T + target]
+    return np.array([maximum_flow(graph, int(index[j]), int(sink)).flow_value / FLOW_SCALE if reach[0, j] else 0.0
+                     for j in range(T)])
 
 
 class EmbedTarget:
@@ -147,24 +169,53 @@ def _replaced(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, baseli
     return torch.cat(out).numpy()
 
 
+def loo_masks(T: int, positions: np.ndarray) -> torch.Tensor:
+    """(len(positions) + 1, T) bool: row 0 intact, row 1 + i deletes positions[i]."""
+    masks = torch.zeros(len(positions) + 1, T, dtype=torch.bool)
+    masks[torch.arange(1, len(positions) + 1), torch.as_tensor(np.asarray(positions), dtype=torch.long)] = True
+    return masks
+
+
+def deletion_masks(T: int, positions: np.ndarray, scores: np.ndarray, k: int) -> torch.Tensor:
+    """(min(k, P) + 1, T) bool: row i deletes the i highest-scored of `positions` (ties: first listed)."""
+    order = np.asarray(positions)[np.argsort(-np.asarray(scores), kind="stable")][:k]
+    masks = torch.zeros(len(order) + 1, T, dtype=torch.bool)
+    for i in range(1, len(order) + 1):
+        masks[i, torch.as_tensor(order[:i])] = True
+    return masks
+
+
 def leave_one_out(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, baseline: torch.Tensor,
                   positions: np.ndarray) -> np.ndarray:
     """(len(positions),) F(x) - F(x with token j replaced by its baseline vector), j in positions."""
-    T = x.shape[0]
-    masks = torch.zeros(len(positions) + 1, T, dtype=torch.bool)
-    masks[torch.arange(1, len(positions) + 1), torch.as_tensor(positions)] = True
-    vals = _replaced(f, x, baseline, masks)
+    vals = _replaced(f, x, baseline, loo_masks(x.shape[0], positions))
     return vals[0] - vals[1:]
 
 
 def deletion_curve(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, baseline: torch.Tensor,
                    positions: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
     """(k+1,) F after deleting (replacing by the baseline) the 0..k highest-scored of `positions`."""
-    order = np.asarray(positions)[np.argsort(-np.asarray(scores), kind="stable")][:k]
-    masks = torch.zeros(len(order) + 1, x.shape[0], dtype=torch.bool)
-    for i in range(1, len(order) + 1):
-        masks[i, torch.as_tensor(order[:i])] = True
-    return _replaced(f, x, baseline, masks)
+    return _replaced(f, x, baseline, deletion_masks(x.shape[0], positions, scores, k))
+
+
+def faithfulness(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, baseline: torch.Tensor,
+                 positions: np.ndarray, scores: Mapping[str, np.ndarray], k: int,
+                 batch: int = 256) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """The leave-one-out effects (P,) and each scoring's deletion curve (k+1,) from one batched pass:
+    every distinct mask of `leave_one_out` and of each `deletion_curve` read once by `f`, in batches
+    of `batch` rows. Equal to calling those functions one by one, up to the
+    round-off of a different batch composition (tests/probes/test_attribution.py)."""
+    T = x.shape[0]
+    parts = [loo_masks(T, positions)] + [deletion_masks(T, positions, sc, k)[1:] for sc in scores.values()]
+    # a mask shared by several curves (every curve's first step is a leave-one-out row) is read once
+    unique, inverse = torch.unique(torch.cat(parts), dim=0, return_inverse=True)
+    vals = _replaced(f, x, baseline, unique, batch=batch)[inverse.numpy()]
+    intact, loo = vals[0], vals[0] - vals[1: len(positions) + 1]
+    curves, at = {}, len(positions) + 1
+    for name, part in zip(scores, parts[1:]):
+        curves[name] = np.concatenate([[intact], vals[at: at + len(part)]])
+        at += len(part)
+    return loo, curves
 
 
 def aopc(curve: np.ndarray) -> float:
@@ -185,23 +236,29 @@ def rank_correlation(scores: np.ndarray, reference: np.ndarray) -> float:
 def value_zeroing(hooked, run: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], ids: torch.Tensor) -> np.ndarray:
     """(L, T, T) value-zeroing mixing matrices of one sentence ids (T,) (Mohebbi et al. 2023):
     M_l[i, j] = 1 - cos(h_l(i), h_l(i | v_j = 0 at layer l)), rows normalised to sum 1.
-    run(ids (S, T)) -> the L+1 hidden states (S, T, D) of `hooked`'s forward."""
+    run(ids (S, T)) -> the L+1 hidden states (S, T, D) of `hooked`'s forward.
+
+    One forward of L T + 1 rows: row l T + j zeroes token j's values at layer l only (the layers below
+    it run intact, so its layer-l output is the one-layer intervention's), the last row is the intact
+    sentence, run in the same batch so that batch-size round-off cancels."""
     T = ids.shape[0]
-    batch = ids[None].expand(T + 1, -1)  # row s < T zeroes token s; row T is the intact sentence, run in
-    rows = torch.arange(T)                # the same batch so that batch-size round-off cancels
+    L = hooked.config.n_layers
+    batch = ids[None].expand(L * T + 1, -1)
+    rows = torch.arange(T)
 
-    def zero_own(v: torch.Tensor, name: str) -> torch.Tensor:  # v (T+1, T, H, Dh)
-        v = v.clone()
-        v[rows, rows] = 0.0
-        return v
+    def zero_own(l: int) -> Callable[[torch.Tensor, str], torch.Tensor]:
+        def hook(v: torch.Tensor, name: str) -> torch.Tensor:  # v (L T + 1, T, H, Dh)
+            v = v.clone()
+            v[l * T + rows, rows] = 0.0
+            return v
+        return hook
 
-    L = len(run(ids[None])) - 1
+    with hooked.hooks([(f"blocks.{l}.attn.v", zero_own(l)) for l in range(L)]):
+        hs = run(batch)
     out = np.zeros((L, T, T))
     for l in range(L):
-        with hooked.hooks([(f"blocks.{l}.attn.v", zero_own)]):
-            h = run(batch)[l + 1]  # (T+1, T, D)
-        h = h.double()  # float32 cosines of equal vectors miss 1 by ~1e-7, as large as a faint real effect
-        dist = 1.0 - F.cosine_similarity(h[:T], h[T:].expand(T, -1, -1), dim=-1)  # (j, i)
-        m = dist.T.double().clamp_min(0).numpy()  # (i, j)
+        h = hs[l + 1].double()  # float32 cosines of equal vectors miss 1 by ~1e-7, as large as a faint real effect
+        dist = 1.0 - F.cosine_similarity(h[l * T: (l + 1) * T], h[L * T:].expand(T, -1, -1), dim=-1)  # (j, i)
+        m = dist.T.clamp_min(0).numpy()  # (i, j)
         out[l] = m / np.where(m.sum(-1, keepdims=True) > 0, m.sum(-1, keepdims=True), 1.0)
     return out

@@ -50,14 +50,17 @@ def logit_lens(readout: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Te
 
 
 @torch.no_grad()
-def lens_metrics(logits: torch.Tensor, final: torch.Tensor, targets: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def lens_metrics(logits: torch.Tensor, final: torch.Tensor, targets: torch.Tensor | None = None,
+                 final_logp: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Per-item metrics of one layer's lens: logits, final (N, V), targets (N,) token ids or None ->
-    {"kl": (N,) KL(p_final || p_l) nats, "top1_agree": (N,) 0/1, "lm_loss": (N,) nats (with targets)}."""
-    logp, logq = F.log_softmax(final.float(), -1), F.log_softmax(logits.float(), -1)
+    {"kl": (N,) KL(p_final || p_l) nats, "top1_agree": (N,) 0/1, "lm_loss": (N,) nats (with targets)}.
+    final_logp: log_softmax(final) when the caller reads many layers against one final distribution."""
+    logp = F.log_softmax(final.float(), -1) if final_logp is None else final_logp
+    logq = F.log_softmax(logits.float(), -1)
     out = {"kl": (logp.exp() * (logp - logq)).sum(-1),
            "top1_agree": (logits.argmax(-1) == final.argmax(-1)).float()}
     if targets is not None:
-        out["lm_loss"] = F.cross_entropy(logits.float(), targets, reduction="none")
+        out["lm_loss"] = -logq.gather(-1, targets[:, None])[:, 0]  # = F.cross_entropy, without a second log_softmax
     return out
 
 
@@ -88,24 +91,28 @@ class TunedLens:
         with torch.no_grad():
             target = F.log_softmax((self.readout(hidden[-1]) if final is None else final).float(), -1)  # (N, V)
         gen = torch.Generator().manual_seed(self.seed)
-        weights, biases, kls = [], [], []
-        for l in range(L):
-            W = torch.zeros(D, D, requires_grad=True)
-            b = torch.zeros(D, requires_grad=True)
-            opt = torch.optim.Adam([W, b], lr=self.lr)
-            for _ in range(self.n_steps):
-                idx = torch.randint(0, N, (min(self.batch_size, N),), generator=gen)
-                h = hidden[l, idx]
-                logq = F.log_softmax(self.readout(h + h @ W.T + b).float(), -1)
-                loss = F.kl_div(logq, target[idx], log_target=True, reduction="batchmean")
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-            weights.append(W.detach())
-            biases.append(b.detach())
-            kls.append(float(loss.detach()))
-        self.weight_ = torch.stack(weights) if weights else torch.zeros(0, D, D)
-        self.bias_ = torch.stack(biases) if biases else torch.zeros(0, D)
+        B = min(self.batch_size, N)
+        # every layer's batch indices, drawn in the order of training one layer after the other
+        idx = torch.randint(0, N, (L, self.n_steps, B), generator=gen)
+        # all layers train in one step: one readout call on (L B, D) rows; the loss is the sum of the
+        # layers' losses, so each layer's gradient, and Adam's elementwise update of it, is its own
+        W = torch.zeros(L, D, D, requires_grad=True)
+        b = torch.zeros(L, 1, D, requires_grad=True)
+        opt = torch.optim.Adam([W, b], lr=self.lr)
+        layers = torch.arange(L)[:, None]
+        per_layer = torch.zeros(L)
+        for s in range(self.n_steps):
+            h = hidden[layers, idx[:, s]]  # (L, B, D)
+            logq = F.log_softmax(self.readout(h + h @ W.transpose(1, 2) + b).float(), -1)  # (L, B, V)
+            tgt = target[idx[:, s]]  # (L, B, V)
+            per_layer = (tgt.exp() * (tgt - logq)).sum(-1).mean(-1)  # (L,) batch-mean KL(p_final || p_l)
+            # gradients of W and b only: the readout's own weights (the (V, D) unembedding) are
+            # neither trained nor given a .grad, which spares a third of each step's work
+            W.grad, b.grad = torch.autograd.grad(per_layer.sum(), [W, b])
+            opt.step()
+        self.weight_ = W.detach() if L else torch.zeros(0, D, D)
+        self.bias_ = b.detach()[:, 0] if L else torch.zeros(0, D)
+        kls = [float(v) for v in per_layer.detach()][:L]
         self.train_kl_ = kls
         return self
 

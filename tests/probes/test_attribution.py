@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from plmodels.decoder import Decoder, DecoderConfig
-from probes.attribution import (EmbedTarget, aopc, attention_flow, deletion_curve, flow_capacities,
-                                input_x_gradient, integrated_gradients, leave_one_out, rank_correlation,
-                                rollout, value_zeroing)
+from probes.attribution import (EmbedTarget, aopc, attention_flow, deletion_curve, faithfulness,
+                                flow_capacities, input_x_gradient, integrated_gradients, leave_one_out,
+                                rank_correlation, rollout, value_zeroing)
 
 
 def test_rollout_by_hand():
@@ -38,7 +38,7 @@ def test_attention_flow_is_networkx_max_flow(seed, causal):
     for u, v in zip(*np.nonzero(cap)):
         g.add_edge(int(u), int(v), capacity=float(cap[u, v]))
     L, T = attn.shape[0], attn.shape[1]
-    for target in (0, T - 1):
+    for target in (0, T // 2, T - 1):
         got = attention_flow(attn, target)
         want = [nx.maximum_flow_value(g, j, L * T + target) if g.has_node(j) else 0.0 for j in range(T)]
         np.testing.assert_allclose(got, want, atol=L * 1e-6 * T)
@@ -111,3 +111,49 @@ def test_value_zeroing_is_causal_in_a_decoder_and_rows_sum_to_one():
     np.testing.assert_allclose(mix.sum(-1), 1.0, atol=1e-9)
     assert np.abs(np.triu(mix, k=1)).max() < 1e-6  # a later token's values never reach an earlier one
     np.testing.assert_allclose(mix[:, 0, 0], 1.0)  # token 0 reads only itself
+
+
+def test_faithfulness_in_one_pass_equals_the_calls_one_by_one():
+    model = tiny_decoder()
+    ids = torch.tensor([3, 17, 8, 22, 41, 9, 30, 12])
+    target = next_token_target(model, ids)
+    pos = np.arange(7)
+    rng = np.random.default_rng(0)
+    scores = {"a": rng.random(7), "b": -np.arange(7.0), "c": rng.random(7)}
+    loo, curves = faithfulness(target, target.x, target.baseline, pos, scores, k=4, batch=5)
+    np.testing.assert_allclose(loo, leave_one_out(target, target.x, target.baseline, pos), atol=1e-6)
+    assert list(curves) == list(scores)
+    for name, sc in scores.items():
+        np.testing.assert_allclose(curves[name], deletion_curve(target, target.x, target.baseline, pos, sc, 4), atol=1e-6)
+    assert not np.allclose(curves["a"], curves["b"])  # each scoring reads its own deletion order
+
+
+def value_zeroing_per_layer(model, run, ids: torch.Tensor) -> np.ndarray:
+    """The definition one layer at a time (T + 1 rows per forward): the reference of the batched form."""
+    T, L = ids.shape[0], model.config.n_layers
+    rows = torch.arange(T)
+
+    def zero_own(v, name):
+        v = v.clone()
+        v[rows, rows] = 0.0
+        return v
+
+    out = np.zeros((L, T, T))
+    for l in range(L):
+        with model.hooks([(f"blocks.{l}.attn.v", zero_own)]):
+            h = run(ids[None].expand(T + 1, -1))[l + 1].double()
+        m = (1.0 - torch.nn.functional.cosine_similarity(h[:T], h[T:].expand(T, -1, -1), dim=-1)).T.clamp_min(0).numpy()
+        out[l] = m / m.sum(-1, keepdims=True)
+    return out
+
+
+def test_value_zeroing_in_one_forward_equals_the_per_layer_definition():
+    torch.manual_seed(0)
+    model = Decoder(DecoderConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=4, d_ff=64,
+                                  max_positions=16, dropout=0.0)).eval()
+    ids = torch.tensor([3, 17, 8, 22, 41, 9])
+    run = lambda batch: model(batch, output_hidden_states=True).hidden_states
+    with torch.no_grad():
+        got, want = value_zeroing(model, run, ids), value_zeroing_per_layer(model, run, ids)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.abs(got[0] - got[2]).max() > 1e-3  # each layer's rows read that layer's intervention

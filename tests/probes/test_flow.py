@@ -55,3 +55,20 @@ def test_probe_mi_lower_bound_copy_vs_noise():
 def test_bad_shapes_name_the_estimator():
     with pytest.raises(ValueError, match="KMeansMI.fit"):
         KMeansMI().fit(np.zeros((4, 2)), np.zeros(3))
+
+
+@pytest.mark.parametrize("make", [lambda: KMeansMI(n_clusters=8, n_boot=20), lambda: ProbeMI(n_boot=20)])
+def test_fit_shuffled_equals_the_shuffled_control(make):
+    copy, _, y, groups = planted(n=600)
+    fitted = make().fit(copy, y, groups)
+    fast = fitted.fit_shuffled(copy, y, groups, seed=3)
+    slow = shuffled_control(make(), copy, y, groups, seed=3)
+    assert fast.mi_ == pytest.approx(slow.mi_, abs=1e-12)
+    np.testing.assert_allclose(fast.ci_, slow.ci_, atol=1e-12)
+    assert fitted.mi_ > 0.9 * fitted.entropy_ and fast.mi_ < 0.1 * fast.entropy_  # the fitted one is untouched
+
+
+def test_fit_shuffled_needs_the_same_rows():
+    copy, _, y, groups = planted(n=600)
+    with pytest.raises(ValueError, match="KMeansMI.fit_shuffled"):
+        KMeansMI(n_clusters=8, n_boot=5).fit(copy[:300], y[:300], groups[:300]).fit_shuffled(copy, y, groups)

@@ -59,3 +59,48 @@ def test_tuned_lens_learns_a_planted_translation_and_round_trips(tmp_path):
     again = TunedLens.load(tmp_path, readout)
     torch.testing.assert_close(again.transform(hidden), lens.transform(hidden))
     assert (tmp_path / "tuned_lens.safetensors").is_file()
+
+
+def test_lens_metrics_by_definition():
+    torch.manual_seed(1)
+    logits, final, targets = torch.randn(6, 11), torch.randn(6, 11), torch.randint(0, 11, (6,))
+    p, q = torch.softmax(final, -1), torch.softmax(logits, -1)
+    for given in (None, torch.log_softmax(final, -1)):
+        m = lens_metrics(logits, final, targets, final_logp=given)
+        torch.testing.assert_close(m["kl"], (p * (p.log() - q.log())).sum(-1))
+        torch.testing.assert_close(m["lm_loss"], torch.nn.functional.cross_entropy(logits, targets, reduction="none"))
+        torch.testing.assert_close(m["top1_agree"], (logits.argmax(-1) == final.argmax(-1)).float())
+
+
+def fit_one_layer_at_a_time(readout, hidden, n_steps, lr, batch_size, seed):
+    """The tuned lens' definition, layer by layer with its own Adam (the reference of the joint fit)."""
+    L, N, D = hidden.shape[0] - 1, hidden.shape[1], hidden.shape[2]
+    target = torch.log_softmax(readout(hidden[-1]).detach(), -1)
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for l in range(L):
+        W, b = torch.zeros(D, D, requires_grad=True), torch.zeros(D, requires_grad=True)
+        opt = torch.optim.Adam([W, b], lr=lr)
+        for _ in range(n_steps):
+            idx = torch.randint(0, N, (min(batch_size, N),), generator=gen)
+            h = hidden[l, idx]
+            logq = torch.log_softmax(readout(h + h @ W.T + b), -1)
+            loss = torch.nn.functional.kl_div(logq, target[idx], log_target=True, reduction="batchmean")
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        out.append((W.detach(), b.detach()))
+    return out
+
+
+def test_joint_fit_equals_one_layer_at_a_time():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(8, 12).requires_grad_(False)
+    hidden = torch.randn(4, 300, 8)
+    lens = TunedLens(readout=head, n_steps=30, lr=1e-2, batch_size=64, seed=5).fit(hidden)
+    want = fit_one_layer_at_a_time(head, hidden, 30, 1e-2, 64, 5)
+    for l, (W, b) in enumerate(want):
+        torch.testing.assert_close(lens.weight_[l], W, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(lens.bias_[l], b, atol=1e-5, rtol=1e-4)
+    assert lens.weight_[0].abs().max() > 1e-3  # the translators did move from 0
+    assert not torch.allclose(lens.weight_[0], lens.weight_[1])  # and each layer is its own

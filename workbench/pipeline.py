@@ -91,6 +91,7 @@ class RunConfig(Config):
     frozen_vs_finetuned: dict | None = None          # {"models", "config"}
     emergence: dict | None = None                    # {"models", "config"}
     pairs: dict | None = None                        # {"models", "config"}: minimal pairs (docs/behaviour.md)
+    flow: dict | None = None                         # {"models", "config"}: information flow (docs/flow.md)
     # {} (or {"eval_sequences": n}): each pretrained model's held-out LM loss beside a unigram and a
     # bigram loss on the same targets (workbench/analyses/competence.py), the report's competence line
     competence: dict | None = None

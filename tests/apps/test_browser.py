@@ -27,7 +27,7 @@ def test_every_page_renders_in_chromium(results_root):
 # Pages on what `workbench run configs/tiny.json` writes: (url path, title, plots at least).
 TINY_PAGES = [("runs", "Runs and models", 1), ("layers", "Layers", 4), ("heads", "Heads", 5),
               ("pruning", "Pruning", 3), ("causal", "Causal probes", 4), ("pairs", "Minimal pairs", 1),
-              ("compare", "Finetuned vs frozen", 5), ("playground", "Playground", 3)]
+              ("flow", "Flow", 4), ("compare", "Finetuned vs frozen", 5), ("playground", "Playground", 3)]
 
 
 @pytest.mark.skipif(chromium_binary() is None, reason="chromium not installed (apt-get install chromium)")
@@ -43,7 +43,7 @@ def test_every_page_renders_on_the_tiny_pipeline_output(tiny_run):
     # each sidebar link reads "<icon name>\n\n<title>": the titles, in order, and nothing else
     # (the Objectives page reads a zoo's tables: the tiny run has none; the next test draws it on a zoo)
     titles = [t for _, t, _ in TINY_PAGES]
-    titles.insert(titles.index("Minimal pairs") + 1, "Objectives")
+    titles.insert(titles.index("Flow") + 1, "Objectives")
     assert [n.splitlines()[-1] for n in visits[0]["nav"]] == titles, visits[0]["nav"]
 
 

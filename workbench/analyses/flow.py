@@ -38,10 +38,10 @@ import plmodels
 from plmodels.config import Config
 from plmodels.families import FAMILIES, family_of
 from plmodels.training.masking import MaskingConfig, mask_tokens, step_generator
-from probes.attribution import (EmbedTarget, aopc, attention_flow, deletion_curve, input_x_gradient,
-                                integrated_gradients, leave_one_out, rank_correlation, rollout, value_zeroing)
-from probes.flow import MI_ESTIMATORS, shuffled_control
-from probes.lens import TunedLens, lens_metrics, lm_readout, logit_lens
+from probes.attribution import (EmbedTarget, aopc, attention_flow, faithfulness, input_x_gradient,
+                                integrated_gradients, rank_correlation, rollout, value_zeroing)
+from probes.flow import MI_ESTIMATORS
+from probes.lens import TunedLens, lens_metrics, lm_readout
 from probes.stats import bootstrap_ci
 from workbench.analyses.probing import default_model_name
 from workbench.core.io import atomic_write_json
@@ -179,11 +179,12 @@ def _batches(model, tok, sents: list[list[int]], cfg: FlowRunConfig) -> Batches:
 def _collect(model, data: Batches, special: torch.Tensor) -> dict[str, dict[str, np.ndarray | torch.Tensor]]:
     """{"input": {...}, "predict": {...}}, each with H (L+1, N, D) float32 tensor, label (N,), group (N,)."""
     got: dict[str, dict[str, list]] = {k: {"H": [], "label": [], "group": []} for k in ("input", "predict")}
+    kw = family_of(model).analysis_kwargs  # no (B, T, V) logits: the lens reads the items it needs
     for b in data.items:
         runs = (("input", b["ids"], b["real"] & ~torch.isin(b["ids"], special), b["ids"]),
                 ("predict", b["pred_in"], b["pred_pos"], b["pred_label"]))
         for name, inp, sel, lab in runs:
-            hs = model(inp, attention_mask=b["real"].long(), output_hidden_states=True).hidden_states
+            hs = model(inp, attention_mask=b["real"].long(), output_hidden_states=True, **kw).hidden_states
             got[name]["H"].append(torch.stack([h[sel] for h in hs]).float())
             got[name]["label"].append(lab[sel].numpy())
             got[name]["group"].append(b["sent"][sel].numpy())
@@ -202,9 +203,8 @@ def mi_rows(model_name: str, variant: str, reps: dict, cfg: FlowRunConfig) -> li
         for l in range(r["H"].shape[0]):
             X = r["H"][l][torch.as_tensor(keep)].numpy()
             for name in cfg.estimators:
-                make = lambda: MI_ESTIMATORS[name](**_estimator_kw(name, cfg))
-                for control, est in (("none", make().fit(X, y, groups)),
-                                     ("shuffled", shuffled_control(make(), X, y, groups, seed=cfg.seed + l))):
+                est = MI_ESTIMATORS[name](**_estimator_kw(name, cfg)).fit(X, y, groups)
+                for control, est in (("none", est), ("shuffled", est.fit_shuffled(X, y, groups, seed=cfg.seed + l))):
                     rows += [(model_name, variant, name, label, control, l, "mi_bits", est.mi_, *est.ci_, cfg.seed),
                              (model_name, variant, name, label, control, l, "entropy_bits", est.entropy_,
                               np.nan, np.nan, cfg.seed),
@@ -233,20 +233,25 @@ def _per_sentence(values: torch.Tensor, groups: np.ndarray, cfg: FlowRunConfig) 
 
 
 def lens_rows(model_name: str, variant: str, readout, reps: dict, lens: TunedLens | None,
-              cfg: FlowRunConfig) -> list[tuple]:
+              cfg: FlowRunConfig, chunk: int = 1024) -> list[tuple]:
+    """Per layer and lens, the `lens_metrics` of the "predict" items, read `chunk` items at a time (the
+    (L+1, N, V) logits of every layer at once would hold gigabytes)."""
     r = reps["predict"]
     H, targets = r["H"], torch.as_tensor(r["label"])
+    names = ["logit"] + (["tuned"] if lens is not None else [])
+    per: dict[tuple[str, int, str], list[torch.Tensor]] = {}
     with torch.no_grad():
-        final = readout(H[-1])
-        lenses = {"logit": logit_lens(readout, H)}
-        if lens is not None:
-            lenses["tuned"] = lens.transform(H)
-    rows = []
-    for name, logits in lenses.items():
-        for l in range(H.shape[0]):
-            for metric, vals in lens_metrics(logits[l], final, targets).items():
-                rows.append((model_name, variant, name, l, metric, *_per_sentence(vals, r["group"], cfg), cfg.seed))
-    return rows
+        for s in range(0, H.shape[1], chunk):
+            h, t = H[:, s: s + chunk], targets[s: s + chunk]
+            final = readout(h[-1])
+            final_logp = torch.log_softmax(final.float(), -1)
+            for l in range(H.shape[0]):
+                read = {"logit": h[l]} | ({"tuned": lens.translate(l, h[l])} if lens is not None else {})
+                for name in names:
+                    for metric, vals in lens_metrics(readout(read[name]), final, t, final_logp).items():
+                        per.setdefault((name, l, metric), []).append(vals)
+    return [(model_name, variant, name, l, metric, *_per_sentence(torch.cat(v), r["group"], cfg), cfg.seed)
+            for (name, l, metric), v in per.items()]
 
 
 def train_tuned_lens(model, readout, tok, cfg: FlowRunConfig) -> TunedLens:
@@ -261,24 +266,28 @@ def train_tuned_lens(model, readout, tok, cfg: FlowRunConfig) -> TunedLens:
 def _attributions(model, readout, tok, ids: torch.Tensor, rng: np.random.Generator, cfg: FlowRunConfig) -> dict:
     """{method: (scores (P,), ...)} for one sentence, plus the LOO effects and the scored positions."""
     inp, p, token, pos = _family(ATTRIBUTION_TARGET, model, "the attributed prediction")(tok, ids, rng)
+    kw = family_of(model).analysis_kwargs
 
-    def score(batch: torch.Tensor) -> torch.Tensor:
-        h = model(batch, output_hidden_states=True).hidden_states[-1][:, p]
+    def score(batch: torch.Tensor) -> torch.Tensor:  # F: the log-prob of `token` read at position p
+        h = model(batch, output_hidden_states=True, **kw).hidden_states[-1][:, p]
         return torch.log_softmax(readout(h).double(), -1)[:, token]
 
     target = EmbedTarget(model, score, inp, tok.pad_id if tok.pad_id is not None else 0)
     with torch.no_grad():
-        out = model(inp[None], output_attentions=True, output_hidden_states=True)
+        out = model(inp[None], output_attentions=True, **kw)
         attn = torch.stack([a[0].nanmean(0) for a in out.attentions]).double().numpy()  # (L, T, T)
-        run = lambda b: model(b, output_hidden_states=True).hidden_states
+        run = lambda b: model(b, output_hidden_states=True, **kw).hidden_states
         mix = value_zeroing(model, run, inp)
-    ig, err = integrated_gradients(target, target.x, target.baseline, n_steps=cfg.ig_steps)
+    ig, err = integrated_gradients(target, target.x, target.baseline, n_steps=cfg.ig_steps, batch=cfg.ig_steps)
     scores = {"rollout": rollout(attn)[p], "flow": attention_flow(attn, p), "value_zeroing": rollout(mix, 0.0)[p],
               "input_x_gradient": input_x_gradient(target, target.x), "integrated_gradients": ig}
-    return {"target": target, "pos": pos, "scores": {k: v[pos] for k, v in scores.items()}, "ig_error": err}
+    return {"target": target, "pos": pos, "scores": {k: v[pos] for k, v in scores.items()}, "ig_error": err,
+            "input": inp, "read": p, "token": token}
 
 
 def attribution_rows(model_name: str, model, readout, tok, sents: list[list[int]], cfg: FlowRunConfig) -> list[tuple]:
+    """Each method's faithfulness over the sentences: per sentence, the leave-one-out effects and the
+    deletion curves of every method and random draw come from one batched pass (`faithfulness`)."""
     rng = np.random.default_rng(cfg.seed)
     per: dict[str, dict[str, list[float]]] = {m: {"spearman_loo": [], "aopc": []} for m in (*ATTRIBUTION_METHODS, "random")}
     errors = []
@@ -288,14 +297,14 @@ def attribution_rows(model_name: str, model, readout, tok, sents: list[list[int]
         pos, f = a["pos"], a["target"]
         if len(pos) < 3:
             continue
-        loo = leave_one_out(f, f.x, f.baseline, pos)
         k = min(cfg.deletion_k, len(pos))
-        draws = [rng.random(len(pos)) for _ in range(cfg.random_draws)]
+        draws = {f"random{i}": rng.random(len(pos)) for i in range(cfg.random_draws)}
+        loo, curves = faithfulness(f, f.x, f.baseline, pos, a["scores"] | draws, k)
         for m, sc in a["scores"].items():
             per[m]["spearman_loo"].append(rank_correlation(sc, loo))
-            per[m]["aopc"].append(aopc(deletion_curve(f, f.x, f.baseline, pos, sc, k)))
-        per["random"]["spearman_loo"].append(float(np.nanmean([rank_correlation(d, loo) for d in draws])))
-        per["random"]["aopc"].append(float(np.mean([aopc(deletion_curve(f, f.x, f.baseline, pos, d, k)) for d in draws])))
+            per[m]["aopc"].append(aopc(curves[m]))
+        per["random"]["spearman_loo"].append(float(np.nanmean([rank_correlation(d, loo) for d in draws.values()])))
+        per["random"]["aopc"].append(float(np.mean([aopc(curves[d]) for d in draws])))
         errors.append(a["ig_error"])
     rows = []
     for m, metrics in per.items():
@@ -313,7 +322,7 @@ def attribution_rows(model_name: str, model, readout, tok, sents: list[list[int]
 def random_init_like(model, seed: int):
     """The same architecture with fresh weights (the floor of every number here)."""
     torch.manual_seed(seed)
-    return type(model)(model.config).eval()
+    return type(model)(model.config).eval().requires_grad_(False)
 
 
 def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
@@ -324,6 +333,7 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
     tuned lens is saved in lens_dir (None: `<checkpoint>/tuned_lens/`)."""
     cfg = FlowRunConfig.resolve(config)
     model, tok = plmodels.load(model_path)
+    model.requires_grad_(False)  # gradients are taken with respect to inputs and lens translators only
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; workbench flow needs one")
     _family(PREDICTION_VIEW, model, "the token to predict")
@@ -360,3 +370,54 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
             "config": cfg.to_dict(), "n_sentences": len(sents), "tuned_lens": str(lens_path),
             "seconds": {k: round(v, 1) for k, v in seconds.items()}})
     return tables
+
+
+# ----------------------------------------------------------------------------------- one typed sentence
+def flow_sentence(model, tok, text: str, lens: TunedLens | None = None, k: int = 5,
+                  config: FlowRunConfig | Mapping | None = None) -> dict[str, pd.DataFrame]:
+    """The flow suite's per-sentence view of one typed text (the app's Flow page): the prediction the
+    tables attribute (`ATTRIBUTION_TARGET`: a decoder's last token given the rest, an encoder's one
+    masked word piece, drawn with the config's seed), what each layer would predict there through the
+    logit lens (and the tuned lens, when given), and every attribution method's score of each token.
+
+    -> {"target": one row (position, token, log_prob), "lens": layer, lens, rank, token, prob (top k),
+    "attributions": method, position, token, score (the attributed positions)}."""
+    cfg = FlowRunConfig.resolve(config)
+    ids = tok.encode(text)[: int(model.config.max_positions)]
+    words = [t for t in range(len(ids)) if ids[t] not in tok.special_ids]
+    if len(words) < 2:
+        raise ValueError(f"flow: type at least two word pieces (got {len(words)} in {text!r})")
+    readout = lm_readout(model)
+    a = _attributions(model, readout, tok, torch.tensor(ids), np.random.default_rng(cfg.seed), cfg)
+    inp, p, token = a["input"], a["read"], a["token"]
+    with torch.no_grad():
+        hs = model(inp[None], output_hidden_states=True, **family_of(model).analysis_kwargs).hidden_states
+        H = torch.stack([h[0, p] for h in hs])  # (L+1, D)
+        reads = {"logit": H} | ({"tuned": torch.stack([lens.translate(l, h) for l, h in enumerate(H)])}
+                                if lens is not None else {})
+        rows = []
+        for name, h in reads.items():
+            probs = torch.softmax(readout(h).float(), -1)  # (L+1, V)
+            top = probs.topk(min(k, probs.shape[-1]), -1)
+            rows += [(l, name, r + 1, tok.decode([int(top.indices[l, r])]), float(top.values[l, r]))
+                     for l in range(len(H)) for r in range(top.indices.shape[1])]
+        log_prob = float(a["target"](a["target"].x[None])[0])
+    pieces = [tok.decode([int(i)]) for i in inp]
+    attributions = pd.DataFrame([(m, int(t), pieces[int(t)], float(v)) for m, sc in a["scores"].items()
+                                 for t, v in zip(a["pos"], sc)], columns=["method", "position", "token", "score"])
+    return {"target": pd.DataFrame([(p, tok.decode([token]), log_prob)], columns=["position", "token", "log_prob"]),
+            "lens": pd.DataFrame(rows, columns=["layer", "lens", "rank", "token", "prob"]),
+            "attributions": attributions}
+
+
+def flow_kinds() -> list[str]:
+    """The model kinds the flow suite reads: a family with an LM readout (`Family.residual_logits`) and
+    an entry in `PREDICTION_VIEW` and `ATTRIBUTION_TARGET` for its LM batch form."""
+    return sorted(k for k, f in FAMILIES.items() if f.residual_logits is not None
+                  and f.lm_inputs in PREDICTION_VIEW and f.lm_inputs in ATTRIBUTION_TARGET)
+
+
+def saved_tuned_lens(model, checkpoint: str | Path) -> TunedLens | None:
+    """The tuned lens `flow_model` saved beside `checkpoint` (its tuned_lens/ folder), or None."""
+    folder = Path(checkpoint) / "tuned_lens"
+    return TunedLens.load(folder, lm_readout(model)) if (folder / "tuned_lens.json").is_file() else None

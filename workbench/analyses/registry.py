@@ -28,6 +28,7 @@ from plmodels.config import Config
 from workbench.analyses.amnesic import AmnesicRunConfig, amnesic_model
 from workbench.analyses.cross_heads import CrossHeadsConfig, analyse_cross_heads
 from workbench.analyses.emergence import EmergenceConfig, emergence_cli
+from workbench.analyses.flow import FlowRunConfig, flow_model
 from workbench.analyses.frozen_vs_finetuned import FvFConfig, frozen_vs_finetuned
 from workbench.analyses.gating import GateRunConfig, gate_model
 from workbench.analyses.heads import HeadRunConfig, analyse_heads
@@ -114,6 +115,10 @@ def _pairs(source: Path, config: Config, where: Where) -> Tables:
                              cache_dir=where.cache_dir)
 
 
+def _flow(source: Path, config: Config, where: Where) -> Tables:
+    return flow_model(source, out_dir=where.out_dir, config=config, model_name=where.model_name)
+
+
 _RECORDS = (
     Analysis("probe", ProbeRunConfig, _probe, ("probing", "probing_summary", "mix_weights", "probe_items"),
              "workbench probe MODEL", reads_tasks=True, step_fields=("tasks",)),
@@ -134,6 +139,8 @@ _RECORDS = (
              reads="pretraining_run", reads_tasks=True),
     Analysis("pairs", PairsRunConfig, _pairs, ("minimal_pairs", "minimal_pair_items"),
              "workbench pairs MODEL --out RUN_FOLDER"),
+    Analysis("flow", FlowRunConfig, _flow, ("flow_mi", "flow_lens", "flow_attribution"),
+             "workbench flow MODEL --out RUN_FOLDER"),
 )
 # name -> record, in the order `workbench run` runs them
 ANALYSES: dict[str, Analysis] = {a.name: a for a in _RECORDS}

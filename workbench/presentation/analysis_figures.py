@@ -194,12 +194,26 @@ def gating_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
     return out
 
 
+def flow_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
+    """Per model of a flow run: the token-identity curves, the lens curves and the attribution methods'
+    faithfulness, each beside its floor (workbench.figures.flow)."""
+    out: dict[str, go.Figure] = {}
+    for m in _models(tables["flow_mi"]):
+        out[f"flow_mi_{m}"] = F.flow_mi_figure(tables["flow_mi"], m)
+        if "flow_lens" in tables:
+            out[f"flow_lens_{m}"] = F.flow_lens_figure(tables["flow_lens"], m)
+        if "flow_attribution" in tables:
+            out[f"flow_attribution_{m}"] = F.flow_attribution_figure(tables["flow_attribution"], m)
+    return out
+
+
 # analysis name (workbench.analyses.registry.ANALYSES) -> its figures as Plotly JSON under figures/
 BUILDERS: dict[str, Callable[[Mapping[str, pd.DataFrame]], dict[str, go.Figure]]] = {
     "probe": probing_figures,
     "heads": heads_figures,
     "amnesic": amnesic_figures,
     "gate": gating_figures,
+    "flow": flow_figures,
 }
 # analysis name -> one figure written as a standalone page, out_dir/<name>.html (offline, no CDN)
 PAGES: dict[str, Callable[[Mapping[str, pd.DataFrame]], go.Figure]] = {

@@ -9,9 +9,14 @@ import plmodels
 from plmodels.checkpoint import build_model
 from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
-from workbench.analyses.flow import ATTR_COLUMNS, LENS_COLUMNS, MI_COLUMNS, FlowRunConfig, flow_model
+from probes.lens import TunedLens, lm_readout
+from workbench.analyses.flow import (ATTR_COLUMNS, ATTRIBUTION_METHODS, LENS_COLUMNS, MI_COLUMNS, FlowRunConfig,
+                                     flow_model, flow_sentence)
+from workbench.analyses.registry import ANALYSES
 from workbench.core.paths import data_root
 from workbench.data.tasks import ud_sentences
+from workbench.presentation.analysis_figures import flow_figures
+from workbench.presentation.report import flow_section
 
 pytestmark = pytest.mark.skipif(not (data_root() / "ud_english_ewt").is_dir(), reason="data root missing")
 
@@ -76,3 +81,56 @@ def test_bad_config_names_the_field():
         FlowRunConfig(estimators=("kmeans", "gzip"))
     with pytest.raises(ValueError, match="n_tokens"):
         FlowRunConfig.resolve({"n_tokens": 0})
+
+
+def test_figures_draw_each_curve_beside_its_floor(tables):
+    t, _ = tables
+    figs = flow_figures(t)
+    assert set(figs) == {"flow_mi_tiny", "flow_lens_tiny", "flow_attribution_tiny"}
+    names = {tr.name for tr in figs["flow_mi_tiny"].data}
+    assert {"kmeans: trained", "kmeans: random init (floor)", "kmeans: shuffled tokens (floor)"} <= names
+    mi = t["flow_mi"]
+    want = mi[(mi.metric == "mi_bits") & (mi.label == "input") & (mi.estimator == "kmeans") & (mi.variant == "trained")
+              & (mi.control == "none")].sort_values("layer").value.to_numpy()
+    drawn = next(tr for tr in figs["flow_mi_tiny"].data if tr.name == "kmeans: trained")
+    np.testing.assert_allclose(drawn.y, want)  # the first panel is the input token's
+    assert "random init, logit lens (floor)" in {tr.name for tr in figs["flow_lens_tiny"].data}
+    assert "random" in set(figs["flow_attribution_tiny"].data[0].x)
+
+
+def test_report_section_reads_the_tables_beside_their_floors(tables):
+    _, out = tables
+    s = flow_section(out / "run")
+    assert not s.missing and len(s.figs) == 3
+    mi = s.findings[0]
+    assert mi.startswith("tiny: input-token MI (kmeans)") and "random init" in mi and "shuffled-token control" in mi
+    assert "clears the random floor" in s.findings[1]
+    assert flow_section(out / "nothing").missing == ["flow_mi"]
+
+
+def test_the_pipeline_knows_the_flow_record():
+    rec = ANALYSES["flow"]
+    assert rec.config_class is FlowRunConfig and set(rec.tables) == {"flow_mi", "flow_lens", "flow_attribution"}
+
+
+def test_one_typed_sentence_lens_and_attributions(decoder, tables):
+    _, out = tables
+    model, tok = plmodels.load(decoder)
+    model.eval()
+    text = "the man said that he would go home"
+    got = flow_sentence(model, tok, text, lens=TunedLens.load(out / "lens", lm_readout(model)), k=3)
+    ids = tok.encode(text)
+    p = len(ids) - 2  # a decoder: the last token given the rest, read at the position before it
+    with torch.no_grad():
+        own = model(torch.tensor([ids])).logits[0, p].log_softmax(-1)
+    target = got["target"].iloc[0]
+    assert target.position == p and target.log_prob == pytest.approx(float(own[ids[-1]]), abs=1e-4)
+    lens = got["lens"]
+    assert set(lens.lens) == {"logit", "tuned"} and lens.layer.max() == model.config.n_layers
+    top = lens[(lens.layer == lens.layer.max()) & (lens["rank"] == 1)]
+    assert set(top.token) == {tok.decode([int(own.argmax())])}  # both lenses are the model at the top layer
+    attr = got["attributions"]
+    assert set(attr.method) == set(ATTRIBUTION_METHODS)
+    assert sorted(attr.position.unique()) == [t for t in range(1, p + 1) if ids[t] not in tok.special_ids]
+    with pytest.raises(ValueError, match="two word pieces"):
+        flow_sentence(model, tok, "", k=3)

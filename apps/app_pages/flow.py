@@ -1,0 +1,63 @@
+"""Flow: how information moves through one model (docs/flow.md). The run's Voita et al. (2019)
+token-identity curves, logit and tuned lens, and the attribution methods' faithfulness, each beside
+its floor; then, for a sentence the user types, the lens' top tokens per layer and every attribution
+method's token scores side by side."""
+
+import streamlit as st
+
+from apps import common
+from workbench.analyses.flow import flow_kinds, flow_sentence, saved_tuned_lens
+from workbench.figures import flow as FF
+
+DEFAULT_TEXT = "The cat sat on the mat because it was tired ."
+
+
+@st.cache_data(show_spinner="Running the model...", max_entries=32)
+def sentence(path: str, text: str, k: int):
+    """flow_sentence of a checkpoint on one text, with its tuned lens where the flow step saved one."""
+    m, tok = common.model(path)
+    return flow_sentence(m, tok, text, lens=saved_tuned_lens(m, path), k=k)
+
+
+def main() -> None:
+    st.title("Flow")
+    run = common.current_run()
+    if run is None:
+        return
+    cards = common.view("model_cards", run)
+    cards = cards[cards["kind"].isin(flow_kinds())] if len(cards) else cards
+    if not len(cards):
+        common.no_results("flow_mi", "flow")
+        return
+    name = common.choose("Model", {f"{n} ({k})": n for n, k in zip(cards["name"], cards["kind"])}, "flow_model")
+    mi, lens, attr = (common.view("table", run, t) for t in ("flow_mi", "flow_lens", "flow_attribution"))
+    if mi is None or not (mi["model"] == name).any():
+        common.no_results("flow_mi", "flow")
+    else:
+        st.plotly_chart(FF.flow_mi_figure(mi, name), width="stretch")
+        st.plotly_chart(FF.flow_lens_figure(lens, name), width="stretch")
+        st.plotly_chart(FF.flow_attribution_figure(attr, name), width="stretch")
+    st.subheader("One sentence")
+    path = cards.set_index("name").loc[name, "path"]
+    k = int(st.number_input("Top k", 1, 10, 3, key="flow_k"))
+    text = st.text_input("Text", DEFAULT_TEXT, key="flow_text")
+    try:
+        out = sentence(path, text, k)
+    except ValueError as e:
+        st.warning(str(e))
+        return
+    t = out["target"].iloc[0]
+    st.caption(f"Attributed prediction: token {t['token']!r} at position {t['position']}, "
+               f"log p = {t['log_prob']:.2f} (docs/flow.md: a decoder's last token given the rest, "
+               "an encoder's one masked word piece).")
+    left, right = st.columns(2)
+    lens_top = out["lens"].assign(cell=lambda d: d["token"] + " (" + d["prob"].round(2).astype(str) + ")")
+    for col, (name_, g) in zip((left, right), lens_top.groupby("lens", sort=False)):
+        col.markdown(f"**{name_} lens: top tokens per layer**")
+        col.dataframe(g.pivot(index="layer", columns="rank", values="cell"), width="stretch")
+    st.plotly_chart(FF.flow_sentence_figure(out["attributions"]), width="stretch")
+    st.dataframe(out["attributions"].pivot(index="method", columns="position", values="score").round(4),
+                 width="stretch")
+
+
+main()

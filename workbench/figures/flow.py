@@ -1,0 +1,95 @@
+"""Figures of the flow suite (docs/flow.md): Voita et al.'s (2019) token-identity curves, the logit and
+tuned lens per layer (nostalgebraist 2020; Belrose et al. 2023), the attribution methods' faithfulness
+(Abnar & Zuidema 2020; Sundararajan et al. 2017), each beside its floor, and one typed sentence's lens
+and attributions side by side. Built from the `flow_mi`, `flow_lens` and `flow_attribution` tables and
+from `workbench.analyses.flow.flow_sentence`'s frames."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from workbench.figures.layers import PALETTE
+
+# (variant, control) -> (legend words, line dash): the trained model and its two floors
+MI_LINES = {("trained", "none"): ("trained", "solid"), ("random_init", "none"): ("random init (floor)", "dash"),
+            ("trained", "shuffled"): ("shuffled tokens (floor)", "dot")}
+LENS_METRICS = {"kl": "KL(final || lens), nats", "top1_agree": "top-1 agreement with the final layer",
+                "lm_loss": "LM loss through the lens, nats"}
+
+
+def _band(g: pd.DataFrame) -> dict:
+    return dict(type="data", array=(g["ci_high"] - g["value"]).clip(lower=0),
+                arrayminus=(g["value"] - g["ci_low"]).clip(lower=0))
+
+
+def flow_mi_figure(mi: pd.DataFrame, model: str, metric: str = "mi_bits") -> go.Figure:
+    """Per layer, the MI of the representation with the input token and with the token to predict
+    (one panel each), per estimator: the trained model (95% interval over sentences) beside the
+    random-init model and the shuffled-token control."""
+    d = mi[(mi["model"] == model) & (mi["metric"] == metric)]
+    labels = [x for x in ("input", "predict") if x in set(d["label"])]
+    fig = make_subplots(rows=1, cols=max(len(labels), 1), subplot_titles=[
+        {"input": "the input token", "predict": "the token to predict"}[x] for x in labels])
+    for c, label in enumerate(labels, start=1):
+        for e, est in enumerate(sorted(d["estimator"].unique())):
+            for (variant, control), (words, dash) in MI_LINES.items():
+                g = d[(d["label"] == label) & (d["estimator"] == est) & (d["variant"] == variant)
+                      & (d["control"] == control)].sort_values("layer")
+                if g.empty:
+                    continue
+                fig.add_trace(go.Scatter(x=g["layer"], y=g["value"], error_y=_band(g), mode="lines+markers",
+                                         name=f"{est}: {words}", legendgroup=f"{est}{variant}{control}",
+                                         showlegend=c == 1, line=dict(color=PALETTE[e], dash=dash)), 1, c)
+        fig.update_xaxes(title_text="layer", dtick=1, row=1, col=c)
+    fig.update_yaxes(title_text={"mi_bits": "I(layer; token), bits", "mi_fraction": "I / H(token)"}.get(metric, metric),
+                     row=1, col=1)
+    return fig.update_layout(title=f"{model}: token identity and the token to predict per layer (Voita et al. 2019)",
+                             height=420)
+
+
+def flow_lens_figure(lens: pd.DataFrame, model: str) -> go.Figure:
+    """Per layer, the logit and tuned lens' KL to the final distribution, top-1 agreement and LM loss
+    (95% intervals over sentences), beside the random-init model's logit lens."""
+    d = lens[lens["model"] == model]
+    metrics = [m for m in LENS_METRICS if m in set(d["metric"])]
+    fig = make_subplots(rows=1, cols=max(len(metrics), 1), subplot_titles=[LENS_METRICS[m] for m in metrics])
+    lines = [("trained", "logit", "logit lens", PALETTE[0], "solid"), ("trained", "tuned", "tuned lens", PALETTE[1], "solid"),
+             ("random_init", "logit", "random init, logit lens (floor)", PALETTE[7], "dash")]
+    for c, metric in enumerate(metrics, start=1):
+        for variant, name, words, color, dash in lines:
+            g = d[(d["metric"] == metric) & (d["variant"] == variant) & (d["lens"] == name)].sort_values("layer")
+            if g.empty:
+                continue
+            fig.add_trace(go.Scatter(x=g["layer"], y=g["value"], error_y=_band(g), mode="lines+markers", name=words,
+                                     legendgroup=words, showlegend=c == 1, line=dict(color=color, dash=dash)), 1, c)
+        fig.update_xaxes(title_text="layer", dtick=1, row=1, col=c)
+    return fig.update_layout(title=f"{model}: what each layer would predict (logit and tuned lens)", height=420)
+
+
+def flow_attribution_figure(attr: pd.DataFrame, model: str) -> go.Figure:
+    """Each attribution method's faithfulness, Spearman with leave-one-out and AOPC (95% intervals over
+    sentences), the random attribution (the floor) in grey."""
+    d = attr[attr["model"] == model]
+    panels = [("spearman_loo", "Spearman with leave-one-out"), ("aopc", "AOPC of the deletion curve, nats")]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=[t for _, t in panels])
+    for c, (metric, _) in enumerate(panels, start=1):
+        g = d[d["metric"] == metric]
+        colors = [PALETTE[7] if m == "random" else PALETTE[0] for m in g["method"]]
+        fig.add_trace(go.Bar(x=g["method"], y=g["value"], error_y=_band(g), marker_color=colors, showlegend=False), 1, c)
+    n = int(d["n_items"].max()) if len(d) else 0
+    return fig.update_layout(title=f"{model}: faithfulness of the attribution methods ({n} sentences; grey: random)",
+                             height=420)
+
+
+def flow_sentence_figure(attributions: pd.DataFrame) -> go.Figure:
+    """One sentence's attributions: methods (rows) x input tokens (columns), each method's scores
+    scaled by their largest magnitude so the methods share one colour scale."""
+    wide = attributions.pivot(index="method", columns="position", values="score")
+    tokens = attributions.drop_duplicates("position").set_index("position").loc[wide.columns, "token"]
+    scaled = wide.div(wide.abs().max(axis=1).where(lambda s: s > 0, 1.0), axis=0)
+    fig = go.Figure(go.Heatmap(z=scaled.to_numpy(), x=[f"{p}:{t}" for p, t in zip(wide.columns, tokens)],
+                               y=list(wide.index), colorscale="RdBu_r", zmid=0, zmin=-1, zmax=1,
+                               customdata=wide.to_numpy(), hovertemplate="%{y} %{x}: %{customdata:.4f}<extra></extra>"))
+    return fig.update_layout(title="Attribution of the prediction to each input token (scaled per method)",
+                             height=120 + 40 * len(wide))

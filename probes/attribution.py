@@ -11,7 +11,7 @@ Methods (each returns a (T,) score per input position for one target):
   `FLOW_SCALE`; tests/probes/test_attribution.py checks it against networkx's float max-flow).
 - value zeroing (Mohebbi, Zuidema, Chrupała & Alishahi 2023, "Quantifying Context Mixing in
   Transformers"): at layer l, zero token j's value vectors in every head and read how far each token
-  i's layer output moves (cosine distance); rows normalised to sum 1 give a mixing matrix per layer,
+  i's layer output (block l's `resid_post`) moves (cosine distance); rows normalised to sum 1 give a mixing matrix per layer,
   rolled out as above without the added residual (the block output already holds it).
 - input x gradient (Shrikumar et al. 2017; Denil et al. 2014): sum_d x_td dF/dx_td at the embed site.
 - integrated gradients (Sundararajan, Taly & Yan 2017): (x - x') . int_0^1 dF(x' + a (x - x'))/dx da,
@@ -232,33 +232,45 @@ def rank_correlation(scores: np.ndarray, reference: np.ndarray) -> float:
     return float(spearmanr(scores, reference).statistic)
 
 
-@torch.no_grad()
-def value_zeroing(hooked, run: Callable[[torch.Tensor], tuple[torch.Tensor, ...]], ids: torch.Tensor) -> np.ndarray:
-    """(L, T, T) value-zeroing mixing matrices of one sentence ids (T,) (Mohebbi et al. 2023):
-    M_l[i, j] = 1 - cos(h_l(i), h_l(i | v_j = 0 at layer l)), rows normalised to sum 1.
-    run(ids (S, T)) -> the L+1 hidden states (S, T, D) of `hooked`'s forward.
+class _Stop(Exception):
+    """Raised by a hook to end a forward once the layer it needs is computed."""
 
-    One forward of L T + 1 rows: row l T + j zeroes token j's values at layer l only (the layers below
-    it run intact, so its layer-l output is the one-layer intervention's), the last row is the intact
-    sentence, run in the same batch so that batch-size round-off cancels."""
+
+@torch.no_grad()
+def value_zeroing(hooked, run: Callable[[torch.Tensor], object], ids: torch.Tensor) -> np.ndarray:
+    """(L, T, T) value-zeroing mixing matrices of one sentence ids (T,) (Mohebbi et al. 2023):
+    M_l[i, j] = 1 - cos(h_l(i), h_l(i | v_j = 0 at layer l)), rows normalised to sum 1, h_l the output
+    of block l (its `blocks.{l}.resid_post` site). run(ids (S, T)) runs `hooked`'s forward.
+
+    Per layer l one forward of T + 1 rows (row j zeroes token j's values at layer l, the last row is
+    the intact sentence, in the same batch so that batch-size round-off cancels), stopped once block
+    l is computed: the layers above it would be thrown away (for L = 4 this does 10 of the 16 block
+    passes that one forward of all L T + 1 rows through every layer does)."""
     T = ids.shape[0]
-    L = hooked.config.n_layers
-    batch = ids[None].expand(L * T + 1, -1)
+    batch = ids[None].expand(T + 1, -1)
     rows = torch.arange(T)
 
-    def zero_own(l: int) -> Callable[[torch.Tensor, str], torch.Tensor]:
-        def hook(v: torch.Tensor, name: str) -> torch.Tensor:  # v (L T + 1, T, H, Dh)
-            v = v.clone()
-            v[l * T + rows, rows] = 0.0
-            return v
-        return hook
+    def zero_own(v: torch.Tensor, name: str) -> torch.Tensor:  # v (T+1, T, H, Dh)
+        v = v.clone()
+        v[rows, rows] = 0.0
+        return v
 
-    with hooked.hooks([(f"blocks.{l}.attn.v", zero_own(l)) for l in range(L)]):
-        hs = run(batch)
+    L = hooked.config.n_layers
     out = np.zeros((L, T, T))
     for l in range(L):
-        h = hs[l + 1].double()  # float32 cosines of equal vectors miss 1 by ~1e-7, as large as a faint real effect
-        dist = 1.0 - F.cosine_similarity(h[l * T: (l + 1) * T], h[L * T:].expand(T, -1, -1), dim=-1)  # (j, i)
+        seen: list[torch.Tensor] = []
+
+        def stop(h: torch.Tensor, name: str) -> torch.Tensor:
+            seen.append(h)
+            raise _Stop
+
+        with hooked.hooks([(f"blocks.{l}.attn.v", zero_own), (f"blocks.{l}.resid_post", stop)]):
+            try:
+                run(batch)
+            except _Stop:
+                pass
+        h = seen[0].double()  # (T+1, T, D); float32 cosines of equal vectors miss 1 by ~1e-7, as large as a faint real effect
+        dist = 1.0 - F.cosine_similarity(h[:T], h[T:].expand(T, -1, -1), dim=-1)  # (j, i)
         m = dist.T.clamp_min(0).numpy()  # (i, j)
         out[l] = m / np.where(m.sum(-1, keepdims=True) > 0, m.sum(-1, keepdims=True), 1.0)
     return out

@@ -91,28 +91,25 @@ class TunedLens:
         with torch.no_grad():
             target = F.log_softmax((self.readout(hidden[-1]) if final is None else final).float(), -1)  # (N, V)
         gen = torch.Generator().manual_seed(self.seed)
-        B = min(self.batch_size, N)
-        # every layer's batch indices, drawn in the order of training one layer after the other
-        idx = torch.randint(0, N, (L, self.n_steps, B), generator=gen)
-        # all layers train in one step: one readout call on (L B, D) rows; the loss is the sum of the
-        # layers' losses, so each layer's gradient, and Adam's elementwise update of it, is its own
-        W = torch.zeros(L, D, D, requires_grad=True)
-        b = torch.zeros(L, 1, D, requires_grad=True)
-        opt = torch.optim.Adam([W, b], lr=self.lr)
-        layers = torch.arange(L)[:, None]
-        per_layer = torch.zeros(L)
-        for s in range(self.n_steps):
-            h = hidden[layers, idx[:, s]]  # (L, B, D)
-            logq = F.log_softmax(self.readout(h + h @ W.transpose(1, 2) + b).float(), -1)  # (L, B, V)
-            tgt = target[idx[:, s]]  # (L, B, V)
-            per_layer = (tgt.exp() * (tgt - logq)).sum(-1).mean(-1)  # (L,) batch-mean KL(p_final || p_l)
-            # gradients of W and b only: the readout's own weights (the (V, D) unembedding) are
-            # neither trained nor given a .grad, which spares a third of each step's work
-            W.grad, b.grad = torch.autograd.grad(per_layer.sum(), [W, b])
-            opt.step()
-        self.weight_ = W.detach() if L else torch.zeros(0, D, D)
-        self.bias_ = b.detach()[:, 0] if L else torch.zeros(0, D)
-        kls = [float(v) for v in per_layer.detach()][:L]
+        weights, biases, kls = [], [], []
+        for l in range(L):  # one layer at a time: a (batch, V) step stays in cache; all layers at once ran 1.6x slower
+            W = torch.zeros(D, D, requires_grad=True)
+            b = torch.zeros(D, requires_grad=True)
+            opt = torch.optim.Adam([W, b], lr=self.lr)
+            for _ in range(self.n_steps):
+                idx = torch.randint(0, N, (min(self.batch_size, N),), generator=gen)
+                h = hidden[l, idx]
+                logq = F.log_softmax(self.readout(h + h @ W.T + b).float(), -1)
+                loss = F.kl_div(logq, target[idx], log_target=True, reduction="batchmean")
+                # gradients of W and b only: the readout's own weights (the (V, D) unembedding) are
+                # neither trained nor given a .grad
+                W.grad, b.grad = torch.autograd.grad(loss, [W, b])
+                opt.step()
+            weights.append(W.detach())
+            biases.append(b.detach())
+            kls.append(float(loss.detach()))
+        self.weight_ = torch.stack(weights) if weights else torch.zeros(0, D, D)
+        self.bias_ = torch.stack(biases) if biases else torch.zeros(0, D)
         self.train_kl_ = kls
         return self
 

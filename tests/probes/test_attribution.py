@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from plmodels.decoder import Decoder, DecoderConfig
+from plmodels.encoder import Encoder, EncoderConfig
 from probes.attribution import (EmbedTarget, aopc, attention_flow, deletion_curve, faithfulness,
                                 flow_capacities, input_x_gradient, integrated_gradients, leave_one_out,
                                 rank_correlation, rollout, value_zeroing)
@@ -129,7 +130,7 @@ def test_faithfulness_in_one_pass_equals_the_calls_one_by_one():
 
 
 def value_zeroing_per_layer(model, run, ids: torch.Tensor) -> np.ndarray:
-    """The definition one layer at a time (T + 1 rows per forward): the reference of the batched form."""
+    """The definition: per layer, a full forward of T + 1 rows, read in its hidden states."""
     T, L = ids.shape[0], model.config.n_layers
     rows = torch.arange(T)
 
@@ -147,10 +148,12 @@ def value_zeroing_per_layer(model, run, ids: torch.Tensor) -> np.ndarray:
     return out
 
 
-def test_value_zeroing_in_one_forward_equals_the_per_layer_definition():
+@pytest.mark.parametrize("make", [Decoder, Encoder], ids=["decoder", "encoder"])
+def test_value_zeroing_stopped_at_each_layer_equals_the_full_forward_definition(make):
     torch.manual_seed(0)
-    model = Decoder(DecoderConfig(vocab_size=50, d_model=32, n_layers=3, n_heads=4, d_ff=64,
-                                  max_positions=16, dropout=0.0)).eval()
+    config = {Decoder: DecoderConfig, Encoder: EncoderConfig}[make]
+    model = make(config(vocab_size=50, d_model=32, n_layers=3, n_heads=4, d_ff=64, max_positions=16,
+                        dropout=0.0)).eval()
     ids = torch.tensor([3, 17, 8, 22, 41, 9])
     run = lambda batch: model(batch, output_hidden_states=True).hidden_states
     with torch.no_grad():

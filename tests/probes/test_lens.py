@@ -73,7 +73,7 @@ def test_lens_metrics_by_definition():
 
 
 def fit_one_layer_at_a_time(readout, hidden, n_steps, lr, batch_size, seed):
-    """The tuned lens' definition, layer by layer with its own Adam (the reference of the joint fit)."""
+    """The tuned lens' definition, layer by layer with its own Adam and loss.backward()."""
     L, N, D = hidden.shape[0] - 1, hidden.shape[1], hidden.shape[2]
     target = torch.log_softmax(readout(hidden[-1]).detach(), -1)
     gen = torch.Generator().manual_seed(seed)
@@ -93,7 +93,7 @@ def fit_one_layer_at_a_time(readout, hidden, n_steps, lr, batch_size, seed):
     return out
 
 
-def test_joint_fit_equals_one_layer_at_a_time():
+def test_fit_equals_the_definition_and_leaves_the_readout_without_grad():
     torch.manual_seed(0)
     head = torch.nn.Linear(8, 12).requires_grad_(False)
     hidden = torch.randn(4, 300, 8)
@@ -104,3 +104,6 @@ def test_joint_fit_equals_one_layer_at_a_time():
         torch.testing.assert_close(lens.bias_[l], b, atol=1e-5, rtol=1e-4)
     assert lens.weight_[0].abs().max() > 1e-3  # the translators did move from 0
     assert not torch.allclose(lens.weight_[0], lens.weight_[1])  # and each layer is its own
+    trainable = torch.nn.Linear(8, 12)
+    TunedLens(readout=trainable, n_steps=2, seed=5).fit(hidden)
+    assert trainable.weight.grad is None  # only the translators get gradients

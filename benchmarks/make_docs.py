@@ -235,6 +235,24 @@ def leace(d: Result) -> tuple[str, str]:
     return text, met(d["ours_s"] < d["target_s"])
 
 
+def flow_suite(d: Result) -> tuple[str, str]:
+    s, c = d["suite"], d["config"]
+    stages = ", ".join(f"{k} {v:.0f} s" for k, v in s["stages"].items())
+    text = (f"{c['n_sentences']} EWT test sentences, attribution of {c['attr_sentences']} (IG {c['ig_steps']} nodes, "
+            f"flow a max-flow per input to one target), {d['kind']} of the demo: **{s['seconds']:.0f} s** wall, "
+            f"{s['cpu_seconds']:.0f} s CPU of this process, one torch thread ({stages}; load "
+            f"{load1(d.get('meta', {}).get('load_before'))} before); the verdict is the wall time's, the CPU time "
+            f"is {'within' if s['cpu_seconds'] <= d['budget_s'] else 'over'} the {d['budget_s']:.0f} s")
+    return text, met(s["within_budget"])
+
+
+def flow_pairs(d: Result) -> str:
+    names = {"attribution": f"attribution of {d['pair_sentences']} sentences", "kmeans_layer": "k-means MI + control, "
+             "one layer", "tuned_lens": "tuned-lens steps"}
+    return "; ".join(f"{names[k]}: old {d[k]['old_s']:.2f} s, new **{d[k]['new_s']:.2f} s** "
+                     f"({d[k]['old_over_new']:.1f}x, max diff {d[k]['max_abs_diff']:.1e})" for k in names if k in d)
+
+
 def structural(d: Result) -> str:
     s = d["shape"]
     return (f"{s['layers']} layers x {s['words']:,} words x {s['d']} ({s['sentences']:,} sentences), {d['epochs']} "
@@ -329,6 +347,9 @@ TARGETS = (
     Row("LEACE per layer in seconds (< 5 s): one MiniLM-sized layer, 20,000 words x 384, against "
         "EleutherAI's concept-erasure (#65)", "leace.json", "python benchmarks/bench_leace.py --rounds 5 --threads 2",
         leace),
+    Row("one mini checkpoint's flow suite (MI curves, lenses, attribution on 200 sentences; attention flow and "
+        "integrated gradients for one target position a sentence) within 3 min (180 s) (#78)", "flow_suite.json",
+        "python benchmarks/bench_flow.py MODEL --no-pairs --out benchmarks/results/flow_suite.json", flow_suite),
 )
 
 REPORTS = (
@@ -376,6 +397,9 @@ REPORTS = (
     Row("the same under bf16 autocast, targets from a real token cache (issue 11)", "adaptive_bf16.json",
         "python benchmarks/bench_adaptive.py --rounds 8 --threads 2 --bf16 --ids <run>/cache/<train>.ids "
         "--out benchmarks/results/adaptive_bf16.json", adaptive),
+    Row("the flow suite's batched stages against the per-sentence path they replaced (c9eee1b), paired in one "
+        "process, one torch thread (issue 78)", "flow.json",
+        "python benchmarks/bench_flow.py MODEL --no-suite --rounds 2 --pair-sentences 5", flow_pairs),
 )
 
 

@@ -237,7 +237,8 @@ def leace(d: Result) -> tuple[str, str]:
 
 def flow_suite(d: Result) -> tuple[str, str]:
     s, c = d["suite"], d["config"]
-    stages = ", ".join(f"{k} {v:.0f} s" for k, v in s["stages"].items())
+    cpu = s.get("stages_cpu", {})
+    stages = ", ".join(f"{k} {v:.0f} s" + (f" ({cpu[k]:.0f} s CPU)" if k in cpu else "") for k, v in s["stages"].items())
     text = (f"{c['n_sentences']} EWT test sentences, attribution of {c['attr_sentences']} (IG {c['ig_steps']} nodes, "
             f"flow a max-flow per input to one target), {d['kind']} of the demo: **{s['seconds']:.0f} s** wall, "
             f"{s['cpu_seconds']:.0f} s CPU of this process, one torch thread ({stages}; load "

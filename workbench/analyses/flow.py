@@ -11,7 +11,7 @@ dev split as the tuned lens' held-out training text), runs `probes.flow`, `probe
 
 - `flow_mi`: model, variant ("trained" | "random_init"), estimator ("kmeans" | "probe"), label ("input"
   | "predict"), control ("none" | "shuffled"), layer, metric ("mi_bits" | "entropy_bits" |
-  "mi_fraction"), value, ci_low, ci_high (bootstrap over sentences; NaN for entropy and fraction), seed.
+  "mi_fraction"), value, ci_low, ci_high (bootstrap over sentences; NaN for entropy), seed.
 - `flow_lens`: model, variant, lens ("logit" | "tuned"), layer, metric ("kl" | "top1_agree" |
   "lm_loss"), value, ci_low, ci_high, seed.
 - `flow_attribution`: model, method ("rollout" | "flow" | "value_zeroing" | "input_x_gradient" |
@@ -21,7 +21,11 @@ dev split as the tuned lens' held-out training text), runs `probes.flow`, `probe
 What differs per family is read off its LM batch form (`Family.lm_inputs`, plmodels/families.py)
 in two tables beside the family's lens readout (`Family.residual_logits`): `PREDICTION_VIEW` (which
 positions predict which token, on what input) and `ATTRIBUTION_TARGET` (the one prediction per sentence
-whose inputs are attributed), "masked" (an MLM encoder) and "causal" (a decoder) today.
+whose inputs are attributed), "masked" (an MLM encoder) and "causal" (a decoder) today (`flow_kinds`).
+
+`flow_run.json` beside the tables records the config, the checkpoint hash and each stage's wall and CPU
+seconds. `flow_sentence` is the same suite's view of one typed text (the app's Flow page): the
+attributed prediction, the lens' top tokens per layer, every method's score of each token.
 """
 from __future__ import annotations
 

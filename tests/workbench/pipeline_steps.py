@@ -1,6 +1,6 @@
 """Stand-in steps for the tests of `workbench.pipeline.run_steps_parallel`: `build(cfg)` makes one step per
 entry of cfg["fake"] ({name: {"after": [...], "sleep": s, "fail": message | None}}). Each step records
-its process id in <run_dir>/<name>.pid when it starts, and in <run_dir>/<name>.json when it started and ended, its process id and its torch thread count, sleeps,
+its process id in <run_dir>/<name>.pid when it starts, and in <run_dir>/<name>.json when it started and ended, its process id, its torch thread count and its BLAS/OpenMP pools' thread counts, sleeps,
 then fails with ValueError(message) or returns {"slept": s}. A module-level function, so that a step's
 process (a forkserver child) can find it by reference."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import torch
+from threadpoolctl import threadpool_info
 
 from workbench.pipeline import Context, Step
 
@@ -20,7 +21,9 @@ def _fn(name: str, spec: dict):
         t0 = time.time()
         (Path(ctx.run_dir) / f"{name}.pid").write_text(str(os.getpid()))
         time.sleep(spec.get("sleep", 0.0))
-        record = {"start": t0, "end": time.time(), "pid": os.getpid(), "threads": torch.get_num_threads()}
+        blas = {p["num_threads"] for p in threadpool_info()}
+        record = {"start": t0, "end": time.time(), "pid": os.getpid(), "threads": torch.get_num_threads(),
+                  "blas_threads": sorted(blas)}
         (Path(ctx.run_dir) / f"{name}.json").write_text(json.dumps(record))
         if spec.get("fail"):
             raise ValueError(spec["fail"])

@@ -45,6 +45,7 @@ def test_steps_run_at_once_each_after_what_it_reads(tmp_path):
     assert c["start"] >= b["end"]                                     # after what it reads
     assert len({a["pid"], b["pid"], c["pid"], os.getpid()}) == 4      # a process each
     assert {r["threads"] for r in (a, b, c)} == {worker_threads(2)}
+    assert {t for r in (a, b, c) for t in r["blas_threads"]} == {worker_threads(2)}
     assert {n: s["status"] for n, s in info["steps"].items()} == {"a": "done", "b": "done", "c": "done"}
     assert info["steps"]["b"]["outputs"] == {"slept": 2.0} and info["steps"]["b"]["key"] == "key-b"
     on_disk = json.loads((tmp_path / "run.json").read_text())["steps"]

@@ -92,6 +92,7 @@ class RunConfig(Config):
     emergence: dict | None = None                    # {"models", "config"}
     pairs: dict | None = None                        # {"models", "config"}: minimal pairs (docs/behaviour.md)
     flow: dict | None = None                         # {"models", "config"}: information flow (docs/flow.md)
+    interventions: dict | None = None                # {"models", "config"}: agreement mediation (docs/interventions.md)
     # {} (or {"eval_sequences": n}): each pretrained model's held-out LM loss beside a unigram and a
     # bigram loss on the same targets (workbench/analyses/competence.py), the report's competence line
     competence: dict | None = None

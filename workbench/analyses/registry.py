@@ -32,6 +32,7 @@ from workbench.analyses.flow import FlowRunConfig, flow_model
 from workbench.analyses.frozen_vs_finetuned import FvFConfig, frozen_vs_finetuned
 from workbench.analyses.gating import GateRunConfig, gate_model
 from workbench.analyses.heads import HeadRunConfig, analyse_heads
+from workbench.analyses.interventions import InterventionsConfig, interventions_model
 from workbench.analyses.minimal_pairs import PairsRunConfig, score_pairs_model
 from workbench.analyses.probing import ProbeRunConfig, probe_model
 from workbench.analyses.prune import PruneRunConfig, prune_model_cli
@@ -119,6 +120,10 @@ def _flow(source: Path, config: Config, where: Where) -> Tables:
     return flow_model(source, out_dir=where.out_dir, config=config, model_name=where.model_name)
 
 
+def _interventions(source: Path, config: Config, where: Where) -> Tables:
+    return interventions_model(source, out_dir=where.out_dir, config=config, model_name=where.model_name)
+
+
 _RECORDS = (
     Analysis("probe", ProbeRunConfig, _probe, ("probing", "probing_summary", "mix_weights", "probe_items"),
              "workbench probe MODEL", reads_tasks=True, step_fields=("tasks",)),
@@ -141,6 +146,8 @@ _RECORDS = (
              "workbench pairs MODEL --out RUN_FOLDER"),
     Analysis("flow", FlowRunConfig, _flow, ("flow_mi", "flow_lens", "flow_attribution"),
              "workbench flow MODEL --out RUN_FOLDER"),
+    Analysis("interventions", InterventionsConfig, _interventions, ("interventions", "interventions_attribution"),
+             "workbench patch MODEL --out RUN_FOLDER"),
 )
 # name -> record, in the order `workbench run` runs them
 ANALYSES: dict[str, Analysis] = {a.name: a for a in _RECORDS}

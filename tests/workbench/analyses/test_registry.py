@@ -64,7 +64,8 @@ def test_step_fields_override_the_config_and_the_result_stays_typed(tmp_path):
 def test_every_run_config_section_is_a_registered_analysis_or_a_named_step():
     fields = set(pipeline.RunConfig.__dataclass_fields__)
     assert set(ANALYSES) <= fields
-    others = {"name", "seed", "models", "results_root", "tasks", "finetune", "compare", "competence", "report", "zoo"}
+    others = {"name", "seed", "models", "results_root", "tasks", "finetune", "compare", "competence", "report", "zoo",
+              "workers"}
     assert fields - set(ANALYSES) == others
 
 

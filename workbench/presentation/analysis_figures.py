@@ -207,6 +207,18 @@ def flow_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
     return out
 
 
+def interventions_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
+    """Per model of an interventions run: the swap-number NIE per layer and site and per head, with
+    intervals, beside the random-init model and the same-number control (workbench.figures.interventions)."""
+    t = tables["interventions"]
+    out: dict[str, go.Figure] = {}
+    for m in _models(t):
+        out[f"interventions_layers_{m}"] = F.interventions_layers_figure(t, m)
+        if (t[t["model"] == m]["head"] >= 0).any():
+            out[f"interventions_heads_{m}"] = F.interventions_heads_figure(t, m)
+    return out
+
+
 # analysis name (workbench.analyses.registry.ANALYSES) -> its figures as Plotly JSON under figures/
 BUILDERS: dict[str, Callable[[Mapping[str, pd.DataFrame]], dict[str, go.Figure]]] = {
     "probe": probing_figures,
@@ -214,6 +226,7 @@ BUILDERS: dict[str, Callable[[Mapping[str, pd.DataFrame]], dict[str, go.Figure]]
     "amnesic": amnesic_figures,
     "gate": gating_figures,
     "flow": flow_figures,
+    "interventions": interventions_figures,
 }
 # analysis name -> one figure written as a standalone page, out_dir/<name>.html (offline, no CDN)
 PAGES: dict[str, Callable[[Mapping[str, pd.DataFrame]], go.Figure]] = {

@@ -1,0 +1,104 @@
+"""The interventions analysis' faces (workbench/figures/interventions.py, the report's
+interventions_section, the figures written beside a run's tables) on the tables `interventions_model`
+really writes for a tiny decoder: every point drawn is its table row with its interval, beside the
+random-init model and the same-number control; the report's reading follows the floors."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.workbench.analyses.agreement_runs import agreement_run
+from workbench.core.results import load_table
+from workbench.figures.interventions import LINES, interventions_heads_figure, interventions_layers_figure
+from workbench.presentation import analysis_figures
+from workbench.presentation.report import interventions_section
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("iv") / "run"
+    agreement_run(run_dir)
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def table(run):
+    return load_table(run, "interventions")
+
+
+def _trace(fig, name: str, panel: int | None = None):
+    traces = [t for t in fig.data if t.name == name]
+    return traces if panel is None else [t for t in traces if t.xaxis == ("x" if panel == 1 else f"x{panel}")]
+
+
+def test_the_layer_figure_draws_each_sites_nie_with_its_interval_beside_both_floors(table):
+    fig = interventions_layers_figure(table, "agr-dec")
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles[:4] == ["residual stream at the subject", "attention output", "MLP output",
+                          "residual stream at the reading position"]
+    for (variant, intervention), (words, _, _) in LINES.items():
+        (tr,) = _trace(fig, words, panel=3)  # the MLP output
+        want = table[(table.variant == variant) & (table.intervention == intervention) & (table.metric == "nie_log")
+                     & (table.site_kind == "mlp_out")].sort_values("layer")
+        np.testing.assert_allclose(tr.y, want["value"])
+        np.testing.assert_allclose(np.asarray(tr.y) + np.asarray(tr.error_y.array), want["ci_high"])
+        np.testing.assert_allclose(np.asarray(tr.y) - np.asarray(tr.error_y.arrayminus), want["ci_low"])
+    te = table[(table.site == "input") & (table.metric == "te_log") & (table.variant == "trained")
+               & (table.intervention == "swap_number")]["value"].iloc[0]
+    assert f"te_log {te:.3f}" in fig.layout.title.text
+    assert fig.layout.shapes[0].y0 == pytest.approx(te)  # the total effect as the reference line
+
+
+def test_the_head_figure_draws_every_head_in_forward_order(table):
+    fig = interventions_heads_figure(table, "agr-dec")
+    (tr,) = _trace(fig, LINES[("random_init", "swap_number")][0])
+    assert list(tr.x) == ["L0.H0", "L0.H1", "L1.H0", "L1.H1"]
+    want = table[(table.variant == "random_init") & (table.intervention == "swap_number") & (table.metric == "nie_log")
+                 & (table["head"] >= 0)].sort_values(["layer", "head"])["value"]
+    np.testing.assert_allclose(tr.y, want)
+
+
+def test_the_figure_writer_draws_both_figures_per_model(table):
+    figs = analysis_figures.BUILDERS["interventions"]({"interventions": table})
+    assert sorted(figs) == ["interventions_heads_agr-dec", "interventions_layers_agr-dec"]
+
+
+def test_the_report_reads_the_total_effect_beside_its_floors(run, table):
+    s = interventions_section(run)
+    assert len(s.figs) == 2 and not s.missing
+    te, sites = s.findings
+    row = table[(table.site == "input") & (table.metric == "te_log") & (table.variant == "random_init")].iloc[0]
+    assert f"random init {row.value:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}]" in te
+    assert "same-number control" in te and "it clears" in te
+    assert "sites" in sites
+
+
+def _planted(carried: float) -> pd.DataFrame:
+    """Three sites of one model; site "a" carries `carried` nats on the trained model, every floor 0."""
+    rows = []
+    for variant, intervention in LINES:
+        for site, kind in (("a", "attn_out"), ("b", "mlp_out"), ("r", "resid_post")):
+            v = carried if (variant, intervention, site) == ("trained", "swap_number", "a") else 0.0
+            v = 1.0 if site == "r" else v  # the whole residual stream: NIE = TE, left out of the reading
+            rows.append(("m", variant, intervention, site, kind, 0, -1, "all", "nie_log", v, v - 0.1, v + 0.1, 20, 0))
+        te = 1.0 if (variant, intervention) == ("trained", "swap_number") else 0.0
+        rows += [("m", variant, intervention, "input", "input", -1, -1, "all", "te_log", te, te - 0.1, te + 0.1, 20, 0),
+                 ("m", variant, intervention, "input", "input", -1, -1, "all", "accuracy_clean", .9, .8, 1., 20, 0)]
+    return pd.DataFrame(rows, columns=["model", "variant", "intervention", "site", "site_kind", "layer", "head",
+                                       "position", "metric", "value", "ci_low", "ci_high", "n_items", "seed"])
+
+
+@pytest.mark.parametrize("carried, words", [(0.5, "1 of 2 sites carry an indirect effect above their floors' "
+                                                   "intervals (nats): a 0.500 [0.400, 0.600]"),
+                                            (0.15, "no site's indirect effect clears its floors' intervals")])
+def test_the_report_names_the_sites_above_the_floors_or_says_none_is(tmp_path, carried, words):
+    from workbench.core.results import write_table
+    write_table(tmp_path, "interventions", _planted(carried))
+    te, sites = interventions_section(tmp_path).findings
+    assert "1.000 [0.900, 1.100] nats" in te and te.endswith("it clears both floors")
+    assert words in sites
+
+
+def test_without_the_table_the_section_names_it(tmp_path):
+    assert interventions_section(tmp_path).missing == ["interventions"]

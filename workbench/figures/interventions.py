@@ -1,0 +1,92 @@
+"""Figures of the agreement mediation analysis (docs/interventions.md; Vig et al. 2020, Finlayson et al.
+2021): the natural indirect effect of swapping the subject's number per layer and site, and per head,
+with 95% intervals over items, beside its two floors: the same run on the random-init model and the
+same-number control intervention. Built from the `interventions` table of
+`workbench.analyses.interventions`."""
+from __future__ import annotations
+
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from workbench.figures.layers import PALETTE
+
+# (variant, intervention) -> (legend words, colour, line dash): the experiment and its two floors
+LINES = {("trained", "swap_number"): ("trained, swap number", PALETTE[0], "solid"),
+         ("random_init", "swap_number"): ("random init, swap number (floor)", PALETTE[7], "dash"),
+         ("trained", "same_number"): ("trained, same-number control (floor)", PALETTE[1], "dot")}
+# (site_kind, position) -> panel title: the per-layer sites, in forward order of a block
+LAYER_PANELS = {("resid_post", "subject"): "residual stream at the subject", ("attn_out", "all"): "attention output",
+                ("mlp_out", "all"): "MLP output", ("resid_post", "reading"): "residual stream at the reading position"}
+METRICS = {"nie_log": "NIE, nats of logit difference", "nie_ratio": "NIE (ratio, Finlayson et al.)",
+           "nde_log": "NDE, nats of logit difference", "restored": "restored share (denoising)",
+           "iia": "interchange intervention accuracy"}
+# the run-level metric drawn as a reference line beside each site metric: the total effect it splits
+TOTAL = {"nie_log": "te_log", "nie_ratio": "te_ratio", "nde_log": "te_log", "iia": "iia_ceiling"}
+
+
+def _band(g: pd.DataFrame) -> dict:
+    return dict(type="data", array=(g["ci_high"] - g["value"]).clip(lower=0),
+                arrayminus=(g["value"] - g["ci_low"]).clip(lower=0))
+
+
+def _total(d: pd.DataFrame, metric: str) -> pd.Series | None:
+    """The trained model's swap-number total effect (or IIA ceiling) row, None when absent."""
+    t = d[(d["site"] == "input") & (d["metric"] == TOTAL.get(metric, "")) & (d["variant"] == "trained")
+          & (d["intervention"] == "swap_number")]
+    return t.iloc[0] if len(t) else None
+
+
+def _title(d: pd.DataFrame, model: str, what: str, metric: str) -> str:
+    n = d[(d["variant"] == "trained") & (d["intervention"] == "swap_number")]["n_items"]
+    t = _total(d, metric)
+    te = "" if t is None else f"; {TOTAL[metric]} {t.value:.3f} [{t.ci_low:.3f}, {t.ci_high:.3f}]"
+    return f"{model}: {what} of the subject's number ({int(n.max()) if len(n) else 0} items{te})"
+
+
+def interventions_layers_figure(table: pd.DataFrame, model: str, metric: str = "nie_log") -> go.Figure:
+    """Per layer, one panel per site (the residual stream at the subject and at the reading position,
+    the attention and MLP outputs): `metric` of the swap-number intervention on the trained model (95%
+    interval over items) beside the random-init model and the same-number control; the trained model's
+    total effect as a horizontal line."""
+    d = table[(table["model"] == model) & (table["metric"] == metric) & (table["head"] == -1)]
+    panels = [k for k in LAYER_PANELS if ((d["site_kind"] == k[0]) & (d["position"] == k[1])).any()]
+    fig = make_subplots(rows=1, cols=max(len(panels), 1), shared_yaxes=True,
+                        subplot_titles=[LAYER_PANELS[k] for k in panels])
+    total = _total(table[table["model"] == model], metric)
+    for c, (kind, position) in enumerate(panels, start=1):
+        for (variant, intervention), (words, color, dash) in LINES.items():
+            g = d[(d["site_kind"] == kind) & (d["position"] == position) & (d["variant"] == variant)
+                  & (d["intervention"] == intervention)].sort_values("layer")
+            if g.empty:
+                continue
+            fig.add_trace(go.Scatter(x=g["layer"], y=g["value"], error_y=_band(g), mode="lines+markers", name=words,
+                                     legendgroup=words, showlegend=c == 1, line=dict(color=color, dash=dash)), 1, c)
+        if total is not None:
+            fig.add_hline(y=total.value, line=dict(color=PALETTE[3], dash="longdash", width=1), row=1, col=c,
+                          annotation_text=f"{TOTAL[metric]} (trained)" if c == 1 else None)
+        fig.update_xaxes(title_text="layer", dtick=1, row=1, col=c)
+    fig.update_yaxes(title_text=METRICS.get(metric, metric), row=1, col=1)
+    return fig.update_layout(title=_title(table[table["model"] == model], model, f"{metric} per layer", metric),
+                             height=420)
+
+
+def interventions_heads_figure(table: pd.DataFrame, model: str, metric: str = "nie_log") -> go.Figure:
+    """Per head (x: layer.head in forward order), `metric` of the swap-number intervention on the trained
+    model with its 95% interval beside the random-init model and the same-number control."""
+    d = table[(table["model"] == model) & (table["metric"] == metric) & (table["head"] >= 0)]
+    fig = go.Figure()
+    order = d[["layer", "head"]].drop_duplicates().sort_values(["layer", "head"])
+    labels = [f"L{l}.H{h}" for l, h in zip(order["layer"], order["head"])]
+    for k, ((variant, intervention), (words, color, _)) in enumerate(LINES.items()):
+        g = d[(d["variant"] == variant) & (d["intervention"] == intervention)].sort_values(["layer", "head"])
+        if g.empty:
+            continue
+        fig.add_trace(go.Scatter(x=[f"L{l}.H{h}" for l, h in zip(g["layer"], g["head"])], y=g["value"],
+                                 error_y=_band(g), mode="markers", name=words, marker=dict(color=color, size=8),
+                                 offsetgroup=str(k)))
+    fig.add_hline(y=0, line=dict(color="#bbbbbb", width=1))
+    fig.update_xaxes(title_text="head (layer.head)", categoryorder="array", categoryarray=labels)
+    fig.update_yaxes(title_text=METRICS.get(metric, metric))
+    return fig.update_layout(title=_title(table[table["model"] == model], model, f"{metric} per head", metric),
+                             height=420, scattermode="group")

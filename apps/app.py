@@ -29,6 +29,7 @@ PAGES = [  # (file, title, url path, icon)
     ("app_pages/causal.py", "Causal probes", "causal", ":material/science:"),
     ("app_pages/pairs.py", "Minimal pairs", "pairs", ":material/rule:"),
     ("app_pages/flow.py", "Flow", "flow", ":material/account_tree:"),
+    ("app_pages/interventions.py", "Interventions", "interventions", ":material/swap_horiz:"),
     ("app_pages/objectives.py", "Objectives", "objectives", ":material/model_training:"),
     ("app_pages/compare.py", "Finetuned vs frozen", "compare", ":material/compare_arrows:"),
     ("app_pages/playground.py", "Playground", "playground", ":material/edit_note:"),

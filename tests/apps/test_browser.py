@@ -41,9 +41,11 @@ def test_every_page_renders_on_the_tiny_pipeline_output(tiny_run):
         assert v["plots"] >= dict((p, n) for p, _, n in TINY_PAGES)[v["path"]], v
         assert not [n for n in v["notices"] if n.startswith("No ")], v
     # each sidebar link reads "<icon name>\n\n<title>": the titles, in order, and nothing else
-    # (the Objectives page reads a zoo's tables: the tiny run has none; the next test draws it on a zoo)
+    # (the Objectives page reads a zoo's tables: the tiny run has none; the next test draws it on a zoo;
+    # the Interventions page: the tiny models keep no agreement item, tests/apps/test_interventions_page.py)
     titles = [t for _, t, _ in TINY_PAGES]
-    titles.insert(titles.index("Flow") + 1, "Objectives")
+    titles.insert(titles.index("Flow") + 1, "Interventions")
+    titles.insert(titles.index("Interventions") + 1, "Objectives")
     assert [n.splitlines()[-1] for n in visits[0]["nav"]] == titles, visits[0]["nav"]
 
 

@@ -52,7 +52,7 @@ from scipy.stats import spearmanr
 import plmodels
 from plmodels.checkpoint import random_init_model
 from plmodels.config import Config
-from plmodels.families import family_of
+from plmodels.families import FAMILIES, family_of
 from probes.mediation import bootstrap_rows, interchange_hits, item_effects, restored_fraction
 from probes.patching import GRID_KINDS, Site, attribution_patch, patch_sites, site_grid
 from workbench.analyses.probing import default_model_name
@@ -268,6 +268,49 @@ def rank_agreement(real: np.ndarray, approx: np.ndarray, n_boot: int, seed: int,
             (f"top{top_k}", point[1], lo[1], hi[1], min(top_k, real.shape[0]))]
 
 
+def intervention_kinds() -> list[str]:
+    """The model kinds the analysis reads: a family with a residual readout and a view (`VIEWS`)."""
+    return sorted(k for k, f in FAMILIES.items() if f.residual_logits is not None and f.lm_inputs in VIEWS)
+
+
+def mediation_sites(model, cfg: InterventionsConfig) -> list[Site]:
+    """The sites a run patches: `cfg.site_kinds` in forward order (one per head for head kinds), then the
+    residual stream after each block at each of `cfg.positions` alone."""
+    sites = site_grid(model, kinds=cfg.site_kinds)
+    return sites + [Site(s.hook, position=p) for s in site_grid(model, kinds=("resid_post",)) for p in cfg.positions]
+
+
+def kept_items(model, tok, intervention: str, cfg: InterventionsConfig) -> list[tuple[PairRecord, tuple[str, ...]]]:
+    """The agreement items of `cfg` that survive tokenisation for `intervention`, each with its
+    intervened sentence (what a run scores; empty when none survives)."""
+    records = agreement_items(cfg)
+    try:
+        kept = set(build_items(model, tok, records, intervention, cfg.seed).ids)
+    except ValueError:
+        return []
+    return [(r, intervene(r, intervention, cfg.seed)) for r in records if r.id in kept]
+
+
+def item_effect(model, tok, record: PairRecord, intervention: str, site: Site, seed: int = 0) -> pd.DataFrame:
+    """One item and one site, as the run computes them (its item then in a batch of one): the logit
+    differences d of the clean run u, the intervened run u', the noising run (u with the site from u')
+    and the denoising run (u' with the site from u), and the item's TE, NIE and NDE on both scales.
+    Columns: quantity, value. A skipped item (no alignment, shared first subword) is a ValueError."""
+    items = build_items(model, tok, [record], intervention, seed)
+    cfg = InterventionsConfig(n_boot=1, seed=seed)
+    rows = torch.arange(1)
+    clean, corrupt = {**items.clean, "row": rows}, {**items.corrupt, "row": rows}
+    where = {"subject": items.subject, "reading": items.position}
+    score = logit_diff_score(items)
+    c, k, nz = (t.double().numpy() for t in patch_sites(model, score, clean, corrupt, [site], cfg.batch_size, where))
+    dn = patch_sites(model, score, corrupt, clean, [site], cfg.batch_size, where)[2].double().numpy()
+    out = [("d_clean", c[0]), ("d_intervened", k[0]), ("d_noised", nz[0, 0]), ("d_denoised", dn[0, 0])]
+    for scale in ("log", "ratio"):
+        eff = item_effects(c, k, nz, dn, scale=scale)
+        out += [(f"{name}_{scale}", float(eff[name][0, 0])) for name in ("te", "nie", "nde")]
+    return pd.DataFrame(out, columns=["quantity", "value"])
+
+
 def interventions_model(model_path: str | Path, out_dir: str | Path | None = None,
                         config: InterventionsConfig | Mapping | str | Path | None = None,
                         model_name: str | None = None) -> dict[str, pd.DataFrame]:
@@ -283,8 +326,7 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
     models = {"trained": model}
     if "random_init" in cfg.floors:
         models["random_init"] = random_init_model(model, cfg.seed)
-    sites = site_grid(model, kinds=cfg.site_kinds)
-    sites += [Site(s.hook, position=p) for s in site_grid(model, kinds=("resid_post",)) for p in cfg.positions]
+    sites = mediation_sites(model, cfg)
     rows, attr_rows, meta = [], [], {"seconds": {}, "items": {}}
     for intervention in cfg.interventions:
         items = build_items(model, tok, records, intervention, cfg.seed)

@@ -90,3 +90,22 @@ def interventions_heads_figure(table: pd.DataFrame, model: str, metric: str = "n
     fig.update_yaxes(title_text=METRICS.get(metric, metric))
     return fig.update_layout(title=_title(table[table["model"] == model], model, f"{metric} per head", metric),
                              height=420, scattermode="group")
+
+
+# item_effect's logit differences, in the order of the figure: the two plain runs, then the two patched
+ITEM_BARS = {"d_clean": "clean u", "d_intervened": "intervened u'", "d_noised": "u, site from u' (noising)",
+             "d_denoised": "u', site from u (denoising)"}
+
+
+def item_effect_figure(effect: pd.DataFrame, site: str) -> go.Figure:
+    """One item and one site (`workbench.analyses.interventions.item_effect`): the logit difference
+    d = logit(agreeing verb) - logit(other form) of the clean, intervened, noising and denoising runs;
+    the NIE is how far the noising bar moves from the clean one, the NDE how far the denoising bar does."""
+    v = effect.set_index("quantity")["value"]
+    colors = [PALETTE[0], PALETTE[1], PALETTE[2], PALETTE[4]]
+    fig = go.Figure(go.Bar(x=list(ITEM_BARS.values()), y=[v[k] for k in ITEM_BARS], marker_color=colors,
+                           text=[f"{v[k]:.4f}" for k in ITEM_BARS], textposition="outside"))
+    fig.add_hline(y=0, line=dict(color="#bbbbbb", width=1))
+    fig.update_yaxes(title_text="d = logit(agreeing) - logit(other), nats")
+    return fig.update_layout(title=f"{site}: NIE (log) {v['nie_log']:.4f}, NDE (log) {v['nde_log']:.4f}, "
+                                   f"TE (log) {v['te_log']:.4f}", height=380)

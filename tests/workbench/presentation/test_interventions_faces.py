@@ -71,33 +71,41 @@ def test_the_report_reads_the_total_effect_beside_its_floors(run, table):
     row = table[(table.site == "input") & (table.metric == "te_log") & (table.variant == "random_init")].iloc[0]
     assert f"random init {row.value:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}]" in te
     assert "same-number control" in te and "it clears" in te
-    assert "sites" in sites
+    # 14 sites; left out as the whole intervention by construction: the residual stream at every position
+    # after each of the 2 blocks, and the last block's output at the reading position
+    assert "of 11 sites" in sites
 
 
-def _planted(carried: float) -> pd.DataFrame:
-    """Three sites of one model; site "a" carries `carried` nats on the trained model, every floor 0."""
+def _planted(carried: float, total: float = 1.0) -> pd.DataFrame:
+    """Three sites of one layer of one model; site "a" carries `carried` nats on the trained model, every
+    floor 0; the trained model's TE is `total`; "r", the whole residual stream, has NIE = TE."""
     rows = []
     for variant, intervention in LINES:
         for site, kind in (("a", "attn_out"), ("b", "mlp_out"), ("r", "resid_post")):
             v = carried if (variant, intervention, site) == ("trained", "swap_number", "a") else 0.0
-            v = 1.0 if site == "r" else v  # the whole residual stream: NIE = TE, left out of the reading
+            v = total if site == "r" else v  # the whole residual stream: NIE = TE, left out of the reading
             rows.append(("m", variant, intervention, site, kind, 0, -1, "all", "nie_log", v, v - 0.1, v + 0.1, 20, 0))
-        te = 1.0 if (variant, intervention) == ("trained", "swap_number") else 0.0
+        te = total if (variant, intervention) == ("trained", "swap_number") else 0.0
         rows += [("m", variant, intervention, "input", "input", -1, -1, "all", "te_log", te, te - 0.1, te + 0.1, 20, 0),
                  ("m", variant, intervention, "input", "input", -1, -1, "all", "accuracy_clean", .9, .8, 1., 20, 0)]
     return pd.DataFrame(rows, columns=["model", "variant", "intervention", "site", "site_kind", "layer", "head",
                                        "position", "metric", "value", "ci_low", "ci_high", "n_items", "seed"])
 
 
-@pytest.mark.parametrize("carried, words", [(0.5, "1 of 2 sites carry an indirect effect above their floors' "
-                                                   "intervals (nats): a 0.500 [0.400, 0.600]"),
-                                            (0.15, "no site's indirect effect clears its floors' intervals")])
-def test_the_report_names_the_sites_above_the_floors_or_says_none_is(tmp_path, carried, words):
+@pytest.mark.parametrize("carried, total, clears, words", [
+    (0.5, 1.0, "both floors", "1 of 2 sites carry an indirect effect above their floors' intervals (nats): "
+                              "a 0.500 [0.400, 0.600]"),
+    (0.15, 1.0, "both floors", "no site's indirect effect clears its floors' intervals"),
+    # a site above its floors while the total effect is not: named, and not read as a mechanism
+    (0.5, 0.05, "no floor", "1 of 2 sites have an indirect effect above their floors' intervals (nats: a 0.500"),
+])
+def test_the_report_names_the_sites_above_the_floors_or_says_none_is(tmp_path, carried, total, clears, words):
     from workbench.core.results import write_table
-    write_table(tmp_path, "interventions", _planted(carried))
+    write_table(tmp_path, "interventions", _planted(carried, total))
     te, sites = interventions_section(tmp_path).findings
-    assert "1.000 [0.900, 1.100] nats" in te and te.endswith("it clears both floors")
+    assert f"{total:.3f} [{total - 0.1:.3f}, {total + 0.1:.3f}] nats" in te and te.endswith(f"it clears {clears}")
     assert words in sites
+    assert ("not read as an agreement mechanism" in sites) == (clears != "both floors" and carried > 0.2)
 
 
 def test_without_the_table_the_section_names_it(tmp_path):

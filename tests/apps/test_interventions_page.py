@@ -47,6 +47,10 @@ def test_the_page_draws_the_run_and_one_items_effect_at_the_picked_site(monkeypa
     assert want["d_noised"] == pytest.approx(want["d_intervened"], abs=1e-6)  # the last block's readout
     at.selectbox(key="interventions_site").select(sites[0].label).run()
     assert at.get("plotly_chart")[2].proto.spec != bars and sites[0].label in at.get("plotly_chart")[2].proto.spec
+    at.selectbox(key="interventions_kind").select("same_number").run()  # the control's items, its own list
+    assert not at.exception and at.selectbox(key="interventions_item").options[0].split(": ")[1] == (
+        " ".join(kept_items(m, tok, "same_number", cfg)[0][0].good) + " -> "
+        + " ".join(kept_items(m, tok, "same_number", cfg)[0][1]))
 
 
 def test_a_model_without_tables_names_the_command(monkeypatch, results_root):

@@ -6,7 +6,9 @@
 
 For each module, every mutation site is listed (an AST walk, `sites`: a comparison operator
 flipped, an arithmetic or boolean operator swapped, a numeric constant changed by one, a string
-constant changed (not docstrings, not the text of error messages), a `return x` made `return None`);
+constant changed (not docstrings, not the text of error messages, not parameter defaults), a `return x`
+made `return None`), within the module's FOCUS (the definitions its property tests are about: the
+analysis and the importers' mapping tables, not the file reading and glue around them);
 `--n` of them are drawn with `--seed`; each is written over the module in place, the module's fast
 tests (MODULES) run with `pytest -x -q`, and the file is put back (also on Ctrl-C: `finally`). A
 mutant is *killed* when the tests fail, *survived* when they pass, and *timeout* when they run past
@@ -52,8 +54,40 @@ MODULES: dict[str, list[str]] = {
     "plmodels/hf_encoders.py": ["tests/plmodels/test_hf_encoders.py", "tests/plmodels/test_hf_albert.py",
                                 "tests/plmodels/test_hf_electra_export.py", "tests/plmodels/test_hf_import_families.py"],
     "plmodels/hf_gpt2.py": ["tests/plmodels/test_hf_gpt2.py", "tests/plmodels/test_gpt2_parity.py"],
+    "plmodels/hf_gpt_neox.py": ["tests/plmodels/test_hf_gpt_neox.py"],
     "plmodels/hf_seq2seq.py": ["tests/plmodels/test_seq2seq_parity.py", "tests/plmodels/test_hf_import_families.py"],
     "plmodels/hf_xlnet.py": ["tests/plmodels/test_xlnet.py", "tests/plmodels/test_hf_import_families.py"],
+}
+
+# module -> the top-level definitions (functions, classes, constants, by name) whose lines are mutated: the
+# analysis and the mapping tables the tests are about, not the file reading, error reporting and glue around
+# them (a module not listed: every line). `sites` in the report counts the focus's sites only.
+FOCUS: dict[str, tuple[str, ...]] = {
+    "probes/layers.py": ("ProbeData", "expected_layer", "differential_scores", "center_of_gravity", "_fit_eval",
+                         "_metric_rows", "_seed_aggregates", "per_layer_scores", "cross_fit_best",
+                         "scalar_mix_probe", "cumulative_scores"),
+    "probes/amnesic.py": ("_onehot", "Eraser", "LeaceEraser", "RandomEraser", "_orth", "INLPEraser", "displacement",
+                          "MatchedRandomEraser", "ShuffledLabelEraser"),
+    "probes/structural.py": ("tree_depths", "tree_distances", "_sentence_rows", "_pred_block", "_loss",
+                             "_distance_loss", "_StructuralProbe", "_train_group", "DistanceProbe", "DepthProbe",
+                             "mst_edges", "_ratio_of_sums", "_mean", "_length_average", "uuas_items",
+                             "root_accuracy_items", "_spearman_rows", "dspr_items", "nspr_items", "uniform_tree",
+                             "random_tree_predictions", "chain_predictions", "position_features", "item_counts"),
+    "plmodels/hf_import.py": ("HF_ACTIVATIONS", "IGNORED", "RENAMES", "QKV", "OPTIONAL_PREFIXES", "config_from_hf",
+                              "map_hf_state"),
+    "plmodels/hf_encoders.py": ("ROBERTA", "DISTILBERT", "ELECTRA", "ALBERT_LAYER", "ALBERT", "ALBERT_PROJECTION",
+                                "_activation", "roberta_config", "electra_config", "albert_config",
+                                "distilbert_config", "_templates", "map_family_state", "hf_names", "_vocab_projection",
+                                "_albert_identity_projection"),
+    "plmodels/hf_gpt2.py": ("config_from_gpt2", "_map", "gpt2_name", "map_gpt2_state"),
+    "plmodels/hf_gpt_neox.py": ("PREFIX", "NEOX_RENAMES", "LM_HEADS", "BUFFERS", "NEOX_REQUIRED", "_rope",
+                                "config_from_neox", "neox_qkv_to_ours", "_map", "neox_name", "map_neox_state",
+                                "_check_inv_freq", "_lm_head"),
+    "plmodels/hf_seq2seq.py": ("t5_config", "_t5_rescale", "bart_config", "ATTN", "BART_RENAMES", "PROJ", "GROUPS",
+                               "_compile", "_rename", "_fuse", "_tied_copy", "from_hf_t5_state_dict",
+                               "from_hf_bart_state_dict"),
+    "plmodels/hf_xlnet.py": ("ACTIVATIONS", "xlnet_config", "RENAMES", "_TABLE", "_reshape",
+                             "from_hf_xlnet_state_dict"),
 }
 
 # Equivalent mutants: (module, the mutated line's source text, the node's column counted from the line's first
@@ -128,12 +162,48 @@ def _message_ids(tree: ast.AST) -> set[int]:
     return ids
 
 
-def sites(source: str) -> list[Mutant]:
-    """The mutation sites of a module, less docstrings and error-message text."""
+def _focus_lines(tree: ast.Module, names: tuple[str, ...]) -> set[int]:
+    """The line numbers of the top-level definitions and assignments named in `names`."""
+    unknown = set(names)
+    lines: set[int] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined = {node.name}
+        elif isinstance(node, ast.Assign):
+            defined = {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            defined = {node.target.id}
+        else:
+            continue
+        if defined & set(names):
+            unknown -= defined
+            start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            lines |= set(range(start, node.end_lineno + 1))
+    if unknown:
+        raise ValueError(f"FOCUS: no top-level definition named {sorted(unknown)}")
+    return lines
+
+
+def _default_ids(tree: ast.AST) -> set[int]:
+    """id() of the nodes inside the default values of function parameters: a default is a choice each
+    caller may override (the tests pass theirs), not a computation a test of the function's property
+    can tell apart (1000 bootstrap resamples or 1001, 20 INLP iterations or 21)."""
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            for d in [*node.args.defaults, *(k for k in node.args.kw_defaults if k is not None)]:
+                ids |= {id(c) for c in ast.walk(d)}
+    return ids
+
+
+def sites(source: str, focus: tuple[str, ...] | None = None) -> list[Mutant]:
+    """The mutation sites of a module, less docstrings, error-message text and parameter defaults; with
+    `focus`, only those inside the top-level definitions it names."""
     tree = ast.parse(source)
-    skip = _docstring_ids(tree) | _message_ids(tree)
+    skip = _docstring_ids(tree) | _message_ids(tree) | _default_ids(tree)
     nodes = list(ast.walk(tree))
-    return [m for m in _sites(tree) if id(nodes[m.index]) not in skip]
+    keep = _focus_lines(tree, focus) if focus is not None else None
+    return [m for m in _sites(tree) if id(nodes[m.index]) not in skip and (keep is None or m.line in keep)]
 
 
 def mutate(source: str, mutant: Mutant) -> str:
@@ -236,7 +306,7 @@ def sample_module(module: str, n: int, seed: int, timeout: float, only: set[int]
     path = ROOT / module
     original = path.read_text(encoding="utf-8")
     source_lines = original.splitlines()
-    found = sites(original)
+    found = sites(original, FOCUS.get(module))
     if only is None:
         rng = random.Random(f"{seed}:{module}")
         chosen = sorted(rng.sample(found, min(n, len(found))), key=lambda m: m.line)
@@ -327,6 +397,9 @@ def main(argv: list[str] | None = None) -> int:
     for m in a.modules:
         if a.survivors:
             prev = old[old["module"] == m]
+            # rows of sites no longer sampled (the site list changed: FOCUS, or a rule of `sites`) are dropped
+            current = {s.index for s in sites((ROOT / m).read_text(encoding="utf-8"), FOCUS.get(m))}
+            prev = prev[prev["index"].astype(int).isin(current)]
             again = prev["result"].isin(["survived", "equivalent"])
             rows += prev[~again].to_dict("records")
             rows += sample_module(m, a.n, int(prev["seed"].iloc[0]) if len(prev) else a.seed, a.timeout,

@@ -3,6 +3,8 @@ import importlib.util
 import sys
 from pathlib import Path
 
+import pytest
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "mutation_sample.py"
 spec = importlib.util.spec_from_file_location("mutation_sample", SCRIPT)
 ms = importlib.util.module_from_spec(spec)
@@ -40,3 +42,31 @@ def test_the_score_leaves_equivalent_mutants_out():
     # 2 of 3 killed (a timeout counts as killed), the equivalent one not counted: Wilson [0.21, 0.94]
     assert "| m.py | 9 | 4 | 1 | 2 | 0.67 | [0.21, 0.94] |" in md
     assert "- m.py:3 constant 0 -> 1: `y = 0`" in md and "- m.py:4 constant 0 -> 1: `y = 0`: why" in md
+
+
+FOCUSED = '''TABLE = {"a": "b"}
+
+
+def g(x, n=3):
+    return x * n
+
+
+def h(x):
+    return x - 1
+'''
+
+
+def test_focus_keeps_the_named_definitions_and_no_parameter_default_is_a_site():
+    found = sorted((m.line, m.op, m.what) for m in ms.sites(FOCUSED, ("TABLE", "g")))
+    # TABLE's two strings and g's body; not g's default n=3, nothing of h
+    assert found == [(1, "string", "'a' -> 'aX'"), (1, "string", "'b' -> 'bX'"),
+                     (5, "binop", "Mult -> Div"), (5, "return", "return x -> return None")]
+    assert {m.line for m in ms.sites(FOCUSED)} == {1, 5, 9}
+    with pytest.raises(ValueError, match="'nope'"):
+        ms.sites(FOCUSED, ("g", "nope"))
+
+
+def test_every_focus_names_definitions_of_its_module():
+    for module, names in ms.FOCUS.items():
+        assert module in ms.MODULES
+        assert ms.sites((ms.ROOT / module).read_text(encoding="utf-8"), names)

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from probes.layers import (MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, ProbeData, center_of_gravity,
+from probes.layers import (MIX_COLUMNS, PROBING_COLUMNS, SUMMARY_COLUMNS, ProbeData, _metric_rows, center_of_gravity,
                            cross_fit_best, cumulative_scores, differential_scores, expected_layer, per_layer_scores,
                            scalar_mix_probe)
 
@@ -90,6 +90,24 @@ def test_cross_fit_best_chooses_on_the_other_half():
     assert cross_fit_best(two, [0, 1], [0, 1])[0] == 0     # 0.5 vs 0.5 on each half: the lower layer
     with pytest.raises(ValueError, match="at least 2"):
         cross_fit_best({(0, 0): _items([1])}, [0], [0])
+    # 2 items are enough: one per half; layer 0 is right on the first, layer 1 on the second, so each
+    # half's choice is wrong on the other item
+    layer, chosen = cross_fit_best({(0, 0): _items([1, 0]), (1, 0): _items([0, 1])}, [0, 1], [0])
+    assert layer == -1 and chosen[0][:, 0].tolist() == [0, 0]
+
+
+def test_metric_rows_by_hand_with_an_interval_from_any_positive_n_boot():
+    # 3 of 4 items right: accuracy 0.75; tp = 3, fp = fn = 1: micro-F1 = 6 / (6 + 2) = 0.75
+    items = _items([1, 1, 1, 0])
+    base = {"model": "m", "layer": 3}
+    none = _metric_rows(items, base, seed=5, n_boot=0)
+    assert [(r["metric"], r["value"], r["seed"], r["layer"]) for r in none] == [("accuracy", 0.75, 5, 3),
+                                                                             ("micro_f1", 0.75, 5, 3)]
+    assert all(np.isnan(r["ci_low"]) and np.isnan(r["ci_high"]) for r in none)
+    # one resample already gives an interval (a degenerate one: that resample's value at both ends)
+    one = _metric_rows(items, base, seed=5, n_boot=1)
+    assert [r["value"] for r in one] == [0.75, 0.75]
+    assert all(r["ci_low"] == r["ci_high"] and 0 <= r["ci_low"] <= 1 for r in one)
 
 
 def test_per_layer_seed_aggregate_rows(planted):
@@ -114,12 +132,34 @@ def test_scalar_mix_weights_peak_at_planted_layer(planted_last):
     assert expected_layer(np.full(5, 0.2)) == pytest.approx(2.0)  # uniform weights would fail the line above
     assert res.probing[res.probing.metric == "accuracy"].value.iloc[0] > 0.9
     assert set(res.probing.layer) == {-1} and set(res.probing["mode"]) == {"mix"}
+    # every table names its model, task and seed
+    for table in (res.probing, res.summary, res.mix_weights):
+        assert set(table.model) == {"m"} and set(table.task) == {"t"}
+    assert set(res.mix_weights.seed) == {0} and set(res.probing.seed) == {0}
+
+
+def test_scalar_mix_of_two_layers_weights_the_planted_one(planted):
+    # two layers are the fewest a mix takes: here the planted layer 2 and the noise of layer 0
+    train, test = planted
+    res = scalar_mix_probe(train, test, layers=[0, 2], probe_params={**PARAMS, "max_epochs": 8}, n_boot=0)
+    w = res.mix_weights.set_index("layer")["weight"]
+    assert list(w.index) == [0, 2] and w[2] > 0.5
+    with pytest.raises(ValueError, match="at least 2 layers"):
+        scalar_mix_probe(train, test, layers=[2], probe_params=PARAMS, n_boot=0)
 
 
 def test_cumulative_scores_jump_at_planted_layer(planted):
     train, test = planted
-    res = cumulative_scores(train, test, probe_params=PARAMS, n_boot=0)
+    items: dict = {}
+    res = cumulative_scores(train, test, probe_params=PARAMS, n_boot=0, model="m", task="t", items_out=items)
     f1 = res.probing[res.probing.metric == "micro_f1"].set_index("layer")["value"]
+    # every row, the differential ones included, is a cumulative row of this model and task
+    assert set(res.probing["mode"]) == {"cumulative"} and set(res.probing.model) == {"m"}
+    assert set(res.summary.model) == {"m"} and set(res.summary.task) == {"t"}
+    # the per-item counts of each fit, keyed by mode, layer and seed; they are the F1 rows' items
+    assert sorted(items) == [("cumulative", l, 0) for l in range(5)]
+    tp, fp, fn = items["cumulative", 2, 0][:, 1:].sum(0)
+    assert f1[2] == pytest.approx(2 * tp / (2 * tp + fp + fn))
     assert f1[0] < 0.5 and f1[1] < 0.5 and f1[2] > 0.9 and f1[4] > 0.85
     delta = res.probing[res.probing.metric == "delta_micro_f1"].set_index("layer")["value"]
     assert delta.idxmax() == 2

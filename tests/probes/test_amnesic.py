@@ -3,6 +3,8 @@ removed by LEACE exactly (a probe falls to chance, the cross-covariance is 0) an
 random projection of the same rank leaves it; the controls: random directions moved exactly as far
 as LEACE moves the vectors, and LEACE fitted on shuffled labels, which leaves the property; INLP
 stops on its dev set, not on its training accuracy."""
+import inspect
+
 import numpy as np
 import pytest
 
@@ -181,3 +183,103 @@ def test_leace_equals_the_reference_implementation():
     want = ref.eraser(torch.as_tensor(X, dtype=torch.float64)).numpy()
     assert np.abs(ours.transform(X) - want).max() < 1e-4
     assert ours.rank_ == int(np.linalg.matrix_rank(ref.eraser.proj_left.numpy(), tol=1e-6))
+
+
+def test_leace_erases_a_property_however_weakly_it_is_encoded():
+    # The singular-value cut is relative to the largest one: a property read at a correlation of 1e-6
+    # is still a direction to remove (rank 1), only directions small beside the largest are rounding
+    # noise. One feature: noise made exactly uncorrelated with y, plus 1e-6 x the centred label.
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 1000)
+    yc = y - y.mean()
+    noise = rng.standard_normal(1000)
+    noise -= yc * (noise @ yc) / (yc @ yc)
+    X = (noise + 1e-6 * yc)[:, None]
+    leace = LeaceEraser().fit(X, y)
+    assert leace.rank_ == 1
+    moved = X - (X - leace.mean_) @ leace.right_.T @ leace.left_.T   # in float64, before transform's rounding
+    assert abs(np.cov(X[:, 0], y)[0, 1]) > 1e-7 and abs(np.cov(moved[:, 0], y)[0, 1]) < 1e-15
+
+
+def test_inlp_without_a_dev_set_holds_out_its_share_of_the_rows_and_at_least_one(monkeypatch):
+    # the classifiers see N - round(dev_fraction x N) rows, and never all N: 80 of 100 at 0.2; of 10
+    # rows at 0.04, round(0.4) = 0 would leave no dev row, so one is held out
+    import probes.amnesic as amnesic
+
+    seen = []
+
+    class Spy(LogisticRegressionLBFGS):
+        def fit(self, X, y):
+            seen.append(len(X))
+            return super().fit(X, y)
+
+    monkeypatch.setattr(amnesic, "LogisticRegressionLBFGS", Spy)
+    X, y = planted(n=100)
+    INLPEraser(n_iter=1, dev_fraction=0.2).fit(X, y)
+    INLPEraser(n_iter=1, dev_fraction=0.04).fit(X[:10], np.arange(10) % 2)
+    assert seen == [80, 9]
+
+
+@pytest.mark.parametrize("eraser", [LeaceEraser(tol=1e-5), RandomEraser(rank=3, seed=2),
+                                    INLPEraser(n_iter=4, min_accuracy=0.4, C=2.0, seed=1, max_iter=50, dev_fraction=0.3),
+                                    MatchedRandomEraser(rank=2, target=1.5, seed=3, rtol=1e-8, max_gamma=9.0, tol=1e-7),
+                                    ShuffledLabelEraser(LeaceEraser(), seed=4)])
+def test_every_eraser_gives_back_its_constructor_parameters(eraser):
+    # scikit-learn's contract, which ShuffledLabelEraser's clone of its base relies on: get_params
+    # names every constructor parameter, and a copy built from them has the same ones
+    params = eraser.get_params()
+    assert list(params) == list(inspect.signature(type(eraser)).parameters)
+    assert type(eraser)(**params).get_params() == params
+
+
+def test_erasers_of_rank_zero_leave_the_vectors_where_they_are():
+    # LEACE of a property with no linear trace removes nothing; its controls of the same rank must too
+    X, _ = planted(n=200)
+    for control in (RandomEraser(rank=0), MatchedRandomEraser(rank=0, target=0.0)):
+        fitted = control.fit(X)
+        assert fitted.rank_ == 0 and np.array_equal(fitted.transform(X), X)
+        assert displacement(fitted, X) == (0.0, 0.0)
+    assert fitted.displacement_ == 0.0   # the matched control's record of the move it reached
+
+
+def test_the_matched_control_finds_a_small_tilt_inside_the_first_bracket():
+    # a target half way to what gamma = 1 reaches (max_gamma = 1: the range's end) is met by a gamma
+    # between 0 and 1, the first bracket the search tries, to rtol
+    X, _ = planted()
+    top = MatchedRandomEraser(rank=2, target=1e9, seed=0, max_gamma=1.0).fit(X)
+    assert top.gamma_ == 1.0
+    half = MatchedRandomEraser(rank=2, target=top.displacement_ / 2, seed=0).fit(X)
+    assert 0 < half.gamma_ < 1 and half.displacement_ == pytest.approx(top.displacement_ / 2, rel=1e-8)
+
+
+def _counted(f):
+    calls = []
+
+    def move(g):
+        calls.append(g)
+        return f(g)
+    return move, calls
+
+
+def test_the_matched_control_search_halves_a_kept_ends_value_on_either_side():
+    # The Illinois step: an end kept twice in a row has its value halved, so the bracket shrinks from
+    # both sides. On a convex move (g^10: the low end moves, the high end is kept) it reaches rtol 1e-9
+    # in 13 moves, and on a concave one (a cube root: the other side) in 32; plain regula falsi, or a
+    # halving on one side only, takes 22-57
+    search = MatchedRandomEraser(target=0.5, rtol=1e-9)._search
+    move, calls = _counted(lambda g: g ** 10)
+    assert search(move, 0.0, 1.0) == pytest.approx(0.5 ** 0.1, rel=1e-9) and len(calls) <= 16
+    search = MatchedRandomEraser(target=1e-3, rtol=1e-9)._search
+    move, calls = _counted(lambda g: float(np.cbrt(g - 0.3)))
+    assert search(move, 0.0, 1.0) == pytest.approx(0.3 + 1e-9, rel=1e-9) and len(calls) <= 40
+
+
+def test_the_matched_control_search_at_a_bracket_end_and_over_a_jump():
+    search = MatchedRandomEraser(target=1.0)._search
+    # a target met exactly at an end of the bracket gives that end
+    assert search(lambda g: 1.0 + g, 0.0, 1.0) == 0.0
+    assert search(lambda g: g, 0.0, 1.0) == 1.0
+    # a target the move jumps over gives the jump's place; at 3e5 the bracket cannot shrink below
+    # 1e-12 (floats there are 6e-11 apart), so the search stops after its 200 steps
+    move, calls = _counted(lambda g: 0.0 if g < 300000.3 else 2.0)
+    assert search(move, 0.0, 1e6) == pytest.approx(300000.3, abs=1e-6) and len(calls) == 202

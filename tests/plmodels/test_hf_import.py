@@ -12,7 +12,7 @@ import torch
 from torch.testing import assert_close
 
 from plmodels import load
-from plmodels.hf_import import UnsafePickleError, find_minilm, import_hf_bert, map_hf_state
+from plmodels.hf_import import UnsafePickleError, config_from_hf, find_minilm, import_hf_bert, map_hf_state
 from tests.plmodels.hf_bert_folder import save_bert_folder
 
 # transformers is the reference implementation, one of the test extras: without it this module is
@@ -108,6 +108,40 @@ def test_bert_prefix_and_unknown_tensors_are_reported():
     assert "embeddings.word.weight" in mapped
     assert "classifier.weight" in unknown
     assert any("key" in u or "query" in u for u in unknown)  # incomplete q/k/v is reported
+
+
+def test_map_hf_state_by_hand():
+    # every kind of name: with and without the "bert." prefix, TF-era LayerNorm gamma/beta, a two-digit
+    # layer, q/k/v fused as rows [q; k; v], the MLM decoder, and the two ignored tensors
+    t = {name: torch.full((1, 2), float(i)) for i, name in enumerate([
+        "bert.embeddings.LayerNorm.gamma", "embeddings.LayerNorm.beta",
+        "bert.encoder.layer.11.attention.output.LayerNorm.gamma", "encoder.layer.3.output.dense.bias",
+        "bert.encoder.layer.2.attention.self.value.weight", "bert.encoder.layer.2.attention.self.query.weight",
+        "bert.encoder.layer.2.attention.self.key.weight", "cls.predictions.decoder.weight",
+        "bert.embeddings.position_ids", "cls.predictions.decoder.bias", "cls.predictions.bias"])}
+    mapped, unknown, ignored = map_hf_state(t)
+    got = {k: v[0, 0].item() if k != "blocks.2.attn.qkv.weight" else v[:, 0].tolist() for k, v in mapped.items()}
+    assert got == {"embeddings.norm.weight": 0, "embeddings.norm.bias": 1, "blocks.11.norm1.weight": 2,
+                   "blocks.3.mlp.fc_out.bias": 3, "blocks.2.attn.qkv.weight": [5, 6, 4],
+                   "mlm.decoder.weight": 7, "mlm.bias": 10}
+    assert unknown == [] and ignored == ["bert.embeddings.position_ids", "cls.predictions.decoder.bias"]
+    # a q/k/v set with a part missing is not fused; the parts present are reported, the fused one is absent
+    mapped, unknown, _ = map_hf_state({"encoder.layer.0.attention.self.query.bias": torch.zeros(2),
+                                       "encoder.layer.0.attention.self.value.bias": torch.zeros(2)})
+    assert mapped == {} and unknown == ["encoder.layer.0.attention.self.query.bias",
+                                        "encoder.layer.0.attention.self.value.bias"]
+
+
+def test_a_config_without_optional_keys_gets_transformers_bert_defaults():
+    # our fallbacks for the keys a config.json may leave out are BertConfig's own defaults: the same
+    # EncoderConfig from the required keys alone as from BertConfig's full dict
+    need = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
+                max_position_embeddings=24)
+    full = transformers.BertConfig(**need).to_dict()
+    assert config_from_hf(need) == config_from_hf(full)
+    assert config_from_hf({**need, "pad_token_id": None}).pad_token_id == 0
+    for act, ours in (("gelu", "gelu"), ("gelu_new", "gelu_tanh"), ("gelu_pytorch_tanh", "gelu_tanh"), ("relu", "relu")):
+        assert config_from_hf({**need, "hidden_act": act}).activation == ours
 
 
 def test_missing_encoder_tensor_is_an_error(hf_folder, tmp_path):

@@ -14,7 +14,10 @@ from torch.testing import assert_close
 
 from plmodels import Encoder, EncoderConfig, checkpoint_hash, load, save
 from plmodels.components.positions import padding_position_ids, sinusoidal_table
-from plmodels.hf_encoders import import_hf_distilbert, import_hf_electra, import_hf_roberta
+from plmodels.hf_encoders import (ALBERT, DISTILBERT, ELECTRA, ROBERTA, albert_config, distilbert_config,
+                                  electra_config, hf_names, import_hf_distilbert, import_hf_electra, import_hf_roberta,
+                                  map_family_state)
+from plmodels.hf_encoders import roberta_config as our_roberta_config
 
 from .hf_configs import ROBERTA_IDS, ROBERTA_PAD, SIZES, distil_config, roberta_config
 
@@ -206,6 +209,54 @@ def test_unknown_tensors_are_listed_and_missing_ones_are_errors(roberta_mlm, tmp
 
     with pytest.raises(ValueError, match=r"blocks\.1\.attn\.qkv\.weight \(from roberta\.encoder\.layer\.1\.attention\.self\.query\.weight"):
         quiet(import_hf_roberta, copy_folder(roberta_mlm, tmp_path / "missing", drop))
+
+
+@pytest.mark.parametrize("family, buffers", [
+    (ROBERTA, ["roberta.embeddings.position_ids", "roberta.embeddings.token_type_ids"]),
+    (DISTILBERT, ["distilbert.embeddings.position_ids"]),
+    (ELECTRA, ["electra.embeddings.position_ids", "electra.embeddings.token_type_ids"]),
+    (ALBERT, ["albert.embeddings.position_ids", "albert.embeddings.token_type_ids"]),
+])
+def test_the_buffers_older_transformers_saved_are_ignored_not_unknown(family, buffers):
+    # transformers before 4.31 saved these index buffers in the state dict (hub checkpoints still carry
+    # them); the current transformers the parity tests use does not, so they are listed here by hand
+    state = {name: torch.arange(4)[None] for name in buffers}
+    state[buffers[0].replace("position_ids", "LayerNorm.gamma")] = torch.ones(4)   # a TF-era LayerNorm name
+    mapped = map_family_state(state, family)
+    assert mapped.ignored == buffers and mapped.unknown == []
+    assert list(mapped.parts) == ["embeddings.norm.weight"]
+
+
+def test_the_task_heads_are_named_outside_the_encoders_prefix():
+    # a checkpoint with a task head saves the encoder under the family's prefix and the head beside it
+    assert hf_names(ALBERT, "nsp.weight") == ["sop_classifier.classifier.weight"]
+    assert hf_names(ALBERT, "mlm.dense.bias") == ["predictions.dense.bias"]
+    assert hf_names(ALBERT, "blocks.0.norm2.weight") == [
+        "albert.encoder.albert_layer_groups.0.albert_layers.0.full_layer_layer_norm.weight"]
+    assert hf_names(ROBERTA, "mlm.norm.bias") == ["lm_head.layer_norm.bias"]
+    assert hf_names(DISTILBERT, "mlm.bias") == ["vocab_projector.bias"]
+    assert hf_names(ELECTRA, "rtd.out.weight") == ["discriminator_predictions.dense_prediction.weight"]
+    assert hf_names(ELECTRA, "blocks.1.attn.qkv.bias") == [
+        f"electra.encoder.layer.1.attention.self.{p}.bias" for p in ("query", "key", "value")]
+
+
+@pytest.mark.parametrize("ours, reference", [
+    (our_roberta_config, transformers.RobertaConfig), (electra_config, transformers.ElectraConfig),
+    (albert_config, transformers.AlbertConfig), (distilbert_config, transformers.DistilBertConfig),
+])
+def test_a_config_key_left_out_is_refused_by_name_or_read_as_transformers_default(ours, reference):
+    # each optional key our config readers fall back on gets the value transformers itself would use.
+    # Not embedding_size: ELECTRA's reader takes an absent one as hidden_size (no projection) where
+    # ElectraConfig's default is 128; a checkpoint's projection weights then fail the shape check by name.
+    full = reference().to_dict()
+    want = ours(full)
+    for key in set(full) - {"embedding_size"} if reference is transformers.ElectraConfig else full:
+        try:
+            got = ours({k: v for k, v in full.items() if k != key})
+        except (KeyError, ValueError) as e:
+            assert key in str(e)
+            continue
+        assert got == want, key
 
 
 @pytest.mark.parametrize("field, value", [

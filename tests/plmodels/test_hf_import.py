@@ -142,6 +142,10 @@ def test_a_config_without_optional_keys_gets_transformers_bert_defaults():
     assert config_from_hf({**need, "pad_token_id": None}).pad_token_id == 0
     for act, ours in (("gelu", "gelu"), ("gelu_new", "gelu_tanh"), ("gelu_pytorch_tanh", "gelu_tanh"), ("relu", "relu")):
         assert config_from_hf({**need, "hidden_act": act}).activation == ours
+    # what our encoder cannot compute is refused by name
+    for key, value in (("position_embedding_type", "relative_key"), ("model_type", "roberta"), ("hidden_act", "silu")):
+        with pytest.raises(ValueError, match=f"config.json: {key}="):
+            config_from_hf({**need, key: value})
 
 
 def test_missing_encoder_tensor_is_an_error(hf_folder, tmp_path):

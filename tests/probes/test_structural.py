@@ -118,6 +118,14 @@ def test_spearman_metrics_average_per_length():
     assert nspr([np.ones(5)], [h5]) == 0.0
 
 
+def test_metrics_of_sentences_with_nothing_to_score_are_nan():
+    # every word punctuation: no gold edge, no scored root, no length in 5..50 (not 0, which would read as a score)
+    heads, punct = [np.array([-1, 0])], [np.array([True, True])]
+    assert np.isnan(uuas([np.zeros((2, 2))], heads, punct))
+    assert np.isnan(root_accuracy([np.array([0.0, 1.0])], heads, punct))
+    assert np.isnan(dspr([np.zeros((2, 2))], heads)) and np.isnan(nspr([np.zeros(2)], heads))
+
+
 def test_metric_errors():
     with pytest.raises(ValueError, match=r"pred_distances\[0\]: expected shape \(5, 5\)"):
         uuas([np.zeros((4, 4))], [HEADS])
@@ -358,10 +366,9 @@ def test_batched_loss_is_the_per_sentence_definition(planted, cls):
     gold = [tree_distances(h) if cls is DistanceProbe else tree_depths(h) for h in train.heads]
     data = _read_sentences(Xs, [(p.mean_, p.scale_), None], np.asarray(train.bounds), gold, "cpu")
     got = _loss(p._kind, data, ids, torch.tensor(np.stack(Bs), dtype=torch.float32))
-    for a, (X, B) in enumerate(zip(Xs, Bs)):
-        Z = (X.astype(np.float64) - p.mean_) / p.scale_ if a == 0 else X.astype(np.float64)
+    def by_hand(Z, B, sentences):
         want = 0.0
-        for s in ids:
+        for s in sentences:
             start, end = train.bounds[s]
             proj = Z[start:end] @ B.T
             if cls is DistanceProbe:
@@ -369,7 +376,17 @@ def test_batched_loss_is_the_per_sentence_definition(planted, cls):
                 want += np.abs(pred - tree_distances(train.heads[s])).sum() / (end - start) ** 2
             else:
                 want += np.abs((proj ** 2).sum(-1) - tree_depths(train.heads[s])).sum() / (end - start)
-        assert float(got[a]) == pytest.approx(want, rel=1e-5)
+        return want
+
+    for a, (X, B) in enumerate(zip(Xs, Bs)):
+        Z = (X.astype(np.float64) - p.mean_) / p.scale_ if a == 0 else X.astype(np.float64)
+        assert float(got[a]) == pytest.approx(by_hand(Z, B, ids), rel=1e-5)
+    # the validation loss recorded after the one epoch is the mean of that loss over the held-out
+    # sentences (the first round(val_fraction x S) of the seed's permutation), at the B the fit ends with
+    perm = np.random.default_rng(p.seed).permutation(len(train.bounds))
+    val = perm[:int(round(p.val_fraction * len(train.bounds)))]
+    Z = (train.X.astype(np.float64) - p.mean_) / p.scale_
+    assert p.history_ == [pytest.approx(by_hand(Z, Bs[0], val) / len(val), rel=1e-5)]
     pred = p._predict(train.X, train.bounds[ids])
     assert [x.shape for x in pred] == [(n, n) if cls is DistanceProbe else (n,) for n in lens]
 

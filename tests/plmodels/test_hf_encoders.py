@@ -234,29 +234,42 @@ def test_the_task_heads_are_named_outside_the_encoders_prefix():
     assert hf_names(ALBERT, "blocks.0.norm2.weight") == [
         "albert.encoder.albert_layer_groups.0.albert_layers.0.full_layer_layer_norm.weight"]
     assert hf_names(ROBERTA, "mlm.norm.bias") == ["lm_head.layer_norm.bias"]
+    assert hf_names(ROBERTA, "blocks.11.norm1.weight") == ["roberta.encoder.layer.11.attention.output.LayerNorm.weight"]
+    assert hf_names(DISTILBERT, "blocks.3.mlp.fc_in.bias", prefixed=False) == ["transformer.layer.3.ffn.lin1.bias"]
     assert hf_names(DISTILBERT, "mlm.bias") == ["vocab_projector.bias"]
     assert hf_names(ELECTRA, "rtd.out.weight") == ["discriminator_predictions.dense_prediction.weight"]
     assert hf_names(ELECTRA, "blocks.1.attn.qkv.bias") == [
         f"electra.encoder.layer.1.attention.self.{p}.bias" for p in ("query", "key", "value")]
 
 
-@pytest.mark.parametrize("ours, reference", [
-    (our_roberta_config, transformers.RobertaConfig), (electra_config, transformers.ElectraConfig),
-    (albert_config, transformers.AlbertConfig), (distilbert_config, transformers.DistilBertConfig),
+BERT_SIZES = {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "max_position_embeddings"}
+
+
+@pytest.mark.parametrize("ours, reference, required", [
+    (our_roberta_config, transformers.RobertaConfig, BERT_SIZES),
+    (electra_config, transformers.ElectraConfig, BERT_SIZES),
+    (albert_config, transformers.AlbertConfig, BERT_SIZES - {"max_position_embeddings"}),
+    (distilbert_config, transformers.DistilBertConfig,
+     {"vocab_size", "dim", "n_layers", "n_heads", "hidden_dim", "max_position_embeddings"}),
 ])
-def test_a_config_key_left_out_is_refused_by_name_or_read_as_transformers_default(ours, reference):
-    # each optional key our config readers fall back on gets the value transformers itself would use.
-    # Not embedding_size: ELECTRA's reader takes an absent one as hidden_size (no projection) where
-    # ElectraConfig's default is 128; a checkpoint's projection weights then fail the shape check by name.
+def test_a_config_key_left_out_is_refused_by_name_or_read_as_transformers_default(ours, reference, required):
+    # the sizes are required (refused by name when absent); every other key our config readers fall back
+    # on gets the value transformers itself would use. Not embedding_size: ELECTRA's reader takes an
+    # absent one as hidden_size (no projection) where ElectraConfig's default is 128; a checkpoint's
+    # projection weights then fail the shape check by name.
     full = reference().to_dict()
     want = ours(full)
+    refused = set()
     for key in set(full) - {"embedding_size"} if reference is transformers.ElectraConfig else full:
         try:
             got = ours({k: v for k, v in full.items() if k != key})
         except (KeyError, ValueError) as e:
             assert key in str(e)
+            refused.add(key)
             continue
         assert got == want, key
+    assert refused == required
 
 
 @pytest.mark.parametrize("field, value", [

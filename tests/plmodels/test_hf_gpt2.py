@@ -299,3 +299,19 @@ def test_a_pytorch_model_bin_with_code_is_refused_and_never_run(folders, tmp_pat
 def test_plmodels_does_not_import_transformers():
     code = "import sys, plmodels.hf_gpt2, plmodels.tokenizer; assert 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
+
+
+def test_a_config_key_left_out_is_refused_by_name_or_read_as_transformers_default():
+    # the sizes are required; each other key config_from_gpt2 falls back on gets the value transformers' GPT2Config would use
+    full = transformers.GPT2Config().to_dict()
+    want = config_from_gpt2(full)
+    refused = set()
+    for key in full:
+        try:
+            got = config_from_gpt2({k: v for k, v in full.items() if k != key})
+        except ValueError as e:
+            assert repr(key) in str(e) or f"{key}=" in str(e)
+            refused.add(key)
+            continue
+        assert got == want, key
+    assert refused == {"vocab_size", "n_embd", "n_layer", "n_head", "n_positions"}   # only the sizes are required

@@ -256,3 +256,19 @@ def test_a_tying_config_with_its_own_head_stays_untied_and_says_so(tmp_path):
     with torch.no_grad():
         assert_close(ours(ids, attention_mask=mask).logits[mask.bool()],
                      loaded(ids, attention_mask=mask).logits[mask.bool()], **TOL)
+
+
+def test_a_config_key_left_out_is_refused_by_name_or_read_as_transformers_default():
+    # the sizes are required; each other key config_from_neox falls back on gets the value transformers' GPTNeoXConfig would use
+    full = transformers.GPTNeoXConfig().to_dict()
+    want = config_from_neox(full)
+    refused = set()
+    for key in full:
+        try:
+            got = config_from_neox({k: v for k, v in full.items() if k != key})
+        except ValueError as e:
+            assert key in str(e)
+            refused.add(key)
+            continue
+        assert got == want, key
+    assert refused == {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings"}   # only the sizes are required

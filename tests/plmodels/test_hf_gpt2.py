@@ -29,7 +29,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
 from plmodels import DecoderConfig, load
-from plmodels.hf_gpt2 import UnsafePickleError, config_from_gpt2, import_hf_gpt2, map_gpt2_state
+from plmodels.hf_gpt2 import UnsafePickleError, config_from_gpt2, gpt2_name, import_hf_gpt2, map_gpt2_state
 
 from .hf_files import write_gpt2_files
 from .hf_models import GPT2_EPS as EPS
@@ -315,3 +315,11 @@ def test_a_config_key_left_out_is_refused_by_name_or_read_as_transformers_defaul
             continue
         assert got == want, key
     assert refused == {"vocab_size", "n_embd", "n_layer", "n_head", "n_positions"}   # only the sizes are required
+
+
+def test_gpt2_names_of_our_tensors_by_hand():
+    # the name an error message gives for our tensor: GPT-2's, without the "transformer." prefix
+    assert gpt2_name("blocks.3.attn.qkv.weight") == "h.3.attn.c_attn.weight"
+    assert gpt2_name("blocks.11.mlp.fc_out.bias") == "h.11.mlp.c_proj.bias"
+    assert gpt2_name("final_norm.weight") == "ln_f.weight"
+    assert gpt2_name("lm_head.weight") == "lm_head.weight" and gpt2_name("not.a.weight") == "not.a.weight"

@@ -20,7 +20,7 @@ from torch.testing import assert_close
 
 from plmodels import Decoder, DecoderConfig, load
 from plmodels.hf_families import import_hf
-from plmodels.hf_gpt_neox import config_from_neox, import_hf_gpt_neox, map_neox_state, neox_qkv_to_ours
+from plmodels.hf_gpt_neox import config_from_neox, import_hf_gpt_neox, map_neox_state, neox_name, neox_qkv_to_ours
 
 from .hf_configs import CASES, NEOX_H as H, NEOX_V as V, neox_config
 from .hf_files import TEXTS, write_gpt2_files
@@ -272,3 +272,20 @@ def test_a_config_key_left_out_is_refused_by_name_or_read_as_transformers_defaul
             continue
         assert got == want, key
     assert refused == {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "max_position_embeddings"}   # only the sizes are required
+
+
+def test_the_fused_qkv_is_regrouped_by_hand_and_names_map_back():
+    # 2 heads of size 2: GPT-NeoX's rows per head [q0 q0 k0 k0 v0 v0 | q1 q1 k1 k1 v1 v1] -> ours [q; k; v]
+    state = {"gpt_neox.layers.0.attention.query_key_value.bias": torch.arange(12.0),
+             "layers.0.attention.query_key_value.weight": torch.arange(48.0).reshape(12, 4)}
+    mapped, unknown, ignored = map_neox_state(state, n_heads=2)
+    order = [0, 1, 6, 7, 2, 3, 8, 9, 4, 5, 10, 11]
+    assert mapped["blocks.0.attn.qkv.bias"].tolist() == order
+    assert mapped["blocks.0.attn.qkv.weight"][:, 0].tolist() == [4.0 * r for r in order]
+    assert unknown == [] and ignored == []
+    with pytest.raises(ValueError, match="has 10 rows, not 3 x num_attention_heads"):
+        map_neox_state({"layers.0.attention.query_key_value.bias": torch.zeros(10)}, n_heads=2)
+    assert neox_name("blocks.11.mlp.fc_out.bias") == "gpt_neox.layers.11.mlp.dense_4h_to_h.bias"
+    assert neox_name("blocks.3.attn.qkv.weight") == "gpt_neox.layers.3.attention.query_key_value.weight"
+    assert neox_name("lm_head.weight") == "embed_out.weight or lm_head.weight"
+    assert neox_name("not.a.weight") == "not.a.weight"

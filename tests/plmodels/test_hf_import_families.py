@@ -14,6 +14,8 @@ import torch
 
 import plmodels
 from plmodels.hf_families import IMPORTERS, import_hf
+from plmodels.hf_seq2seq import bart_config, t5_config
+from plmodels.hf_xlnet import xlnet_config
 from tests.plmodels.hf_bert_folder import save_bert_folder
 from tests.plmodels.hf_configs import CASES, albert_config, distil_config, neox_config, roberta_config
 from tests.plmodels.hf_files import write_roberta_files
@@ -141,3 +143,46 @@ def test_every_family_reports_the_same_fields(tmp_path):
         assert report["family"] == family and report["weights"] == "model.safetensors", family
         assert report["unknown_tensors"] == [], family
         assert (report["tokenizer"] is None) == (family != "bert"), family  # only the BERT folder has vocab.txt
+
+
+@pytest.mark.parametrize("ours, reference, required", [
+    (t5_config, "T5Config", {"vocab_size", "d_model", "d_kv", "d_ff", "num_layers", "num_heads",
+                             "relative_attention_num_buckets"}),
+    # BART's encoder and decoder share one size here: leaving one side out differs from the other
+    (bart_config, "BartConfig", {"vocab_size", "d_model", "max_position_embeddings", "encoder_layers",
+                                 "decoder_layers", "encoder_ffn_dim", "decoder_ffn_dim", "encoder_attention_heads",
+                                 "decoder_attention_heads"}),
+    (xlnet_config, "XLNetConfig", {"vocab_size", "d_model", "n_layer", "n_head", "d_inner"}),
+])
+def test_a_config_key_left_out_is_refused_by_name_or_read_as_transformers_default(ours, reference, required):
+    # the sizes are required; every other key falls back on the value transformers would use (the
+    # parity tests always pass the full dict, so they cannot see a wrong fallback)
+    full = getattr(transformers, reference)().to_dict()
+    want = ours(full)
+    refused = set()
+    for key in full:
+        try:
+            got = ours({k: v for k, v in full.items() if k != key})
+        except ValueError as e:
+            assert key in str(e)
+            refused.add(key)
+            continue
+        assert got == want, key
+    assert refused == required
+
+
+def test_t5_max_positions_from_n_positions_of_older_configs():
+    # transformers 4's T5 config.json carried n_positions (t5-small: 512); newer ones leave it out
+    full = transformers.T5Config().to_dict()
+    assert t5_config({**full, "n_positions": 1024}).max_positions == 1024
+    assert t5_config(full).max_positions == 512
+
+
+def test_xlnet_config_activations_and_head_size_by_hand():
+    full = transformers.XLNetConfig().to_dict()
+    for act, ours in (("gelu", "gelu"), ("relu", "relu"), ("gelu_new", "gelu_tanh")):
+        assert xlnet_config({**full, "ff_activation": act}).activation == ours
+    # without d_head it is d_model // n_head, which must give back d_model: 10 = 3 x 3 + 1 is refused
+    small = {k: v for k, v in full.items() if k != "d_head"}
+    with pytest.raises(ValueError, match="x n_head=3 != d_model=10"):
+        xlnet_config({**small, "d_model": 10, "n_head": 3})

@@ -15,7 +15,7 @@ import torch
 import plmodels
 from plmodels.hf_families import IMPORTERS, import_hf
 from plmodels.hf_seq2seq import bart_config, t5_config
-from plmodels.hf_xlnet import xlnet_config
+from plmodels.hf_xlnet import from_hf_xlnet_state_dict, xlnet_config
 from tests.plmodels.hf_bert_folder import save_bert_folder
 from tests.plmodels.hf_configs import CASES, albert_config, distil_config, neox_config, roberta_config
 from tests.plmodels.hf_files import write_roberta_files
@@ -186,3 +186,14 @@ def test_xlnet_config_activations_and_head_size_by_hand():
     small = {k: v for k, v in full.items() if k != "d_head"}
     with pytest.raises(ValueError, match="x n_head=3 != d_model=10"):
         xlnet_config({**small, "d_model": 10, "n_head": 3})
+
+
+@pytest.mark.parametrize("prefix", ["transformer.", ""])
+def test_xlnet_tied_lm_loss_is_checked_against_the_embeddings_with_or_without_prefix(prefix):
+    # lm_loss.weight is the word embedding table (tied): dropped when equal, refused when not; a state
+    # without an LM bias gets zeros
+    W = torch.arange(6.0).reshape(3, 2)
+    got = from_hf_xlnet_state_dict({prefix + "word_embedding.weight": W, "lm_loss.weight": W.clone()})
+    assert list(got) == ["word_embedding.weight", "lm_bias"] and got["lm_bias"].tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="lm_loss.weight differs from the word embeddings"):
+        from_hf_xlnet_state_dict({prefix + "word_embedding.weight": W, "lm_loss.weight": W + 1})

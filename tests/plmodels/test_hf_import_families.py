@@ -197,3 +197,18 @@ def test_xlnet_tied_lm_loss_is_checked_against_the_embeddings_with_or_without_pr
     assert list(got) == ["word_embedding.weight", "lm_bias"] and got["lm_bias"].tolist() == [0.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="lm_loss.weight differs from the word embeddings"):
         from_hf_xlnet_state_dict({prefix + "word_embedding.weight": W, "lm_loss.weight": W + 1})
+
+
+def test_t5_and_bart_configs_read_each_field_from_its_key():
+    # values away from every default, so a field read from a misspelt key (and so its fallback) shows
+    t5 = t5_config(transformers.T5Config(
+        pad_token_id=5, decoder_start_token_id=6, dropout_rate=0.2, layer_norm_epsilon=1e-5, n_positions=1024,
+        relative_attention_max_distance=64, num_decoder_layers=3, feed_forward_proj="gated-gelu").to_dict())
+    assert (t5.pad_token_id, t5.decoder_start_token_id, t5.dropout, t5.layer_norm_eps, t5.max_positions,
+            t5.relative_max_distance, t5.n_decoder_layers, t5.activation, t5.mlp) == (
+        5, 6, 0.2, 1e-5, 1024, 64, 3, "gelu_tanh", "gated")
+    bart = bart_config(transformers.BartConfig(
+        pad_token_id=5, decoder_start_token_id=6, dropout=0.2, scale_embedding=True, activation_function="relu",
+        decoder_layers=3).to_dict())
+    assert (bart.pad_token_id, bart.decoder_start_token_id, bart.dropout, bart.scale_embedding, bart.activation,
+            bart.n_decoder_layers) == (5, 6, 0.2, True, "relu", 3)

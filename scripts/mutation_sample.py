@@ -123,6 +123,8 @@ EQUIVALENT: dict[tuple[str, str, int, str], str] = {
     ("probes/amnesic.py", "elif self.rank and move(0.0) > self.target:  # or away from them", 24, "0.0 -> 1.0"):
         "this branch is reached with move(0) >= target; move increases with gamma, so move(1) > target "
         "too except when both equal it, and then _search returns the bracket's high end 0: the same gamma",
+    ("probes/layers.py", "return (picks[0] if picks[0] == picks[1] else -1), chosen", 14, "0 -> 1"):
+        "the layer returned is picks[0] only when picks[0] == picks[1]: returning picks[1] there is the same",
     ("probes/structural.py", 'by_length = ids[np.argsort(lens, kind="stable")]', 38, "'stable' -> 'stableX'"):
         "numpy reads the first letter of `kind` only ('s': stable), so the sort is the same",
 }

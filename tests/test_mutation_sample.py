@@ -70,3 +70,15 @@ def test_every_focus_names_definitions_of_its_module():
     for module, names in ms.FOCUS.items():
         assert module in ms.MODULES
         assert ms.sites((ms.ROOT / module).read_text(encoding="utf-8"), names)
+
+
+def test_every_equivalent_mutant_is_a_site_of_its_module_as_it_is():
+    # an entry whose line was edited away would silently stop applying
+    for module, text, col, what in ms.EQUIVALENT:
+        source = (ms.ROOT / module).read_text(encoding="utf-8")
+        lines = source.splitlines()
+        keys = set()
+        for m in ms.sites(source, ms.FOCUS.get(module)):
+            line = lines[m.line - 1]
+            keys.add((line.strip(), m.col - (len(line) - len(line.lstrip())), m.what))
+        assert (text, col, what) in keys, (module, text)

@@ -109,6 +109,14 @@ EQUIVALENT: dict[tuple[str, str, int, str], str] = {
      40, "0.0 -> 1.0"):
         "a dropped direction has no variance, so no covariance with the labels: u (left singular vectors "
         "of W C) has no component along it and u.T @ W never reads W's value there",
+    ("probes/amnesic.py", "u = u[:, s > self.tol * max(float(s.max()), 1e-300)] if s.size else u[:, :0]", 9,
+     "Gt -> GtE"):
+        "differs only for a singular value exactly equal to tol x the largest",
+    ("probes/amnesic.py", "q, _ = np.linalg.qr(np.random.default_rng(self.seed).standard_normal((self.d_in_, "
+     "max(self.rank, 1))))", 97, "1 -> 2"):
+        "at rank 1 the draw gets a second column that QR then drops: the kept direction is another draw from "
+        "the same uniform law (the seed's stream is read in another order), which only a test pinning the "
+        "stream could tell; at rank 0 nothing is kept either way",
     ("probes/amnesic.py", "return vt[s > tol * max(float(s.max()), 1e-300)]", 10, "Gt -> GtE"):
         "differs only for a singular value exactly equal to tol x the largest",
     ("probes/amnesic.py", "log_ev = np.log(np.maximum(evals, self.tol * max(float(evals.max()), 1e-300)))", 34,

@@ -283,3 +283,9 @@ def test_the_matched_control_search_at_a_bracket_end_and_over_a_jump():
     # 1e-12 (floats there are 6e-11 apart), so the search stops after its 200 steps
     move, calls = _counted(lambda g: 0.0 if g < 300000.3 else 2.0)
     assert search(move, 0.0, 1e6) == pytest.approx(300000.3, abs=1e-6) and len(calls) == 202
+
+
+def test_fit_transform_is_fit_then_transform():
+    X, y = planted(n=300)
+    for eraser in (LeaceEraser(), RandomEraser(rank=2), ShuffledLabelEraser(seed=1)):
+        np.testing.assert_array_equal(eraser.fit_transform(X, y), type(eraser)(**eraser.get_params()).fit(X, y).transform(X))

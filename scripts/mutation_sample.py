@@ -117,6 +117,10 @@ EQUIVALENT: dict[tuple[str, str, int, str], str] = {
         "at rank 1 the draw gets a second column that QR then drops: the kept direction is another draw from "
         "the same uniform law (the seed's stream is read in another order), which only a test pinning the "
         "stream could tell; at rank 0 nothing is kept either way",
+    ("probes/amnesic.py", "lo, hi = hi, min(2 * hi, self.max_gamma)", 17, "2 -> 3"):
+        "tripling instead of doubling only widens the bracket: move increases with gamma, so _search meets "
+        "the same gamma (to rtol) in any bracket that holds it, and the range's end is min(., max_gamma) "
+        "either way",
     ("probes/amnesic.py", "return vt[s > tol * max(float(s.max()), 1e-300)]", 10, "Gt -> GtE"):
         "differs only for a singular value exactly equal to tol x the largest",
     ("probes/amnesic.py", "log_ev = np.log(np.maximum(evals, self.tol * max(float(evals.max()), 1e-300)))", 34,

@@ -13,6 +13,7 @@ paper -> file -> flags table), and what differs per family is one record in fami
     seq2seq.py      the T5 / BART encoder-decoder (Seq2SeqConfig, Seq2Seq); analyses read its encoder
     xlnet.py        XLNet's two-stream relative-position model (XLNetConfig, XLNet); analyses read
                     its content stream
+    electra.py      ELECTRA's generator and discriminator pair, trained as one model
     components/     what every family shares: attention kernel, positions, dropout, hook sites,
                     outputs, config checks, init, head pruning, input checks (see its docstring)
     families.py     the family registry: one record per kind (classes, default objective, LM
@@ -23,12 +24,17 @@ paper -> file -> flags table), and what differs per family is one record in fami
     hf_encoders.py  RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT -> Encoder
     hf_gpt2.py      GPT-2 -> Decoder
     hf_gpt_neox.py  GPT-NeoX (Pythia) -> Decoder (parallel residual, partial RoPE)
+    hf_seq2seq.py   T5, BART -> Seq2Seq
+    hf_xlnet.py     XLNet -> XLNet
     hf_export.py    export_hf: our checkpoints in the Hugging Face layout (BERT, RoBERTa, DistilBERT, GPT-2)
     tokenizer.py    WordPiece, byte-level BPE and SentencePiece Unigram tokenizers
     presets.py      named model shapes (tiny, mini, small, base)
     config.py       the typed loader of run configs
     files.py        atomic writes of safetensors and JSON files, with the mode open() gives
     progress.py     progress bars with rate and ETA for long steps
+    paths.py        where the shared data lives ("${WORKBENCH_DATA}") and whether the code runs from a
+                    source checkout
+    recipes/        the shipped pretraining and finetuning configs, found by name (package data)
     training/       pretraining and finetuning: config, corpus, masking, schedule, data, loss,
                     runtime, distributed, state, evaluation, loop, finetune (see its docstring)
 """

@@ -12,7 +12,7 @@ function (Pedregosa et al. 2011, scikit-learn >= 1.2, multinomial loss with an L
 default, strong-Wolfe line search) from W = 0, b = 0. The line searches differ from SciPy's, so after a
 capped number of iterations the two stop at slightly different points; where both converge they agree
 (tests/probes/test_logreg.py). On the POS probe of a trained decoder, at scikit-learn's default of
-300 iterations, per-layer accuracies agreed within 0.12 point (docs/recipe.md, "Screening the EPYC
+300 iterations, per-layer accuracies agreed within 0.12 point (research/notebook.md, "Screening the EPYC
 hour on a GPU, round 2").
 
 Shaped like a scikit-learn classifier: `fit(X, y)`, `predict`, `predict_proba`, `score`, and the

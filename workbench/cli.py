@@ -38,6 +38,7 @@ import argparse
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 from workbench import __version__
@@ -269,10 +270,26 @@ def _app(a: argparse.Namespace) -> int:
 SET_HELP = ("override one config field; repeatable. Dotted keys for nested fields, the value read as "
             "JSON when it parses: --set model.n_heads=8 --set lr=1e-3, or a JSON object: --set '{\"lr\": 1e-3}' "
             "(default: no overrides)")
-# the model_types of plmodels.hf_families.IMPORTERS, written out so that `workbench --help` imports no
-# library (test_hf_import_families checks the two agree)
-HF_FAMILIES = ("albert", "bart", "bert", "distilbert", "electra", "gpt2", "gpt_neox", "roberta", "t5", "xlm-roberta",
-               "xlnet")
+
+
+def pretrain_kinds() -> list[str]:
+    """The kinds `pretrain` trains: the family registry's keys (plmodels/families.py)."""
+    from plmodels.families import FAMILIES
+
+    return list(FAMILIES)
+
+
+def hf_families() -> list[str]:
+    """The model_types `import-hf` reads: the importer registry's keys (plmodels.hf_families.IMPORTERS)."""
+    from plmodels.hf_families import IMPORTERS
+
+    return sorted(IMPORTERS)
+
+
+# Placeholders of a subcommand's description, filled from the registries when that help is printed.
+# Importing a registry loads torch (4 s on a loaded 2-core machine): `workbench --help` and the
+# commands themselves do not pay it, so the top-level list carries no family names.
+REGISTRY_LISTS: dict[str, Callable[[], list[str]]] = {"{kinds}": pretrain_kinds, "{hf_families}": hf_families}
 MODEL_HELP = "checkpoint folder (config.json + model.safetensors, as written by pretrain, finetune or import-hf)"
 OUT_HELP = "folder to write tables/ and figures/ into"
 DEBUG_ENV = "WORKBENCH_DEBUG"
@@ -286,6 +303,12 @@ class HelpFormatter(argparse.HelpFormatter):
     whose default is None (their help says in words what happens then) and for help that already
     names its default."""
 
+    def _format_text(self, text: str) -> str:
+        for token, names in REGISTRY_LISTS.items():
+            if token in text:
+                text = text.replace(token, ", ".join(names()))
+        return super()._format_text(text)
+
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
         if ("%(default)" in text or "default:" in text or action.nargs == 0 or not action.option_strings
@@ -294,9 +317,10 @@ class HelpFormatter(argparse.HelpFormatter):
         return text + " (default: %(default)s)"
 
 
-def _command(sub, name: str, help: str) -> argparse.ArgumentParser:
-    """A subcommand parser: its help is also its description, defaults are shown, --debug is accepted."""
-    s = sub.add_parser(name, help=help, description=help, formatter_class=HelpFormatter)
+def _command(sub, name: str, help: str, description: str | None = None) -> argparse.ArgumentParser:
+    """A subcommand parser: its help is also its description unless one is given (which may hold the
+    placeholders of REGISTRY_LISTS), defaults are shown, --debug is accepted."""
+    s = sub.add_parser(name, help=help, description=description or help, formatter_class=HelpFormatter)
     # SUPPRESS: absent here, the top-level --debug (or its default) stands
     s.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return s
@@ -324,7 +348,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    s = _command(sub, "pretrain", "pretrain an encoder (masked LM) or decoder (causal LM)")
+    s = _command(sub, "pretrain", "pretrain a model of any family with its objective",
+                 "pretrain a model of any family ({kinds}) with its objective (the config's `kind` and "
+                 "`objective`; docs/design.md, \"Model families\")")
     s.add_argument("config", help="a pretraining config: a JSON file, or the name of a shipped recipe "
                                   "(encoder-mini-cram, decoder-mini, ...)")
     s.add_argument("--out", required=True, type=Path, help="run folder for checkpoints and metrics (required)")
@@ -340,7 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
     s.set_defaults(fn=_finetune)
 
-    s = _command(sub, "import-hf", f"import a Hugging Face checkpoint ({', '.join(HF_FAMILIES)})")
+    s = _command(sub, "import-hf", "import a Hugging Face checkpoint folder (its model_type picks the importer)",
+                 "import a Hugging Face checkpoint folder ({hf_families}; its config.json's model_type picks "
+                 "the importer)")
     s.add_argument("src", help="folder with config.json and weights (model.safetensors, pytorch_model.bin "
                                "holding tensors only, or either sharded with its *.index.json), or 'minilm' "
                                "for the installed all-MiniLM-L6-v2")
@@ -454,7 +482,8 @@ def build_parser() -> argparse.ArgumentParser:
     _config_args(s, "pruning")
     s.set_defaults(fn=_prune)
 
-    s = _command(sub, "compare", "finetuned vs frozen: CKA, probing and head change")
+    s = _command(sub, "compare", "compare two checkpoints (e.g. a finetuned model and its base): layer-by-layer CKA, "
+                                 "per-head attention change (JS divergence) and probing scores of B next to A")
     s.add_argument("model_a", type=Path, help="the reference checkpoint folder (e.g. the pretrained model)")
     s.add_argument("model_b", type=Path, help="the checkpoint folder compared with it (e.g. its finetuned copy)")
     s.add_argument("--out", type=Path, default=Path("runs/compare"), help="folder to write tables/ into")

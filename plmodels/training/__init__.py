@@ -10,6 +10,8 @@ Entry points: `pretrain(config, out_dir)` (loop.py; the CLI `workbench pretrain`
 | config.py       | `PretrainConfig` and the config files it is read from (extends, overrides, paths) |
 | corpus.py       | corpora: stream documents, tokenize once into a cached id file, pack rows  |
 | masking.py      | training targets: BERT's MLM masks, NSP / SOP pairs, causal-LM shift       |
+| denoising.py    | T5's span corruption and BART's text infilling for encoder-decoders      |
+| plm.py          | XLNet's permutation-LM targets: factorisation orders, perm_mask, target_mapping |
 | spans.py        | SpanBERT: span masking of whole words, the span-boundary head              |
 | distil.py       | DistilBERT: the student from the teacher's layers, the triple loss         |
 | schedule.py     | learning-rate schedules as pure functions of the step (or of the clock)    |

@@ -5,11 +5,11 @@ Why: a 60-minute run on a slow CPU reads a known number of tokens (7.3M for the 
 shares of the run as the config's clock schedule) can be trained anywhere, in fp32, and give the same
 model up to floating-point order. On a GPU, several such runs train side by side in minutes, so a
 variant can be screened with a few seeds before an hour of CPU is spent on it. Checked on the decoder
-config (docs/recipe.md, "Screening the EPYC hour on a GPU"): an H100 reproduced the EPYC hours' POS
+config (research/notebook.md, "Screening the EPYC hour on a GPU"): an H100 reproduced the EPYC hours' POS
 gains within 0.05 point and their Gutenberg perplexity within 1%. In bf16 (`"bf16": "on"` in a run's
 overrides, to replay an hour of a CPU with native bf16) the GPU and the CPU round differently and
 a run parts ways with the hour of the same seed: a bf16 replay gives the spread over seeds, not a
-given seed's hour (docs/recipe.md, "Twelve seeds of the slower AMX hour").
+given seed's hour (research/notebook.md, "Twelve seeds of the slower AMX hour").
 
 Each run is `workbench pretrain CONFIG --out OUT/NAME --set ...` with `schedule_clock: "steps"`, no
 time budget, fp32 (`bf16: "off"` unless the overrides say "on"), and the variant's overrides, which
@@ -25,7 +25,7 @@ The probes, not the training, bound a GPU screen: scikit-learn's fit takes ~16 s
 pooling on two CPU threads, ~160 s per run, and eight at once on a 16-core GPU host did not finish
 one run in four minutes. `--solver torch` fits the same objective on the GPU
 (`probes.logreg.LogisticRegressionLBFGS`; per-layer accuracies within 0.16 point of
-scikit-learn's on the EPYC decoder hours, docs/recipe.md).
+scikit-learn's on the EPYC decoder hours, research/notebook.md).
 
     python -m research.scripts.screen_equal_tokens decoder-mini-cram OUT \
         '{"b32_s0": {"max_steps": 1810, "seed": 0, "tokenizer_path": "runs/x/tokenizer"}, ...}'

@@ -46,7 +46,7 @@ def test_every_ablation_variant_builds_a_config(path, monkeypatch):
 
 
 def test_encoder_time_ablations_keep_the_pre_ablation_baseline(monkeypatch):
-    """encoder-time.json's results (docs/recipe.md, 1b) are against lr 2e-3 and 15% masking; the
+    """encoder-time.json's results (research/notebook.md, 1b) are against lr 2e-3 and 15% masking; the
     default recipe has moved on since, so the spec pins the old base in base_overrides."""
     monkeypatch.chdir(ROOT)
     built = round_configs("encoder-time.json")
@@ -62,7 +62,7 @@ def test_encoder_time_ablations_keep_the_pre_ablation_baseline(monkeypatch):
 
 
 def test_second_encoder_round_keeps_its_pre_ln_baseline(monkeypatch):
-    """encoder-time-2.json's table (docs/recipe.md, 1d) is against the pre-LN recipe with 4 heads; the
+    """encoder-time-2.json's table (research/notebook.md, 1d) is against the pre-LN recipe with 4 heads; the
     recipe became post-LN after it, and then 8 heads, which must move neither its `recipe` row nor its
     `post_ln` variant."""
     monkeypatch.chdir(ROOT)
@@ -78,7 +78,7 @@ def test_second_encoder_round_keeps_its_pre_ln_baseline(monkeypatch):
 
 
 def test_decoder_time_ablations_keep_a_ten_percent_warmup_baseline(monkeypatch):
-    """decoder-time.json's table (docs/recipe.md, 1c) is against a 10% warmup; the decoder recipe
+    """decoder-time.json's table (research/notebook.md, 1c) is against a 10% warmup; the decoder recipe
     now warms up over 30% of the hour, which must not move the spec's `cram` baseline."""
     monkeypatch.chdir(ROOT)
     built = round_configs("decoder-time.json")
@@ -93,7 +93,7 @@ def test_decoder_time_ablations_keep_a_ten_percent_warmup_baseline(monkeypatch):
 
 
 def test_third_encoder_round_is_the_post_ln_recipe_with_one_change_each(monkeypatch):
-    """encoder-time-3.json's table (docs/recipe.md, 1e) is against the post-LN recipe with 4 heads
+    """encoder-time-3.json's table (research/notebook.md, 1e) is against the post-LN recipe with 4 heads
     (wd 0.01, linear decay, 10% warmup). The recipe moved to 8 heads after it, so the spec pins 4 in
     base_overrides (as rounds 1b and 1d pin theirs); if the recipe moves again, this fails."""
     monkeypatch.chdir(ROOT)
@@ -118,7 +118,7 @@ def test_third_encoder_round_is_the_post_ln_recipe_with_one_change_each(monkeypa
 
 
 def test_fourth_encoder_round_changes_only_the_row_length_and_scores_on_one_held_out_set(monkeypatch):
-    """encoder-time-4.json (docs/recipe.md, 1f): every variant reads the recipe's 8,192 tokens a step
+    """encoder-time-4.json (research/notebook.md, 1f): every variant reads the recipe's 8,192 tokens a step
     and is scored on the same held-out rows of 128 tokens, whatever length it trains on."""
     monkeypatch.chdir(ROOT)
     built = round_configs("encoder-time-4.json")
@@ -140,7 +140,7 @@ def test_fourth_encoder_round_changes_only_the_row_length_and_scores_on_one_held
 
 
 def test_fifth_encoder_round_changes_only_the_shape_and_its_control_is_the_fourth_rounds(monkeypatch):
-    """encoder-time-5.json (docs/recipe.md, 1g) reuses round 4's control run, so its control must be
+    """encoder-time-5.json (research/notebook.md, 1g) reuses round 4's control run, so its control must be
     the same config; every variant keeps 64-dimensional heads and FFN = 4 x width."""
     monkeypatch.chdir(ROOT)
     built = {n: round_configs(n) for n in ("encoder-time-4.json", "encoder-time-5.json")}

@@ -41,7 +41,7 @@ def test_only_the_alibi_encoder_cannot_tell_left_from_right(kind, position):
     """ALiBi's bias -m|i - j| is symmetric (Press et al. 2022), so an encoder with no other position
     signal maps the reversed sequence to the reversed outputs: it has no notion of order beyond
     distance. RoPE and learned positions break the symmetry, and so does a decoder's causal mask.
-    (docs/recipe.md section 1d: why an ALiBi encoder grows no +-1 heads.)"""
+    (research/notebook.md section 1d: why an ALiBi encoder grows no +-1 heads.)"""
     model = BUILDERS[kind](position=position, norm="pre")
     ids, _ = batch(B=2, pad_from=None)
     out = model(ids).last_hidden_state

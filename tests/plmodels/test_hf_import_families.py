@@ -6,7 +6,6 @@ same tensors; a tokenizer the workbench cannot read yet is a note in the card, n
 config field we cannot compute is an error naming the file and the field."""
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -21,7 +20,6 @@ from tests.plmodels.hf_configs import CASES, albert_config, distil_config, neox_
 from tests.plmodels.hf_files import write_roberta_files
 from tests.plmodels.hf_models import hf_bart, hf_gpt2, hf_t5, hf_xlnet, seq2seq_batch, xlnet_batch
 from tests.plmodels.kinds import assert_same_weights
-from workbench import cli
 
 transformers = pytest.importorskip("transformers", reason="the parity tests need the test extras: pip install -e '.[test]'")
 
@@ -96,14 +94,6 @@ def test_a_tensor_missing_from_the_folder_is_named(tmp_path):
     save_file(state, str(path), metadata={"format": "pt"})
     with pytest.raises(ValueError, match=r"blocks\.1\.fc_out\.weight"):
         import_hf(tmp_path / "hf")
-
-
-def test_the_cli_names_every_family_the_registry_imports():
-    """`workbench import-hf --help` lists the families without importing the library: its list is
-    written out in workbench/cli.py, and must be the registry's."""
-    assert list(cli.HF_FAMILIES) == sorted(IMPORTERS)
-    sub = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    assert sub.choices["import-hf"].description == f"import a Hugging Face checkpoint ({', '.join(sorted(IMPORTERS))})"
 
 
 def _tiny_folders(root) -> dict:

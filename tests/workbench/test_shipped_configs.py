@@ -44,7 +44,7 @@ def test_pretrain_configs_load(path):
 
 
 def test_the_fp32_encoder_config_is_the_recipe_at_batch_32():
-    """encoder-mini-cram-fp32.json (docs/recipe.md, "Batch 32 on a CPU without native bf16") is the
+    """encoder-mini-cram-fp32.json (research/notebook.md, "Batch 32 on a CPU without native bf16") is the
     recipe with half the batch and twice the steps, so its warmup stays 10% of the hour, and its own
     peak lr: 1.06e-3, the recipe's 1.5e-3 of the time scaled by sqrt(1/2) for the half batch (section
     2, "The fp32 config at lr 1.06e-3"); the recipe's peak moved to 1e-3 on 2026-11-28 on bf16 hours
@@ -62,7 +62,7 @@ def test_the_fp32_encoder_config_is_the_recipe_at_batch_32():
 
 
 def test_the_fp32_decoder_config_is_the_recipe_with_the_adaptive_output():
-    """decoder-mini-cram-fp32.json (docs/recipe.md, "The adaptive softmax for the decoder's hour")
+    """decoder-mini-cram-fp32.json (research/notebook.md, "The adaptive softmax for the decoder's hour")
     changes the output layer and nothing else: same tokenizer size, batch, lr and clock schedule."""
     recipe = load_config(RECIPES / "pretrain" / "decoder-mini-cram.json").to_dict()
     fp32 = load_config(RECIPES / "pretrain" / "decoder-mini-cram-fp32.json").to_dict()
@@ -89,10 +89,10 @@ def test_every_pretraining_step_of_a_run_config_builds_a_config(path, monkeypatc
              for name, spec in models.items() if "pretrain" in spec}
     assert built, path
     if path.stem == "demo":
-        # both demo models take many small steps (docs/recipe.md 2b); the encoder's schedule runs on a
+        # both demo models take many small steps (research/notebook.md 2b); the encoder's schedule runs on a
         # 5-minute clock, so a CPU too slow to reach max_steps still ends with the lr decayed
         enc, dec = built["encoder"], built["decoder"]
         assert enc.model["norm"] == "post" and enc.model["n_heads"] == 8 and enc.masking["rate"] == 0.25
         assert (enc.batch_size, enc.max_steps, enc.schedule_clock, enc.max_minutes) == (8, 1280, "time", 5.0)
-        assert enc.lr == 0.0015   # the demo's figures (docs/recipe.md 2b) were taken at this peak
+        assert enc.lr == 0.0015   # the demo's figures (research/notebook.md 2b) were taken at this peak
         assert (dec.batch_size, dec.max_steps, dec.schedule_clock) == (8, 220, "steps")

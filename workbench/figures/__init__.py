@@ -4,6 +4,14 @@
 One builder per figure, shared by the analysis commands (the figures they write beside their
 tables), the report and the app; none reads files or runs models, so any run's tables can be drawn
 again and every builder is tested without Streamlit.
+
+    layers.py     training curves, per-layer probing scores, mixing weights, the pipeline summary
+    heads.py      the layer x head grid, best head per relation, the head similarity map
+    attention.py  one head's (or one layer's) attention on a sentence, with dependency arcs
+    compare.py    pruning curves, pruned speed and size, frozen vs finetuned, CKA, probing deltas
+    emergence.py  probe and head scores against the tokens a model has seen
+    pairs.py      minimal-pair accuracies and structural-probe scores beside their floors
+    zoo.py        the zoo: scores by layer of systems that differ only in their objective
 """
 
 from workbench.figures.attention import attention_heatmap, attention_lines

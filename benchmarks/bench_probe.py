@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 from meta import begin, write_result
 
 import plmodels
-from plmodels.hf_import import find_minilm, import_hf_bert
+from plmodels.hf.bert import find_minilm, import_hf_bert
 from probes.layers import cumulative_scores, per_layer_scores, scalar_mix_probe
 from workbench.analyses.probing import ProbeRunConfig, load_split, probe_params
 

@@ -19,14 +19,8 @@ paper -> file -> flags table), and what differs per family is one record in fami
     families.py     the family registry: one record per kind (classes, default objective, LM
                     statistic, head grid, analysis forward), the AnalysedModel protocol
     checkpoint.py   save / load / hash a checkpoint folder; the typed card (Card, read_card)
-    hf_families.py  import_hf: any supported Hugging Face folder, by its model_type
-    hf_import.py    BERT, and the readers every importer shares (weights, tokenizers)
-    hf_encoders.py  RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT -> Encoder
-    hf_gpt2.py      GPT-2 -> Decoder
-    hf_gpt_neox.py  GPT-NeoX (Pythia) -> Decoder (parallel residual, partial RoPE)
-    hf_seq2seq.py   T5, BART -> Seq2Seq
-    hf_xlnet.py     XLNet -> XLNet
-    hf_export.py    export_hf: our checkpoints in the Hugging Face layout (BERT, RoBERTa, DistilBERT, GPT-2)
+    hf/             the Hugging Face importers (one per model_type, by config.json) and the exporter
+                    (see its docstring)
     tokenizer.py    WordPiece, byte-level BPE and SentencePiece Unigram tokenizers
     presets.py      named model shapes (tiny, mini, small, base)
     config.py       the typed loader of run configs

@@ -317,7 +317,7 @@ class Card:
     tokenizer: Mapping[str, Any] | None = None  # {"kind", "vocab_size"} of the run's tokenizer
     import_report: Mapping[str, Any] | None = None  # what an importer mapped, left out, initialised fresh
     # an imported checkpoint's source folder, config and weights sha256, the seed and step it claims
-    # (plmodels.hf_families.provenance); None: not imported
+    # (plmodels.hf.registry.provenance); None: not imported
     provenance: Mapping[str, Any] | None = None
     lm_head_trained: bool = True  # the LM head's logits mean something (module docstring of lm_head_rule)
     role: str | None = None  # e.g. "ELECTRA generator"

@@ -4,7 +4,7 @@ GPT-NeoX's variant (Black et al. 2022, "GPT-NeoX-20B"; the Pythia suite, Biderma
 three options: `parallel_residual` (x + Attn(LN1(x)) + MLP(LN2(x)), both sub-layers reading the block
 input), `rotary_dims` (RoPE on the first R channels of each head, Pythia's rotary_pct 0.25) and
 `rope_base`; with position "rope" and an untied head they compute GPTNeoXForCausalLM
-(plmodels/hf_gpt_neox.py imports it).
+(plmodels/hf/gpt_neox.py imports it).
 
 Reading order: config -> MLP -> block -> model. The attention sub-layer (fused QKV, eager/SDPA
 paths, causal masks) and what every family shares (hook sites, head pruning, config checks, init,

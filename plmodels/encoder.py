@@ -10,7 +10,7 @@ embeddings. Options: pre-LN blocks x = x + Dropout(Sublayer(LN(x))) with a final
 (Xiong et al. 2020), RoPE (Su et al. 2021) or symmetric ALiBi (Press et al. 2022) positions,
 gated MLP act(x W_g) * (x W_u) (Shazeer 2020, "GLU Variants Improve Transformer"), no biases,
 and RoBERTa's padding-dependent position ids (`position_ids="roberta"`, Liu et al. 2019, as fairseq's
-`make_positions`), which the RoBERTa importer (hf_encoders.py) needs. ALBERT (Lan et al. 2020, "ALBERT:
+`make_positions`), which the RoBERTa importer (hf/encoders.py) needs. ALBERT (Lan et al. 2020, "ALBERT:
 A Lite BERT"): factorised embeddings (`embedding_size`) and cross-layer parameter sharing
 (`share_layers`, Table 4's all-shared / shared-attention / shared-FFN): blocks 1..L-1 hold block 0's
 nn.Parameter objects but keep their own modules, so hook sites, hidden states, attentions and head

@@ -4,7 +4,7 @@ T5: Raffel et al. 2020, "Exploring the Limits of Transfer Learning with a Unifie
 Transformer" (JMLR), as google-research/text-to-text-transfer-transformer (mesh_tensorflow) and
 Hugging Face's modeling_t5.py compute it. BART: Lewis et al. 2020, "BART: Denoising
 Sequence-to-Sequence Pre-training" (ACL), as fairseq's models/bart and HF's modeling_bart.py do.
-Their noising functions are in training/denoising.py; weights import in hf_seq2seq.py.
+Their noising functions are in training/denoising.py; weights import in hf/seq2seq.py.
 
 Reading order: config -> norms and position bias -> MLP -> blocks -> stack -> model. Two stacks:
 the encoder (bidirectional self-attention) and the decoder (causal self-attention, then
@@ -31,7 +31,7 @@ Hook sites (public names): `encoder.embed`, `encoder.blocks.{l}.{resid_pre, attn
 mlp.post, mlp_out, resid_post}`, `decoder.embed`, `decoder.blocks.{l}.{resid_pre, self_attn.*,
 self_attn_out, cross_attn.*, cross_attn_out, mlp.post, mlp_out, resid_post}`, with attn.* one of
 q, k, v, scores, pattern, head_out (components/hooks.py). Hidden states follow the house's
-convention (hf_gpt2.py): L + 1 per stack, the embedding output then each block's raw output; the
+convention (hf/gpt2.py): L + 1 per stack, the embedding output then each block's raw output; the
 final norm (T5) is applied to last_hidden_state only.
 
 The workbench's analyses read the encoder: called without decoder_input_ids, the model runs its

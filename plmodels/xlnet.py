@@ -2,7 +2,7 @@
 
 Yang et al. 2019, "XLNet: Generalized Autoregressive Pretraining for Language Understanding"
 (NeurIPS), as the authors' zihangdai/xlnet (modeling.py) and Hugging Face's modeling_xlnet.py
-compute it; weights import in hf_xlnet.py, the permutation batch is training/plm.py.
+compute it; weights import in hf/xlnet.py, the permutation batch is training/plm.py.
 
 Reading order: config -> relative positional encoding -> attention -> block -> model.
 

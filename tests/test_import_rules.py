@@ -30,7 +30,7 @@ LAZY_ALLOWED = {"workbench/cli.py"}
 # (importer prefix, imported prefixes it must not use, why)
 WALLS = [
     ("plmodels.components", ("plmodels.encoder", "plmodels.decoder", "plmodels.training", "plmodels.checkpoint",
-                             "plmodels.hf_import"), "shared components import no family and no trainer"),
+                             "plmodels.hf"), "shared components import no family and no trainer"),
     ("plmodels.", ("plmodels.training",), "only plmodels.training imports the trainer"),
 ]
 

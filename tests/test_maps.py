@@ -3,7 +3,7 @@
 1. every module and subpackage of the product is named in its package's docstring (the map at the top
    of each `__init__.py`);
 2. the CLI's family lists (`pretrain`'s kinds, `import-hf`'s model_types) are read off the registries
-   (plmodels/families.py's FAMILIES, plmodels.hf_families.IMPORTERS), not written out beside them;
+   (plmodels/families.py's FAMILIES, plmodels.hf.registry.IMPORTERS), not written out beside them;
 3. a reference to a section of a docs page (`docs/x.md, "Title"`, `x.md#anchor`, `x.md section 1d`)
    names a section that exists in that page, so no link points into a section that moved.
 
@@ -76,7 +76,7 @@ def _description(command: str) -> str:
 
 def test_the_cli_lists_every_family_the_registries_hold():
     from plmodels.families import FAMILIES
-    from plmodels.hf_families import IMPORTERS
+    from plmodels.hf.registry import IMPORTERS
 
     assert f"({', '.join(FAMILIES)})" in _description("pretrain")
     assert f"({', '.join(sorted(IMPORTERS))};" in _description("import-hf")
@@ -85,10 +85,10 @@ def test_the_cli_lists_every_family_the_registries_hold():
 def test_the_cli_lists_are_read_off_the_registries_not_copied(monkeypatch):
     """A family added to a registry appears in the help without an edit to workbench/cli.py."""
     import plmodels.families
-    import plmodels.hf_families
+    import plmodels.hf.registry
 
     monkeypatch.setitem(plmodels.families.FAMILIES, "planted", plmodels.families.FAMILIES["encoder"])
-    monkeypatch.setitem(plmodels.hf_families.IMPORTERS, "zz_planted", plmodels.hf_families.IMPORTERS["bert"])
+    monkeypatch.setitem(plmodels.hf.registry.IMPORTERS, "zz_planted", plmodels.hf.registry.IMPORTERS["bert"])
     assert "seq2seq, xlnet, planted)" in _description("pretrain")
     assert "xlnet, zz_planted;" in _description("import-hf")
 
@@ -130,7 +130,8 @@ def broken_section_refs(root: Path, files: list[Path]) -> list[str]:
 
 def _tracked() -> list[Path]:
     out = subprocess.run(["git", "ls-files", "*.py", "*.md"], cwd=ROOT, capture_output=True, text=True, check=True)
-    return [ROOT / p for p in out.stdout.split() if (ROOT / p).is_file()]
+    # this file is left out: its docstring and planted faults name sections that do not exist
+    return [ROOT / p for p in out.stdout.split() if (ROOT / p).is_file() and ROOT / p != Path(__file__).resolve()]
 
 
 def test_no_reference_points_into_a_section_that_moved():

@@ -18,7 +18,7 @@ Exit status and what an error looks like (`main`):
   pretraining config and every analysis config before the run folder (workbench/pipeline.py).
 - 1, a runtime error: the library raised ValueError or OSError (which cover plmodels.config.ConfigError,
   workbench.data.readers.DataFormatError, workbench.store.BudgetError, the refused-pickle error of
-  plmodels.hf_import, FileNotFoundError, PermissionError, ...). Stderr gets one message,
+  plmodels.hf.bert, FileNotFoundError, PermissionError, ...). Stderr gets one message,
   `workbench <cmd>: error: <message>`, and no traceback (a config with several bad fields lists
   them on indented lines under it).
 - 1, an unexpected exception (any other type, e.g. TypeError or a RuntimeError from torch): it may
@@ -89,8 +89,8 @@ def _finetune(a: argparse.Namespace) -> None:
 
 
 def _import_hf(a: argparse.Namespace) -> None:
-    from plmodels.hf_families import import_hf
-    from plmodels.hf_import import find_minilm
+    from plmodels.hf.registry import import_hf
+    from plmodels.hf.bert import find_minilm
 
     src = a.src
     if src == "minilm":
@@ -102,7 +102,7 @@ def _import_hf(a: argparse.Namespace) -> None:
 
 
 def _export_hf(a: argparse.Namespace) -> None:
-    from plmodels.hf_export import export_hf
+    from plmodels.hf.export import export_hf
 
     out = export_hf(a.checkpoint, a.out)
     print(f"exported {a.checkpoint} -> {out}")
@@ -280,8 +280,8 @@ def pretrain_kinds() -> list[str]:
 
 
 def hf_families() -> list[str]:
-    """The model_types `import-hf` reads: the importer registry's keys (plmodels.hf_families.IMPORTERS)."""
-    from plmodels.hf_families import IMPORTERS
+    """The model_types `import-hf` reads: the importer registry's keys (plmodels.hf.registry.IMPORTERS)."""
+    from plmodels.hf.registry import IMPORTERS
 
     return sorted(IMPORTERS)
 
@@ -376,8 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_import_hf)
 
     s = _command(sub, "export-hf", "export a checkpoint in the Hugging Face layout (BERT, RoBERTa, DistilBERT, "
-                                   "ALBERT, ELECTRA or GPT-2; a model transformers would not compute exactly is "
-                                   "refused)")
+                                   "RoFormer, ALBERT, ELECTRA, GPT-2 or GPT-NeoX; a model transformers would not "
+                                   "compute exactly is refused)")
     s.add_argument("checkpoint", type=Path, help="checkpoint folder to export (config.json + model.safetensors, "
                                                  "with its tokenizer/ when it has one)")
     s.add_argument("out", type=Path, help="folder to write the Hugging Face files into (config.json, "

@@ -36,8 +36,8 @@ from typing import Any, Callable
 import plmodels
 from plmodels import recipes
 from plmodels.config import Config, merge, read_json, read_json_object
-from plmodels.hf_families import import_hf
-from plmodels.hf_import import find_minilm
+from plmodels.hf.registry import import_hf
+from plmodels.hf.bert import find_minilm
 from plmodels.paths import source_checkout
 from plmodels.training import pretrain
 from plmodels.training.config import PretrainConfig, read_config_file

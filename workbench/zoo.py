@@ -39,7 +39,7 @@ from pathlib import Path
 from plmodels import recipes
 from plmodels.config import Config, merge, read_json_object
 from plmodels.families import family
-from plmodels.hf_families import HF_KINDS, supported_type
+from plmodels.hf.registry import HF_KINDS, supported_type
 from plmodels.training.config import PretrainConfig, read_config_file
 from workbench.analyses.probing import RECORDS_OF, STRUCTURAL_TASKS
 from workbench.analyses.zoo import PRIMARY_STATISTICS, model_name
@@ -180,7 +180,7 @@ def suite_folders(spec: dict, seed: int) -> list[tuple[int | None, Path]]:
 
 def system_kind(spec: dict) -> str:
     """The model kind a system trains (encoder, decoder, bilm, tbilm, seq2seq, xlnet), or an imported
-    suite's, from its first folder's config.json (`plmodels.hf_families.HF_KINDS`)."""
+    suite's, from its first folder's config.json (`plmodels.hf.registry.HF_KINDS`)."""
     if "imported" in spec:
         step, folder = suite_folders(spec, spec["seeds"][0])[0]
         return HF_KINDS[supported_type(folder)]

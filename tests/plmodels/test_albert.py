@@ -21,7 +21,7 @@ from torch.testing import assert_close
 
 from plmodels import Encoder, EncoderConfig, load, save
 from plmodels.encoder import SHARED_PARTS
-from plmodels.hf_export import export_hf, hf_layout
+from plmodels.hf.export import export_hf, hf_layout
 
 from .tiny import TINY, batch
 

@@ -231,7 +231,7 @@ def test_check_teacher_refuses_fresh_mlm_head(tmp_path):
     model = teacher_encoder(2)
     fresh = sorted(k for k in model.state_dict() if k.startswith(("mlm.", "pooler.")))
     report = {"source": "x", "unknown_tensors": [], "ignored_tensors": [], "fresh_init": fresh,
-              "mlm_head": "fresh init (not in the source checkpoint)"}  # as hf_import writes it
+              "mlm_head": "fresh init (not in the source checkpoint)"}  # as plmodels.hf.bert writes it
     save(model, None, tmp_path / "minilm", card={"import": report})
     save(model, None, tmp_path / "bert", card={"import": {**report, "fresh_init": ["pooler.bias"], "mlm_head": "imported"}})
     save(model, None, tmp_path / "trained")

@@ -12,7 +12,7 @@ Two conventions differ and are mapped, not loosened:
 - weights: GPT-2's `Conv1D` stores (in, out), the transpose of `nn.Linear`'s (out, in); its `c_attn`
   columns are [q | k | v], each H blocks of Dh, exactly the rows of our fused `qkv` once transposed.
 
-`map_gpt2_state` and `config_from_gpt2` are the GPT-2 importer's own (plmodels.hf_gpt2, issue 62):
+`map_gpt2_state` and `config_from_gpt2` are the GPT-2 importer's own (plmodels.hf.gpt2, issue 62):
 they take a plain state dict / config dict and do not import transformers.
 """
 
@@ -23,7 +23,7 @@ import torch
 from torch.testing import assert_close
 
 from plmodels import Decoder, DecoderConfig
-from plmodels.hf_gpt2 import config_from_gpt2, map_gpt2_state
+from plmodels.hf.gpt2 import config_from_gpt2, map_gpt2_state
 from plmodels.families import preset
 
 # transformers is the reference implementation, one of the test extras: without it this module is

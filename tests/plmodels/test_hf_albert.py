@@ -15,8 +15,8 @@ from tokenizers import normalizers, pre_tokenizers
 from torch.testing import assert_close
 
 from plmodels import load
-from plmodels.hf_encoders import import_hf_albert
-from plmodels.hf_families import import_hf
+from plmodels.hf.encoders import import_hf_albert
+from plmodels.hf.registry import import_hf
 from plmodels.tokenizer import Tokenizer, albert_pipeline
 
 from .hf_configs import albert_config

@@ -17,8 +17,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, processors, trainers
 
 from plmodels import Encoder, EncoderConfig, save
-from plmodels.hf_encoders import import_hf_albert, import_hf_electra
-from plmodels.hf_export import export_hf, hf_layout
+from plmodels.hf.encoders import import_hf_albert, import_hf_electra
+from plmodels.hf.export import export_hf, hf_layout
 from plmodels.tokenizer import Tokenizer, albert_pipeline
 
 # transformers is the reference implementation, one of the test extras: without it this module is

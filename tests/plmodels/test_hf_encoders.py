@@ -14,10 +14,10 @@ from torch.testing import assert_close
 
 from plmodels import Encoder, EncoderConfig, checkpoint_hash, load, save
 from plmodels.components.positions import padding_position_ids, sinusoidal_table
-from plmodels.hf_encoders import (ALBERT, DISTILBERT, ELECTRA, ROBERTA, albert_config, distilbert_config,
+from plmodels.hf.encoders import (ALBERT, DISTILBERT, ELECTRA, ROBERTA, albert_config, distilbert_config,
                                   electra_config, hf_names, import_hf_distilbert, import_hf_electra, import_hf_roberta,
                                   map_family_state)
-from plmodels.hf_encoders import roberta_config as our_roberta_config
+from plmodels.hf.encoders import roberta_config as our_roberta_config
 
 from .hf_configs import ROBERTA_IDS, ROBERTA_PAD, SIZES, distil_config, roberta_config
 

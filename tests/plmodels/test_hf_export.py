@@ -1,4 +1,4 @@
-"""Exporting our checkpoints in the Hugging Face layout (plmodels.hf_export) gives models that
+"""Exporting our checkpoints in the Hugging Face layout (plmodels.hf.export) gives models that
 transformers loads with its Auto classes and that compute what ours compute.
 
 Small random models of ours (LayerNorms and biases perturbed so nothing is trivially 0 or 1; tied
@@ -30,10 +30,10 @@ import torch
 
 from plmodels import Decoder, DecoderConfig, Encoder, EncoderConfig, save
 from plmodels.components.positions import apply_rope, rope_cos_sin
-from plmodels.hf_export import export_hf, hf_layout, rope_pair_permutation, roformer_positions
-from plmodels.hf_gpt2 import import_hf_gpt2
-from plmodels.hf_gpt_neox import import_hf_gpt_neox
-from plmodels.hf_import import import_hf_bert
+from plmodels.hf.export import export_hf, hf_layout, rope_pair_permutation, roformer_positions
+from plmodels.hf.gpt2 import import_hf_gpt2
+from plmodels.hf.gpt_neox import import_hf_gpt_neox
+from plmodels.hf.bert import import_hf_bert
 from plmodels.tokenizer import Tokenizer
 
 # transformers is the reference implementation, one of the test extras: without it this module is
@@ -164,7 +164,7 @@ def test_gpt2_export_computes_what_ours_computes(tokenizers, tmp_path, tie):
 
 
 def test_roberta_and_distilbert_exports(tokenizers, tmp_path):
-    from plmodels.hf_encoders import import_hf_distilbert, import_hf_roberta
+    from plmodels.hf.encoders import import_hf_distilbert, import_hf_roberta
 
     from .hf_files import write_roberta_files
 

@@ -1,4 +1,4 @@
-"""Importing a Hugging Face GPT-2 folder (plmodels.hf_gpt2) reproduces transformers' GPT2LMHeadModel.
+"""Importing a Hugging Face GPT-2 folder (plmodels.hf.gpt2) reproduces transformers' GPT2LMHeadModel.
 
 Random tiny GPT2LMHeadModels (tied and untied LM head, LayerNorms and biases perturbed so none is
 trivially 1 or 0) are saved with `save_pretrained` (safetensors) or as a tensors-only
@@ -29,7 +29,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
 from plmodels import DecoderConfig, load
-from plmodels.hf_gpt2 import UnsafePickleError, config_from_gpt2, gpt2_name, import_hf_gpt2, map_gpt2_state
+from plmodels.hf.gpt2 import UnsafePickleError, config_from_gpt2, gpt2_name, import_hf_gpt2, map_gpt2_state
 
 from .hf_files import write_gpt2_files
 from .hf_models import GPT2_EPS as EPS
@@ -297,7 +297,7 @@ def test_a_pytorch_model_bin_with_code_is_refused_and_never_run(folders, tmp_pat
 
 
 def test_plmodels_does_not_import_transformers():
-    code = "import sys, plmodels.hf_gpt2, plmodels.tokenizer; assert 'transformers' not in sys.modules"
+    code = "import sys, plmodels.hf.gpt2, plmodels.tokenizer; assert 'transformers' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[2])
 
 

@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 from torch.testing import assert_close
 
 from plmodels import Decoder, DecoderConfig, load
-from plmodels.hf_families import import_hf
-from plmodels.hf_gpt_neox import config_from_neox, import_hf_gpt_neox, map_neox_state, neox_name, neox_qkv_to_ours
+from plmodels.hf.registry import import_hf
+from plmodels.hf.gpt_neox import config_from_neox, import_hf_gpt_neox, map_neox_state, neox_name, neox_qkv_to_ours
 
 from .hf_configs import CASES, NEOX_H as H, NEOX_V as V, neox_config
 from .hf_files import TEXTS, write_gpt2_files

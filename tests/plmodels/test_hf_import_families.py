@@ -12,9 +12,9 @@ import pytest
 import torch
 
 import plmodels
-from plmodels.hf_families import IMPORTERS, import_hf
-from plmodels.hf_seq2seq import bart_config, t5_config
-from plmodels.hf_xlnet import from_hf_xlnet_state_dict, xlnet_config
+from plmodels.hf.registry import IMPORTERS, import_hf
+from plmodels.hf.seq2seq import bart_config, t5_config
+from plmodels.hf.xlnet import from_hf_xlnet_state_dict, xlnet_config
 from tests.plmodels.hf_bert_folder import save_bert_folder
 from tests.plmodels.hf_configs import CASES, albert_config, distil_config, neox_config, roberta_config
 from tests.plmodels.hf_files import write_roberta_files

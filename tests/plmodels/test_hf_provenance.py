@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from plmodels.checkpoint import file_sha256, read_card
-from plmodels.hf_families import import_hf, provenance
+from plmodels.hf.registry import import_hf, provenance
 from tests.plmodels.hf_bert_folder import save_bert_folder
 
 transformers = pytest.importorskip("transformers")

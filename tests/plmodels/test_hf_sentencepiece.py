@@ -20,7 +20,7 @@ from tokenizers import models, normalizers, pre_tokenizers, trainers
 from torch.testing import assert_close
 
 from plmodels import load
-from plmodels.hf_families import import_hf
+from plmodels.hf.registry import import_hf
 from plmodels.tokenizer import T5_SPECIALS, XLM_ROBERTA_SPECIALS, XLNET_SPECIALS, Tokenizer
 
 from .hf_configs import ROBERTA_IDS, roberta_config

@@ -1,5 +1,5 @@
 """Our Seq2Seq (plmodels/seq2seq.py) with weights converted from transformers' T5 and BART
-(plmodels/hf_seq2seq.py) computes what transformers computes: logits, every hidden state of both
+(plmodels/hf/seq2seq.py) computes what transformers computes: logits, every hidden state of both
 stacks, and the encoder self-, decoder self- and cross-attention probabilities agree to 1e-4 on a
 batch with padding on both sides of the model and given decoder inputs.
 
@@ -14,7 +14,7 @@ import json
 import pytest
 import torch
 
-from plmodels.hf_seq2seq import bart_config, from_hf_bart_state_dict, from_hf_t5_state_dict, t5_config
+from plmodels.hf.seq2seq import bart_config, from_hf_bart_state_dict, from_hf_t5_state_dict, t5_config
 from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig, relative_position_bucket
 
 from .hf_models import hf_bart, hf_t5

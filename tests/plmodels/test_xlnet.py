@@ -1,4 +1,4 @@
-"""XLNet (plmodels/xlnet.py), its importer (hf_xlnet.py) and the permutation batch (training/plm.py).
+"""XLNet (plmodels/xlnet.py), its importer (hf/xlnet.py) and the permutation batch (training/plm.py).
 
 Parity: our model with weights converted from a small random transformers XLNetLMHeadModel gives the
 same content hidden states, content attentions, query-stream attentions and logits to 1e-4, without
@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from plmodels.hf_xlnet import from_hf_xlnet_state_dict, xlnet_config
+from plmodels.hf.xlnet import from_hf_xlnet_state_dict, xlnet_config
 from plmodels.training.plm import permutation_batch
 from plmodels.xlnet import XLNet, XLNetConfig
 

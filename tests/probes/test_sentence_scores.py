@@ -12,8 +12,8 @@ import transformers
 
 from plmodels import Decoder, DecoderConfig, Encoder, EncoderConfig
 from plmodels.elmo import ElmoBiLM, ElmoConfig, TransformerBiLM, TransformerBiLMConfig
-from plmodels.hf_gpt2 import import_hf_gpt2
-from plmodels.hf_import import import_hf_bert
+from plmodels.hf.gpt2 import import_hf_gpt2
+from plmodels.hf.bert import import_hf_bert
 from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig
 from plmodels.tokenizer import Tokenizer
 from plmodels.training.data import with_sentinels

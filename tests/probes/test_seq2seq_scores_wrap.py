@@ -11,7 +11,7 @@ import torch
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
-from plmodels.hf_families import import_hf
+from plmodels.hf.registry import import_hf
 from plmodels.tokenizer import Tokenizer
 from probes.sentence_scores import SCORERS, t5_target_scores
 from tests.plmodels.hf_models import SEQ2SEQ_VOCAB, hf_t5

@@ -52,7 +52,7 @@ import pandas as pd
 
 import plmodels
 from plmodels.checkpoint import read_card
-from plmodels.hf_families import import_hf, model_type, provenance
+from plmodels.hf.registry import import_hf, model_type, provenance
 from probes.cka import cka_matrix
 from probes.multibootstrap import (
     Comparison,
@@ -139,7 +139,7 @@ def import_suite(checkpoints: Sequence[tuple[int | None, str]], seed: int, out: 
                  tokens_per_step: int = 1) -> dict:
     """One seed of an imported suite as a pretraining run folder `out`, which every analysis reads
     like one the workbench trained: each (step, Hugging Face folder) imported into
-    out/checkpoints/step_<step>/ with its provenance on the card (`plmodels.hf_families.provenance`:
+    out/checkpoints/step_<step>/ with its provenance on the card (`plmodels.hf.registry.provenance`:
     source, config and weights sha256, the seed and step it claims) and a train_state.json with the
     step and tokens = step x tokens_per_step (what `workbench.analyses.emergence.checkpoints` reads),
     and the last one as out/final/ (hard links, or a copy across file systems). A suite without steps

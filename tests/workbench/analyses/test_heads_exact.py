@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import plmodels
-from plmodels.hf_import import find_minilm, import_hf_bert
+from plmodels.hf.bert import find_minilm, import_hf_bert
 from probes.heads import HeadConfig, HeadStats, Sentence
 from workbench.analyses.heads import fits, sentences_from_store, ud_store
 from workbench.core.paths import data_root

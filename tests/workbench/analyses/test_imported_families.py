@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from plmodels.hf_families import import_hf
+from plmodels.hf.registry import import_hf
 from plmodels.tokenizer import albert_pipeline
 from tests.plmodels.hf_files import unigram_folder
 from tests.plmodels.hf_files import write_gpt2_files, write_roberta_files

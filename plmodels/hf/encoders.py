@@ -16,7 +16,7 @@ pooled [CLS]) is our `nsp` head with use_nsp, index 0 = original order, 1 = swap
 embedding_size = hidden_size still has its projection: imported only when it is the identity (zero
 bias), which is then dropped (listed as ignored); otherwise refused naming embedding_size.
 
-The same contract as `hf_import.import_hf_bert`, whose helpers this module reuses (hf_import never
+The same contract as `bert.import_hf_bert`, whose helpers this module reuses (bert never
 imports it): `config.json` is mapped to an EncoderConfig, refusing (ValueError naming the field) what
 our Encoder cannot compute exactly; weights come from `read_hf_weights` (safetensors, or a
 tensors-only pytorch_model.bin); HF's separate q/k/v projections are stacked into our fused QKV
@@ -56,12 +56,12 @@ from typing import Any
 
 import torch
 
-from .checkpoint import check_state, save
-from .components.positions import sinusoidal_table
-from .encoder import Encoder, EncoderConfig
-from .hf_import import (HF_ACTIVATIONS, OPTIONAL_PREFIXES, config_from_hf, read_hf_weights, read_tokenizer,
+from ..checkpoint import check_state, save
+from ..components.positions import sinusoidal_table
+from ..encoder import Encoder, EncoderConfig
+from .bert import (HF_ACTIVATIONS, OPTIONAL_PREFIXES, config_from_hf, read_hf_weights, read_tokenizer,
                         tokenizer_source, weights_source)
-from .hf_import import RENAMES as BERT_RENAMES
+from .bert import RENAMES as BERT_RENAMES
 
 DECODER_WEIGHT = "mlm.decoder.weight"  # our name of an untied MLM vocabulary projection
 

@@ -11,12 +11,12 @@ pre-LN decoder with three differences from GPT-2, each an option of our Decoder 
 
 The fused `query_key_value` holds per head [q_h; k_h; v_h] (rows H x 3 x Dh); ours holds [q; k; v]
 over all heads (3 x H x Dh): its rows are regrouped (`neox_qkv_to_ours`), weight and bias alike.
-`plmodels.hf_export` writes this layout; an export imports back to the same state dict.
+`plmodels.hf.export` writes this layout; an export imports back to the same state dict.
 
-The same contract as the other importers (hf_gpt2.py): `config.json` is mapped field by field and
+The same contract as the other importers (gpt2.py): `config.json` is mapped field by field and
 anything our Decoder cannot compute exactly is a ValueError naming the field (attention_bias false,
 another rope_type, an activation we lack, an odd number of rotated channels); weights come through
-`hf_import.read_hf_weights` (safetensors, sharded or not, or tensors-only pickles); a tensor whose
+`bert.read_hf_weights` (safetensors, sharded or not, or tensors-only pickles); a tensor whose
 shape does not fit the config is refused naming it and both shapes; a missing one is refused by
 name; old checkpoints' buffers (`attention.bias`, `attention.masked_bias` causal masks,
 `attention.rotary_emb.inv_freq`) are ignored, but an inv_freq that disagrees with rotary_pct /
@@ -25,7 +25,7 @@ else unknown is listed in the import report and warned about, never dropped sile
 (Pythia's byte-level BPE tokenizer.json) is read with `Tokenizer.from_hf_folder`. Nothing here
 imports `transformers`.
 
-Final-norm convention as for GPT-2 (hf_gpt2.py): our hidden_states[L] is the last block's output
+Final-norm convention as for GPT-2 (gpt2.py): our hidden_states[L] is the last block's output
 before `final_norm`; transformers' GPT-NeoX returns it after `final_layer_norm`. last_hidden_state
 and the logits are the same.
 """
@@ -40,11 +40,11 @@ from typing import Any
 
 import torch
 
-from .checkpoint import save
-from .decoder import Decoder, DecoderConfig
-from .hf_gpt2 import load_decoder
-from .hf_import import HF_ACTIVATIONS, read_hf_weights, weights_source
-from .tokenizer import Tokenizer
+from ..checkpoint import save
+from ..decoder import Decoder, DecoderConfig
+from .gpt2 import load_decoder
+from .bert import HF_ACTIVATIONS, read_hf_weights, weights_source
+from ..tokenizer import Tokenizer
 
 __all__ = ["config_from_neox", "import_hf_gpt_neox", "map_neox_state", "neox_name", "neox_qkv_to_ours"]
 

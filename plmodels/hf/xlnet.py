@@ -1,6 +1,6 @@
 """Hugging Face XLNet weights -> the workbench's `XLNet` (xlnet.py): config and name map.
 
-On the rules of the other importers (hf_seq2seq.py, hf_gpt2.py): a config field our model cannot
+On the rules of the other importers (seq2seq.py, gpt2.py): a config field our model cannot
 compute exactly is a ValueError naming it; every tensor of the state dict is mapped, or a known copy
 of a mapped one (the tied `lm_loss.weight`), or the conversion fails naming it. Nothing here imports
 `transformers`; the parity test does (tests/plmodels/test_xlnet.py).
@@ -22,8 +22,8 @@ import re
 
 import torch
 
-from .hf_import import import_converted
-from .xlnet import XLNet, XLNetConfig
+from .bert import import_converted
+from ..xlnet import XLNet, XLNetConfig
 
 __all__ = ["from_hf_xlnet_state_dict", "import_hf_xlnet", "xlnet_config"]
 
@@ -103,7 +103,7 @@ def from_hf_xlnet_state_dict(hf_state: dict[str, torch.Tensor]) -> dict[str, tor
 
 def import_hf_xlnet(src_dir, out_dir=None, card: dict | None = None):
     """Read a HF XLNet folder (XLNetLMHeadModel or XLNetModel) -> (XLNet in eval mode, Tokenizer or
-    None); save a checkpoint if out_dir (`hf_import.import_converted`)."""
+    None); save a checkpoint if out_dir (`bert.import_converted`)."""
 
     def build(hf: dict, state: dict):
         return XLNet(xlnet_config(hf)), from_hf_xlnet_state_dict(state)

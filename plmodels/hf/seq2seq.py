@@ -1,6 +1,6 @@
 """Hugging Face T5 and BART weights -> the workbench's `Seq2Seq` (seq2seq.py): configs and name maps.
 
-On the rules of the other importers (hf_gpt2.py, hf_encoders.py): a config field our model cannot
+On the rules of the other importers (gpt2.py, encoders.py): a config field our model cannot
 compute exactly is a ValueError naming it; every tensor of the state dict is either mapped, or a
 known copy of a mapped one (tied embeddings), or the conversion fails naming it -- nothing is
 dropped silently. Nothing here imports `transformers`; the parity tests do
@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import torch
 
-from .hf_import import import_converted
-from .seq2seq import Seq2Seq, Seq2SeqConfig
+from .bert import import_converted
+from ..seq2seq import Seq2Seq, Seq2SeqConfig
 
 __all__ = ["bart_config", "from_hf_bart_state_dict", "from_hf_t5_state_dict", "import_hf_bart", "import_hf_t5",
            "t5_config"]
@@ -210,7 +210,7 @@ def from_hf_bart_state_dict(hf_state: dict[str, torch.Tensor], config: Seq2SeqCo
 
 def import_hf_t5(src_dir, out_dir=None, card: dict | None = None):
     """Read a HF T5 folder (T5ForConditionalGeneration) -> (Seq2Seq in eval mode, Tokenizer or None);
-    save a checkpoint if out_dir (`hf_import.import_converted`)."""
+    save a checkpoint if out_dir (`bert.import_converted`)."""
 
     def build(hf: dict, state: dict):
         config = t5_config(hf)
@@ -221,7 +221,7 @@ def import_hf_t5(src_dir, out_dir=None, card: dict | None = None):
 
 def import_hf_bart(src_dir, out_dir=None, card: dict | None = None):
     """Read a HF BART folder (BartForConditionalGeneration) -> (Seq2Seq in eval mode, Tokenizer or
-    None); save a checkpoint if out_dir (`hf_import.import_converted`)."""
+    None); save a checkpoint if out_dir (`bert.import_converted`)."""
 
     def build(hf: dict, state: dict):
         config = bart_config(hf)

@@ -66,9 +66,9 @@ split into query / key / value (BERT, RoBERTa, RoFormer: `attention.self.*`; Dis
 GPT-2's Conv1D weights (c_attn, c_proj, c_fc) are written (in, out), the transpose of ours. A tied
 head writes no decoder / lm_head matrix (transformers ties it: tie_word_embeddings=true); an untied
 one writes its own. BERT's and RoBERTa's MLM bias is written twice, as the head's bias and as
-`decoder.bias` (transformers 5 ties the two only when it ties the weights). The importers (`hf_import.import_hf_bert`, `hf_encoders.import_hf_roberta` /
-`import_hf_distilbert`, `hf_gpt2.import_hf_gpt2`) read an export back into the same state dict
-(DistilBERT: but the pooler), and `hf_gpt_neox.import_hf_gpt_neox` each GPT-NeoX export; there is no
+`decoder.bias` (transformers 5 ties the two only when it ties the weights). The importers (`bert.import_hf_bert`, `encoders.import_hf_roberta` /
+`import_hf_distilbert`, `gpt2.import_hf_gpt2`) read an export back into the same state dict
+(DistilBERT: but the pooler), and `gpt_neox.import_hf_gpt_neox` each GPT-NeoX export; there is no
 RoFormer importer.
 
 Tokenizer files, when the checkpoint has a tokenizer: `tokenizer.json` (ours, padding and
@@ -98,14 +98,14 @@ import torch
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
-from .checkpoint import CONFIG_FILE, MODEL_KINDS, TOKENIZER_DIR, load
-from .components.positions import rope_cos_sin
-from .files import replace_folder, save_safetensors, temp_folder
-from .hf_encoders import ALBERT, DISTILBERT, ELECTRA, ROBERTA
-from .hf_gpt2 import GPT2_CONV1D, GPT2_RENAMES
-from .hf_gpt_neox import NEOX_RENAMES as NEOX_IMPORT_RENAMES
-from .hf_import import RENAMES as BERT_RENAMES
-from .tokenizer import _precompiled_charsmap, albert_pipeline
+from ..checkpoint import CONFIG_FILE, MODEL_KINDS, TOKENIZER_DIR, load
+from ..components.positions import rope_cos_sin
+from ..files import replace_folder, save_safetensors, temp_folder
+from .encoders import ALBERT, DISTILBERT, ELECTRA, ROBERTA
+from .gpt2 import GPT2_CONV1D, GPT2_RENAMES
+from .gpt_neox import NEOX_RENAMES as NEOX_IMPORT_RENAMES
+from .bert import RENAMES as BERT_RENAMES
+from ..tokenizer import _precompiled_charsmap, albert_pipeline
 
 __all__ = ["export_hf", "hf_layout", "hf_state", "rope_pair_permutation", "roformer_positions", "tokenizer_files"]
 
@@ -116,7 +116,7 @@ GPT2_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 DISTILBERT_EPS = 1e-12  # hard-coded in transformers' DistilBERT
 
 # HF name (after the family prefix) -> ours, {l} a layer index; q/k/v are handled apart (QKV_SPLIT)
-# the importers' tables (hf_encoders' families), plus the untied vocabulary projection they treat apart
+# the importers' tables (encoders' families), plus the untied vocabulary projection they treat apart
 ROBERTA_RENAMES = {**ROBERTA.renames, "lm_head.bias": "mlm.bias", "lm_head.decoder.weight": "mlm.decoder.weight"}
 DISTILBERT_RENAMES = {**DISTILBERT.renames, "vocab_projector.weight": "mlm.decoder.weight"}
 BERT_EXPORT_RENAMES = {**BERT_RENAMES, "cls.predictions.decoder.weight": "mlm.decoder.weight"}
@@ -580,7 +580,7 @@ def tokenizer_files(tokenizer: Any, max_length: int) -> dict[str, str]:
 
 # ------------------------------------------------------------------------------------ export
 def _readme(src: Path, family: str, hf_cfg: dict, notes: list[str]) -> str:
-    lines = [f"# {src.name}", "", f"Exported by plm-workbench (plmodels.hf_export) from `{src}` as "
+    lines = [f"# {src.name}", "", f"Exported by plm-workbench (plmodels.hf.export) from `{src}` as "
              f"`{hf_cfg['architectures'][0]}` (model_type `{family}`).", ""]
     lines += ["## Notes", ""] + ([f"- {n}" for n in notes] or ["- nothing was dropped: the export computes what the checkpoint computes"])
     return "\n".join(lines) + "\n"

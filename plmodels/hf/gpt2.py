@@ -1,8 +1,8 @@
 """Import a Hugging Face GPT-2 folder into a workbench Decoder (+ Tokenizer), optionally saving it.
 
-The GPT-2 counterpart of hf_import.import_hf_bert, on the same rules: `config.json` is mapped field
+The GPT-2 counterpart of bert.import_hf_bert, on the same rules: `config.json` is mapped field
 by field and anything our Decoder cannot compute exactly is a ValueError naming the field; weights
-come through `hf_import.read_hf_weights` (model.safetensors, else pytorch_model.bin through
+come through `bert.read_hf_weights` (model.safetensors, else pytorch_model.bin through
 torch's tensors-only loader: anything else is an UnsafePickleError and is never unpickled); a
 tensor whose shape does not match the config is refused, naming the tensor and both shapes; a
 missing one is refused by name; tensors we cannot map are listed in the card's import report and
@@ -37,10 +37,10 @@ from typing import Any
 
 import torch
 
-from .checkpoint import check_state, save
-from .decoder import Decoder, DecoderConfig
-from .hf_import import HF_ACTIVATIONS, UnsafePickleError, read_hf_weights, weights_source
-from .tokenizer import Tokenizer
+from ..checkpoint import check_state, save
+from ..decoder import Decoder, DecoderConfig
+from .bert import HF_ACTIVATIONS, UnsafePickleError, read_hf_weights, weights_source
+from ..tokenizer import Tokenizer
 
 __all__ = ["UnsafePickleError", "config_from_gpt2", "gpt2_name", "import_hf_gpt2", "map_gpt2_state",
            "read_gpt2_tokenizer"]

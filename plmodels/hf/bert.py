@@ -26,9 +26,9 @@ from typing import Any, Callable
 
 import torch
 
-from .checkpoint import check_state, read_safetensors, save
-from .encoder import Encoder, EncoderConfig
-from .tokenizer import Tokenizer
+from ..checkpoint import check_state, read_safetensors, save
+from ..encoder import Encoder, EncoderConfig
+from ..tokenizer import Tokenizer
 
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 IGNORED = re.compile(r"^embeddings\.position_ids$")  # a buffer of arange(T), not a weight

@@ -5,19 +5,19 @@ own files, never from a hub, and never needs transformers.
 
 | model_type | our class | importer |
 |---|---|---|
-| bert | Encoder | `plmodels.hf_import.import_hf_bert` |
-| roberta | Encoder (`position_ids="roberta"`, one token type) | `plmodels.hf_encoders.import_hf_roberta` |
-| xlm-roberta | Encoder, as RoBERTa; SentencePiece Unigram tokenizer | `plmodels.hf_encoders.import_hf_xlm_roberta` |
-| distilbert | Encoder (no token types) | `plmodels.hf_encoders.import_hf_distilbert` |
-| electra | Encoder (`embedding_size` E projected to D; discriminator: `use_rtd`) | `plmodels.hf_encoders.import_hf_electra` |
-| albert | Encoder (`share_layers="all"`, `embedding_size`; sentence-order head: `use_nsp`) | `plmodels.hf_encoders.import_hf_albert` |
-| gpt2 | Decoder | `plmodels.hf_gpt2.import_hf_gpt2` |
-| gpt_neox | Decoder (RoPE on `rotary_dims` channels, `parallel_residual`, untied head) | `plmodels.hf_gpt_neox.import_hf_gpt_neox` |
-| t5 | Seq2Seq (relative position buckets, RMS norms) | `plmodels.hf_seq2seq.import_hf_t5` |
-| bart | Seq2Seq (learned positions, post-LN) | `plmodels.hf_seq2seq.import_hf_bart` |
-| xlnet | XLNet (two-stream relative attention) | `plmodels.hf_xlnet.import_hf_xlnet` |
+| bert | Encoder | `plmodels.hf.bert.import_hf_bert` |
+| roberta | Encoder (`position_ids="roberta"`, one token type) | `plmodels.hf.encoders.import_hf_roberta` |
+| xlm-roberta | Encoder, as RoBERTa; SentencePiece Unigram tokenizer | `plmodels.hf.encoders.import_hf_xlm_roberta` |
+| distilbert | Encoder (no token types) | `plmodels.hf.encoders.import_hf_distilbert` |
+| electra | Encoder (`embedding_size` E projected to D; discriminator: `use_rtd`) | `plmodels.hf.encoders.import_hf_electra` |
+| albert | Encoder (`share_layers="all"`, `embedding_size`; sentence-order head: `use_nsp`) | `plmodels.hf.encoders.import_hf_albert` |
+| gpt2 | Decoder | `plmodels.hf.gpt2.import_hf_gpt2` |
+| gpt_neox | Decoder (RoPE on `rotary_dims` channels, `parallel_residual`, untied head) | `plmodels.hf.gpt_neox.import_hf_gpt_neox` |
+| t5 | Seq2Seq (relative position buckets, RMS norms) | `plmodels.hf.seq2seq.import_hf_t5` |
+| bart | Seq2Seq (learned positions, post-LN) | `plmodels.hf.seq2seq.import_hf_bart` |
+| xlnet | XLNet (two-stream relative attention) | `plmodels.hf.xlnet.import_hf_xlnet` |
 
-Every importer reads sharded checkpoints too (`hf_import.read_hf_weights`), and the SentencePiece
+Every importer reads sharded checkpoints too (`bert.read_hf_weights`), and the SentencePiece
 tokenizers of ALBERT, T5, XLNet and XLM-R from tokenizer.json as transformers 5 rebuilds them
 (`Tokenizer.from_hf_folder`; docs/interop.md).
 
@@ -34,14 +34,14 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from .checkpoint import file_sha256
-from .hf_encoders import (import_hf_albert, import_hf_distilbert, import_hf_electra, import_hf_roberta,
+from ..checkpoint import file_sha256
+from .encoders import (import_hf_albert, import_hf_distilbert, import_hf_electra, import_hf_roberta,
                           import_hf_xlm_roberta)
-from .hf_gpt2 import import_hf_gpt2
-from .hf_gpt_neox import import_hf_gpt_neox
-from .hf_import import import_hf_bert, weight_files
-from .hf_seq2seq import import_hf_bart, import_hf_t5
-from .hf_xlnet import import_hf_xlnet
+from .gpt2 import import_hf_gpt2
+from .gpt_neox import import_hf_gpt_neox
+from .bert import import_hf_bert, weight_files
+from .seq2seq import import_hf_bart, import_hf_t5
+from .xlnet import import_hf_xlnet
 
 IMPORTERS: dict[str, Callable] = {
     "bert": import_hf_bert, "roberta": import_hf_roberta, "xlm-roberta": import_hf_xlm_roberta,

@@ -1,6 +1,7 @@
-"""The mode of the files plmodels writes atomically (`workbench.core.io.make_shared` does the same there),
-and the one way plmodels writes safetensors files, JSON and text files (training state, resolved
-configs, rewritten logs) and swaps whole folders into place (checkpoints, tokenizers).
+"""The one atomic file writer of the house (`atomic_open`; `workbench.core.io`'s file writers are
+built on it and re-export `make_shared`), and the way plmodels writes safetensors files, JSON and
+text files (training state, resolved configs, rewritten logs) and swaps whole folders into place
+(checkpoints, tokenizers).
 
 Atomic writers build a temporary sibling (same folder, so same file system) with `tempfile.mkstemp`
 (mode 0600) or `mkdtemp` (0700), fsync it and `os.replace` it over the target, then fsync the

@@ -1,8 +1,11 @@
 """Atomic writes: a file or folder appears complete or not at all.
 
-Every writer goes to a temporary sibling (same folder, so same file system) and then `os.replace`s
-it over the target; an exception (or a kill) before the rename leaves the old target untouched and
-removes the temporary where it can. `atomic_dir(path)` does the same for a whole folder: build it in
+The file writers here are the workbench's names for the one atomic writer, `plmodels.files.atomic_open`
+(a temporary sibling in the same folder, fsynced, given the mode `open()` gives, `os.replace`d over the
+target, then the folder fsynced); they add only that the parent folder is created. An exception (or a
+kill) before the rename leaves the old target untouched and removes the temporary where it can. (This
+module once kept its own copy so that importing it would not import torch with plmodels; every module
+that imports it loads plmodels anyway, through `workbench.core.paths` or `results`.) `atomic_dir(path)` does the same for a whole folder: build it in
 `<parent>/.<name>.tmp-<pid>-<rand>`, rename it to `path` on success. `file_lock(path)` serialises a
 read-modify-write of `path` between processes (steps of `workbench run` with workers > 1).
 """
@@ -18,38 +21,16 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
+from plmodels.files import atomic_open, make_shared, pid_alive
 
-def make_shared(path: str | os.PathLike, folder: bool = False) -> None:
-    """chmod `path` to 0666 (0777 for a folder) less the umask: the mode `open()` / `mkdir()` give,
-    where mkstemp gives 0600 and mkdtemp 0700. (`plmodels.files.make_shared` is the same for
-    plmodels; importing it here would import torch with the plmodels package.)"""
-    mask = os.umask(0o022)  # the umask can only be read by setting it
-    os.umask(mask)
-    os.chmod(path, (0o777 if folder else 0o666) & ~mask)
-
-
-def _tmp_sibling(path: Path, suffix: str = ".tmp") -> tuple[int, str]:
-    """A temporary sibling of `path`, with the mode `open()` would give it (mkstemp's is 0600)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=suffix, dir=path.parent)
-    make_shared(tmp)
-    return fd, tmp
-
+__all__ = ["make_shared", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_file",
+           "write_parquet_atomic", "atomic_dir", "file_lock", "clean_stale_tmp"]
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write `data` to `path` atomically (temp file, fsync, os.replace). Returns the path."""
     path = Path(path)
-    fd, tmp = _tmp_sibling(path)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, "wb") as f:
+        f.write(data)
     return path
 
 
@@ -70,35 +51,22 @@ def atomic_write_json(path: str | os.PathLike, obj: Any, indent: int = 2) -> Pat
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike, mode: str = "wb") -> Iterator[Any]:
-    """Open a temp sibling of `path` for writing; rename it over `path` when the block succeeds."""
+    """Open a temp sibling of `path` for writing (text modes in UTF-8); rename it over `path` when the
+    block succeeds (`plmodels.files.atomic_open`, its parent folder created first)."""
     path = Path(path)
     if "w" not in mode:
         raise ValueError(f"atomic_file: mode must be a write mode, got {mode!r}")
-    fd, tmp = _tmp_sibling(path)
-    try:
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_open(path, mode) as f:
+        yield f
 
 
 def write_parquet_atomic(df, path: str | os.PathLike, **kwargs) -> Path:
-    """Write a pandas DataFrame to Parquet atomically (kwargs go to `DataFrame.to_parquet`)."""
+    """Write a pandas DataFrame to Parquet atomically (kwargs go to `DataFrame.to_parquet`, which
+    writes into the open temporary file)."""
     path = Path(path)
-    fd, tmp = _tmp_sibling(path, suffix=".parquet.tmp")
-    os.close(fd)
-    try:
-        df.to_parquet(tmp, **kwargs)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+    with atomic_file(path, "wb") as f:
+        df.to_parquet(f, **kwargs)
     return path
 
 
@@ -150,18 +118,8 @@ def file_lock(path: str | os.PathLike) -> Iterator[None]:
 
 
 def _pid_alive(pid: int) -> bool:
-    """Another live process (this one's own leftovers are stale by definition). Written out, not
-    taken from `plmodels.files.pid_alive`: importing plmodels here would import torch (as for
-    `make_shared`)."""
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Another live process (this one's own leftovers are stale by definition)."""
+    return pid != os.getpid() and pid_alive(pid)
 
 
 def clean_stale_tmp(parent: str | os.PathLike, name: str) -> int:

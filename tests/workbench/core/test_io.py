@@ -1,10 +1,12 @@
 """Atomic writes keep the old file when a write fails, and leave no temporaries behind."""
 import json
 import os
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
+import plmodels.files
 from workbench.core import io
 
 
@@ -101,3 +103,16 @@ def test_every_writer_gives_the_mode_open_would(umask, tmp_path, mask, file_mode
     for name in ("a.txt", "t.parquet", "b.bin"):
         assert (tmp_path / name).stat().st_mode & 0o777 == file_mode, name
     assert (tmp_path / "d").stat().st_mode & 0o777 == dir_mode
+
+
+def test_the_file_writers_are_the_one_atomic_writer_of_plmodels_files(tmp_path, monkeypatch):
+    """Every file writer here goes through `plmodels.files.atomic_open` (one writer, one durability:
+    the folder is fsynced after the rename too)."""
+    synced = []
+    real = plmodels.files.fsync_path
+    monkeypatch.setattr(plmodels.files, "fsync_path", lambda p: (synced.append(Path(p)), real(p))[1])
+    io.atomic_write_text(tmp_path / "sub" / "a.txt", "x")
+    io.atomic_write_json(tmp_path / "b.json", {"k": 1})
+    io.write_parquet_atomic(pd.DataFrame({"v": [1]}), tmp_path / "c.parquet")
+    assert synced == [tmp_path / "sub", tmp_path, tmp_path]
+    assert io.make_shared is plmodels.files.make_shared

@@ -31,6 +31,8 @@ docstring cites its paper.
     Causal tests and behaviour
     amnesic.py           removing a property from a layer's vectors (Elazar et al. 2021)
     attribution.py       attribution of one prediction to its input tokens, and its faithfulness
+    patching.py          activation, path and attribution patching at a model's hook sites
+    mediation.py         total, natural indirect and direct effects (Vig et al. 2020), interchange intervention accuracy
     sentence_scores.py   which of two sentences a language model prefers (minimal pairs)
     ngram.py             the Witten-Bell bigram floor of the minimal-pair evaluation
 

@@ -8,6 +8,6 @@ the CLI and the app iterate over), `probing` (edge probes per layer, scalar mix,
 probing), `compare` (CKA, head change, probing change), `frozen_vs_finetuned`, `emergence` (scores
 over pretraining checkpoints), `minimal_pairs`, `competence` (held-out LM loss beside n-gram floors),
 `zoo` (the zoo's tables), `flow` (token identity and prediction per layer, logit and tuned lens,
-attention flow). They import `core`, `data` and `store`, and draw no figures: that is the
+attention flow), `interventions` (agreement mediation by activation patching). They import `core`, `data` and `store`, and draw no figures: that is the
 presentation layer's job.
 """

@@ -11,6 +11,8 @@ again and every builder is tested without Streamlit.
     compare.py    pruning curves, pruned speed and size, frozen vs finetuned, CKA, probing deltas
     emergence.py  probe and head scores against the tokens a model has seen
     pairs.py      minimal-pair accuracies and structural-probe scores beside their floors
+    flow.py       MI and lens curves per layer, attribution faithfulness, beside their floors
+    interventions.py  indirect effects per layer and head beside their floors, one item's patched runs
     zoo.py        the zoo: scores by layer of systems that differ only in their objective
 """
 

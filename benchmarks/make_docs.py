@@ -228,6 +228,17 @@ def steps_vs_mlm(d: Result) -> str:
     return f"{prec}, {d['iters']} interleaved rounds, MLM step {rows['encoder']['seconds_per_step']:.2f} s: {each}"
 
 
+def loop_overhead(d: Result) -> str:
+    """The training loop's time per step against the bare step on the same batches (issue 81)."""
+    each = "; ".join(
+        f"{r['recipe']} ({r['batch'][0]} x {r['batch'][1]}, {'bf16 autocast' if r['bf16'] else 'fp32'}): loop "
+        f"{1e3 * r['loop_s']:,.0f} ms/step, bare step {1e3 * r['bare_s']:,.0f} ms, overhead **{100 * r['overhead']:+.1f}%** "
+        f"(rounds {100 * min(a / b for a, b in zip(r['loop_times'], r['bare_times'])) - 100:+.1f}% to "
+        f"{100 * max(a / b for a, b in zip(r['loop_times'], r['bare_times'])) - 100:+.1f}%), building a batch "
+        f"{1e3 * r['batch_s']:.1f} ms" for r in d["rows"])
+    return f"{d['steps']} steps after {d['warmup']}, median of {d['rounds']} paired rounds: {each}"
+
+
 def leace(d: Result) -> tuple[str, str]:
     text = (f"fit + transform of {d['shape']['n']:,} x {d['shape']['d']} ({d['shape']['classes']} classes): "
             f"**{d['ours_s']:.2f} s**; concept-erasure's LeaceFitter {d['reference_s']:.2f} s "
@@ -387,6 +398,9 @@ REPORTS = (
         "(issue 11)", "rope.json", "python benchmarks/bench_rope.py --iters 12 --threads 2", rope),
     Row("CPU attention fwd + bwd: torch SDPA against the eager path (why bf16 takes the eager path)",
         "attention.json", "python benchmarks/bench_attention.py", attention),
+    Row("the training loop's host overhead: `workbench pretrain`'s time per step against the bare step "
+        "(forward + backward + AdamW) on the same batches, mini recipes (issue 81)", "loop.json",
+        "python benchmarks/bench_loop.py --threads 1 --steps 8 --warmup 2 --rounds 3", loop_overhead),
     Row("the POS probe's logistic regression in torch (`probes.logreg`) against scikit-learn's lbfgs, 27k x 256, "
         "17 classes (issue 11)", "logreg.json", "python benchmarks/bench_logreg.py --rounds 3 --threads 2", logreg),
     Row("the structural distance probe on every layer of a MiniLM-sized model, 20,000 EWT-shaped training words: "

@@ -35,7 +35,9 @@ written atomically (a temporary sibling, fsynced, renamed over the target: plmod
 config.resolved.json, metrics.jsonl when a resumption rewrites it, and whole folders for the
 tokenizer and each checkpoint (model, card, tokenizer and training state built in a hidden
 `.<name>.tmp-*` folder, then renamed in), so a checkpoint folder is complete or absent.
-metrics.jsonl is appended to a step at a time; a kill in an append can tear its last line. On
+metrics.jsonl is appended to when the loop reads the losses back (`_Loop._flush`: every `log_every`
+steps and before each evaluation and checkpoint; no step waits on the host for its loss), one row
+per step; a kill in an append can tear its last line. On
 resumption `clean_metrics` drops that torn line (with a warning) and the rows the resumed run will
 log again (those after its checkpoint's step), so the curve holds each row once; an unparseable line
 elsewhere is an error naming file:line. What it dropped goes to resumes.json and the cards'
@@ -444,9 +446,12 @@ class _Loop:
         # the compiled view shares the parameters; eval, hooks and saving use the plain model
         self.step_model = CompiledStep(model) if cfg.compile else model
 
-    def train_step(self, step: int, elapsed: float) -> tuple[float, dict]:
+    def train_step(self, step: int, elapsed: float) -> tuple[torch.Tensor, dict]:
         """One optimizer step; returns the mean loss over its micro-batches and the mean of the
-        objective's parts (e.g. ELECTRA's mlm_loss, rtd_loss)."""
+        objective's parts (e.g. ELECTRA's mlm_loss, rtd_loss), as they are on the device: a 0-d
+        float64 tensor for the loss, tensors or floats for the parts. Nothing here reads a device
+        value on the host, so on CUDA the step's kernels are queued and the host goes on to the next
+        step; `_flush` reads the losses of many steps at once."""
         cfg = self.cfg
         _seed_step(cfg.seed, step, self.d.rank)
         budget = cfg.max_minutes * 60 if cfg.schedule_clock == "time" else None
@@ -457,14 +462,17 @@ class _Loop:
                    schedule=cfg.schedule, min_ratio=cfg.min_lr_ratio, decay_frac=cfg.decay_frac)
         for g in self.opt.param_groups:
             g["lr"] = lr
-        total, parts = 0.0, {}
+        total, parts = None, {}
         progress = at / cfg.max_steps
         for micro in range(cfg.grad_accum):
             batch = self.batches.get(step, micro, self.device, progress)
             loss, _, got = self.objective.loss(self.step_model, batch, self.autocast)
             (loss / cfg.grad_accum).backward()
-            total += loss.item() / cfg.grad_accum
+            # float64, as the Python float sum of `loss.item() / grad_accum` that the log held before
+            share = loss.detach().double() / cfg.grad_accum
+            total = share if total is None else total + share
             for k, v in got.items():
+                v = v.detach().double() if isinstance(v, torch.Tensor) else v
                 parts[k] = parts.get(k, 0.0) + v / cfg.grad_accum
         average_gradients(self.model, self.d)
         if cfg.clip > 0:
@@ -472,6 +480,24 @@ class _Loop:
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         return total, parts
+
+    def _flush(self, pending: list[tuple[int, int, float, torch.Tensor, dict]]) -> list[float]:
+        """Read the losses and parts of the steps in `pending` (step, tokens, time, loss, parts) in
+        one transfer, write their metrics.jsonl rows (rank 0) and empty `pending`; returns their
+        losses. The only host sync of the loop between two log lines, checkpoints or evaluations."""
+        if not pending:
+            return []
+        keys = list(dict.fromkeys(k for *_, parts in pending for k in parts))
+        values = torch.stack([torch.stack([torch.as_tensor(v, dtype=torch.float64, device=self.device)
+                                           for v in (loss, *(parts[k] for k in keys))])
+                              for _, _, _, loss, parts in pending]).tolist()  # (steps, 1 + parts)
+        if self.d.main:
+            for (step, tokens, now, _, parts), row in zip(pending, values):
+                got = {"loss": row[0], **{k: v for k, v in zip(keys, row[1:]) if k in parts}}
+                append_metrics(self.out_dir / "metrics.jsonl", step, tokens, "train", got, now)
+                kill_point("step")  # tests: die between a step's row and its checkpoint
+        pending.clear()
+        return [row[0] for row in values]
 
     def evaluate(self, step: int, tokens: int, t: float) -> None:
         for ev in self.evals:
@@ -524,19 +550,29 @@ class _Loop:
         # With a time budget the run ends at max_steps or the budget, whichever comes first, and so
         # does the bar's ETA (end_within).
         bar = progress(cfg.max_steps, "pretrain", "step", initial=step, log_interval=math.inf, disable=not d.main)
+        pending: list[tuple[int, int, float, torch.Tensor, dict]] = []  # steps not yet read back (`_flush`)
         try:
             while step < cfg.max_steps:
                 loss, parts = self.train_step(step, elapsed + time.monotonic() - t0)
                 step, tokens = step + 1, tokens + self.tokens_per_step
                 now = elapsed + time.monotonic() - t0
-                loss_sum, n_loss, logged = loss_sum + loss, n_loss + 1, False
+                pending.append((step, tokens, now, loss, parts))
+                logged = False
+                log_now = step % cfg.log_every == 0 or step == cfg.max_steps
+                eval_now = bool(cfg.eval_every) and step % cfg.eval_every == 0 and step < cfg.max_steps
+                ckpt_now = should_checkpoint(step, cfg)
+                stop_now = stop_at_step is not None and step >= stop_at_step
+                out_of_time = any_rank(budget is not None and now >= budget, d, self.device)
+                if log_now or eval_now or ckpt_now or stop_now or out_of_time:
+                    # every row up to this step is in metrics.jsonl before a log line, an evaluation's
+                    # rows or a checkpoint (which a resumed run's clean_metrics keeps rows up to)
+                    losses = self._flush(pending)
+                    loss_sum, n_loss = loss_sum + sum(losses), n_loss + len(losses)
                 if d.main:
-                    append_metrics(self.out_dir / "metrics.jsonl", step, tokens, "train", {"loss": loss, **parts}, now)
-                    kill_point("step")  # tests: die between a step's row and its checkpoint
                     bar.update(1)
                     if budget is not None:
                         bar.end_within(budget - now)
-                    if step % cfg.log_every == 0 or step == cfg.max_steps:
+                    if log_now:
                         rate = (tokens - tok_log) / max(1e-9, time.monotonic() - t_log)
                         bar.set_postfix_str(f"loss {loss_sum / n_loss:.4f}, lr {self.opt.param_groups[0]['lr']:.2e}, "
                                             f"{rate:,.0f} tok/s", refresh=False)
@@ -544,14 +580,13 @@ class _Loop:
                             to_max_steps = (cfg.max_steps - step) * self.tokens_per_step / max(rate, 1e-9)
                             warned = warn_if_steps_end_first(cfg, now + to_max_steps, rate)
                         t_log, tok_log, loss_sum, n_loss, logged = time.monotonic(), tokens, 0.0, 0, True
-                    if cfg.eval_every and step % cfg.eval_every == 0 and step < cfg.max_steps:
+                    if eval_now:
                         self.evaluate(step, tokens, now)
-                out_of_time = any_rank(budget is not None and now >= budget, d, self.device)
                 if logged and step < cfg.max_steps and not out_of_time:
                     bar.refresh()  # the last line is the bar's closing one
-                if d.main and should_checkpoint(step, cfg):
+                if d.main and ckpt_now:
                     self.save(self.out_dir / "checkpoints" / f"step_{step:07d}", step, tokens, now, "checkpoint")
-                if stop_at_step is not None and step >= stop_at_step:
+                if stop_now:
                     barrier(d)
                     return TrainResult(self.analysed, None, step, "killed")
                 if out_of_time:

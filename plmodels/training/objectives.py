@@ -119,7 +119,9 @@ class Objective:
         return make_batch(rows, tok, masking, gen, cont_ids, device)
 
     def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
-        """(loss to differentiate, number of predicted tokens, parts for metrics.jsonl)."""
+        """(loss to differentiate, number of predicted tokens, parts for metrics.jsonl). The parts are
+        detached 0-d tensors left on the device (the loop reads them back with the loss, every
+        `log_every` steps: loop.py `_Loop._flush`), never `.item()`s, which would make each step wait."""
         loss, n = masked_lm_loss(module, batch, autocast)
         return loss, n, {}
 
@@ -195,7 +197,7 @@ class SpanBERT(Objective):
             b_idx, left, right, rel, sbo_targets_ = batch.extras["sbo"]
             z = module.sbo(hidden, left, right, rel, b_idx)  # (M', E)
             sbo = linear_cross_entropy(z, weight, module.sbo_bias, sbo_targets_) / max(1, int(sbo_targets_.numel()))
-        return mlm + self.args.sbo_weight * sbo, n, {"mlm_loss": mlm.item(), "sbo_loss": sbo.item()}
+        return mlm + self.args.sbo_weight * sbo, n, {"mlm_loss": mlm.detach(), "sbo_loss": sbo.detach()}
 
 
 class Electra(Objective):
@@ -250,9 +252,9 @@ class Electra(Objective):
         with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
             out = electra_loss(module, batch.extras["original"], batch.input_ids, batch.labels,
                                batch.extras["generator"], token_type_ids=batch.token_type_ids)
-        acc = ((out.rtd_logits.detach() > 0).float() == out.labels).float().mean().item()
-        return out.loss, out.n_masked, {"mlm_loss": out.mlm.item(), "rtd_loss": out.rtd.item(), "rtd_acc": acc,
-                                        "replaced_frac": float(out.labels.mean())}
+        acc = ((out.rtd_logits.detach() > 0).float() == out.labels).float().mean()
+        return out.loss, out.n_masked, {"mlm_loss": out.mlm.detach(), "rtd_loss": out.rtd.detach(), "rtd_acc": acc,
+                                        "replaced_frac": out.labels.mean()}
 
 
 class Distil(Objective):
@@ -295,7 +297,7 @@ class Distil(Objective):
         with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
             loss, parts = distil_loss(module, teacher, batch.input_ids, batch.labels, None, self.args)
         n = int((batch.labels != IGNORE_INDEX).sum())
-        return loss, n, {k: float(v) for k, v in parts.items() if k != "loss"}
+        return loss, n, {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in parts.items() if k != "loss"}
 
 
 class BiLM(Objective):
@@ -315,7 +317,7 @@ class BiLM(Objective):
     def loss(self, module, batch, autocast):
         with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
             out = bilm_loss(module, batch.input_ids, None, cross_entropy=linear_cross_entropy)
-        return out.loss, out.n, {"fwd_loss": out.forward.item(), "bwd_loss": out.backward.item()}
+        return out.loss, out.n, {"fwd_loss": out.forward.detach(), "bwd_loss": out.backward.detach()}
 
 
 class TBiLM(BiLM):

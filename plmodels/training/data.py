@@ -4,6 +4,8 @@
 `prepare_tokenizer` trains (or loads) the tokenizer; `token_cache` tokenizes a corpus split once
 (corpus.py); `Batches` reads packed rows in the (seed, epoch) order and `make_batch` turns them into
 training targets (masking.py): MLM (+ NSP) for WordPiece rows, the shifted ids for BPE rows.
+`Prefetcher` builds a run's micro-batches ahead on a worker thread, in the loop's order (pinned and
+copied non-blocking to a CUDA device), so the step stream does not wait for the host (issue 81).
 `t5_batch` and `bart_batch` make the encoder-decoder's (denoising.py): corrupted encoder inputs,
 decoder targets and their shift. `plm_batch` makes XLNet's permutation-LM masks (plm.py).
 
@@ -16,7 +18,9 @@ from the top of the vocabulary as T5's extra ids are (<extra_id_i> = V - 1 - i; 
 from __future__ import annotations
 
 import itertools
+import queue
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -171,6 +175,80 @@ class Batches:
         if self.objective is not None:
             return self.objective.batch(rows, self.tok, masking, gen, self.cont_ids, device)
         return make_batch(rows, self.tok, masking, gen, self.cont_ids, device)
+
+
+def batch_to(batch: Batch, device: torch.device, pin: bool = False) -> Batch:
+    """`batch` with every tensor (fields, extras, tuples in extras) moved to `device`, copied
+    non-blocking; `pin` first puts the host tensors in page-locked memory, so that the copy to a
+    CUDA device is asynchronous. On the CPU (the tensors' own device) it is the batch as it was.
+    Other extras (ELECTRA's torch.Generator) are passed as they are."""
+    def mv(x):
+        if isinstance(x, torch.Tensor):
+            return (x.pin_memory() if pin else x).to(device, non_blocking=True)
+        if isinstance(x, tuple):
+            return tuple(mv(t) for t in x)
+        return x
+    return Batch(mv(batch.input_ids), mv(batch.labels), mv(batch.token_type_ids), mv(batch.nsp_labels),
+                 {k: mv(v) for k, v in batch.extras.items()})
+
+
+class Prefetcher:
+    """The micro-batches of steps `start` ... `stop - 1` (each of `grad_accum` micro-batches), built
+    ahead on a worker thread (`Batches.get`: rows, masking, span sampling, padding) while the model
+    trains, at most `depth` ahead; `get(step, micro)` hands them over in order, on `device`. They are
+    the batches `batches.get` gives in line, in the same order: a batch is a pure function of
+    (step, micro, rank) and of the schedule position, which with the step clock is step / max_steps
+    (`schedule.schedule_step`; a time-clock run depends on the time elapsed, so the loop builds its
+    batches in line). On a CUDA device the worker pins them and the copy is non-blocking; on the CPU
+    a batch is used where it was built. An error in the worker is raised by the `get` that waits for
+    its batch; `close()` stops the worker."""
+
+    def __init__(self, batches: Batches, device: torch.device, start: int, stop: int, grad_accum: int,
+                 max_steps: int, depth: int = 2):
+        self.batches, self.device, self.grad_accum, self.max_steps = batches, device, grad_accum, max_steps
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, args=(start, stop), name="batch-prefetch", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _work(self, start: int, stop: int) -> None:
+        pin = self.device.type == "cuda"
+        try:
+            for step in range(start, stop):
+                for micro in range(self.grad_accum):
+                    batch = self.batches.get(step, micro, torch.device("cpu"), step / self.max_steps)
+                    if not self._put(((step, micro), batch_to(batch, torch.device("cpu"), pin) if pin else batch)):
+                        return
+        except BaseException as e:  # handed to the main thread, raised there
+            self._put((None, e))
+
+    def get(self, step: int, micro: int) -> Batch:
+        while True:
+            try:
+                key, item = self._queue.get(timeout=1.0)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive():
+                    raise RuntimeError(f"the batch prefetcher ended before step {step}, micro-batch {micro}") from None
+        if isinstance(item, BaseException):
+            raise item
+        if key != (step, micro):
+            raise RuntimeError(f"prefetched batch {key} asked for as {(step, micro)}: the loop and its "
+                               "prefetcher disagree on the step order")
+        return batch_to(item, self.device)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 def make_batch(rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Generator, cont_ids, device) -> Batch:

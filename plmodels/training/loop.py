@@ -78,7 +78,7 @@ from .config import (
 )
 from . import corpus
 from .corpus import PackedDataset
-from .data import Batches, prepare_tokenizer, token_cache
+from .data import Batches, Prefetcher, prepare_tokenizer, token_cache
 from .distil import DistilConfig
 from .distributed import (
     Dist,
@@ -445,6 +445,7 @@ class _Loop:
         self.last_eval: dict[str, float] = {}
         # the compiled view shares the parameters; eval, hooks and saving use the plain model
         self.step_model = CompiledStep(model) if cfg.compile else model
+        self.prefetch: Prefetcher | None = None  # batches built ahead while the model trains (`run`)
 
     def train_step(self, step: int, elapsed: float) -> tuple[torch.Tensor, dict]:
         """One optimizer step; returns the mean loss over its micro-batches and the mean of the
@@ -465,7 +466,10 @@ class _Loop:
         total, parts = None, {}
         progress = at / cfg.max_steps
         for micro in range(cfg.grad_accum):
-            batch = self.batches.get(step, micro, self.device, progress)
+            if self.prefetch is not None:
+                batch = self.prefetch.get(step, micro)
+            else:
+                batch = self.batches.get(step, micro, self.device, progress)
             loss, _, got = self.objective.loss(self.step_model, batch, self.autocast)
             (loss / cfg.grad_accum).backward()
             # float64, as the Python float sum of `loss.item() / grad_accum` that the log held before
@@ -551,6 +555,8 @@ class _Loop:
         # does the bar's ETA (end_within).
         bar = progress(cfg.max_steps, "pretrain", "step", initial=step, log_interval=math.inf, disable=not d.main)
         pending: list[tuple[int, int, float, torch.Tensor, dict]] = []  # steps not yet read back (`_flush`)
+        if cfg.schedule_clock == "steps":  # a time clock's batches depend on the time a step starts at
+            self.prefetch = Prefetcher(self.batches, self.device, step, cfg.max_steps, cfg.grad_accum, cfg.max_steps)
         try:
             while step < cfg.max_steps:
                 loss, parts = self.train_step(step, elapsed + time.monotonic() - t0)
@@ -593,6 +599,9 @@ class _Loop:
                     stopped_by = "time budget"
                     break
         finally:
+            if self.prefetch is not None:
+                self.prefetch.close()
+                self.prefetch = None
             bar.close()
         now = elapsed + time.monotonic() - t0
         final = self.out_dir / "final"

@@ -10,12 +10,12 @@ from safetensors.torch import load_file
 
 from plmodels.tokenizer import Tokenizer
 from plmodels.training.corpus import PackedDataset
-from plmodels.training.data import Batches, token_cache
+from plmodels.training.data import Batches, Prefetcher, token_cache
 from plmodels.training.distributed import Dist
 from plmodels.training.loop import _Loop, _seed_step, build_model_config, run_training
 from plmodels.training.objectives import objective_for
 
-from .toy_runs import toy_config, toy_corpus
+from .toy_runs import fixed_wordpiece, toy_config, toy_corpus
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_losses_read_every_log_every_steps_match_a_read_every_step(data, tmp_pat
 def test_a_training_step_reads_nothing_back_to_the_host(data, tmp_path, monkeypatch, kind, extra):
     # Count the calls that copy a tensor's value to the host (on CUDA: wait for the queue) while a
     # step runs on the thread running it, leaving out building the batch (host work on host tensors,
-    # before the copy).
+    # before the copy; in line, or on the prefetcher's thread).
     calls: list[str] = []
     active = threading.local()
 
@@ -120,3 +120,54 @@ def test_a_training_step_reads_nothing_back_to_the_host(data, tmp_path, monkeypa
     run_training(toy_config(data, kind, max_steps=4, eval_source=None, vocab_size=300, **extra), tmp_path / "run")
     assert [r[0] for r in _train_rows(tmp_path / "run") if r[2] == "loss"] == [1, 2, 3, 4] and calls == []
 
+
+def _tensors(batch):
+    out = [batch.input_ids, batch.labels, batch.token_type_ids, batch.nsp_labels]
+    for k in sorted(batch.extras):
+        v = batch.extras[k]
+        out += list(v) if isinstance(v, tuple) else [v] if isinstance(v, torch.Tensor) else []
+    return [t for t in out if t is not None]
+
+
+@pytest.mark.parametrize("extra", [
+    {"grad_accum": 2, "short_seq_len": 16, "short_frac": 0.5, "masking": {"nsp": True}},
+    {"objective": "span"},
+], ids=["mlm-accum-short-nsp", "span"])
+def test_prefetched_batches_are_the_in_line_stream(data, tmp_path, extra):
+    # from step 2 of 8 (a resumed run): the short phase (steps < 4) and the long one, each
+    # micro-batch, the objective's extras (SpanBERT's boundary tuples) included
+    fixed_wordpiece(data[0], tmp_path)
+    cfg = toy_config(data, "encoder", max_steps=8, tokenizer_path=str(tmp_path / "tokenizer"), **extra)
+    batches, _ = _batches(cfg, tmp_path)
+    feed = Prefetcher(batches, torch.device("cpu"), 2, cfg.max_steps, cfg.grad_accum, cfg.max_steps)
+    try:
+        shapes = set()
+        for step in range(2, cfg.max_steps):
+            for micro in range(cfg.grad_accum):
+                want = _tensors(batches.get(step, micro, torch.device("cpu"), step / cfg.max_steps))
+                got = _tensors(feed.get(step, micro))
+                assert len(got) == len(want) > 2
+                for g, w in zip(got, want):
+                    assert torch.equal(g, w), (step, micro)
+                shapes.add(want[0].shape[1])
+    finally:
+        feed.close()
+    assert len(shapes) == (2 if "short_seq_len" in extra else 1)
+
+
+def test_prefetcher_raises_the_workers_error_and_a_wrong_order(data, tmp_path):
+    fixed_wordpiece(data[0], tmp_path)
+    cfg = toy_config(data, "encoder", max_steps=4, tokenizer_path=str(tmp_path / "tokenizer"))
+    batches, _ = _batches(cfg, tmp_path)
+    feed = Prefetcher(batches, torch.device("cpu"), 0, 4, 1, 4)
+    with pytest.raises(RuntimeError, match=r"prefetched batch \(0, 0\) asked for as \(1, 0\)"):
+        feed.get(1, 0)
+    feed.close()
+
+    def broken(step, micro, device, progress):
+        raise ValueError(f"no rows for step {step}")
+    batches.get = broken
+    feed = Prefetcher(batches, torch.device("cpu"), 3, 4, 1, 4)
+    with pytest.raises(ValueError, match="no rows for step 3"):
+        feed.get(3, 0)
+    feed.close()

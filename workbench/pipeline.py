@@ -187,6 +187,9 @@ class Step:
     params: Any                     # the config this step depends on (goes into its key)
     fn: Callable[["Context"], dict]
     after: list[str] = field(default_factory=list)   # steps whose outputs this one reads
+    # with workers > 1: run alone, with every CPU's thread (training, whose large matrix products use
+    # them all), instead of beside other steps with a share (`run_steps_parallel`)
+    alone: bool = False
 
 
 @dataclass
@@ -398,14 +401,15 @@ def build_steps(cfg: dict) -> list[Step]:
     for name, spec in cfg["models"].items():
         if "pretrain" in spec:
             after = [_model_step(cfg, spec[k]) for k in ("tokenizer_from", "teacher_from") if spec.get(k)]
-            steps.append(Step(f"pretrain:{name}", spec, _pretrain_step(name, spec), after=after))
+            steps.append(Step(f"pretrain:{name}", spec, _pretrain_step(name, spec), after=after, alone=True))
         elif "import" in spec:
             steps.append(Step(f"import:{name}", spec, _import_step(name, spec)))
         else:
             raise ValueError(f"models.{name}: needs 'pretrain' (a pretrain config) or 'import'")
     for name, spec in cfg.get("finetune", {}).items():
         base = spec["base"]
-        steps.append(Step(f"finetune:{name}", spec, _finetune_step(name, spec), after=[_model_step(cfg, base)]))
+        steps.append(Step(f"finetune:{name}", spec, _finetune_step(name, spec), after=[_model_step(cfg, base)],
+                          alone=True))
     for record in ANALYSES.values():
         spec = cfg.get(record.name)
         if not spec:
@@ -603,7 +607,9 @@ def run_steps_parallel(steps: list[Step], todo: list[Step], keys: dict[str, str]
                        build: Callable[[dict], list[Step]] = build_steps) -> None:
     """Run the steps of `todo` `workers` at a time, each in a process of its own (a forkserver's child:
     no torch state shared with this process) with `worker_threads(workers)` torch threads, a step as
-    soon as every step it reads (`Step.after`) is done. Tables and activation stores that two steps
+    soon as every step it reads (`Step.after`) is done, in build order among the ready ones. A step
+    marked `alone` (pretraining, finetuning) runs by itself with `worker_threads(1)` threads: one
+    training step on 2 cores at 1 thread beside another took 323 s where it takes 118 s alone with 2. Tables and activation stores that two steps
     may write at once are locked (`workbench.core.io.file_lock`). When a step fails, the steps running
     beside it finish (their work is kept), no new one starts, and its exception is raised here with
     the child's traceback as a note; a killed run leaves its running steps "running" in run.json, so
@@ -623,14 +629,15 @@ def run_steps_parallel(steps: list[Step], todo: list[Step], keys: dict[str, str]
         while pending or running:
             while failure is None and len(running) < workers:
                 ready = next((s for s in pending if all(a in done or a not in names for a in s.after)), None)
-                if ready is None:
-                    break
+                if ready is None or (running and (ready.alone or any(s.alone for s, _, _ in running.values()))):
+                    break       # a step that runs alone waits for the others, and the others for it
                 pending.remove(ready)
                 eta = _eta(pending + [s for s, _, _ in running.values()], 0, seconds_by_kind, workers)
                 _started(ready, steps.index(ready) + 1, len(steps), keys, info, run_dir, eta)
                 recv, send = ctx.Pipe(duplex=False)
                 proc = ctx.Process(target=_step_process, name=f"workbench {ready.name}",
-                                   args=(build, cfg, str(run_dir), ready.name, force, threads, dict(os.environ),
+                                   args=(build, cfg, str(run_dir), ready.name, force,
+                                         worker_threads(1) if ready.alone else threads, dict(os.environ),
                                          os.getcwd(), os.getpid(), send))
                 proc.start()
                 send.close()

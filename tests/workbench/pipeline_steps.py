@@ -1,5 +1,5 @@
 """Stand-in steps for the tests of `workbench.pipeline.run_steps_parallel`: `build(cfg)` makes one step per
-entry of cfg["fake"] ({name: {"after": [...], "sleep": s, "fail": message | None}}). Each step records
+entry of cfg["fake"] ({name: {"after": [...], "sleep": s, "fail": message | None, "alone": bool}}). Each step records
 its process id in <run_dir>/<name>.pid when it starts, and in <run_dir>/<name>.json when it started and ended, its process id, its torch thread count and its BLAS/OpenMP pools' thread counts, sleeps,
 then fails with ValueError(message) or returns {"slept": s}. A module-level function, so that a step's
 process (a forkserver child) can find it by reference."""
@@ -32,7 +32,8 @@ def _fn(name: str, spec: dict):
 
 
 def build(cfg: dict) -> list[Step]:
-    return [Step(name, spec, _fn(name, spec), after=list(spec.get("after", []))) for name, spec in cfg["fake"].items()]
+    return [Step(name, spec, _fn(name, spec), after=list(spec.get("after", [])), alone=spec.get("alone", False))
+            for name, spec in cfg["fake"].items()]
 
 
 def record(run_dir: Path, name: str) -> dict | None:

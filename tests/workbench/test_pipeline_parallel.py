@@ -53,6 +53,19 @@ def test_steps_run_at_once_each_after_what_it_reads(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_step_that_runs_alone_runs_beside_nothing_with_every_thread(tmp_path):
+    """Training steps (`Step.alone`) wait for the running steps and hold the machine: b, ready from the
+    start, waits for a; c, ready when a starts, waits for b; each of a, b, c overlaps no other step,
+    and b gets worker_threads(1) threads where the others get worker_threads(2)."""
+    _run(tmp_path, {"a": {"sleep": 0.6}, "b": {"sleep": 0.6, "alone": True}, "c": {"sleep": 0.6},
+                    "d": {"after": ["b"], "sleep": 0.6}})
+    r = {n: record(tmp_path, n) for n in "abcd"}
+    assert r["b"]["start"] >= r["a"]["end"] and r["c"]["start"] >= r["b"]["end"]
+    assert r["c"]["start"] < r["d"]["end"] and r["d"]["start"] < r["c"]["end"]      # c and d at once
+    assert r["b"]["threads"] == worker_threads(1) and r["a"]["threads"] == r["c"]["threads"] == worker_threads(2)
+
+
+@pytest.mark.slow
 def test_a_failed_step_raises_its_error_after_the_running_ones_finish(tmp_path):
     """a fails while b runs: b finishes (done, its work kept), nothing new starts (c reads a; d is
     free but waits), a's ValueError reaches the caller with its traceback as a note, and a stays

@@ -187,8 +187,10 @@ class Step:
     params: Any                     # the config this step depends on (goes into its key)
     fn: Callable[["Context"], dict]
     after: list[str] = field(default_factory=list)   # steps whose outputs this one reads
-    # with workers > 1: run alone, with every CPU's thread (training, whose large matrix products use
-    # them all), instead of beside other steps with a share (`run_steps_parallel`)
+    # with workers > 1: run alone, with every CPU's thread, instead of beside other steps with a share
+    # (`run_steps_parallel`): training, whose large matrix products use them all, and the imports before
+    # it (seconds; an import beside an analysis would start that analysis and leave the next training
+    # step waiting for it with a core idle)
     alone: bool = False
 
 
@@ -403,7 +405,7 @@ def build_steps(cfg: dict) -> list[Step]:
             after = [_model_step(cfg, spec[k]) for k in ("tokenizer_from", "teacher_from") if spec.get(k)]
             steps.append(Step(f"pretrain:{name}", spec, _pretrain_step(name, spec), after=after, alone=True))
         elif "import" in spec:
-            steps.append(Step(f"import:{name}", spec, _import_step(name, spec)))
+            steps.append(Step(f"import:{name}", spec, _import_step(name, spec), alone=True))
         else:
             raise ValueError(f"models.{name}: needs 'pretrain' (a pretrain config) or 'import'")
     for name, spec in cfg.get("finetune", {}).items():
@@ -608,7 +610,7 @@ def run_steps_parallel(steps: list[Step], todo: list[Step], keys: dict[str, str]
     """Run the steps of `todo` `workers` at a time, each in a process of its own (a forkserver's child:
     no torch state shared with this process) with `worker_threads(workers)` torch threads, a step as
     soon as every step it reads (`Step.after`) is done, in build order among the ready ones. A step
-    marked `alone` (pretraining, finetuning) runs by itself with `worker_threads(1)` threads: one
+    marked `alone` (pretraining, finetuning, imports) runs by itself with `worker_threads(1)` threads: one
     training step on 2 cores at 1 thread beside another took 323 s where it takes 118 s alone with 2. Tables and activation stores that two steps
     may write at once are locked (`workbench.core.io.file_lock`). When a step fails, the steps running
     beside it finish (their work is kept), no new one starts, and its exception is raised here with

@@ -13,6 +13,9 @@ killed run is run again, and the long ones (pretraining) resume from their own c
 step's outputs land in the run folder beside the resolved config, the seed, the code version and
 the data checksums.
 
+Steps run one after another in this process, or with `workers` > 1 in processes of their own, several
+at a time (`run_steps_parallel`; docs/design.md, "Runs and the results store").
+
 A zoo (workbench/zoo.py) is such a study with one model per system and pretraining seed and three
 steps of its own at the end: zoo:training, zoo:cka and zoo:stats (workbench/analyses/zoo.py).
 """
@@ -610,9 +613,10 @@ def run_steps_parallel(steps: list[Step], todo: list[Step], keys: dict[str, str]
     """Run the steps of `todo` `workers` at a time, each in a process of its own (a forkserver's child:
     no torch state shared with this process) with `worker_threads(workers)` torch threads, a step as
     soon as every step it reads (`Step.after`) is done, in build order among the ready ones. A step
-    marked `alone` (pretraining, finetuning, imports) runs by itself with `worker_threads(1)` threads: one
-    training step on 2 cores at 1 thread beside another took 323 s where it takes 118 s alone with 2. Tables and activation stores that two steps
-    may write at once are locked (`workbench.core.io.file_lock`). When a step fails, the steps running
+    marked `alone` (pretraining, finetuning, imports) runs by itself with `worker_threads(1)` threads:
+    on 2 cores a pretraining step at 1 thread beside another took 323 s where it takes 118 s alone at 2.
+    Tables and activation stores that two steps may write at once are locked
+    (`workbench.core.io.file_lock`). When a step fails, the steps running
     beside it finish (their work is kept), no new one starts, and its exception is raised here with
     the child's traceback as a note; a killed run leaves its running steps "running" in run.json, so
     the next run re-runs them. A child finds its step by name in `build(cfg)` (a module-level function:

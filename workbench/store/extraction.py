@@ -188,8 +188,7 @@ def _open_or_build(model, tokenizer, sentences: Sequence[Sequence[str]], root: P
     shapes = [(len(b), max(len(align.pieces[i].ids) for i in b)) for b in batches]
     params = sum(p.numel() * p.element_size() for p in model.parameters())
     est = estimate_bytes(L, D, H, align.n_kept, shapes, attentions, K, params)
-    disk_budget = max_bytes_disk if max_bytes_disk is not None else shutil.disk_usage(
-        root if root.exists() else root.parent if root.parent.exists() else Path.cwd()).free
+    disk_budget = max_bytes_disk if max_bytes_disk is not None else shutil.disk_usage(root).free   # made by extract
     if est.disk > disk_budget:
         raise BudgetError(f"extraction needs {est}: over the disk budget of {disk_budget / 2**20:.1f} MiB")
     if max_bytes_ram is not None and est.ram > max_bytes_ram:
@@ -202,7 +201,6 @@ def _open_or_build(model, tokenizer, sentences: Sequence[Sequence[str]], root: P
     attn_offsets = np.r_[0, np.cumsum(align.n_kept.astype(np.int64) ** 2 * L * H)].astype(np.int64)
     was_training = model.training
     model.eval()
-    root.mkdir(parents=True, exist_ok=True)
     try:
         with atomic_dir(target) as tmp, torch.inference_mode():
             fds = []

@@ -243,3 +243,43 @@ def test_standardize_moments_are_those_of_the_covered_words():
     want[3] = 1.0
     np.testing.assert_allclose(p.scale_[0], want, rtol=1e-4)
     assert "standardize" in p.get_params() and not hasattr(EdgeProbe().fit(X[:, :4], y, spans), "mean_")
+
+
+def _mixed_width_spans(n_words=3000, n=700, seed=3):
+    """Spans mostly one word wide with a few long ones, in random order (like constituents)."""
+    rng = np.random.default_rng(seed)
+    widths = np.where(rng.random(n) < 0.05, rng.integers(20, 60, n), rng.integers(1, 4, n))
+    starts = rng.integers(0, n_words - 60, n)
+    return np.stack([starts, starts + widths], 1)
+
+
+@pytest.mark.parametrize("pooling", [p for p in sorted(POOLERS) if POOLERS[p].linear])
+def test_pooling_in_width_sorted_chunks_equals_pooling_each_span_alone(pooling):
+    """Pre-pooled span vectors come back in the targets' order and equal each span pooled by itself."""
+    from probes.edge import _SpanFeatures
+    layers = [_store(seed=s) for s in range(3)]
+    spans = _mixed_width_spans()
+    fn = make_pooler(pooling, layers[0].shape[1]).pieces
+    feats = _SpanFeatures(layers, [spans], True, [fn], torch.device("cpu"), cache=False)
+    idx = np.random.default_rng(0).permutation(len(spans))[:600]
+    got = feats._pooled(idx)[0][0]
+    for j in range(0, len(idx), 37):
+        x, mask = feats._tokens(spans, idx[j:j + 1])
+        torch.testing.assert_close(got[j:j + 1], fn(x, mask), rtol=0, atol=0)
+
+
+def test_pooling_pads_each_chunk_only_to_its_own_widest_span(monkeypatch):
+    """A few long spans do not make every target pay for their width: no span is padded to more than
+    twice its width, so the token rows gathered stay within twice the spans' own (in file order, one
+    chunk would pad all 700 targets to the widest, ~60)."""
+    from probes import edge
+    layers = [_store()]
+    spans = _mixed_width_spans()
+    gathered = []
+    real = edge._SpanFeatures._tokens
+    monkeypatch.setattr(edge._SpanFeatures, "_tokens",
+                        lambda self, s, idx: gathered.append(int((s[idx, 1] - s[idx, 0]).max()) * len(idx))
+                        or real(self, s, idx))
+    fn = make_pooler("mean", layers[0].shape[1]).pieces
+    edge._SpanFeatures(layers, [spans], True, [fn], torch.device("cpu"), cache=True)
+    assert sum(gathered) <= 2 * int((spans[:, 1] - spans[:, 0]).sum())

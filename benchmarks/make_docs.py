@@ -265,6 +265,14 @@ def flow_pairs(d: Result) -> str:
                      f"({d[k]['old_over_new']:.1f}x, max diff {d[k]['max_abs_diff']:.1e})" for k in names if k in d)
 
 
+def pooling(d: Result) -> str:
+    each = "; ".join(f"{r['task']} {r['split']} ({r['targets']:,} spans, widths {r['mean_width']:.1f} mean, "
+                     f"{r['max_width']} max): {statistics.median(r['file_order_s']):.2f} s -> "
+                     f"{statistics.median(r['sorted_s']):.2f} s, **{r['speedup_paired']:.1f}x** paired"
+                     f"{'' if r['bit_equal'] else ' (**not equal**)'}" for r in d["rows"])
+    return f"{d['model']}, {d['pooling']} pooling, median of {d['rounds']} rounds: {each}"
+
+
 def structural(d: Result) -> str:
     s = d["shape"]
     return (f"{s['layers']} layers x {s['words']:,} words x {s['d']} ({s['sentences']:,} sentences), {d['epochs']} "
@@ -407,6 +415,9 @@ REPORTS = (
         "the layers fitted together (`probes.structural.fit_probes`) against structural-probes' per-layer loop "
         "over padded batches (issue 74's floors doubled the probe's fits)", "structural.json",
         "python benchmarks/bench_structural.py --rounds 3 --epochs 3 --threads 1", structural),
+    Row("the edge probe's span pre-pooling in width-sorted chunks against one chunk in file order padded to its "
+        "widest span (the path it replaced), every layer of MiniLM, paired in one process, checked bit-equal "
+        "(the main job's time)", "pooling.json", "python benchmarks/bench_pooling.py --rounds 3 --threads 1", pooling),
     Row("the decoder's step with the adaptive softmax against the full 16k softmax (issue 11)", "adaptive.json",
         "python benchmarks/bench_adaptive.py --rounds 8 --threads 2", adaptive),
     Row("the same under bf16 autocast, targets from a real token cache (issue 11)", "adaptive_bf16.json",

@@ -5,15 +5,18 @@
 (`workbench.figures`), and writes `report/report.html` and `report/summary.md` atomically.
 
 Each section has a heading, its figures, a compact table and one sentence computed from the
-numbers (never hard-coded), so the page reads as the study's findings:
-run -> models and training curves -> per-layer probing (Tenney et al. 2019, expected layer and
-center of gravity; Hewitt and Liang 2019, selectivity) -> attention heads (Clark et al. 2019,
-best head per relation against a fixed-offset baseline) -> pruning (Michel et al. 2019) ->
-frozen vs finetuned (Peters et al. 2019), CKA (Kornblith et al. 2019) and head change; the causal
-probes: structural probes (Hewitt and Manning 2019, each best layer beside its four floors: a random
-tree, the chain, position alone, the untrained model), amnesic probing (Elazar et al. 2021) and
-head gating (a head role's effect against random heads of the same number); behaviour: minimal pairs
-(Marvin & Linzen 2018, Warstadt et al. 2020) beside chance, frequency, bigram and random-init floors.
+numbers (never hard-coded), so the page reads as the study's findings. The run's own sections come
+first (run, models and training curves); then each analysis record of `workbench.analyses.registry`
+names its sections (`Analysis.sections`, keys of `SECTION_BUILDERS`) and the report follows the
+records' order: per-layer probing (Tenney et al. 2019, expected layer and center of gravity; Hewitt
+and Liang 2019, selectivity), the zoo's objectives and structural probes (Hewitt and Manning 2019,
+each best layer beside its four floors: a random tree, the chain, position alone, the untrained
+model) -> attention heads (Clark et al. 2019, best head per relation against a fixed-offset
+baseline) -> pruning (Michel et al. 2019) -> head gating (a head role's effect against random heads
+of the same number) -> amnesic probing (Elazar et al. 2021) -> frozen vs finetuned (Peters et al.
+2019), CKA (Kornblith et al. 2019) and head change -> emergence -> behaviour: minimal pairs (Marvin &
+Linzen 2018, Warstadt et al. 2020) beside chance, frequency, bigram and random-init floors -> flow
+and interventions.
 Every section but the run's opens with the competence line: each pretrained model's held-out LM loss
 beside a unigram and a bigram model's on the same targets (the `competence` table), so a reader sees
 first how far each model got.
@@ -39,6 +42,7 @@ from plotly.offline import get_plotlyjs
 from probes.multibootstrap import MIN_SEEDS
 from probes.pruning import METRICS, heads_to_prune_for_loss
 from workbench import figures
+from workbench.analyses.registry import ANALYSES
 from workbench.core import results
 from workbench.core.io import atomic_write_text
 from workbench.figures import zoo as zoo_figures
@@ -1146,18 +1150,38 @@ def _interventions_sites_clause(model: str, g: pd.DataFrame) -> str:
             f"(nats): {names}")
 
 
-SECTIONS: tuple[Callable[[Path], Section], ...] = (
-    run_section, models_section, probing_section, objectives_section, structural_section, pairs_section,
-    heads_section, pruning_section, compare_section, emergence_section, amnesic_section, gating_section,
-    flow_section, interventions_section,
-)
+# section key -> its builder; each analysis record names its own keys (`Analysis.sections`,
+# workbench/analyses/registry.py), so a new analysis adds its section there, not here
+SECTION_BUILDERS: dict[str, Callable[[Path], Section]] = {
+    "run": run_section, "models": models_section, "probing": probing_section, "objectives": objectives_section,
+    "structural": structural_section, "heads": heads_section, "pruning": pruning_section,
+    "gating": gating_section, "amnesic": amnesic_section, "compare": compare_section,
+    "emergence": emergence_section, "pairs": pairs_section, "flow": flow_section,
+    "interventions": interventions_section,
+}
+RUN_SECTIONS = ("run", "models")   # the run's own sections, before every analysis'
+
+
+def section_keys() -> tuple[str, ...]:
+    """The report's sections in reading order: the run's own, then each record of `ANALYSES` (the
+    order `workbench run` runs them) with its `sections`. A key without a builder, a key named twice and
+    a builder no record names are ValueErrors naming them (a section is never dropped in silence)."""
+    keys = RUN_SECTIONS + tuple(k for a in ANALYSES.values() for k in a.sections)
+    unknown = [k for k in keys if k not in SECTION_BUILDERS]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    unnamed = [k for k in SECTION_BUILDERS if k not in keys]
+    if unknown or twice or unnamed:
+        raise ValueError(f"report sections: unknown {unknown}, named twice {twice}, named by no analysis record "
+                         f"{unnamed} (workbench/analyses/registry.py, Analysis.sections)")
+    return keys
+
 
 
 def build_sections(run_dir: str | Path) -> list[Section]:
-    """Every section of the report of `run_dir`, in reading order; every section but the run's opens with
-    the competence line (`views.competence_text`: how far each model got) when the run has one."""
+    """Every section of the report of `run_dir`, in reading order (`section_keys`); every section but the
+    run's opens with the competence line (`views.competence_text`: how far each model got) when the run has one."""
     run_dir = Path(run_dir)
-    sections = [make(run_dir) for make in SECTIONS]
+    sections = [SECTION_BUILDERS[k](run_dir) for k in section_keys()]
     lead = views.competence_text(views.competence(run_dir), [m.name for m in results.list_models(run_dir)])
     for s in sections:
         if s.title != "Run":

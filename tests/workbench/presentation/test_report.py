@@ -5,6 +5,7 @@ metrics.jsonl files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from html import escape
@@ -14,6 +15,7 @@ import pandas as pd
 import pytest
 
 from tests.apps.fixtures import PEAK_LAYER, make_results_fixture
+from workbench.analyses.registry import ANALYSES
 from workbench.core import results
 from workbench.presentation import report
 
@@ -166,3 +168,45 @@ def test_probing_clause_says_when_no_single_best_layer_was_chosen():
     clause = report._task_clause(row, "accuracy")
     assert clause == "pos has no single best layer (accuracy 0.800 [0.700, 0.900]; the halves of its test items disagree)"
     assert report._task_clause(row.replace(np.nan, 2), "accuracy").startswith("pos peaks at layer 2 (")
+
+
+# report.SECTIONS before the report followed the analysis records (commit 729760d), as section keys
+PRE_REGISTRY = ("run", "models", "probing", "objectives", "structural", "pairs", "heads", "pruning", "compare",
+                "emergence", "amnesic", "gating", "flow", "interventions")
+
+
+def test_the_sections_are_the_run_s_then_each_analysis_record_s_in_record_order():
+    keys = report.section_keys()
+    named = [k for a in ANALYSES.values() for k in a.sections]
+    assert keys == report.RUN_SECTIONS + tuple(named)
+    assert sorted(keys) == sorted(PRE_REGISTRY)            # every section of the hand-written list, none twice
+    assert keys.index("structural") == keys.index("probing") + 2 and keys.index("gating") < keys.index("amnesic")
+
+
+def test_a_planted_records_section_is_built_at_its_records_place(tmp_path, monkeypatch):
+    def planted(run_dir):
+        return report.Section("Planted", findings=[f"planted in {run_dir.name}"])
+
+    record = dataclasses.replace(ANALYSES["probe"], name="planted", sections=("planted",))
+    monkeypatch.setitem(ANALYSES, "planted", record)
+    monkeypatch.setitem(report.SECTION_BUILDERS, "planted", planted)
+    assert report.section_keys()[-1] == "planted"
+    run = make_results_fixture(tmp_path, n_layers=2, n_heads=2, checkpoints=False)
+    sections = report.build_sections(run)
+    assert [s.title for s in sections][-1] == "Planted" and sections[-1].findings == [f"planted in {run.name}"]
+
+
+@pytest.mark.parametrize("sections, message", [
+    (("nowhere",), r"unknown \['nowhere'\]"),
+    (("heads",), r"named twice \['heads'\]"),
+])
+def test_a_record_naming_an_unknown_or_taken_section_is_refused(monkeypatch, sections, message):
+    monkeypatch.setitem(ANALYSES, "planted", dataclasses.replace(ANALYSES["probe"], name="planted", sections=sections))
+    with pytest.raises(ValueError, match=message):
+        report.section_keys()
+
+
+def test_a_section_no_record_names_is_refused(monkeypatch):
+    monkeypatch.setitem(report.SECTION_BUILDERS, "orphan", report.run_section)
+    with pytest.raises(ValueError, match=r"named by no analysis record \['orphan'\]"):
+        report.section_keys()

@@ -1,7 +1,7 @@
-"""The one atomic file writer of the house (`atomic_open`; `workbench.core.io`'s file writers are
-built on it and re-export `make_shared`), and the way plmodels writes safetensors files, JSON and
-text files (training state, resolved configs, rewritten logs) and swaps whole folders into place
-(checkpoints, tokenizers).
+"""The one atomic writer of the house: `atomic_open` for a file and `atomic_dir` for a folder
+(`workbench.core.io` re-exports them under the workbench's names), and the way plmodels writes
+safetensors files, JSON and text files (training state, resolved configs, tokenizers, the corpus
+cache, rewritten logs) and swaps whole folders into place (checkpoints, exports, activation stores).
 
 Atomic writers build a temporary sibling (same folder, so same file system) with `tempfile.mkstemp`
 (mode 0600) or `mkdtemp` (0700), fsync it and `os.replace` it over the target, then fsync the
@@ -126,6 +126,29 @@ def temp_folder(path: str | os.PathLike) -> Path:
     `.<name>.tmp-<pid>-<random>`, hidden from globs such as `step_*`."""
     path = Path(path)
     return path.parent / f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
+    """A fresh temporary sibling folder of `path` (`temp_folder`, mode as `mkdir()` gives) to build
+    in; when the block ends without an exception it is fsynced and swapped into place
+    (`replace_folder`). An exception (or a kill) before then leaves `path` as it was; an exception
+    also removes the temporary. An existing `path` is a FileExistsError unless `overwrite` (checked
+    before the block runs and again before the swap, for a folder that appeared meanwhile)."""
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"atomic_dir: {path} already exists (pass overwrite=True to replace it)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_folder(path)
+    tmp.mkdir()
+    try:
+        yield tmp
+        if path.exists() and not overwrite:
+            raise FileExistsError(f"atomic_dir: {path} appeared while it was being built")
+        replace_folder(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def replace_folder(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:

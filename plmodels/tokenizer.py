@@ -58,8 +58,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Literal
@@ -67,7 +65,7 @@ from typing import Callable, Iterable, Literal
 from tokenizers import AddedToken, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
-from plmodels.files import make_shared
+from plmodels.files import write_text_atomic
 
 Kind = Literal["wordpiece", "bpe", "unigram"]
 KINDS = ("wordpiece", "bpe", "unigram")
@@ -123,19 +121,6 @@ class WordEncoding:
     ids: list[int]
     word_spans: list[tuple[int, int]]
     n_empty: int = 0
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        make_shared(tmp)  # mkstemp makes 0600 files
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _read_json_object(path: Path) -> dict:
@@ -777,11 +762,12 @@ class Tokenizer:
         return meta
 
     def save(self, directory: str | Path) -> Path:
-        """Write `tokenizer.json` (HF format) and `tokenizer_meta.json` into `directory` (atomically)."""
+        """Write `tokenizer.json` (HF format) and `tokenizer_meta.json` into `directory`, each atomically
+        (`plmodels.files.write_text_atomic`: a failed write leaves the old file)."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        _write_atomic(directory / TOKENIZER_FILE, self._hf.to_str(pretty=True))
-        _write_atomic(directory / META_FILE, json.dumps(self._meta(), indent=2, sort_keys=True) + "\n")
+        write_text_atomic(directory / TOKENIZER_FILE, self._hf.to_str(pretty=True))
+        write_text_atomic(directory / META_FILE, json.dumps(self._meta(), indent=2, sort_keys=True) + "\n")
         return directory
 
     @classmethod

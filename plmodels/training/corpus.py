@@ -25,9 +25,7 @@ import gzip
 import io
 import itertools
 import json
-import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +33,7 @@ from typing import Callable, Iterable, Iterator, Literal
 
 import numpy as np
 
-from plmodels.files import atomic_open, make_shared
+from plmodels.files import atomic_open
 from plmodels.progress import Bar
 from plmodels.progress import progress as progress_bar
 from plmodels.tokenizer import Tokenizer
@@ -367,8 +365,8 @@ def tokenize_to_cache(
     Whitespace-only documents are skipped and counted (`n_skipped` in the meta).
     `key` (e.g. `source_key(...)`) identifies the text; with the tokenizer fingerprint it forms
     the cache key. When `<cache_path>.meta.json` holds the same key the file is mapped without
-    reading `texts`. With `key=None` the cache is always rebuilt. Written to a temp file, then
-    renamed; the text is streamed in batches of about BATCH_CHARS characters.
+    reading `texts`. With `key=None` the cache is always rebuilt. Written atomically
+    (`plmodels.files.atomic_open`: a failure mid-write leaves the old cache and its sidecar); the text is streamed in batches of about BATCH_CHARS characters.
     """
     cache_path = Path(cache_path)
     full_key = None if key is None else {"version": CACHE_VERSION, "source": key, "tokenizer": tokenizer.fingerprint()}
@@ -378,22 +376,12 @@ def tokenize_to_cache(
     dtype = _id_dtype(tokenizer.vocab_size)
     t0 = time.monotonic()
     bar = progress_bar(total_chars, f"tokenize {label or cache_path.name}", "char", scale=True, disable=not progress)
-    fd, tmp = tempfile.mkstemp(dir=cache_path.parent, prefix=f".{cache_path.name}.", suffix=".tmp")
-    try:
-        with bar, os.fdopen(fd, "wb") as out:
-            counts = _write_ids(texts, tokenizer, out, dtype, bar)
-            out.flush()
-            os.fsync(out.fileno())
+    with bar, atomic_open(cache_path, "wb") as out:   # a failure before the block ends leaves the old cache
+        counts = _write_ids(texts, tokenizer, out, dtype, bar)
         if counts["n_docs"] == 0:
             raise ValueError(f"no text to tokenize for {label or cache_path} ({counts['n_skipped']} empty documents)")
-        # Drop the old sidecar first: a stale key must never describe the new file.
+        # Drop the old sidecar before the rename: a stale key must never describe the new file.
         _meta_path(cache_path).unlink(missing_ok=True)
-        make_shared(tmp)  # mkstemp makes 0600 files
-        os.replace(tmp, cache_path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
     meta = {"key": full_key, "dtype": dtype.name, **counts, "vocab_size": tokenizer.vocab_size,
             "doc_sep_id": tokenizer.doc_sep_id, "seconds": round(time.monotonic() - t0, 3)}
     with atomic_open(_meta_path(cache_path)) as f:  # fsynced, after the ids it describes

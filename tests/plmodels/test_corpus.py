@@ -200,3 +200,19 @@ def test_sample_for_tokenizer_is_bounded_and_seeded(tmp_path):
     assert a == sample_texts_for_tokenizer(src, 20_000, seed=0)
     assert a != sample_texts_for_tokenizer(src, 20_000, seed=1)
     assert "".join(sample_texts_for_tokenizer(src, 10**9)) == TEXT * 20
+
+
+def test_a_failed_rebuild_keeps_the_old_cache_and_its_key_and_no_temporaries(wp, tmp_path):
+    path = tmp_path / "c.ids"
+    old = tokenize_to_cache([TEXT], wp, path, key={"source": "a"}, progress=False).tolist()
+    meta = corpus.read_cache_meta(path)
+
+    def source_fails_midway():
+        yield from [TEXT] * 200
+        raise OSError("source went away")
+
+    with pytest.raises(OSError, match="source went away"):
+        tokenize_to_cache(source_fails_midway(), wp, path, key={"source": "b"}, progress=False)
+    assert corpus.read_cache_meta(path) == meta
+    assert tokenize_to_cache(iter(()), wp, path, key={"source": "a"}, progress=False).tolist() == old   # a hit
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.ids", "c.ids.meta.json"]

@@ -1,5 +1,6 @@
 """plmodels.tokenizer: specials, exact word spans, save/load, parity with BERT's tokenizer."""
 import json
+import os
 
 import pytest
 
@@ -126,6 +127,19 @@ def test_save_load_round_trip(kind, wp, bpe, tmp_path):
     imported = Tokenizer.from_hf_tokenizer_json(tmp_path / "tok" / "tokenizer.json")
     assert imported.kind == tok.kind
     assert imported.encode("The lazy dogs!") == tok.encode("The lazy dogs!")
+
+
+def test_a_failed_save_keeps_the_old_files_and_leaves_no_temporaries(wp, bpe, tmp_path, monkeypatch):
+    folder = bpe.save(tmp_path / "tok")
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+
+    def disk_full(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", disk_full)   # every write fails after its bytes, before its rename
+    with pytest.raises(OSError, match="disk full"):
+        wp.save(folder)
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before   # no temporary, nothing of wp
 
 
 def test_fingerprint_tells_tokenizers_apart(wp, bpe):

@@ -5,8 +5,9 @@ The file writers here are the workbench's names for the one atomic writer, `plmo
 target, then the folder fsynced); they add only that the parent folder is created. An exception (or a
 kill) before the rename leaves the old target untouched and removes the temporary where it can. (This
 module once kept its own copy so that importing it would not import torch with plmodels; every module
-that imports it loads plmodels anyway, through `workbench.core.paths` or `results`.) `atomic_dir(path)` does the same for a whole folder: build it in
-`<parent>/.<name>.tmp-<pid>-<rand>`, rename it to `path` on success. `file_lock(path)` serialises a
+that imports it loads plmodels anyway, through `workbench.core.paths` or `results`.) `atomic_dir(path)`
+is `plmodels.files.atomic_dir`, re-exported: the same for a whole folder, built in
+`<parent>/.<name>.tmp-<pid>-<rand>` and swapped into place on success. `file_lock(path)` serialises a
 read-modify-write of `path` between processes (steps of `workbench run` with workers > 1).
 """
 from __future__ import annotations
@@ -17,11 +18,10 @@ import json
 import os
 import re
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from plmodels.files import atomic_open, make_shared, pid_alive
+from plmodels.files import atomic_dir, atomic_open, make_shared, pid_alive
 
 __all__ = ["make_shared", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_file",
            "write_parquet_atomic", "atomic_dir", "file_lock", "clean_stale_tmp"]
@@ -68,38 +68,6 @@ def write_parquet_atomic(df, path: str | os.PathLike, **kwargs) -> Path:
     with atomic_file(path, "wb") as f:
         df.to_parquet(f, **kwargs)
     return path
-
-
-@contextlib.contextmanager
-def atomic_dir(path: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Build a folder at a temporary sibling and rename it to `path` when the block succeeds.
-
-    Yields the temporary folder. On an exception it is deleted and `path` is untouched. If `path`
-    already exists: `overwrite=False` -> FileExistsError (raised before the block runs);
-    `overwrite=True` -> the old folder is moved aside, the new one renamed in, the old one deleted
-    (the window where neither exists is two renames long).
-    """
-    path = Path(path)
-    if path.exists() and not overwrite:
-        raise FileExistsError(f"atomic_dir: {path} already exists (pass overwrite=True to replace it)")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=path.parent))
-    try:
-        make_shared(tmp, folder=True)  # mkdtemp makes 0700 folders
-        yield tmp
-        if path.exists():
-            if not overwrite:
-                raise FileExistsError(f"atomic_dir: {path} appeared while it was being built")
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
-            os.rmdir(old)
-            os.replace(path, old)
-            os.replace(tmp, path)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
 
 
 @contextlib.contextmanager

@@ -44,9 +44,7 @@ import functools
 import hashlib
 import json
 import logging
-import os
 import random
-import tempfile
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +52,7 @@ from typing import Callable, Iterable
 
 import pandas as pd
 
-from workbench.core.io import make_shared
+from workbench.core.io import atomic_file
 from workbench.core.paths import dataset_dir
 from workbench.data.readers import (
     NerSentence,
@@ -357,17 +355,10 @@ def _task_key(name: str, hashes: dict[Path, str]) -> str:
 
 
 def _write_atomic(path: Path, write: Callable[[object], None], mode: str = "w") -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode, **({"encoding": "utf-8"} if "b" not in mode else {})) as fh:
-            write(fh)
-        make_shared(tmp)               # mkstemp makes 0600 files; these are shared outputs
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    """`write(fh)` into a temporary sibling of `path`, renamed over it when `write` returns
+    (`workbench.core.io.atomic_file`): an exception mid-write leaves the old file and no temporary."""
+    with atomic_file(path, mode) as fh:
+        write(fh)
 
 
 def _write_jsonl(path: Path, records: list[dict]) -> None:
@@ -380,7 +371,7 @@ def build_all_tasks(out_dir: str | Path, tasks: Iterable[str] | None = None,
 
     A task is rebuilt only when its key (sha256 of the input files' checksums, the build
     parameters and BUILD_VERSION, kept in `out_dir/manifest.json`) changed, a file is missing, or
-    `force`. Every file is written atomically (temp file, then os.replace).
+    `force`. Every file is written atomically (`workbench.core.io.atomic_file`).
     """
     out = Path(out_dir)
     names = list(TASKS) if tasks is None else list(tasks)

@@ -72,6 +72,27 @@ def test_atomic_dir_success_failure_and_overwrite(tmp_path):
     assert _leftovers(tmp_path) == []
 
 
+def test_atomic_dir_is_the_one_folder_writer_of_plmodels_files():
+    assert io.atomic_dir is plmodels.files.atomic_dir
+
+
+@pytest.mark.parametrize("where", ["block", "fsync"])
+def test_a_failed_rebuild_keeps_the_old_folder_whole_and_no_temporaries(tmp_path, monkeypatch, where):
+    target = tmp_path / "store"
+    with io.atomic_dir(target) as d:
+        (d / "f").write_text("old")
+    if where == "fsync":    # the disk fails while the finished folder is flushed, before the swap
+        monkeypatch.setattr(plmodels.files, "fsync_path", lambda p: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        with io.atomic_dir(target, overwrite=True) as d:
+            (d / "f").write_text("new")
+            (d / "g").write_text("new")
+            if where == "block":
+                raise OSError("killed mid-write")
+    assert sorted(os.listdir(target)) == ["f"] and (target / "f").read_text() == "old"
+    assert _leftovers(tmp_path) == []
+
+
 def test_clean_stale_tmp_removes_dead_pid_folders_only(tmp_path):
     dead = tmp_path / ".s.tmp-999999999-abc"
     dead.mkdir()

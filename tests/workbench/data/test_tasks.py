@@ -208,3 +208,17 @@ def test_real_data_every_task(tmp_path):
     for sp in tasks.SPLITS:                                  # 3 sentences per UNER split differ from EWT
         assert json.loads(ner[sp].skips).get("ner_tokens_differ", 0) <= 3
     assert json.loads(ner["test"].skips)["ner_tokens_differ"] == 3
+
+
+def test_a_failed_task_write_keeps_the_old_file_and_leaves_no_temporaries(tmp_path):
+    path = tmp_path / "pos" / "train.jsonl"
+    tasks._write_jsonl(path, [{"words": ["old"]}])
+
+    def records_fail_midway():
+        yield {"words": ["new"]}
+        raise OSError("reader failed")
+
+    with pytest.raises(OSError, match="reader failed"):
+        tasks._write_jsonl(path, records_fail_midway())
+    assert path.read_text(encoding="utf-8") == '{"words": ["old"]}\n'
+    assert [p.name for p in path.parent.iterdir()] == ["train.jsonl"]

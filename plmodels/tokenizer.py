@@ -557,7 +557,7 @@ class Tokenizer:
             if model_type != "BPE" or "ByteLevel" not in json.dumps(spec.get("pre_tokenizer")):
                 raise ValueError(f"{folder / TOKENIZER_FILE}: model {model_type!r} is not a byte-level BPE (GPT-2 / "
                                  f"RoBERTa) nor a Unigram (ALBERT); a BERT folder is read by "
-                                 f"plmodels.hf.bert.read_tokenizer")
+                                 f"plmodels.hf.common.read_tokenizer")
         elif (folder / "vocab.json").is_file() and (folder / "merges.txt").is_file():
             hf = _byte_level_bpe_from_files(folder, tok_cfg)
             built = True

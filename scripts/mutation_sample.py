@@ -51,6 +51,7 @@ MODULES: dict[str, list[str]] = {
     "probes/layers.py": ["tests/probes/test_layers.py", "tests/probes/test_controls.py"],
     # the importers' mapping tables
     "plmodels/hf/bert.py": ["tests/plmodels/test_hf_import.py", "tests/plmodels/test_hf_export.py"],
+    "plmodels/hf/common.py": ["tests/plmodels/test_hf_import.py", "tests/plmodels/test_hf_gpt2.py"],
     "plmodels/hf/encoders.py": ["tests/plmodels/test_hf_encoders.py", "tests/plmodels/test_hf_albert.py",
                                 "tests/plmodels/test_hf_electra_export.py", "tests/plmodels/test_hf_import_families.py"],
     "plmodels/hf/gpt2.py": ["tests/plmodels/test_hf_gpt2.py", "tests/plmodels/test_gpt2_parity.py"],
@@ -73,8 +74,8 @@ FOCUS: dict[str, tuple[str, ...]] = {
                              "mst_edges", "_ratio_of_sums", "_mean", "_length_average", "uuas_items",
                              "root_accuracy_items", "_spearman_rows", "dspr_items", "nspr_items", "uniform_tree",
                              "random_tree_predictions", "chain_predictions", "position_features", "item_counts"),
-    "plmodels/hf/bert.py": ("HF_ACTIVATIONS", "IGNORED", "RENAMES", "QKV", "OPTIONAL_PREFIXES", "config_from_hf",
-                              "map_hf_state"),
+    "plmodels/hf/bert.py": ("IGNORED", "RENAMES", "QKV", "OPTIONAL_PREFIXES", "config_from_hf", "map_hf_state"),
+    "plmodels/hf/common.py": ("HF_ACTIVATIONS",),
     "plmodels/hf/encoders.py": ("ROBERTA", "DISTILBERT", "ELECTRA", "ALBERT_LAYER", "ALBERT", "ALBERT_PROJECTION",
                                 "_activation", "roberta_config", "electra_config", "albert_config",
                                 "distilbert_config", "_templates", "map_family_state", "hf_names", "_vocab_projection",

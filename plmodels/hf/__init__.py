@@ -6,7 +6,8 @@ help is read off it); each importer maps the config field by field, refuses what
 compute, and reports every tensor it cannot map. docs/interop.md is the reference.
 
     registry.py   import_hf: model_type -> importer (IMPORTERS), the kind each builds, provenance
-    bert.py       BERT, and the readers every importer shares (weights, sharded or not; tokenizers)
+    common.py     the readers every importer shares (weights, sharded or not; tokenizers), import_converted
+    bert.py       BERT -> Encoder (and find_minilm, the shipped all-MiniLM-L6-v2)
     encoders.py   RoBERTa, XLM-R, DistilBERT, ELECTRA, ALBERT -> Encoder
     gpt2.py       GPT-2 -> Decoder
     gpt_neox.py   GPT-NeoX (Pythia) -> Decoder (parallel residual, partial RoPE)

@@ -59,9 +59,9 @@ import torch
 from ..checkpoint import check_state, save
 from ..components.positions import sinusoidal_table
 from ..encoder import Encoder, EncoderConfig
-from .bert import (HF_ACTIVATIONS, OPTIONAL_PREFIXES, config_from_hf, read_hf_weights, read_tokenizer,
-                        tokenizer_source, weights_source)
+from .bert import OPTIONAL_PREFIXES, config_from_hf
 from .bert import RENAMES as BERT_RENAMES
+from .common import HF_ACTIVATIONS, read_hf_weights, read_tokenizer, tokenizer_source, weights_source
 
 DECODER_WEIGHT = "mlm.decoder.weight"  # our name of an untied MLM vocabulary projection
 

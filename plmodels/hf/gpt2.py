@@ -39,7 +39,7 @@ import torch
 
 from ..checkpoint import check_state, save
 from ..decoder import Decoder, DecoderConfig
-from .bert import HF_ACTIVATIONS, UnsafePickleError, read_hf_weights, weights_source
+from .common import HF_ACTIVATIONS, UnsafePickleError, read_hf_weights, weights_source
 from ..tokenizer import Tokenizer
 
 __all__ = ["UnsafePickleError", "config_from_gpt2", "gpt2_name", "import_hf_gpt2", "map_gpt2_state",

@@ -43,7 +43,7 @@ import torch
 from ..checkpoint import save
 from ..decoder import Decoder, DecoderConfig
 from .gpt2 import load_decoder
-from .bert import HF_ACTIVATIONS, read_hf_weights, weights_source
+from .common import HF_ACTIVATIONS, read_hf_weights, weights_source
 from ..tokenizer import Tokenizer
 
 __all__ = ["config_from_neox", "import_hf_gpt_neox", "map_neox_state", "neox_name", "neox_qkv_to_ours"]

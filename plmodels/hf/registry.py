@@ -39,7 +39,8 @@ from .encoders import (import_hf_albert, import_hf_distilbert, import_hf_electra
                           import_hf_xlm_roberta)
 from .gpt2 import import_hf_gpt2
 from .gpt_neox import import_hf_gpt_neox
-from .bert import import_hf_bert, weight_files
+from .bert import import_hf_bert
+from .common import weight_files
 from .seq2seq import import_hf_bart, import_hf_t5
 from .xlnet import import_hf_xlnet
 

@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from .bert import import_converted
+from .common import import_converted
 from ..seq2seq import Seq2Seq, Seq2SeqConfig
 
 __all__ = ["bart_config", "from_hf_bart_state_dict", "from_hf_t5_state_dict", "import_hf_bart", "import_hf_t5",

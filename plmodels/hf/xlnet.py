@@ -22,7 +22,7 @@ import re
 
 import torch
 
-from .bert import import_converted
+from .common import import_converted
 from ..xlnet import XLNet, XLNetConfig
 
 __all__ = ["from_hf_xlnet_state_dict", "import_hf_xlnet", "xlnet_config"]

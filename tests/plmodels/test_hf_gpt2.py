@@ -29,7 +29,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models
 
 from plmodels import DecoderConfig, load
-from plmodels.hf.gpt2 import UnsafePickleError, config_from_gpt2, gpt2_name, import_hf_gpt2, map_gpt2_state
+from plmodels.hf.common import UnsafePickleError
+from plmodels.hf.gpt2 import config_from_gpt2, gpt2_name, import_hf_gpt2, map_gpt2_state
 
 from .hf_files import write_gpt2_files
 from .hf_models import GPT2_EPS as EPS

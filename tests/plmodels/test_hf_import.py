@@ -12,7 +12,8 @@ import torch
 from torch.testing import assert_close
 
 from plmodels import load
-from plmodels.hf.bert import UnsafePickleError, config_from_hf, find_minilm, import_hf_bert, map_hf_state
+from plmodels.hf.bert import config_from_hf, find_minilm, import_hf_bert, map_hf_state
+from plmodels.hf.common import UnsafePickleError
 from tests.plmodels.hf_bert_folder import save_bert_folder
 
 # transformers is the reference implementation, one of the test extras: without it this module is

@@ -7,7 +7,6 @@ import streamlit as st
 
 from apps import common
 from workbench import figures as F
-from workbench.presentation import analysis_figures as AF
 from workbench.presentation import views
 
 
@@ -16,7 +15,7 @@ def amnesic(run: str) -> None:
     if df is None:
         common.no_results("amnesic", "amnesic-probing")
         return
-    st.plotly_chart(AF.amnesic_figure(df), width="stretch")
+    st.plotly_chart(F.amnesic_figure(df), width="stretch")
     st.caption("gap = LM-loss increase of the eraser minus that of a random eraser of the same rank; "
                "probe_acc: a probe trained and tested on the erased vectors (intact: before erasure)")
     st.dataframe(df.round(4), hide_index=True, width="stretch")
@@ -32,7 +31,7 @@ def gating(run: str) -> None:
                     f"(run `{views.missing_command('heads_classes')}` into the run, then gate again).")
         return
     model = st.selectbox("Model", sorted(df["model"].unique()), key="causal_gate_model")
-    st.plotly_chart(AF.gating_figure(df, model), width="stretch")
+    st.plotly_chart(F.gating_figure(df, model), width="stretch")
     st.dataframe(df[df["model"] == model].round(4), hide_index=True, width="stretch")
 
 
@@ -46,9 +45,9 @@ def passport(run: str) -> None:
     numeric = [c for c in df.columns if c not in ("model", "layer", "head") and not c.endswith("_layer")
                and df[c].dtype.kind in "fi"]
     column = c2.selectbox("Colour by", numeric, key="causal_passport_column")
-    fig = AF.passport_figure(df, model, column)
-    if fig is not None:
-        st.plotly_chart(fig, width="stretch")
+    grid = views.passport_grid(df, model, column)
+    if grid is not None:
+        st.plotly_chart(F.passport_figure(grid, column), width="stretch")
     st.dataframe(df[df["model"] == model].round(4), hide_index=True, width="stretch")
 
 
@@ -57,7 +56,7 @@ def structural(run: str) -> None:
     if df is None:
         common.no_results("structural", "structural-probe")
         return
-    st.plotly_chart(AF.structural_figure(df), width="stretch")
+    st.plotly_chart(F.structural_figure(df, views.STRUCTURAL_METRICS), width="stretch")
     floors = common.view("structural_floors", run)
     if floors is None:
         st.info("This run's probing table has no structural floors (written before them): the scores stand alone.")

@@ -11,12 +11,14 @@ again and every builder is tested without Streamlit.
     compare.py    pruning curves, pruned speed and size, frozen vs finetuned, CKA, probing deltas
     emergence.py  probe and head scores against the tokens a model has seen
     pairs.py      minimal-pair accuracies and structural-probe scores beside their floors
+    causal.py     structural probes per layer, amnesic probing and head gating against their random controls
     flow.py       MI and lens curves per layer, attribution faithfulness, beside their floors
     interventions.py  indirect effects per layer and head beside their floors, one item's patched runs
     zoo.py        the zoo: scores by layer of systems that differ only in their objective
 """
 
 from workbench.figures.attention import attention_heatmap, attention_lines
+from workbench.figures.causal import amnesic_figure, gating_figure, passport_figure, structural_figure
 from workbench.figures.compare import (
                                        cka_diagonal_figure,
                                        cka_heatmap,
@@ -46,5 +48,6 @@ __all__ = [
     "head_map_figure", "relations_figure", "cumulative_figure", "layer_scores_figure", "mix_weights_figure",
     "pipeline_figure", "predictions_figure", "summary_figure", "training_figure", "attractors_figure",
     "pairs_figure", "structural_floors_figure", "flow_mi_figure", "flow_lens_figure", "flow_attribution_figure",
-    "flow_sentence_figure", "interventions_layers_figure", "interventions_heads_figure",
+    "flow_sentence_figure", "interventions_layers_figure", "interventions_heads_figure", "structural_figure",
+    "amnesic_figure", "gating_figure", "passport_figure",
 ]

@@ -46,7 +46,7 @@ from workbench.analyses.registry import ANALYSES
 from workbench.core import results
 from workbench.core.io import atomic_write_text
 from workbench.figures import zoo as zoo_figures
-from workbench.presentation import analysis_figures, views
+from workbench.presentation import views
 
 FINETUNED = ("finetune", "finetuned")     # settings of `frozen_vs_finetuned` that mean full finetuning
 TOLERANCES = (0.01, 0.05)                  # "how many heads can go for 1 % / 5 % loss"
@@ -582,7 +582,7 @@ def structural_section(run_dir: Path) -> Section:
         s.findings, s.n_key = [f"the probing table has no structural-probe rows (add the tasks "
                                f"{' and '.join(views.STRUCTURAL_METRICS)} to the probe run)"], 0
         return s
-    s.figs.append(analysis_figures.structural_figure(df))
+    s.figs.append(figures.structural_figure(df, views.STRUCTURAL_METRICS))
     s.findings = [_structural_clause(model, g) for model, g in df.groupby("model")]
     s.findings.append("Hewitt and Manning's probes on BERT-large reach about " + " and ".join(
         f"{m} {_f(v, 1)}" for m, v in PAPER_STRUCTURAL.items()) + " at its best layers (Penn Treebank)")
@@ -673,7 +673,7 @@ def amnesic_section(run_dir: Path) -> Section:
     if df is None:
         s.missing.append("amnesic")
         return s
-    s.figs.append(analysis_figures.amnesic_figure(df))
+    s.figs.append(figures.amnesic_figure(df))
     s.findings = [_amnesic_clause(model, task, eraser, g)
                   for (model, task, eraser), g in df.groupby(["model", "task", "eraser"])]
     s.tables.append(("Amnesic probing (gap = lm_loss_delta minus that of the matched control: random directions "
@@ -722,11 +722,11 @@ def gating_section(run_dir: Path) -> Section:
         parts = []
         mine = summary[summary["model"] == model] if summary is not None else None
         if mine is not None and len(mine):
-            s.figs.append(analysis_figures.gating_figure(summary, model))
+            s.figs.append(figures.gating_figure(summary, model))
             parts += _gating_clauses(model, mine)
-        fig = analysis_figures.passport_figure(passport, model) if passport is not None else None
-        if fig is not None:
-            s.figs.append(fig)
+        grid = views.passport_grid(passport, model) if passport is not None else None
+        if grid is not None:
+            s.figs.append(figures.passport_figure(grid))
             parts.append(_passport_clause(model, passport[passport["model"] == model]))
         clauses += parts
     if summary is None and views.table(run_dir, "gating") is not None:

@@ -16,6 +16,7 @@ import pytest
 from tests.apps.fixtures import make_results_fixture
 from workbench.core import results
 from workbench.core.paths import data_root
+from workbench import figures as F
 from workbench.presentation import analysis_figures as AF
 from workbench.presentation import report, views
 from workbench.presentation.report import _f
@@ -119,20 +120,20 @@ def test_structural_summary_means_over_seeds_with_min_and_max(run):
 # -------------------------------------------------------------------------------------- figures
 def test_figures_draw_the_summaries(run, tmp_path):
     am = views.amnesic_summary(run)
-    fig = AF.amnesic_figure(am)
+    fig = F.amnesic_figure(am)
     erased = next(t for t in fig.data if t.name == "tiny leace")
     control = next(t for t in fig.data if t.name == "tiny leace matched random")
     same_rank = next(t for t in fig.data if t.name == "tiny leace random, same rank")
     assert list(erased.y) == list(am["lm_loss_delta"]) and list(control.y) == list(am["lm_loss_delta_matched"])
     assert list(same_rank.y) == list(am["lm_loss_delta_same_rank"])
     assert control.line.dash == "dash" and same_rank.line.dash == "dot"
-    st = AF.structural_figure(views.structural_summary(run))
+    st = F.structural_figure(views.structural_summary(run), views.STRUCTURAL_METRICS)
     uuas = next(t for t in st.data if t.name == "tiny uuas")
     assert len(st.data) == 4 and list(uuas.x) == [0, 1, 2]
-    grid = AF.passport_figure(views.head_passport(run), "tiny")
+    grid = F.passport_figure(views.passport_grid(views.head_passport(run), "tiny"))
     assert grid.data[0].zmid == 0 and np.asarray(grid.data[0].z).shape == (2, 2)
     gs = views.gating_summary(run)
-    gf = AF.gating_figure(gs, "tiny")
+    gf = F.gating_figure(gs, "tiny")
     bars = [t for t in gf.data if t.type == "bar"]
     assert len(bars) == 3 and len(gf.data) == 6     # lm, pos, ner panels: the unit's bars and the random marker
     # the figures the commands write beside the tables (`write_analysis_figures`)
@@ -199,7 +200,7 @@ def test_amnesic_faces_without_lm_rows(run, tmp_path):
     no_lm = raw[~raw["metric"].isin(["lm_loss", "lm_loss_delta"])]
     s = views.amnesic_summary_frame(no_lm)
     assert s["gap"].isna().all() and s["last_layer_acc"].notna().all()
-    fig = AF.amnesic_figure(s)
+    fig = F.amnesic_figure(s)
     assert fig.layout.yaxis.title.text == "last_layer_acc"
     assert [list(t.y) for t in fig.data][0] == list(s.sort_values("layer")["last_layer_acc"])
     results.write_table(tmp_path, "amnesic", no_lm)

@@ -22,8 +22,6 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
-import shutil
-import uuid
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -36,7 +34,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from .families import FAMILIES
-from .files import save_safetensors
+from .files import atomic_dir, save_safetensors
 from .tokenizer import Tokenizer
 
 # kind -> (model class, config class), read off the family records (plmodels/families.py)
@@ -185,16 +183,14 @@ def n_parameters(model: nn.Module) -> int:
 
 
 def save(model: nn.Module, tokenizer: Any, path: str | Path, card: dict | None = None) -> Path:
-    """Write a checkpoint folder at `path` atomically (temp folder, then rename); returns the path.
+    """Write a checkpoint folder at `path` atomically (`plmodels.files.atomic_dir`: a temporary sibling,
+    fsynced, then swapped in); returns the path.
 
     tokenizer: a plmodels Tokenizer or None. card: extra card fields (data, steps, tokens, metrics...).
     An existing folder at `path` is replaced.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+    with atomic_dir(path, overwrite=True) as tmp:   # an existing folder is swapped out only when this one is whole
         meta = {"kind": model.kind, "config": model.config.to_dict()}
         (tmp / CONFIG_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
@@ -218,16 +214,6 @@ def save(model: nn.Module, tokenizer: Any, path: str | Path, card: dict | None =
         (tmp / CARD_FILE).write_text(json.dumps(full_card, indent=2, sort_keys=True, default=str) + "\n", encoding="utf-8")
         (tmp / README_FILE).write_text(card_prose(full_card, meta), encoding="utf-8")
         write_checksums(tmp)   # last: what the weights were when the folder was complete
-        if path.exists():  # swap: old folder aside, new one in, old one deleted
-            old = path.parent / f".{path.name}.old-{uuid.uuid4().hex[:8]}"
-            path.rename(old)
-            tmp.rename(path)
-            shutil.rmtree(old)
-        else:
-            tmp.rename(path)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return path
 
 

@@ -69,6 +69,20 @@ def test_overwrite_and_hash(tmp_path):
     assert load(path)[0].config.position == "rope"
 
 
+def test_a_failed_save_keeps_the_old_checkpoint_whole_and_no_temporaries(tmp_path, tokenizer):
+    path = save(tiny_encoder(), tokenizer, tmp_path / "m")
+    before = {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+    class BrokenTokenizer:     # fails after the new weights are written into the temporary folder
+        def save(self, folder):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        save(tiny_encoder(position="rope"), BrokenTokenizer(), path)
+    assert {p.relative_to(path): p.read_bytes() for p in path.rglob("*") if p.is_file()} == before
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]
+
+
 def test_load_lists_missing_extra_and_misshapen_tensors(tmp_path):
     path = save(tiny_encoder(), None, tmp_path / "m")
     state = load_file(str(path / "model.safetensors"))

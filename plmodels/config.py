@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, TypeVar
 
@@ -110,6 +111,19 @@ def _from_overrides(loc: tuple, overrides: Mapping | None) -> bool:
     return True
 
 
+def _class_at(cls: type, loc: tuple) -> type:
+    """The dataclass whose fields are at `loc` inside `cls` (a field typed `Section | None` is walked
+    into), so an unknown key of a nested section lists that section's keys; `cls` where it cannot tell."""
+    for part in loc:
+        hints = typing.get_type_hints(cls) if dataclasses.is_dataclass(cls) else {}
+        inner = [t for t in typing.get_args(hints.get(str(part))) or (hints.get(str(part)),)
+                 if dataclasses.is_dataclass(t)]
+        if len(inner) != 1:
+            return cls
+        cls = inner[0]
+    return cls
+
+
 def _describe(e: ValidationError, cls: type, source: str, overrides: Mapping | None = None,
               prefix: str = "") -> str:
     """One line per error; a field whose value came from `overrides` is named as the `--set` flag
@@ -121,7 +135,7 @@ def _describe(e: ValidationError, cls: type, source: str, overrides: Mapping | N
         flag = bool(err["loc"]) and _from_overrides(err["loc"], overrides)
         where = f"--set {field}" if flag else field
         if err["type"] == "unexpected_keyword_argument":
-            known = ", ".join(f.name for f in dataclasses.fields(cls))
+            known = ", ".join(f.name for f in dataclasses.fields(_class_at(cls, err["loc"][:-1])))
             lines.append(f"--set {field}: unknown key (known: {known})" if flag
                          else f"unknown key {field!r} (known: {known})")
         elif err["type"] == "value_error":   # a __post_init__ check: its own message names the field

@@ -72,6 +72,24 @@ DATA_FILES = [
 
 # ------------------------------------------------------------------------------------ config
 @dataclass(frozen=True)
+class AnalysisSection(Config):
+    """The run config's section of one analysis (a record of `ANALYSES`, the section named after it).
+    Which of the optional keys a section may carry is its record's (`section_fields`)."""
+
+    models: list[str]                                # the models it runs on, one step each
+    config: str | dict | None = None                 # its config: a JSON file or inline (None: the defaults)
+    tasks: list[str] | None = None                   # probe: the tasks (a step field over config.tasks)
+    methods: list[str] | None = None                 # prune: the methods (a step field over config.methods)
+    app_sentences: int | None = None                 # heads: EWT dev sentences in the app's attention store
+
+
+def section_fields(record: Analysis) -> tuple[str, ...]:
+    """The keys the run config's section of `record` may hold: models, config, its step fields, and
+    those its after-run hooks read (`AFTER_RUN_FIELDS`)."""
+    return ("models", "config", *record.step_fields, *AFTER_RUN_FIELDS.get(record.name, ()))
+
+
+@dataclass(frozen=True)
 class RunConfig(Config):
     """The schema of a run config's top level (configs/demo.json): every step is optional but the
     models; unknown keys and wrong types are errors naming the file and the key."""
@@ -84,18 +102,18 @@ class RunConfig(Config):
     results_root: str = "runs"
     tasks: dict = field(default_factory=dict)        # {"tasks": [...]}: the edge-probing tasks to build
     finetune: dict[str, dict] = field(default_factory=dict)   # name -> {"base", "config", "overrides"}
-    probe: dict | None = None                        # {"models", "tasks", "config"}
-    heads: dict | None = None                        # {"models", "config"}
-    prune: dict | None = None                        # {"models", "methods", "config"}
-    gate: dict | None = None                         # {"models", "config"}: head-gated probing (after heads)
-    amnesic: dict | None = None                      # {"models", "config"}: amnesic probing
-    cross_heads: dict | None = None                  # {"models", "config"}: cross-attention heads (T5, BART)
+    probe: AnalysisSection | None = None
+    heads: AnalysisSection | None = None
+    prune: AnalysisSection | None = None
+    gate: AnalysisSection | None = None              # head-gated probing (after heads)
+    amnesic: AnalysisSection | None = None           # amnesic probing
+    cross_heads: AnalysisSection | None = None       # cross-attention heads (T5, BART)
     compare: dict | None = None                      # {"pairs", "config"}
-    frozen_vs_finetuned: dict | None = None          # {"models", "config"}
-    emergence: dict | None = None                    # {"models", "config"}
-    pairs: dict | None = None                        # {"models", "config"}: minimal pairs (docs/behaviour.md)
-    flow: dict | None = None                         # {"models", "config"}: information flow (docs/flow.md)
-    interventions: dict | None = None                # {"models", "config"}: agreement mediation (docs/interventions.md)
+    frozen_vs_finetuned: AnalysisSection | None = None
+    emergence: AnalysisSection | None = None
+    pairs: AnalysisSection | None = None             # minimal pairs (docs/behaviour.md)
+    flow: AnalysisSection | None = None              # information flow (docs/flow.md)
+    interventions: AnalysisSection | None = None     # agreement mediation (docs/interventions.md)
     # {} (or {"eval_sequences": n}): each pretrained model's held-out LM loss beside a unigram and a
     # bigram loss on the same targets (workbench/analyses/competence.py), the report's competence line
     competence: dict | None = None
@@ -333,6 +351,7 @@ def _attention_for_app(ctx: Context, model: str, path: Path, spec: dict) -> None
 # What a run does after an analysis beyond its tables: the heads step also stores attention maps for the
 # app's sentence view (a run's product, not the analysis').
 AFTER_RUN: dict[str, tuple[Callable[[Context, str, Path, dict], None], ...]] = {"heads": (_attention_for_app,)}
+AFTER_RUN_FIELDS: dict[str, tuple[str, ...]] = {"heads": ("app_sentences",)}   # section keys the hooks read
 
 
 def _competence_step(model: str) -> Callable[[Context], dict]:
@@ -490,6 +509,10 @@ def validate_run_config(cfg: dict, where: str | None) -> None:
                                     f"nor a shipped finetuning config ({', '.join(recipes.names('finetune'))})")
     for record in ANALYSES.values():
         if cfg.get(record.name):
+            extra = sorted(set(cfg[record.name]) - set(section_fields(record)))
+            if extra:
+                raise ValueError(f"{where}: {record.name}: unknown keys {extra}; a {record.name} section takes "
+                                 f"{', '.join(section_fields(record))}")
             step_config(record, cfg[record.name], where)
     spec = cfg.get("compare")
     if spec:

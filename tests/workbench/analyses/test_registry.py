@@ -79,3 +79,27 @@ def test_views_and_figures_are_keyed_by_registered_analyses():
 def test_an_unknown_analysis_is_refused_by_name():
     with pytest.raises(ValueError, match="unknown analysis 'probes'; known: probe, heads"):
         registry.analysis("probes")
+
+
+def test_a_misspelt_key_of_an_analysis_section_is_refused_naming_the_sections_keys():
+    cfg = {"name": "r", "seed": 0, "models": {"m": {"import": "x"}}, "probe": {"models": ["m"], "taks": ["pos"]}}
+    with pytest.raises(ValueError, match=r"demo.json: unknown key 'probe.taks' \(known: models, config, tasks,"):
+        pipeline.RunConfig.from_dict(cfg, "demo.json")
+    cfg["probe"] = {"models": ["m"], "tasks": ["pos"]}
+    assert pipeline.RunConfig.from_dict(cfg, "demo.json").probe.tasks == ["pos"]
+
+
+def test_a_key_of_another_analysis_section_is_refused_by_the_records_fields():
+    # `tasks` is a step field of probe, not of heads: the schema holds it, the record refuses it
+    cfg = {"name": "r", "seed": 0, "models": {"m": {"import": "x"}}, "heads": {"models": ["m"], "tasks": ["pos"]}}
+    pipeline.RunConfig.from_dict(cfg, "demo.json")
+    with pytest.raises(ValueError, match=r"demo.json: heads: unknown keys \['tasks'\]; a heads section takes "
+                                         r"models, config, app_sentences"):
+        pipeline.validate_run_config(cfg, "demo.json")
+
+
+def test_every_records_section_fields_are_fields_of_the_section_schema():
+    schema = set(pipeline.AnalysisSection.__dataclass_fields__)
+    for record in ANALYSES.values():
+        assert set(pipeline.section_fields(record)) <= schema, record.name
+        assert pipeline.RunConfig.__dataclass_fields__[record.name].type == "AnalysisSection | None"

@@ -160,7 +160,7 @@ def cache_activations(model: nn.Module, score: Score, batch: Batch, hooks: Itera
     cache: dict[str, Tensor] = {}
 
     def save(t: Tensor, name: str) -> None:
-        cache[name] = t.detach().clone()  # a copy: the eager kernel's no-grad softmax overwrites `scores` in place
+        cache[name] = t.detach()
 
     hooks = sorted(set(hooks))
     with model.hooks([(h, save) for h in hooks]):

@@ -64,8 +64,10 @@ def attention(
         probs = scores.softmax(dim=-1)
     elif torch.is_autocast_enabled(scores.device.type):  # no autograd, autocast (bf16 extraction): float32
         probs = scores.softmax(dim=-1, dtype=torch.float32)  # probabilities, 2x faster than bf16's on CPU
-    else:  # no autograd (extraction, inference_mode): softmax over the scores' own memory
+    elif edit_scores is None:  # no autograd (extraction, inference_mode): softmax over the scores' own memory
         probs = torch._softmax(scores, -1, False, out=scores)
+    else:  # a scores hook may have kept the tensor (run_with_cache, a patching cache): leave it the scores
+        probs = scores.softmax(dim=-1)
     if edit_probs is not None:
         probs = edit_probs(probs)
     if dropout_p > 0.0:

@@ -154,3 +154,25 @@ def test_an_edit_through_an_alias_is_an_edit_of_our_site(encoder):
     head_mask[:, 0] = 0.0
     masked = encoder(ids, attention_mask=mask, head_mask=head_mask, attn_impl="eager").last_hidden_state
     assert_close(edited, masked, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("build", [tiny_encoder, tiny_decoder])
+def test_the_scores_site_holds_the_scores_under_no_grad(build):
+    """Without autograd the eager kernel may run its softmax in the scores' own memory; a hook that saw
+    `attn.scores` (run_with_cache, a patching cache) must still hold q k^T / sqrt(Dh) + mask, not the
+    probabilities written over it."""
+    model = build().eval()
+    ids, mask = batch()
+    with torch.no_grad():
+        _, cache = model.run_with_cache(ids, attention_mask=mask)
+    T = ids.shape[1]
+    allowed = mask.bool()[:, None, None, :].expand(-1, 1, T, T)
+    if getattr(model, "kind", "") == "decoder":
+        allowed = allowed & torch.ones(T, T, dtype=torch.bool).tril()
+    for l in range(2):
+        q, k = cache[f"blocks.{l}.attn.q"], cache[f"blocks.{l}.attn.k"]      # (B, T, H, Dh)
+        by_hand = torch.einsum("bqhd,bkhd->bhqk", q, k) / q.shape[-1] ** 0.5   # (B, H, T, T)
+        scores = cache[f"blocks.{l}.attn.scores"]
+        sel = allowed.expand_as(scores)
+        assert_close(scores[sel], by_hand[sel], atol=1e-5, rtol=1e-5)
+        assert_close(scores.softmax(-1), cache[f"blocks.{l}.attn.pattern"], atol=1e-6, rtol=1e-5)

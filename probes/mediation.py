@@ -5,8 +5,9 @@ computed from the scores that `probes.patching.patch_sites` returns.
 
 The response is Finlayson et al.'s y(u) = p(w_wrong | u) / p(w_right | u), w_right the form that
 agrees with the unintervened input u (a singular verb after a singular subject) and w_wrong the other.
-Both forms are scored at the same position, so the softmax normaliser cancels and y = exp(-d) with
-d(u) = logit(w_right) - logit(w_wrong) the logit difference `patch_sites` is run with. For the
+With d(u) = log p(w_right | u) - log p(w_wrong | u), the log-probability difference `patch_sites` is
+run with, y = exp(-d); when both forms are one token read at the same position the softmax normaliser
+cancels and d is the logit difference logit(w_right) - logit(w_wrong). For the
 intervention u -> u' (the subject's number swapped) and a mediator z (one site):
 
     TE       = y(u') / y(u) - 1                 = exp(d(u) - d(u')) - 1
@@ -14,9 +15,9 @@ intervention u -> u' (the subject's number swapped) and a mediator z (one site):
     NDE(z)   = y(u'; z <- z(u)) / y(u) - 1      = exp(d(u) - d(u'; z <- z(u))) - 1   (the denoising run)
 
 each averaged over items u (scale "ratio", the papers' numbers). Scale "log" averages the exponents
-instead (d(u) - d(u'), ...): the same effects in nats of logit difference, additive over items and
+instead (d(u) - d(u'), ...): the same effects in nats of d, additive over items and
 free of the ratio's heavy tail (one confident item can carry the ratio mean). `restored` is the
-denoising run's share of the logit difference brought back, mean(d(u'; z <- z(u)) - d(u')) /
+denoising run's share of d brought back, mean(d(u'; z <- z(u)) - d(u')) /
 mean(d(u) - d(u')) (Heimersheim & Nanda 2024's normalised patching metric).
 
 Interchange intervention accuracy (Geiger et al. 2021, "Causal abstractions of neural networks", Sec.
@@ -46,7 +47,7 @@ def _as2d(a: np.ndarray, n: int, name: str) -> np.ndarray:
 
 def item_effects(clean: np.ndarray, corrupt: np.ndarray, noised: np.ndarray, denoised: np.ndarray,
                  scale: str = "ratio") -> dict[str, np.ndarray]:
-    """Per-item effects: {"te": (1, N), "nie": (S, N), "nde": (S, N)} from the logit differences d of
+    """Per-item effects: {"te": (1, N), "nie": (S, N), "nde": (S, N)} from the log-probability differences d of
     the clean run (N,), the corrupted run (N,), the noising runs (S, N) (clean input, site s from the
     corrupted run) and the denoising runs (S, N) (corrupted input, site s from the clean run)."""
     if scale not in SCALES:

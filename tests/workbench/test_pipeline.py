@@ -112,7 +112,8 @@ def test_tiny_pipeline_end_to_end_cache_and_resume(tiny_run, tmp_path, capfd):
     assert all(s["status"] == "done" for s in steps.values())
     for name in ("training", "probing", "probing_summary", "mix_weights", "heads", "heads_classes", "relations",
                  "importance", "pruning", "cka", "head_change", "frozen_vs_finetuned", "emergence", "gating",
-                 "head_passport", "amnesic", "minimal_pairs", "minimal_pair_items", "competence"):
+                 "head_passport", "amnesic", "minimal_pairs", "minimal_pair_items", "competence", "interventions",
+                 "interventions_attribution"):
         assert (run_a / "tables" / f"{name}.parquet").exists(), name
     html = (run_a / "report" / "report.html").read_text()
     md = (run_a / "report" / "summary.md").read_text()
@@ -182,6 +183,12 @@ def _faces_read_what_the_pipeline_wrote(run: Path, md: str) -> None:
     for title in ("Per-layer probing", "Structural probes", "Minimal pairs (behaviour)", "Attention heads"):
         body = md.split(f"## {title}\n\n", 1)[1]
         assert body.startswith(line) and "encoder " in body.split("\n", 1)[0], title
+    # the tiny tokenizers split the verbs: the mediation step scores each form by all its subwords
+    iv = pd.read_parquet(run / "tables" / "interventions.parquet")
+    te = iv[(iv["site"] == "input") & (iv["metric"] == "te_log")]
+    assert set(te["model"]) == {"encoder", "decoder"} and set(te["variant"]) == {"trained", "random_init"}
+    assert (te["n_items"] > 0).all() and te["value"].notna().all()
+    assert "## Interventions (causal mediation of agreement)" in md
     floors = views.structural_floors(run)
     assert set(floors["source"]) == {"model", "random_tree", "chain", "position", "random_init"}
     assert "Best layer beside the four floors" in md

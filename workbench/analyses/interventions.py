@@ -10,11 +10,14 @@ and the intervention u' swaps the subject for its other-number form ("authors": 
 swap-number); the control intervention swaps it for another noun of the same number ("pilot": the
 token changes, the number does not), whose effects are the floor of the intervention's. The two forms
 are the verb of the item and its other-number form (laughs / laugh), read at the position that
-predicts the verb, as the family's LM reads it (`VIEWS`, keyed by `Family.lm_inputs`): a decoder
-reads the prefix and predicts the next token; a masked LM reads the sentence with the verb replaced by
-one mask. d(u) = logit(right) - logit(wrong) of the verb's first subword (`Family.residual_logits` on
-the last hidden state). Items whose clean and intervened inputs tokenize to different lengths (no
-token alignment) or whose two forms share their first subword are skipped and counted.
+predicts the verb, as the family's LM reads it (`VIEWS`, keyed by `Family.lm_inputs`), each form scored
+by all its subwords: d(u) = log p(right | u) - log p(wrong | u), the whole-form log-probabilities
+Finlayson et al.'s y(u) = p(wrong) / p(right) is made of (`Family.residual_logits` on the last hidden
+state). A decoder reads the prefix and each form teacher-forced (the chain rule over its pieces); a
+masked LM scores each form by PLL-word-l2r (Kauf & Ivanova 2023, "A Better Way to Do Masked Language
+Model Scoring"): piece j read with the pieces from j on masked, the pieces before it visible. With
+one-piece forms both are the logit difference of the two forms at one position. Items whose clean and
+intervened inputs tokenize to different lengths (no token alignment) are skipped and counted.
 
 `interventions_model(path, out_dir, config)` writes two tidy tables:
 
@@ -24,17 +27,18 @@ token alignment) or whose two forms share their first subword are skipped and co
   subject's last token or at the position that reads the verb alone), metric, value, ci_low, ci_high
   (bootstrap over items), n_items, seed. Metrics:
   "te_ratio" / "nie_ratio" / "nde_ratio" (Finlayson et al.'s effects, mean of y ratios - 1),
-  "te_log" / "nie_log" / "nde_log" (the same in nats of logit difference), "restored" (the denoising
-  run's share of the clean-minus-corrupt logit difference), "attribution_nie_log" (attribution
+  "te_log" / "nie_log" / "nde_log" (the same in nats of d), "restored" (the denoising
+  run's share of the clean-minus-corrupt difference d), "attribution_nie_log" (attribution
   patching's estimate of nie_log, no interval); and per run, at site "input" (site_kind "input", layer
-  -1) like the TE: "logit_diff_clean" / "logit_diff_corrupt" (mean d(u), d(u')), "accuracy_clean"
+  -1) like the TE: "logit_diff_clean" / "logit_diff_corrupt" (mean d(u), d(u'); d is a logit
+  difference when both forms are one piece), "accuracy_clean"
   (the share of items with d(u) > 0: the model prefers the agreeing form) and "iia_ceiling" (the share
   with d(u') < 0); per site "iia", interchange intervention accuracy (`probes.mediation.interchange_hits`,
   Geiger et al. 2021), the share of noising runs that prefer the form agreeing with u'.
 - `interventions_attribution`: model, variant, intervention, sites ("all" | "top10": the ten sites of
   largest |nie_log| under real patching), metric ("spearman"), value, ci_low, ci_high (bootstrap over
-  items, recomputing both rankings), n_sites, seed. The residual-stream sites are left out: patched at
-  every position each one is the whole intervention (NIE = TE at every layer), a block of ties.
+  items, recomputing both rankings), n_sites, seed. The residual-stream sites patched at every position
+  are left out: each one is the whole intervention (NIE = TE at every layer), a block of ties.
 """
 from __future__ import annotations
 
@@ -124,103 +128,157 @@ def intervene(r: PairRecord, intervention: str, seed: int) -> tuple[str, ...]:
     return r.good[:subj] + (new,) + r.good[subj + 1:]
 
 
-def _causal_view(tok, words: tuple[str, ...], critical: int, subject: int) -> tuple[list[int], int, int]:
-    """A decoder: the ids before the verb (BOS first), read at the last of them."""
-    e = tok.encode_words(list(words))
-    s = e.word_spans[critical][0]
-    return list(e.ids[:s]), s - 1, e.word_spans[subject][1] - 1
+def _swapped(words: tuple[str, ...], r: PairRecord, intervention: str, seed: int) -> tuple[str, ...]:
+    """`words` (the item's sentence with either verb form) with the subject swapped as `intervene` does."""
+    subj = r.critical - r.distance
+    return words[:subj] + (intervene(r, intervention, seed)[subj],) + words[subj + 1:]
 
 
-def _masked_view(tok, words: tuple[str, ...], critical: int, subject: int) -> tuple[list[int], int, int]:
-    """A masked LM: the sentence with the verb's subwords replaced by one mask, read there (the subject
-    comes before the verb, so its position is unchanged)."""
+@dataclass(frozen=True)
+class Row:
+    """One scored input: its ids, the (position, id) targets whose log-probabilities it sums, the position
+    that reads the verb's first piece and the subject's last token."""
+
+    ids: tuple[int, ...]
+    targets: tuple[tuple[int, int], ...]
+    reading: int
+    subject: int
+
+
+def _causal_rows(tok, words: tuple[str, ...], critical: int, subject: int) -> list[Row]:
+    """A decoder: the ids before the verb (BOS first) followed by the form's pieces, teacher-forced; the row
+    sums log p(piece_j | prefix, pieces before j), the chain rule's whole-form log-probability."""
     e = tok.encode_words(list(words))
     s, t = e.word_spans[critical]
-    return list(e.ids[:s]) + [tok.mask_id] + list(e.ids[t:]), s, e.word_spans[subject][1] - 1
+    return [Row(tuple(e.ids[:t]), tuple((p - 1, e.ids[p]) for p in range(s, t)), s - 1, e.word_spans[subject][1] - 1)]
 
 
-# Family.lm_inputs -> view(tok, words, verb index, subject index) -> (input ids, position that predicts
-# the verb, the subject's last token)
-VIEWS: dict[str, Callable] = {"causal": _causal_view, "masked": _masked_view}
+def _masked_rows(tok, words: tuple[str, ...], critical: int, subject: int) -> list[Row]:
+    """A masked LM, PLL-word-l2r on the verb (Kauf & Ivanova 2023): row j masks the form's pieces j..k-1
+    and reads piece j there, so the rows sum log p(piece_j | context, pieces before j); one piece is the
+    sentence with the verb masked, read at the mask. The subject comes before the verb: its position is
+    the sentence's."""
+    e = tok.encode_words(list(words))
+    s, t = e.word_spans[critical]
+    ids = list(e.ids)
+    return [Row(tuple(ids[:p] + [tok.mask_id] * (t - p) + ids[t:]), ((p, ids[p]),), s, e.word_spans[subject][1] - 1)
+            for p in range(s, t)]
+
+
+# Family.lm_inputs -> rows(tok, words, verb index, subject index): the inputs whose summed target
+# log-probabilities are log p(verb form | the rest of the sentence) as that kind of LM reads it
+VIEWS: dict[str, Callable] = {"causal": _causal_rows, "masked": _masked_rows}
 
 
 @dataclass
 class Items:
-    """Aligned clean / intervened batches of the kept items and their bookkeeping."""
+    """Aligned clean / intervened batches of the kept items, one batch row per scored input (R rows: each
+    item's rows for the agreeing form, sign +1, and for the other form, sign -1), and their bookkeeping."""
 
-    clean: dict[str, torch.Tensor]
+    clean: dict[str, torch.Tensor]  # (R, T) input_ids, attention_mask
     corrupt: dict[str, torch.Tensor]
-    position: torch.Tensor  # (N,) the reading position
-    subject: torch.Tensor  # (N,) the subject's last token (the one that has read the whole noun)
-    right: torch.Tensor  # (N,) first subword of the verb that agrees with the clean subject
-    wrong: torch.Tensor  # (N,) first subword of the other form
-    ids: list[str]
+    position: torch.Tensor  # (R,) the position that reads the verb's first piece
+    subject: torch.Tensor  # (R,) the subject's last token (the one that has read the whole noun)
+    target_pos: torch.Tensor  # (R, P) positions whose log-probabilities a row sums (P: the most per row)
+    target_id: torch.Tensor  # (R, P) the pieces read there
+    target_mask: torch.Tensor  # (R, P) bool, False on padding
+    owner: torch.Tensor  # (R,) the row's item
+    sign: torch.Tensor  # (R,) +1.0: a piece of the agreeing form; -1.0: of the other form
+    ids: list[str]  # (N,) the kept items' ids
     skipped: dict[str, int]
+    pieces: dict[str, int]  # kept items whose forms have one piece each ("single") or more ("multi")
+
+    def per_item(self, x: torch.Tensor) -> torch.Tensor:
+        """(..., R) row scores -> (..., N): each item's agreeing-form sum minus the other form's."""
+        out = torch.zeros(*x.shape[:-1], len(self.ids), dtype=x.dtype)
+        return out.index_add_(x.dim() - 1, self.owner, x * self.sign.to(x.dtype))
 
 
 def build_items(model, tok, records: list[PairRecord], intervention: str, seed: int) -> Items:
-    """Tokenise every item in the family's view; skip (and count) the unaligned and the ambiguous."""
+    """Tokenise every item in the family's view; skip (and count) the unaligned (the intervened sentence
+    tokenizes to other lengths or positions) and those whose two verb forms are the same pieces."""
     fam = family_of(model)
     if fam.lm_inputs not in VIEWS or fam.residual_logits is None:
         raise ValueError(f"interventions: a {model.kind} model has no agreement view (LM batch form "
                          f"{fam.lm_inputs!r}); views exist for {sorted(VIEWS)} with a residual readout")
     view = VIEWS[fam.lm_inputs]
-    rows, skipped = [], {"unaligned": 0, "same_first_subword": 0}
+    shape = lambda rows: [(len(x.ids), x.targets, x.reading, x.subject) for x in rows]  # noqa: E731
+    kept, skipped, pieces = [], {"unaligned": 0, "same_pieces": 0}, {"single": 0, "multi": 0}
     for r in records:
-        good, bad = tok.encode_words(list(r.good)), tok.encode_words(list(r.bad))
-        right, wrong = good.ids[good.word_spans[r.critical][0]], bad.ids[bad.word_spans[r.critical][0]]
-        if right == wrong:
-            skipped["same_first_subword"] += 1
-            continue
         subj = r.critical - r.distance
-        (a, pos, sa), (b, pos_b, sb) = (view(tok, words, r.critical, subj)
-                                        for words in (r.good, intervene(r, intervention, seed)))
-        if len(a) != len(b) or pos != pos_b or sa != sb:
+        per_form = []
+        for words in (r.good, r.bad):  # the agreeing form, then the other
+            a = view(tok, words, r.critical, subj)
+            b = view(tok, _swapped(words, r, intervention, seed), r.critical, subj)
+            per_form.append((a, b, shape(a) == shape(b)))
+        form_pieces = [[t for x in a for _, t in x.targets] for a, _, _ in per_form]
+        if form_pieces[0] == form_pieces[1]:  # e.g. both forms unknown words: nothing tells them apart
+            skipped["same_pieces"] += 1
+            continue
+        if not all(ok for *_, ok in per_form):
             skipped["unaligned"] += 1
             continue
-        rows.append((a, b, pos, right, wrong, r.id, sa))
-    if not rows:
+        pieces["single" if max(map(len, form_pieces)) == 1 else "multi"] += 1
+        kept.append((r.id, [(a, b, sign) for (a, b, _), sign in zip(per_form, (1.0, -1.0))]))
+    if not kept:
         raise ValueError(f"interventions: no item survives tokenisation ({skipped})")
-    T = max(len(x[0]) for x in rows)
+    rows = [(i, x, y, sign) for i, (_, forms) in enumerate(kept) for a, b, sign in forms for x, y in zip(a, b)]
+    T = max(len(x.ids) for _, x, _, _ in rows)
+    P = max(len(x.targets) for _, x, _, _ in rows)
 
     def batch(k: int) -> dict[str, torch.Tensor]:
         ids = torch.full((len(rows), T), tok.pad_id, dtype=torch.long)
         mask = torch.zeros(len(rows), T, dtype=torch.long)
         for i, row in enumerate(rows):
-            ids[i, : len(row[k])] = torch.tensor(row[k])
-            mask[i, : len(row[k])] = 1
+            ids[i, : len(row[k].ids)] = torch.tensor(row[k].ids)
+            mask[i, : len(row[k].ids)] = 1
         return {"input_ids": ids, "attention_mask": mask}
 
-    col = lambda j: torch.tensor([x[j] for x in rows])  # noqa: E731
-    return Items(batch(0), batch(1), col(2), col(6), col(3), col(4), [x[5] for x in rows], skipped)
+    tpos = torch.zeros(len(rows), P, dtype=torch.long)
+    tid = torch.zeros(len(rows), P, dtype=torch.long)
+    tmask = torch.zeros(len(rows), P, dtype=torch.bool)
+    for i, (_, x, _, _) in enumerate(rows):
+        for j, (p, t) in enumerate(x.targets):
+            tpos[i, j], tid[i, j], tmask[i, j] = p, t, True
+    return Items(batch(1), batch(2), torch.tensor([x.reading for _, x, _, _ in rows]),
+                 torch.tensor([x.subject for _, x, _, _ in rows]), tpos, tid, tmask,
+                 torch.tensor([i for i, _, _, _ in rows]), torch.tensor([s for *_, s in rows]),
+                 [i for i, _ in kept], skipped, pieces)
 
 
-def logit_diff_score(items: Items) -> Callable:
-    """score(model, batch) -> (n,) logit(right) - logit(wrong) at each item's reading position; the
-    batch carries the items' rows in "row" (patch_sites passes chunks of the batch)."""
+def form_logprob_score(items: Items) -> Callable:
+    """score(model, batch) -> (n,) each row's summed log-probability of its targets (the family's residual
+    readout on the last hidden state); `Items.per_item` turns rows into d(u) = log p(agreeing form) -
+    log p(other form), the logit difference when both forms are one piece. The batch carries the rows'
+    indices in "row" (patch_sites passes chunks of the batch)."""
     def score(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         fam = family_of(model)
         rows = batch["row"]
         inputs = {k: v for k, v in batch.items() if k != "row"}
         out = fam.forward_batch(model, inputs, None, output_hidden_states=True, **fam.analysis_kwargs)
-        h = out.hidden_states[-1][torch.arange(len(rows)), items.position[rows]]  # (n, D)
-        logits = fam.residual_logits(model, h).float()  # (n, V)
-        return logits.gather(1, items.right[rows, None])[:, 0] - logits.gather(1, items.wrong[rows, None])[:, 0]
+        h = out.hidden_states[-1][torch.arange(len(rows))[:, None], items.target_pos[rows]]  # (n, P, D)
+        logp = fam.residual_logits(model, h).float().log_softmax(-1)  # (n, P, V)
+        lp = logp.gather(-1, items.target_id[rows, :, None])[..., 0]  # (n, P)
+        return torch.where(items.target_mask[rows], lp, torch.zeros_like(lp)).sum(1)
     return score
+
+
+def _row_batches(items: Items) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """(clean, corrupt, positions): the batches with their row indices, the per-row patch positions."""
+    rows = torch.arange(len(items.owner))
+    return ({**items.clean, "row": rows}, {**items.corrupt, "row": rows},
+            {"subject": items.subject, "reading": items.position})
 
 
 # ----------------------------------------------------------------------------------- the run
 def mediate(model, items: Items, sites: list[Site], cfg: InterventionsConfig, attribution: bool
             ) -> tuple[list[tuple], np.ndarray, np.ndarray | None]:
     """(rows of (site, metric, value, lo, hi)), per-item nie_log (S, N), attribution estimate (S, N))."""
-    rows_idx = torch.arange(len(items.ids))
-    clean = {**items.clean, "row": rows_idx}
-    corrupt = {**items.corrupt, "row": rows_idx}
-    score = logit_diff_score(items)
-    where = {"subject": items.subject, "reading": items.position}
+    clean, corrupt, where = _row_batches(items)
+    score = form_logprob_score(items)
     d_clean, d_corrupt, noised = patch_sites(model, score, clean, corrupt, sites, cfg.batch_size, where)
     _, _, denoised = patch_sites(model, score, corrupt, clean, sites, cfg.batch_size, where)
-    c, k, nz, dn = (t.double().numpy() for t in (d_clean, d_corrupt, noised, denoised))
+    c, k, nz, dn = (items.per_item(t.double()).numpy() for t in (d_clean, d_corrupt, noised, denoised))
     out = []
     m, lo, hi = bootstrap_rows(np.stack([c, k, (c > 0).astype(float), (k < 0).astype(float)]), cfg.n_boot,
                                seed=cfg.seed)
@@ -239,7 +297,8 @@ def mediate(model, items: Items, sites: list[Site], cfg: InterventionsConfig, at
     nie_log = item_effects(c, k, nz, dn, scale="log")["nie"]
     approx = None
     if attribution:  # d(clean; z <- corrupt) - d(clean) ~ attribution, so nie_log ~ -attribution
-        approx = -attribution_patch(model, score, clean, corrupt, sites, cfg.batch_size, where).double().numpy()
+        approx = -items.per_item(attribution_patch(model, score, clean, corrupt, sites, cfg.batch_size,
+                                                         where).double()).numpy()
         out += [(s, "attribution_nie_log", float(approx[i].mean()), np.nan, np.nan) for i, s in enumerate(sites)]
     return out, nie_log, approx
 
@@ -295,15 +354,14 @@ def item_effect(model, tok, record: PairRecord, intervention: str, site: Site, s
     """One item and one site, as the run computes them (its item then in a batch of one): the logit
     differences d of the clean run u, the intervened run u', the noising run (u with the site from u')
     and the denoising run (u' with the site from u), and the item's TE, NIE and NDE on both scales.
-    Columns: quantity, value. A skipped item (no alignment, shared first subword) is a ValueError."""
+    Columns: quantity, value. A skipped item (no alignment, the same pieces) is a ValueError."""
     items = build_items(model, tok, [record], intervention, seed)
     cfg = InterventionsConfig(n_boot=1, seed=seed)
-    rows = torch.arange(1)
-    clean, corrupt = {**items.clean, "row": rows}, {**items.corrupt, "row": rows}
-    where = {"subject": items.subject, "reading": items.position}
-    score = logit_diff_score(items)
-    c, k, nz = (t.double().numpy() for t in patch_sites(model, score, clean, corrupt, [site], cfg.batch_size, where))
-    dn = patch_sites(model, score, corrupt, clean, [site], cfg.batch_size, where)[2].double().numpy()
+    clean, corrupt, where = _row_batches(items)
+    score = form_logprob_score(items)
+    c, k, nz = (items.per_item(t.double()).numpy()
+                for t in patch_sites(model, score, clean, corrupt, [site], cfg.batch_size, where))
+    dn = items.per_item(patch_sites(model, score, corrupt, clean, [site], cfg.batch_size, where)[2].double()).numpy()
     out = [("d_clean", c[0]), ("d_intervened", k[0]), ("d_noised", nz[0, 0]), ("d_denoised", dn[0, 0])]
     for scale in ("log", "ratio"):
         eff = item_effects(c, k, nz, dn, scale=scale)
@@ -330,7 +388,8 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
     rows, attr_rows, meta = [], [], {"seconds": {}, "items": {}}
     for intervention in cfg.interventions:
         items = build_items(model, tok, records, intervention, cfg.seed)
-        meta["items"][intervention] = {"kept": len(items.ids), **items.skipped}
+        meta["items"][intervention] = {"kept": len(items.ids), **items.skipped,
+                                        "pieces": items.pieces}
         for variant, m in models.items():
             t0 = time.perf_counter()
             out, real, approx = mediate(m, items, sites, cfg, cfg.attribution)

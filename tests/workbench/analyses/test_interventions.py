@@ -94,18 +94,65 @@ def test_attribution_rows_sit_beside_real_patching(decoder_tables):
     assert set(a["sites"]) == {"all", "top10"} and (a[a.sites == "all"]["n_sites"] == 12).all()
 
 
-def test_an_encoder_reads_the_verb_at_one_mask(tmp_path):
+@torch.no_grad()
+def _direct_d(model, tok, r, lm_inputs: str) -> float:
+    """log p(agreeing form) - log p(other form) of one clean item, from the model's own forward on whole
+    sentences (no hooks, no readout of ours): a decoder's next-token log-probabilities of each piece
+    after the prefix and the pieces before it; an encoder's MLM head on the sentence with the form's
+    pieces from j on masked, at piece j (PLL-word-l2r)."""
+    total = 0.0
+    for words, sign in ((r.good, 1.0), (r.bad, -1.0)):
+        e = tok.encode_words(list(words))
+        s, t = e.word_spans[r.critical]
+        for p in range(s, t):
+            if lm_inputs == "causal":
+                logits = model(torch.tensor([e.ids[:t]])).logits[0, p - 1]
+            else:
+                ids = list(e.ids[:p]) + [tok.mask_id] * (t - p) + list(e.ids[t:])
+                logits = model.mlm_logits(model(torch.tensor([ids])).last_hidden_state)[0, p]
+            total += sign * float(torch.log_softmax(logits.double(), -1)[e.ids[p]])
+    return total
+
+
+@pytest.mark.parametrize("kind", ["decoder", "encoder"])
+def test_a_verb_is_scored_by_all_its_subwords(kind):
+    """With a tokenizer that splits the verbs ("laughs" = "laugh" + "s": the two forms share their first
+    piece), d(u) is the whole forms' log-probability difference, equal to a direct computation."""
+    torch.manual_seed(0)
+    if kind == "decoder":
+        tok = Tokenizer.train_bpe(_texts(), vocab_size=400)
+        model = Decoder(DecoderConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
+                                      max_positions=64)).eval()
+    else:
+        tok = Tokenizer.train_wordpiece(_texts(), vocab_size=100)
+        model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
+                                      max_positions=64)).eval()
+    records = iv.agreement_items(iv.InterventionsConfig.from_dict(CFG))
+    items = iv.build_items(model, tok, records, "swap_number", 0)
+    assert items.pieces["multi"] >= 5  # the point of the test: forms of several pieces are kept
+    clean, _, _ = iv._row_batches(items)
+    with torch.no_grad():
+        d = items.per_item(iv.form_logprob_score(items)(model, clean).double())
+    by_id = {r.id: r for r in records}
+    lm = "causal" if kind == "decoder" else "masked"
+    direct = torch.tensor([_direct_d(model, tok, by_id[i], lm) for i in items.ids], dtype=torch.float64)
+    torch.testing.assert_close(d, direct, atol=2e-5, rtol=0)
+    # the intervened batch differs from the clean one at the subject only, in every row
+    differ = items.clean["input_ids"] != items.corrupt["input_ids"]
+    assert (differ.sum(1) == 1).all() and differ[torch.arange(len(differ)), items.subject].all()
+    if kind == "encoder":  # l2r: a row masks the piece it reads and every later piece of the form
+        ids = items.clean["input_ids"]
+        for row in range(len(ids)):
+            p = int(items.target_pos[row, 0])
+            masked = (ids[row] == tok.mask_id).nonzero()[:, 0].tolist()
+            assert masked[0] == p and masked == list(range(p, p + len(masked)))
+
+
+def test_an_encoder_run_writes_its_rows(tmp_path):
     tok = Tokenizer.train_wordpiece(_texts(), vocab_size=200)
     torch.manual_seed(0)
     model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
                                   max_positions=64)).eval()
-    records = iv.agreement_items(iv.InterventionsConfig.from_dict(CFG))
-    items = iv.build_items(model, tok, records, "swap_number", 0)
-    ids = items.clean["input_ids"]
-    assert (ids[torch.arange(len(ids)), items.position] == tok.mask_id).all()
-    assert ((ids == tok.mask_id).sum(1) == 1).all()
-    differ = items.clean["input_ids"] != items.corrupt["input_ids"]
-    assert (differ.sum(1) == 1).all() and differ[torch.arange(len(ids)), items.subject].all()  # the subject only
     plmodels.save(model, tok, tmp_path / "enc")
     t = iv.interventions_model(tmp_path / "enc", None, {**CFG, "floors": [], "interventions": ["swap_number"],
                                                        "attribution": False})["interventions"]

@@ -1,7 +1,7 @@
 """Interventions: causal mediation of subject-verb agreement in one model (docs/interventions.md;
 Vig et al. 2020, Finlayson et al. 2021). The run's natural indirect effect of swapping the subject's
 number per layer and site and per head, beside the random-init model and the same-number control;
-then one agreement item and one site picked here: the logit differences of its clean, intervened,
+then one agreement item and one site picked here: the log-probability differences of its clean, intervened,
 noising and denoising runs and the item's effects."""
 
 import streamlit as st
@@ -53,6 +53,8 @@ def main() -> None:
     else:
         st.plotly_chart(IF.interventions_layers_figure(table, name), width="stretch")
         st.plotly_chart(IF.interventions_heads_figure(table, name), width="stretch")
+        if (table[table["model"] == name]["position"] != "all").any():
+            st.plotly_chart(IF.interventions_positions_figure(table, name), width="stretch")
         attr = common.view("table", run, "interventions_attribution")
         if attr is not None and (attr["model"] == name).any():
             st.caption("Attribution patching against real patching (Spearman over sites, 95% interval over items)")
@@ -63,7 +65,7 @@ def main() -> None:
     rows, sites = items(path, intervention)
     if not rows:
         st.warning(f"No agreement item survives this model's tokenisation for {intervention} "
-                   "(docs/interventions.md: unaligned subjects and verb forms sharing their first subword are skipped).")
+                   "(docs/interventions.md: items whose intervened subject takes other subwords are skipped).")
         return
     item = common.choose("Item (clean -> intervened)", {f"{t}: {a} -> {b}": i for i, t, a, b in rows}, "interventions_item")
     site = common.pick("Site", sites, "interventions_site")

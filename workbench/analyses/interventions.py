@@ -23,7 +23,7 @@ intervened inputs tokenize to different lengths (no token alignment) are skipped
 
 - `interventions`: model, variant ("trained" | "random_init": the same architecture with fresh
   weights), intervention ("swap_number" | "same_number"), site (hook label), site_kind, layer, head
-  (-1: the whole site), position ("all" | "subject" | "reading": the residual stream patched at the
+  (-1: the whole site), position ("all" | "subject" | "reading": the site patched at the
   subject's last token or at the position that reads the verb alone), metric, value, ci_low, ci_high
   (bootstrap over items), n_items, seed. Metrics:
   "te_ratio" / "nie_ratio" / "nde_ratio" (Finlayson et al.'s effects, mean of y ratios - 1),
@@ -82,9 +82,10 @@ class InterventionsConfig(Config):
     templates: tuple[str, ...] = AGREEMENT_TEMPLATES  # agreement templates of workbench/data/pair_templates.py
     n_per_template: int = 100  # items drawn per template (seeded), before the alignment filter
     site_kinds: tuple[str, ...] = ("resid_post", "attn_out", "mlp_out", "head_out")  # probes.patching site kinds
-    # the residual stream after each block is also patched at these positions alone: the subject's last
+    # every site of position_kinds is also patched at each of these positions alone: the subject's last
     # token (Meng et al. 2022's causal tracing), and the position that reads the verb
     positions: tuple[str, ...] = POSITIONS
+    position_kinds: tuple[str, ...] = ("resid_post", "attn_out", "mlp_out", "head_out")  # kinds of the position grid
     interventions: tuple[str, ...] = INTERVENTIONS  # swap_number (the experiment) | same_number (its control)
     floors: tuple[str, ...] = FLOORS  # random_init: the same run on fresh weights
     attribution: bool = True  # attribution patching beside real patching, and their rank agreement
@@ -93,12 +94,12 @@ class InterventionsConfig(Config):
     seed: int = 0  # templates, control nouns, bootstrap, the random-init model
 
     def __post_init__(self) -> None:
-        for name, allowed in (("templates", AGREEMENT_TEMPLATES), ("site_kinds", GRID_KINDS),
+        for name, allowed in (("templates", AGREEMENT_TEMPLATES), ("site_kinds", GRID_KINDS), ("position_kinds", GRID_KINDS),
                               ("interventions", INTERVENTIONS), ("floors", FLOORS), ("positions", POSITIONS)):
             value = tuple(getattr(self, name))
             object.__setattr__(self, name, value)
             bad = [v for v in value if v not in allowed]
-            if bad or (not value and name not in ("floors", "positions")):
+            if bad or (not value and name not in ("floors", "positions", "position_kinds")):
                 raise ValueError(f"InterventionsConfig.{name}: {bad or '[]'}; choose from {allowed}")
         if "swap_number" not in self.interventions:
             raise ValueError("InterventionsConfig.interventions must include 'swap_number' (the experiment)")
@@ -333,10 +334,11 @@ def intervention_kinds() -> list[str]:
 
 
 def mediation_sites(model, cfg: InterventionsConfig) -> list[Site]:
-    """The sites a run patches: `cfg.site_kinds` in forward order (one per head for head kinds), then the
-    residual stream after each block at each of `cfg.positions` alone."""
+    """The sites a run patches: `cfg.site_kinds` at every position, in forward order (one per head for head
+    kinds), then for each of `cfg.positions` every site of `cfg.position_kinds` at that position alone
+    (the per-position grid: each head and sub-layer at the subject, at the reading position)."""
     sites = site_grid(model, kinds=cfg.site_kinds)
-    return sites + [Site(s.hook, position=p) for s in site_grid(model, kinds=("resid_post",)) for p in cfg.positions]
+    return sites + [Site(s.hook, s.head, p) for p in cfg.positions for s in site_grid(model, kinds=cfg.position_kinds)]
 
 
 def kept_items(model, tok, intervention: str, cfg: InterventionsConfig) -> list[tuple[PairRecord, tuple[str, ...]]]:

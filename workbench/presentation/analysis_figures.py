@@ -125,14 +125,17 @@ def flow_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
 
 
 def interventions_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
-    """Per model of an interventions run: the swap-number NIE per layer and site and per head, with
-    intervals, beside the random-init model and the same-number control (workbench.figures.interventions)."""
+    """Per model of an interventions run: the swap-number NIE per layer and site, per head and per (site,
+    position), with intervals, beside the random-init model and the same-number control
+    (workbench.figures.interventions)."""
     t = tables["interventions"]
     out: dict[str, go.Figure] = {}
     for m in _models(t):
         out[f"interventions_layers_{m}"] = F.interventions_layers_figure(t, m)
         if (t[t["model"] == m]["head"] >= 0).any():
             out[f"interventions_heads_{m}"] = F.interventions_heads_figure(t, m)
+        if (t[t["model"] == m]["position"] != "all").any():
+            out[f"interventions_positions_{m}"] = F.interventions_positions_figure(t, m)
     return out
 
 

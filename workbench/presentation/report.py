@@ -1056,8 +1056,9 @@ def interventions_section(run_dir: Path) -> Section:
     """Causal mediation of subject-verb agreement (docs/interventions.md; Finlayson et al. 2021): per
     model, the total effect of swapping the subject's number beside its two floors (the random-init
     model, the same-number control) with intervals over items; the sites whose natural indirect effect
-    clears both floors' intervals; and, when none does, that reading said plainly; the figures of
-    `workbench.figures.interventions`."""
+    clears both floors' intervals; and, when none does, that reading said plainly; per token position
+    (heads and sub-layer outputs patched at the subject or the reading position alone) the largest
+    indirect effect beside its floors; the figures of `workbench.figures.interventions`."""
     s = Section("Interventions (causal mediation of agreement)", n_key=1)
     t = views.table(run_dir, "interventions")
     if t is None:
@@ -1068,11 +1069,15 @@ def interventions_section(run_dir: Path) -> Section:
         s.figs.append(figures.interventions_layers_figure(t, model))
         if (g["head"] >= 0).any():
             s.figs.append(figures.interventions_heads_figure(t, model))
+        if (g["position"] != "all").any():
+            s.figs.append(figures.interventions_positions_figure(t, model))
         s.findings.append(_interventions_te_clause(model, g))
         s.findings.append(_interventions_sites_clause(model, g))
+        if (clause := _interventions_positions_clause(model, g)) is not None:
+            s.findings.append(clause)
     s.n_key = min(2, len(s.findings))
     te = t[(t["site"] == "input") & t["metric"].isin(["te_log", "accuracy_clean"])]
-    s.tables.append(("Total effect of the intervention (nats of logit difference) and the share of items preferring "
+    s.tables.append(("Total effect of the intervention (nats of log p(agreeing verb) - log p(other form)) and the share of items preferring "
                      "the agreeing verb (95% bootstrap interval over items); floors: the random-init model and the "
                      "same-number control",
                      te.assign(score=[_ci(v, lo, hi) for v, lo, hi in zip(te["value"], te["ci_low"], te["ci_high"])])
@@ -1097,12 +1102,12 @@ def _te_clears(g: pd.DataFrame) -> tuple[pd.Series, dict[str, pd.Series], bool]:
 
 
 def _interventions_te_clause(model: str, g: pd.DataFrame) -> str:
-    """'decoder: swapping the subject's number moves the logit difference by 0.055 [0.018, 0.093] nats
+    """'decoder: swapping the subject's number moves the log-probability difference by 0.055 [0.018, 0.093] nats
     (218 items, agreeing form preferred in 0.49 [0.42, 0.55]); random init 0.050 [...], same-number
     control 0.024 [...]: it clears no floor'."""
     te, floors, clears = _te_clears(g)
     acc = _te_row(g, "trained", "swap_number", "accuracy_clean")
-    text = (f"{model}: swapping the subject's number moves the logit difference by "
+    text = (f"{model}: swapping the subject's number moves the log-probability difference of the verb forms by "
             f"{_ci(te.value, te.ci_low, te.ci_high)} nats ({int(te.n_items)} items, agreeing form preferred in "
             f"{_ci(acc.value, acc.ci_low, acc.ci_high, 2)})")
     if floors:
@@ -1148,6 +1153,31 @@ def _interventions_sites_clause(model: str, g: pd.DataFrame) -> str:
                 "tested without a correction for multiple comparisons: not read as an agreement mechanism")
     return (f"{model}: {len(above)} of {len(trained)} sites carry an indirect effect above their floors' intervals "
             f"(nats): {names}")
+
+
+def _interventions_positions_clause(model: str, g: pd.DataFrame) -> str | None:
+    """Per token position of the grid, the head or sub-layer output (the residual stream left out: it is
+    the whole input at that position) whose swap-number NIE (log scale), patched there alone, is largest,
+    with its interval and whether it lies above both floors' upper ends at the same site; None without
+    a position grid. Read under the same rule as the sites clause: one test per site, no correction."""
+    d = g[(g["metric"] == "nie_log") & (g["position"] != "all") & (g["site_kind"] != "resid_post")
+          & (g["site"] != "input")]
+    trained = d[(d["variant"] == "trained") & (d["intervention"] == "swap_number")]
+    if not len(trained):
+        return None
+    floor_hi = pd.concat([d[(d["variant"] == "random_init") & (d["intervention"] == "swap_number")],
+                          d[(d["variant"] == "trained") & (d["intervention"] == "same_number")]]
+                         ).groupby("site")["ci_high"].max()
+    parts = []
+    for position, p in trained.groupby("position", sort=True):
+        best = p.sort_values("value", ascending=False).iloc[0]
+        floor = floor_hi.get(best.site, np.nan)
+        verdict = ("no floor was run" if np.isnan(floor) else "above both floors" if best.ci_low > floor
+                   else f"not above its floors (upper end {floor:.3f})")
+        parts.append(f"at the {position} position {best.site} {_ci(best.value, best.ci_low, best.ci_high)} "
+                     f"nats of {len(p)} sites, {verdict}")
+    return f"{model}, heads and sub-layer outputs patched at one position alone: " + "; ".join(parts)
+
 
 
 # section key -> its builder; each analysis record names its own keys (`Analysis.sections`,

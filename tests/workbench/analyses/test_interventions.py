@@ -89,9 +89,34 @@ def test_attribution_rows_sit_beside_real_patching(decoder_tables):
     g = g[~g.index.str.contains("resid_post")]
     np.testing.assert_allclose(g["attribution_nie_log"], g["nie_log"], atol=0.2 * g["nie_log"].abs().max())
     a = decoder_tables["interventions_attribution"]
-    # 2 layers x (2 heads + attn_out + mlp_out + the residual stream at 2 positions); the residual stream
-    # at every position (a block of ties) is left out
-    assert set(a["sites"]) == {"all", "top10"} and (a[a.sites == "all"]["n_sites"] == 12).all()
+    # 2 layers x (2 heads + attn_out + mlp_out) at every position, and 2 layers x (those + the residual
+    # stream) at each of 2 positions; the residual stream at every position (a block of ties) is left out
+    assert set(a["sites"]) == {"all", "top10"} and (a[a.sites == "all"]["n_sites"] == 8 + 2 * 10).all()
+
+
+def test_the_position_grid_patches_each_head_at_one_position(decoder_ckpt, decoder_tables):
+    """The last block's heads and sub-layers are read by the decoder's readout at the reading position
+    only (the template words are one token each): patched there alone each has its every-position NIE;
+    patched at the subject alone, none where the subject is not the reading position (a PP between
+    them), all of it where it is (a sentential complement: "... said the author laughs"). A position grid
+    that dropped the head (or the position) of a site would break one of these."""
+    t = decoder_tables["interventions"]
+    g = t[(t.variant == "trained") & (t.metric == "nie_log") & (t.layer == 1) & (t.site_kind != "resid_post")]
+    v = g.pivot_table(index=["intervention", "site_kind", "head"], columns="position", values="value")
+    assert len(v) == 2 * 4 and v.notna().all().all()  # two interventions x (attn_out, mlp_out, 2 heads)
+    np.testing.assert_allclose(v["reading"], v["all"], atol=1e-6)
+    assert v["all"].abs().max() > 1e-3  # and the sites do carry an effect
+    model, tok = plmodels.load(decoder_ckpt)
+    records = iv.agreement_items(iv.InterventionsConfig.from_dict(CFG))
+    kept = {r.id for r, _ in iv.kept_items(model, tok, "swap_number", iv.InterventionsConfig.from_dict(CFG))}
+    for source, same in (("agr_pp", False), ("agr_sent_comp", True)):
+        r = next(r for r in records if r.source == source and r.id in kept)
+        nie = {p: iv.item_effect(model, tok, r, "swap_number", iv.Site("blocks.1.attn.head_out", 1, p))
+               .set_index("quantity")["value"]["nie_log"] for p in ("subject", None)}
+        assert abs(nie[None]) > 1e-4
+        assert nie["subject"] == pytest.approx(nie[None] if same else 0.0, abs=1e-6)
+    heads = v.xs("head_out", level="site_kind")["reading"]
+    assert abs(heads.xs(0, level="head") - heads.xs(1, level="head")).max() > 1e-6  # one head, not the layer
 
 
 @torch.no_grad()

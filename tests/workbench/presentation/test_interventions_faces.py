@@ -10,7 +10,8 @@ import pytest
 
 from tests.workbench.analyses.agreement_runs import agreement_run
 from workbench.core.results import load_table
-from workbench.figures.interventions import LINES, interventions_heads_figure, interventions_layers_figure
+from workbench.figures.interventions import (LINES, interventions_heads_figure, interventions_layers_figure,
+                                             interventions_positions_figure)
 from workbench.presentation import analysis_figures
 from workbench.presentation.report import interventions_section
 
@@ -40,7 +41,7 @@ def test_the_layer_figure_draws_each_sites_nie_with_its_interval_beside_both_flo
     for (variant, intervention), (words, _, _) in LINES.items():
         (tr,) = _trace(fig, words, panel=3)  # the MLP output
         want = table[(table.variant == variant) & (table.intervention == intervention) & (table.metric == "nie_log")
-                     & (table.site_kind == "mlp_out")].sort_values("layer")
+                     & (table.site_kind == "mlp_out") & (table.position == "all")].sort_values("layer")
         np.testing.assert_allclose(tr.y, want["value"])
         np.testing.assert_allclose(np.asarray(tr.y) + np.asarray(tr.error_y.array), want["ci_high"])
         np.testing.assert_allclose(np.asarray(tr.y) - np.asarray(tr.error_y.arrayminus), want["ci_low"])
@@ -55,25 +56,52 @@ def test_the_head_figure_draws_every_head_in_forward_order(table):
     (tr,) = _trace(fig, LINES[("random_init", "swap_number")][0])
     assert list(tr.x) == ["L0.H0", "L0.H1", "L1.H0", "L1.H1"]
     want = table[(table.variant == "random_init") & (table.intervention == "swap_number") & (table.metric == "nie_log")
-                 & (table["head"] >= 0)].sort_values(["layer", "head"])["value"]
+                 & (table["head"] >= 0) & (table.position == "all")].sort_values(["layer", "head"])["value"]
     np.testing.assert_allclose(tr.y, want)
 
 
-def test_the_figure_writer_draws_both_figures_per_model(table):
+def test_the_position_grid_draws_every_site_at_every_position_beside_both_floors(table):
+    fig = interventions_positions_figure(table, "agr-dec")
+    assert [t.name for t in fig.data] == [None] * 3 and [a.text for a in fig.layout.annotations] == [
+        words for words, _, _ in LINES.values()]
+    for tr, (variant, intervention) in zip(fig.data, LINES):
+        assert list(tr.x) == ["all", "reading", "subject"]
+        assert list(tr.y) == [f"L{l}{s}" for l in (0, 1) for s in (" attn_out", ".H0", ".H1", " mlp_out", " resid_post")]
+        g = table[(table.variant == variant) & (table.intervention == intervention) & (table.metric == "nie_log")]
+        for (i, label), (j, position) in ((a, b) for a in enumerate(tr.y) for b in enumerate(tr.x)):
+            l, rest = int(label[1]), label[2:]
+            kind, head = (("head_out", int(rest[2])) if rest.startswith(".H") else (rest.strip(), -1))
+            want = g[(g.layer == l) & (g.site_kind == kind) & (g["head"] == head) & (g.position == position)]
+            if want.empty:  # the residual stream at every position is not drawn apart from its positions
+                assert np.isnan(tr.z[i][j]) or kind == "resid_post"
+            else:
+                assert tr.z[i][j] == pytest.approx(want["value"].item())
+                assert f"[{want['ci_low'].item():.4f}, {want['ci_high'].item():.4f}]" in tr.text[i][j]
+
+
+def test_the_figure_writer_draws_the_three_figures_per_model(table):
     figs = analysis_figures.BUILDERS["interventions"]({"interventions": table})
-    assert sorted(figs) == ["interventions_heads_agr-dec", "interventions_layers_agr-dec"]
+    assert sorted(figs) == ["interventions_heads_agr-dec", "interventions_layers_agr-dec",
+                            "interventions_positions_agr-dec"]
 
 
 def test_the_report_reads_the_total_effect_beside_its_floors(run, table):
     s = interventions_section(run)
-    assert len(s.figs) == 2 and not s.missing
-    te, sites = s.findings
+    assert len(s.figs) == 3 and not s.missing
+    te, sites, positions = s.findings
     row = table[(table.site == "input") & (table.metric == "te_log") & (table.variant == "random_init")].iloc[0]
     assert f"random init {row.value:.3f} [{row.ci_low:.3f}, {row.ci_high:.3f}]" in te
     assert "same-number control" in te and "it clears" in te
-    # 14 sites; left out as the whole intervention by construction: the residual stream at every position
-    # after each of the 2 blocks, and the last block's output at the reading position
-    assert "of 11 sites" in sites
+    # 30 sites (2 blocks x (2 heads, attn_out, mlp_out, resid_post) at every position and at each of 2);
+    # left out as the whole intervention by construction: the residual stream at every position after
+    # each of the 2 blocks, and the last block's output at the reading position
+    assert "of 27 sites" in sites
+    # per position, the largest head or sub-layer NIE of the 8 there, beside its floors
+    nie = table[(table.metric == "nie_log") & (table.variant == "trained") & (table.intervention == "swap_number")
+                & (table.position == "reading") & (table.site_kind != "resid_post")]
+    best = nie.sort_values("value").iloc[-1]
+    assert f"at the reading position {best.site} {best.value:.3f} [{best.ci_low:.3f}, {best.ci_high:.3f}] nats of 8 " \
+           "sites" in positions and "at the subject position" in positions
 
 
 def _planted(carried: float, total: float = 1.0) -> pd.DataFrame:

@@ -14,8 +14,8 @@ list (tests/test_import_rules.py checks it on every run):
     figures       layers, heads, attention, compare,     Plotly builders: table -> Figure
                   emergence
     presentation  views, analysis_figures, report        tables -> figures, pages and the report
-    (entry)       cli, pipeline, zoo, app_launcher       `workbench ...`, `workbench run`, `workbench zoo`,
-                                                         `workbench app`
+    (entry)       cli, pipeline, zoo, engine,            `workbench ...`, `workbench run`, `workbench zoo`,
+                  app_launcher                           `workbench study` (steps on Dask), `workbench app`
 
 The app (`apps/`) sits above all of it and imports `workbench.presentation` and `workbench.figures`.
 """

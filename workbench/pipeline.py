@@ -15,6 +15,7 @@ the data checksums.
 
 Steps run one after another in this process, or with `workers` > 1 in processes of their own, several
 at a time (`run_steps_parallel`; docs/design.md, "Runs and the results store").
+`run_pipeline`'s `runner` hands them to an engine instead (workbench/engine.py: Dask distributed).
 
 A zoo (workbench/zoo.py) is such a study with one model per system and pretraining seed and three
 steps of its own at the end: zoo:training, zoo:cka and zoo:stats (workbench/analyses/zoo.py).
@@ -704,10 +705,13 @@ def run_steps_parallel(steps: list[Step], todo: list[Step], keys: dict[str, str]
 
 
 def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, force: bool = False,
-                 overrides: dict | None = None, config_path: str | None = None) -> Path:
+                 overrides: dict | None = None, config_path: str | None = None,
+                 runner: Callable[..., None] | None = None) -> Path:
     """Run (or resume) the study described by `config` (a JSON file, or the run config itself as a dict,
     e.g. a zoo's expansion) with `overrides` merged in; returns the run folder. Steps whose key (own
-    config + upstream keys) matches a finished entry of run.json are skipped.
+    config + upstream keys) matches a finished entry of run.json are skipped. `runner(steps, todo, keys,
+    info, run_dir, cfg, force)` runs the others instead of this module's runners (an engine:
+    workbench/engine.py, `dask_runner`).
     """
     if isinstance(config, dict):
         cfg = merge(config, overrides)
@@ -735,7 +739,9 @@ def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, f
         else:
             todo.append(step)
     workers = int(cfg.get("workers", 1))
-    if workers > 1:
+    if runner is not None:
+        runner(steps, todo, keys, info, run_dir, cfg, force)
+    elif workers > 1:
         run_steps_parallel(steps, todo, keys, info, run_dir, cfg, force, workers)
     else:
         seconds_by_kind: dict[str, list[float]] = {}

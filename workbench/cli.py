@@ -254,6 +254,14 @@ def _zoo(a: argparse.Namespace) -> None:
     print(f"run folder: {run_dir}")
 
 
+def _study(a: argparse.Namespace) -> None:
+    from workbench.engine import run_study
+
+    results = run_study(a.config, a.results, run_dir=a.run_dir, scheduler=a.scheduler, workers=a.workers,
+                        overrides=_overrides(a))
+    print(f"results folder: {results}")
+
+
 def _report(a: argparse.Namespace) -> None:
     from workbench.presentation.report import write_report
 
@@ -509,6 +517,19 @@ def build_parser() -> argparse.ArgumentParser:
     s = _command(sub, "zoo", "systems that differ only in their pretraining objective, with seeds, as one study")
     _study_args(s, "the zoo's config: configs/zoo-small.json, configs/zoo.json")
     s.set_defaults(fn=_zoo)
+
+    s = _command(sub, "study", "a zoo or run config trained and analysed, its tables and report kept in a "
+                               "small results folder (a GPU machine's one command)")
+    s.add_argument("config", type=Path, help="the study's config: configs/zoo-steps.json, configs/zoo-tiny.json, ...")
+    s.add_argument("--results", type=Path, required=True,
+                   help="the results folder: tables, report, run.json and study.json, at most 64 MiB")
+    s.add_argument("--run-dir", type=Path, help="the run folder, with checkpoints (default: runs/<config name>)")
+    s.add_argument("--scheduler", help="a Dask scheduler's address (tcp://host:8786), or 'local': a Dask cluster on "
+                                       "this machine (default: 'local' on a GPU when Dask is installed, else none)")
+    s.add_argument("--workers", type=int, help="with --scheduler local: its worker processes "
+                                               "(default: the device's steps at once, workbench.engine.steps_at_once)")
+    s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+    s.set_defaults(fn=_study)
 
     s = _command(sub, "report", "(re)write the HTML and Markdown report of a run")
     s.add_argument("run", type=Path, help="a run folder written by `workbench run`")

@@ -34,7 +34,7 @@ from plmodels.config import read_json_object
 from workbench.core.io import atomic_write_json
 from workbench.pipeline import (NO_TIME_LIMIT, Context, Step, _finished, _log, build_steps, code_version,
                                 load_run_config, run_pipeline)
-from workbench.zoo import check_systems, load_zoo, run_zoo
+from workbench.zoo import check_systems, expand_zoo, load_zoo, run_zoo
 
 # ----------------------------------------------------------------------------- steps per device
 # Host cores one step of a GPU study keeps busy: its Python loop (which launches the kernels) and the
@@ -201,13 +201,13 @@ def _own_failure(step: Step, futures: dict[str, Any]) -> bool:
 def dask_runner(scheduler: str, workers: int | None = None) -> tuple[Runner, Callable[[], None]]:
     """A runner for `run_pipeline` on Dask, and the function that closes it: `scheduler` is a
     scheduler's address ("tcp://host:8786"), or "local" for a LocalCluster of `workers` processes on
-    this machine (default: `steps_at_once(device_info())`), one thread each. Without Dask installed, an
-    ImportError saying how to install it."""
+    this machine (default: `steps_at_once(device_info())`), one thread each. Without Dask installed, a
+    ValueError naming --scheduler and how to install it (a missing extra is bad input, not a bug)."""
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise ImportError('the Dask engine needs Dask distributed: pip install "plm-workbench[cluster]" '
-                          '(or pip install "dask[distributed]")') from None
+        raise ValueError(f'--scheduler {scheduler}: the Dask engine needs Dask distributed: pip install '
+                         '"plm-workbench[cluster]" (or pip install "dask[distributed]")') from None
     if scheduler == "local":
         n = workers or steps_at_once(device_info())
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
@@ -263,6 +263,25 @@ def export_results(run_dir: Path, results: Path, limit: int = RESULTS_LIMIT) -> 
     return size
 
 
+def _default_scheduler(device: DeviceInfo, steps: list[Step]) -> str | None:
+    """The engine of a study given no --scheduler: "local" where the device runs more than one step at
+    once, Dask is installed and every pretraining step has a budget in updates (`check_budgets`), else
+    None (the pipeline's own runner); the log says why when the device could do more."""
+    n = steps_at_once(device)
+    if n == 1:
+        return None
+    try:
+        check_budgets(steps, n)
+        import distributed  # noqa: F401 - only whether it is installed
+    except ValueError as e:
+        _log(f"one step at a time on {device.name}, not {n}: {e}")
+        return None
+    except ImportError:
+        _log(f'one step at a time on {device.name}, not {n}: Dask is not installed (pip install "plm-workbench[cluster]")')
+        return None
+    return "local"
+
+
 def run_study(config: str | Path, results: str | Path, run_dir: str | Path | None = None,
               scheduler: str | None = None, workers: int | None = None, overrides: dict | None = None) -> Path:
     """`workbench study`: train and analyse the study of `config` (a zoo config, or a run config with
@@ -272,30 +291,25 @@ def run_study(config: str | Path, results: str | Path, run_dir: str | Path | Non
     engine, its start and end, and the seconds of every step it ran. The steps run on `scheduler` (a
     Dask address, or "local": a LocalCluster of `workers` processes, default `steps_at_once`; `workers`
     alone means "local"), or without one by the pipeline's own runner with its config's `workers`; on a
-    GPU without a scheduler "local" is taken when Dask is installed and `steps_at_once` is above 1.
+    GPU without a scheduler "local" is taken when Dask is installed, `steps_at_once` is above 1 and the
+    pretraining budgets are in updates (`_default_scheduler`).
     The config is read and checked before a cluster starts. Returns `results`."""
-
     config, results = Path(config), Path(results)
-    device = device_info()
-    if scheduler is None and steps_at_once(device) > 1:
-        try:
-            import distributed  # noqa: F401 - only whether it is installed
-            scheduler = "local"
-        except ImportError:
-            _log(f"{steps_at_once(device)} steps could run at once on {device.name}; one at a time without "
-                 'Dask (pip install "plm-workbench[cluster]")')
     if workers is not None and workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     if workers is not None and scheduler not in (None, "local"):
         raise ValueError(f"--workers {workers} is for --scheduler local; the cluster at {scheduler} has its own")
     scheduler = "local" if workers is not None else scheduler
     raw = read_json_object(config)     # the config is read and type-checked before a cluster starts
-    is_zoo = "systems" in raw
-    if is_zoo:
+    if "systems" in raw:
         check_systems(zoo := load_zoo(config, overrides), str(config))
-        name = zoo.name
+        name, cfg = zoo.name, expand_zoo(zoo)
     else:
-        name = load_run_config(config, overrides)["name"]
+        cfg = load_run_config(config, overrides)
+        name = cfg["name"]
+    device = device_info()
+    if scheduler is None:
+        scheduler = _default_scheduler(device, build_steps(cfg))
     runner, close = dask_runner(scheduler, workers) if scheduler else (None, lambda: None)
     results.mkdir(parents=True, exist_ok=True)
     record_path = results / "study.json"
@@ -307,7 +321,7 @@ def run_study(config: str | Path, results: str | Path, run_dir: str | Path | Non
     record["sittings"].append(sitting)
     atomic_write_json(record_path, record)
     try:
-        if is_zoo:
+        if "systems" in raw:
             folder = run_zoo(config, run_dir=run_dir, overrides=overrides, runner=runner)
         else:
             folder = run_pipeline(config, run_dir=run_dir, overrides=overrides, runner=runner)

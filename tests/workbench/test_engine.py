@@ -19,8 +19,8 @@ from tests.workbench import pipeline_steps
 from tests.workbench.pipeline_steps import record
 from workbench.core.paths import data_root
 from workbench.core.results import load_table
-from workbench.engine import (GPU_STEP_GIB, HOST_CORES_PER_GPU_STEP, RESULTS_LIMIT, DeviceInfo, check_budgets,
-                              export_results, folder_bytes, run_study, run_steps_dask, steps_at_once)
+from workbench.engine import (GPU_STEP_GIB, HOST_CORES_PER_GPU_STEP, RESULTS_LIMIT, DeviceInfo, _default_scheduler,
+                              check_budgets, export_results, folder_bytes, run_study, run_steps_dask, steps_at_once)
 from workbench.pipeline import build_steps, run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,6 +58,20 @@ def test_a_wall_clock_budget_is_refused_beside_other_steps_but_not_alone():
     check_budgets(build_steps(cfg), 2)
 
 
+def test_a_study_takes_a_local_cluster_on_a_gpu_only_with_budgets_in_updates(capfd):
+    """No --scheduler: on a GPU of 8 steps at once, a local Dask cluster (when Dask is installed) for a
+    study budgeted in updates; the pipeline's own runner for a wall-clock budget (the log says why),
+    and on a CPU."""
+    gpu, cpu = DeviceInfo("cuda", "H200", 139.8, 16), DeviceInfo("cpu", "EPYC", 64.0, 2)
+    cfg = {"name": "x", "seed": 0,
+           "models": {"m": {"pretrain": "encoder-tiny", "overrides": {"max_minutes": 1440.0, "max_steps": 10}}}}
+    assert _default_scheduler(gpu, build_steps(cfg)) == ("local" if find_spec("distributed") else None)
+    assert _default_scheduler(cpu, build_steps(cfg)) is None
+    cfg["models"]["m"]["overrides"]["max_minutes"] = 15.0
+    assert _default_scheduler(gpu, build_steps(cfg)) is None
+    assert "one step at a time on H200, not 8: pretrain:m: a wall-clock budget" in capfd.readouterr().err
+
+
 # ------------------------------------------------------------------------------ the results folder
 def test_the_results_folder_keeps_tables_report_and_records_and_no_checkpoint(tmp_path):
     run = tmp_path / "run"
@@ -90,6 +104,14 @@ def test_a_study_checks_its_flags_and_config_before_a_cluster_starts(tmp_path, m
     with pytest.raises(ValueError, match=r"zoo.json.*sedes"):
         run_study(config, tmp_path / "res", scheduler="local")
     assert not (tmp_path / "res").exists()
+
+
+def test_the_dask_engine_without_dask_is_one_error_naming_the_flag(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)    # an import of it fails, as when not installed
+    from workbench.engine import dask_runner
+
+    with pytest.raises(ValueError, match=r'--scheduler local: the Dask engine needs .*plm-workbench\[cluster\]'):
+        dask_runner("local", 2)
 
 
 @pytest.mark.slow

@@ -24,6 +24,7 @@ import math
 import os
 import platform
 import shutil
+import threading
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -277,9 +278,26 @@ def _default_scheduler(device: DeviceInfo, steps: list[Step]) -> str | None:
         _log(f"one step at a time on {device.name}, not {n}: {e}")
         return None
     except ImportError:
-        _log(f'one step at a time on {device.name}, not {n}: Dask is not installed (pip install "plm-workbench[cluster]")')
+        _log(f"one step at a time on {device.name}, not {n}: Dask is not installed "
+             '(pip install "plm-workbench[cluster]")')
         return None
     return "local"
+
+
+# Seconds between the copies of a running study's run.json and tables into its results folder, so that
+# a machine taken back mid-study leaves the results of the steps it finished (the report comes last).
+EXPORT_EVERY_S = 60.0
+
+
+def export_every(run_dir: Path, results: Path, seconds: float, stop: threading.Event) -> None:
+    """Copy `run_dir`'s results into `results` every `seconds` until `stop` is set (run in a thread by
+    `run_study`); a failed copy is logged and tried again at the next one, and no size limit is
+    checked until the study's last copy."""
+    while not stop.wait(seconds):
+        try:
+            export_results(run_dir, results, limit=math.inf)
+        except OSError as e:
+            _log(f"copying the results so far into {results} failed ({e}); trying again in {seconds:g} s")
 
 
 def run_study(config: str | Path, results: str | Path, run_dir: str | Path | None = None,
@@ -287,7 +305,8 @@ def run_study(config: str | Path, results: str | Path, run_dir: str | Path | Non
     """`workbench study`: train and analyse the study of `config` (a zoo config, or a run config with
     "models") in its run folder (`run_dir`, default runs/<name>: checkpoints and stores stay there, so
     the same command resumes), then copy its tables, report and run.json into `results`
-    (`export_results`) and add this sitting to `results`/study.json: the device, the commit, the
+    (`export_results`; run.json and the tables also every `EXPORT_EVERY_S` while it runs, so a killed
+    sitting leaves what it finished) and add this sitting to `results`/study.json: the device, the commit, the
     engine, its start and end, and the seconds of every step it ran. The steps run on `scheduler` (a
     Dask address, or "local": a LocalCluster of `workers` processes, default `steps_at_once`; `workers`
     alone means "local"), or without one by the pipeline's own runner with its config's `workers`; on a
@@ -320,12 +339,18 @@ def run_study(config: str | Path, results: str | Path, run_dir: str | Path | Non
                "started": time.time(), "finished": None}
     record["sittings"].append(sitting)
     atomic_write_json(record_path, record)
+    folder = Path(run_dir) if run_dir else Path(cfg.get("results_root", "runs")) / cfg["name"]  # run_pipeline's
+    stop = threading.Event()
+    copier = threading.Thread(target=export_every, args=(folder, results, EXPORT_EVERY_S, stop), daemon=True)
+    copier.start()
     try:
         if "systems" in raw:
             folder = run_zoo(config, run_dir=run_dir, overrides=overrides, runner=runner)
         else:
             folder = run_pipeline(config, run_dir=run_dir, overrides=overrides, runner=runner)
     finally:
+        stop.set()
+        copier.join()
         close()
     steps = json.loads((folder / "run.json").read_text())["steps"]
     sitting.update(finished=time.time(), run_dir=str(folder.resolve()),

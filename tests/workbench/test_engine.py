@@ -20,7 +20,8 @@ from tests.workbench.pipeline_steps import record
 from workbench.core.paths import data_root
 from workbench.core.results import load_table
 from workbench.engine import (GPU_STEP_GIB, HOST_CORES_PER_GPU_STEP, RESULTS_LIMIT, DeviceInfo, _default_scheduler,
-                              check_budgets, export_results, folder_bytes, run_study, run_steps_dask, steps_at_once)
+                              check_budgets, export_every, export_results, folder_bytes, run_study, run_steps_dask,
+                              steps_at_once)
 from workbench.pipeline import build_steps, run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -112,6 +113,27 @@ def test_the_dask_engine_without_dask_is_one_error_naming_the_flag(monkeypatch):
 
     with pytest.raises(ValueError, match=r'--scheduler local: the Dask engine needs .*plm-workbench\[cluster\]'):
         dask_runner("local", 2)
+
+
+def test_a_running_study_copies_its_tables_as_they_come(tmp_path):
+    """While a study runs, its finished tables reach the results folder without waiting for the end."""
+    import threading
+
+    run, res = tmp_path / "run", tmp_path / "res"
+    stop = threading.Event()
+    copier = threading.Thread(target=export_every, args=(run, res, 0.05, stop))
+    copier.start()
+    try:
+        (run / "tables").mkdir(parents=True)
+        (run / "tables" / "probing.parquet").write_bytes(b"x" * 10)
+        deadline = time.time() + 10
+        while not (res / "tables" / "probing.parquet").exists():
+            assert time.time() < deadline, "the table was not copied"
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        copier.join()
+    assert (res / "tables" / "probing.parquet").read_bytes() == b"x" * 10
 
 
 @pytest.mark.slow

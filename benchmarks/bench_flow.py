@@ -13,7 +13,7 @@ Paired units, interleaved round by round (old, new, old, ...), median of the rou
   gradients too.
 
     python benchmarks/bench_flow.py MODEL [--threads 1] [--rounds 3] [--pair-sentences 10] [--lens-steps 20]
-        [--no-suite | --no-pairs]
+        [--no-suite | --no-pairs] [--tables DIR]
 Writes a table to stdout and benchmarks/results/flow.json (or `--out FILE`; the checked-in results are
 flow.json from `--no-suite` and flow_suite.json from `--no-pairs --out benchmarks/results/flow_suite.json`,
 two runs of a few minutes each rather than one long one on the shared box). MODEL is read only: the
@@ -42,7 +42,7 @@ from probes.attribution import (FLOW_SCALE, EmbedTarget, deletion_curve, faithfu
                                 integrated_gradients, leave_one_out)
 from probes.flow import KMeansMI, discrete_mi
 from probes.lens import TunedLens, lm_readout
-from workbench.analyses.flow import (ATTRIBUTION_TARGET, FlowRunConfig, _attributions, _batches, _collect,
+from workbench.analyses.flow import (ATTRIBUTION_TARGET, FlowRunConfig, _attributions, _batches, _collect, lm_prediction,
                                      _sentences, flow_model)
 
 OUT = Path(__file__).resolve().parent / "results" / "flow.json"
@@ -101,10 +101,10 @@ def old_attribution(model, readout, tok, ids: torch.Tensor, cfg: FlowRunConfig, 
 
 def new_attribution(model, readout, tok, ids: torch.Tensor, cfg: FlowRunConfig, seed: int) -> dict:
     rng = np.random.default_rng(seed)
-    a = _attributions(model, readout, tok, ids, rng, cfg)
+    a = _attributions(model, tok, lm_prediction(model, readout, tok)(ids, rng), cfg)
     f, pos = a["target"], a["pos"]
     scores = a["scores"] | {f"random{i}": rng.random(len(pos)) for i in range(cfg.random_draws)}
-    loo, curves = faithfulness(f, f.x, f.baseline, pos, scores, min(cfg.deletion_k, len(pos)))
+    loo, curves, _ = faithfulness(f, f.x, f.baseline, pos, scores, min(cfg.deletion_k, len(pos)))
     return {"scores": scores, "loo": loo, "curves": curves}
 
 
@@ -178,6 +178,8 @@ def main() -> None:
     ap.add_argument("--no-suite", action="store_true", help="the paired stages only")
     ap.add_argument("--no-pairs", action="store_true", help="the whole suite only")
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--tables", type=Path, default=None,
+                    help="keep the suite's tables, flow_run.json and tuned lens in this folder (default: a temporary one)")
     a = ap.parse_args()
     meta = begin()
     torch.set_num_threads(a.threads)
@@ -209,10 +211,11 @@ def main() -> None:
                                       a.rounds)
     if not a.no_suite:
         with tempfile.TemporaryDirectory() as tmp:
+            keep = Path(tmp) if a.tables is None else a.tables
             t0, c0 = time.perf_counter(), time.process_time()
-            flow_model(a.model, out_dir=Path(tmp) / "run", config=cfg, lens_dir=Path(tmp) / "lens")
+            flow_model(a.model, out_dir=keep / "run", config=cfg, lens_dir=keep / "lens")
             total, cpu = time.perf_counter() - t0, time.process_time() - c0
-            run = json.loads((Path(tmp) / "run" / "flow_run.json").read_text())
+            run = json.loads((keep / "run" / "flow_run.json").read_text())
             stages, stages_cpu = run["seconds"], run["cpu_seconds"]
         # wall seconds on a shared box include the other processes' share of the cores; the CPU
         # seconds of this process (one torch thread) are what an idle core would take

@@ -19,9 +19,11 @@ Methods (each returns a (T,) score per input position for one target):
   F(x) - F(x'), and `integrated_gradients` returns the relative error of that sum.
 
 Faithfulness, the same for every method: leave-one-out effects (F(x) - F(x with token j replaced by
-its baseline vector)), their Spearman correlation with the method's scores, and the deletion curve
+its baseline vector)), their Spearman correlation with the method's scores, the deletion curve
 (delete the highest-scored tokens first) with its AOPC, mean_k (F(x) - F(x_{-top k})) (Samek et al.
-2017; DeYoung et al. 2020), both beside the same numbers for a random attribution.
+2017; DeYoung et al. 2020), and the insertion curve (every attributed token deleted, then the
+highest-scored put back first) with its mean rise, mean_k (F(x_{+top k}) - F(x_{none})) (Petsiuk et
+al. 2018, "RISE"), all beside the same numbers for a random attribution.
 
 F is any scalar of a forward pass, seen as a function of the vectors at the model's `embed` hook site
 (`EmbedTarget`); the baseline x' is the embed-site vector of the padding token at each position.
@@ -185,6 +187,17 @@ def deletion_masks(T: int, positions: np.ndarray, scores: np.ndarray, k: int) ->
     return masks
 
 
+def insertion_masks(T: int, positions: np.ndarray, scores: np.ndarray, k: int) -> torch.Tensor:
+    """(min(k, P) + 1, T) bool: every one of `positions` deleted, except (row i) the i highest-scored."""
+    positions = np.asarray(positions)
+    order = positions[np.argsort(-np.asarray(scores), kind="stable")][:k]
+    masks = torch.zeros(len(order) + 1, T, dtype=torch.bool)
+    masks[:, torch.as_tensor(positions, dtype=torch.long)] = True
+    for i in range(1, len(order) + 1):
+        masks[i, torch.as_tensor(order[:i])] = False
+    return masks
+
+
 def leave_one_out(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, baseline: torch.Tensor,
                   positions: np.ndarray) -> np.ndarray:
     """(len(positions),) F(x) - F(x with token j replaced by its baseline vector), j in positions."""
@@ -198,30 +211,48 @@ def deletion_curve(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, b
     return _replaced(f, x, baseline, deletion_masks(x.shape[0], positions, scores, k))
 
 
+def insertion_curve(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, baseline: torch.Tensor,
+                    positions: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+    """(k+1,) F with every one of `positions` deleted, then the 1..k highest-scored put back."""
+    return _replaced(f, x, baseline, insertion_masks(x.shape[0], positions, scores, k))
+
+
 def faithfulness(f: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor, baseline: torch.Tensor,
                  positions: np.ndarray, scores: Mapping[str, np.ndarray], k: int,
-                 batch: int = 256) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """The leave-one-out effects (P,) and each scoring's deletion curve (k+1,) from one batched pass:
-    every distinct mask of `leave_one_out` and of each `deletion_curve` read once by `f`, in batches
-    of `batch` rows. Equal to calling those functions one by one, up to the
-    round-off of a different batch composition (tests/probes/test_attribution.py)."""
+                 batch: int = 256) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """The leave-one-out effects (P,), each scoring's deletion curve (k+1,) and insertion curve (k+1,)
+    from one batched pass: every distinct mask of `leave_one_out`, `deletion_curve` and
+    `insertion_curve` read once by `f`, in batches of `batch` rows. Equal to calling those functions
+    one by one, up to the round-off of a different batch composition (tests/probes/test_attribution.py)."""
     T = x.shape[0]
-    parts = [loo_masks(T, positions)] + [deletion_masks(T, positions, sc, k)[1:] for sc in scores.values()]
-    # a mask shared by several curves (every curve's first step is a leave-one-out row) is read once
+    dele = [deletion_masks(T, positions, sc, k)[1:] for sc in scores.values()]
+    ins = [insertion_masks(T, positions, sc, k) for sc in scores.values()]
+    parts = [loo_masks(T, positions)] + dele + ins
+    # a mask shared by several curves (every deletion curve's first step is a leave-one-out row, every
+    # insertion curve starts from the same empty input) is read once
     unique, inverse = torch.unique(torch.cat(parts), dim=0, return_inverse=True)
     vals = _replaced(f, x, baseline, unique, batch=batch)[inverse.numpy()]
     intact, loo = vals[0], vals[0] - vals[1: len(positions) + 1]
-    curves, at = {}, len(positions) + 1
-    for name, part in zip(scores, parts[1:]):
-        curves[name] = np.concatenate([[intact], vals[at: at + len(part)]])
+    deletion, insertion, at = {}, {}, len(positions) + 1
+    for name, part in zip(scores, dele):
+        deletion[name] = np.concatenate([[intact], vals[at: at + len(part)]])
         at += len(part)
-    return loo, curves
+    for name, part in zip(scores, ins):
+        insertion[name] = vals[at: at + len(part)]
+        at += len(part)
+    return loo, deletion, insertion
 
 
 def aopc(curve: np.ndarray) -> float:
     """Mean drop from the intact score over the deletion steps 1..k of a deletion curve (k+1,)."""
     curve = np.asarray(curve)
     return float((curve[0] - curve[1:]).mean()) if len(curve) > 1 else float("nan")
+
+
+def insertion_aopc(curve: np.ndarray) -> float:
+    """Mean rise over the empty input across the insertion steps 1..k of an insertion curve (k+1,)."""
+    curve = np.asarray(curve)
+    return float((curve[1:] - curve[0]).mean()) if len(curve) > 1 else float("nan")
 
 
 def rank_correlation(scores: np.ndarray, reference: np.ndarray) -> float:

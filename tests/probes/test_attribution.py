@@ -1,5 +1,5 @@
 """probes.attribution: rollout and flow on hand-made attention graphs (flow = networkx's max-flow),
-integrated gradients' completeness, leave-one-out and deletion on functions with known answers, and
+integrated gradients' completeness, leave-one-out, deletion and insertion on functions with known answers, and
 value zeroing's causal structure."""
 import networkx as nx
 import numpy as np
@@ -8,9 +8,9 @@ import torch
 
 from plmodels.decoder import Decoder, DecoderConfig
 from plmodels.encoder import Encoder, EncoderConfig
-from probes.attribution import (EmbedTarget, aopc, attention_flow, deletion_curve, faithfulness,
-                                flow_capacities, input_x_gradient, integrated_gradients, leave_one_out,
-                                rank_correlation, rollout, value_zeroing)
+from probes.attribution import (EmbedTarget, aopc, attention_flow, deletion_curve, faithfulness, flow_capacities,
+                                input_x_gradient, insertion_aopc, insertion_curve, integrated_gradients,
+                                leave_one_out, rank_correlation, rollout, value_zeroing)
 
 
 def test_rollout_by_hand():
@@ -102,6 +102,23 @@ def test_leave_one_out_and_deletion_on_a_linear_function():
     assert rank_correlation(-loo, loo) == pytest.approx(-1.0)
 
 
+def test_insertion_on_a_linear_function():
+    """Every token deleted (F = 0), then put back best first: 6 (w=3), +4 (w=2), +1 (w=0.5); the mean
+    rise is the insertion AOPC, and the worst order's is lower."""
+    w = torch.tensor([3.0, -1.0, 0.5, 2.0], dtype=torch.float64)
+    f = lambda e: (e.sum(-1) * w).sum(-1)
+    x = torch.ones(4, 2, dtype=torch.float64)
+    base = torch.zeros_like(x)
+    pos = np.arange(4)
+    curve = insertion_curve(f, x, base, pos, w.numpy(), k=3)
+    np.testing.assert_allclose(curve, [0.0, 6.0, 10.0, 11.0])
+    assert insertion_aopc(curve) == pytest.approx(np.mean([6.0, 10.0, 11.0]))
+    assert insertion_aopc(insertion_curve(f, x, base, pos, -w.numpy(), k=3)) < insertion_aopc(curve)
+    # positions outside the attributed set are never deleted: token 1 (w = -1) stays in every row
+    kept = insertion_curve(f, x, base, np.array([0, 2, 3]), np.array([3.0, 0.5, 2.0]), k=2)
+    np.testing.assert_allclose(kept, [-2.0, 4.0, 8.0])
+
+
 def test_value_zeroing_is_causal_in_a_decoder_and_rows_sum_to_one():
     model = tiny_decoder()
     ids = torch.tensor([3, 17, 8, 22, 41])
@@ -121,12 +138,15 @@ def test_faithfulness_in_one_pass_equals_the_calls_one_by_one():
     pos = np.arange(7)
     rng = np.random.default_rng(0)
     scores = {"a": rng.random(7), "b": -np.arange(7.0), "c": rng.random(7)}
-    loo, curves = faithfulness(target, target.x, target.baseline, pos, scores, k=4, batch=5)
+    loo, curves, inserted = faithfulness(target, target.x, target.baseline, pos, scores, k=4, batch=5)
     np.testing.assert_allclose(loo, leave_one_out(target, target.x, target.baseline, pos), atol=1e-6)
-    assert list(curves) == list(scores)
+    assert list(curves) == list(scores) == list(inserted)
     for name, sc in scores.items():
         np.testing.assert_allclose(curves[name], deletion_curve(target, target.x, target.baseline, pos, sc, 4), atol=1e-6)
+        np.testing.assert_allclose(inserted[name], insertion_curve(target, target.x, target.baseline, pos, sc, 4),
+                                   atol=1e-6)
     assert not np.allclose(curves["a"], curves["b"])  # each scoring reads its own deletion order
+    assert not np.allclose(inserted["a"], inserted["b"])  # and its own insertion order
 
 
 def value_zeroing_per_layer(model, run, ids: torch.Tensor) -> np.ndarray:

@@ -14,9 +14,13 @@ dev split as the tuned lens' held-out training text), runs `probes.flow`, `probe
   "mi_fraction"), value, ci_low, ci_high (bootstrap over sentences; NaN for entropy), seed.
 - `flow_lens`: model, variant, lens ("logit" | "tuned"), layer, metric ("kl" | "top1_agree" |
   "lm_loss"), value, ci_low, ci_high, seed.
-- `flow_attribution`: model, method ("rollout" | "flow" | "value_zeroing" | "input_x_gradient" |
-  "integrated_gradients" | "random"), metric ("spearman_loo" | "aopc" | "completeness_error"), value,
-  ci_low, ci_high, n_items, seed.
+- `flow_attribution`: model, target ("lm" | a classifier's task), method ("rollout" | "flow" |
+  "value_zeroing" | "input_x_gradient" | "integrated_gradients" | "random"), metric ("spearman_loo" |
+  "aopc" | "aopc_insertion" | "completeness_error"), value, ci_low, ci_high, n_items, seed.
+
+The attributed prediction of a sentence is a `Prediction`: the LM's (`lm_prediction`) for a pretrained
+checkpoint with a trained LM head, or a finetuned sentence classifier's decision, the logit of its
+predicted class (`classifier_prediction`, on its task's dev sentences: SST-2).
 
 What differs per family is read off its LM batch form (`Family.lm_inputs`, plmodels/families.py)
 in two tables beside the family's lens readout (`Family.residual_logits`): `PREDICTION_VIEW` (which
@@ -42,7 +46,9 @@ import plmodels
 from plmodels.config import Config
 from plmodels.families import FAMILIES, family_of
 from plmodels.training.masking import MaskingConfig, mask_tokens, step_generator
-from probes.attribution import (EmbedTarget, aopc, attention_flow, faithfulness, input_x_gradient,
+from plmodels.checkpoint import read_card
+from plmodels.training.finetune import HEAD_FILE, INFO_FILE, load_classifier
+from probes.attribution import (EmbedTarget, aopc, attention_flow, faithfulness, input_x_gradient, insertion_aopc,
                                 integrated_gradients, rank_correlation, rollout, value_zeroing)
 from probes.flow import MI_ESTIMATORS
 from probes.lens import TunedLens, lens_metrics, lm_readout
@@ -50,11 +56,12 @@ from probes.stats import bootstrap_ci
 from workbench.analyses.probing import default_model_name
 from workbench.core.io import atomic_write_json
 from workbench.core.results import write_tables
+from workbench.data.finetuning import load_task_data
 from workbench.data.tasks import ud_sentences
 
 MI_COLUMNS = ["model", "variant", "estimator", "label", "control", "layer", "metric", "value", "ci_low", "ci_high", "seed"]
 LENS_COLUMNS = ["model", "variant", "lens", "layer", "metric", "value", "ci_low", "ci_high", "seed"]
-ATTR_COLUMNS = ["model", "method", "metric", "value", "ci_low", "ci_high", "n_items", "seed"]
+ATTR_COLUMNS = ["model", "target", "method", "metric", "value", "ci_low", "ci_high", "n_items", "seed"]
 ATTRIBUTION_METHODS = ("rollout", "flow", "value_zeroing", "input_x_gradient", "integrated_gradients")
 
 
@@ -271,16 +278,54 @@ def train_tuned_lens(model, readout, tok, cfg: FlowRunConfig) -> TunedLens:
 
 
 # ----------------------------------------------------------------------------------- part 3: attribution
-def _attributions(model, readout, tok, ids: torch.Tensor, rng: np.random.Generator, cfg: FlowRunConfig) -> dict:
-    """{method: (scores (P,), ...)} for one sentence, plus the LOO effects and the scored positions."""
-    inp, p, token, pos = _family(ATTRIBUTION_TARGET, model, "the attributed prediction")(tok, ids, rng)
+@dataclass
+class Prediction:
+    """The one prediction of a sentence whose inputs are attributed: F = score(ids) of `input`."""
+
+    input: torch.Tensor  # (T,) the ids the model reads
+    read: int  # the position F is read at (rollout's and flow's row)
+    label: int  # the token whose log-prob is F (LM), or the class whose logit is F (classifier)
+    positions: np.ndarray  # (P,) the attributed positions
+    score: Callable[[torch.Tensor], torch.Tensor]  # ids (S, T) -> F (S,) float64
+
+
+def lm_prediction(model, readout, tok) -> Callable[[torch.Tensor, np.random.Generator], Prediction]:
+    """The family's LM prediction of a sentence (`ATTRIBUTION_TARGET`): F = log p(token) at the read position."""
+    target, kw = _family(ATTRIBUTION_TARGET, model, "the attributed prediction"), family_of(model).analysis_kwargs
+
+    def predict(ids: torch.Tensor, rng: np.random.Generator) -> Prediction:
+        inp, p, token, pos = target(tok, ids, rng)
+
+        def score(batch: torch.Tensor) -> torch.Tensor:
+            h = model(batch, output_hidden_states=True, **kw).hidden_states[-1][:, p]
+            return torch.log_softmax(readout(h).double(), -1)[:, token]
+        return Prediction(inp, p, token, pos, score)
+    return predict
+
+
+# the family's summary token ([CLS] or the last real token) -> its position in a sentence of T tokens
+SUMMARY_POSITION: dict[str, Callable[[int], int]] = {"first": lambda T: 0, "last": lambda T: T - 1}
+
+
+def classifier_prediction(clf, tok) -> Callable[[torch.Tensor, np.random.Generator], Prediction]:
+    """A sentence classifier's decision (`plmodels.training.finetune.Classifier`): F = the logit of the
+    class it predicts on the intact sentence, read at the family's summary token (`Family.summary_token`:
+    an encoder's [CLS], a decoder's last token); every non-special token is attributed."""
+    read = SUMMARY_POSITION[family_of(clf.base).summary_token]
+
+    def predict(ids: torch.Tensor, rng: np.random.Generator) -> Prediction:
+        logits = lambda batch: clf(batch, torch.ones_like(batch)).double()  # (S, C); one sentence, no padding
+        with torch.no_grad():
+            c = int(logits(ids[None])[0].argmax())
+        return Prediction(ids, read(len(ids)), c, np.array(_words(tok, ids)), lambda batch: logits(batch)[:, c])
+    return predict
+
+
+def _attributions(model, tok, pred: Prediction, cfg: FlowRunConfig) -> dict:
+    """{method: scores (P,)} of one prediction, with the `EmbedTarget` of F and IG's completeness error."""
     kw = family_of(model).analysis_kwargs
-
-    def score(batch: torch.Tensor) -> torch.Tensor:  # F: the log-prob of `token` read at position p
-        h = model(batch, output_hidden_states=True, **kw).hidden_states[-1][:, p]
-        return torch.log_softmax(readout(h).double(), -1)[:, token]
-
-    target = EmbedTarget(model, score, inp, tok.pad_id if tok.pad_id is not None else 0)
+    inp, p = pred.input, pred.read
+    target = EmbedTarget(model, pred.score, inp, tok.pad_id if tok.pad_id is not None else 0)
     with torch.no_grad():
         out = model(inp[None], output_attentions=True, **kw)
         attn = torch.stack([a[0].nanmean(0) for a in out.attentions]).double().numpy()  # (L, T, T)
@@ -289,41 +334,64 @@ def _attributions(model, readout, tok, ids: torch.Tensor, rng: np.random.Generat
     ig, err = integrated_gradients(target, target.x, target.baseline, n_steps=cfg.ig_steps, batch=cfg.ig_steps)
     scores = {"rollout": rollout(attn)[p], "flow": attention_flow(attn, p), "value_zeroing": rollout(mix, 0.0)[p],
               "input_x_gradient": input_x_gradient(target, target.x), "integrated_gradients": ig}
-    return {"target": target, "pos": pos, "scores": {k: v[pos] for k, v in scores.items()}, "ig_error": err,
-            "input": inp, "read": p, "token": token}
+    return {"target": target, "pos": pred.positions, "scores": {k: v[pred.positions] for k, v in scores.items()},
+            "ig_error": err, "input": inp, "read": p, "token": pred.label}
 
 
-def attribution_rows(model_name: str, model, readout, tok, sents: list[list[int]], cfg: FlowRunConfig) -> list[tuple]:
-    """Each method's faithfulness over the sentences: per sentence, the leave-one-out effects and the
-    deletion curves of every method and random draw come from one batched pass (`faithfulness`)."""
+def attribution_rows(model_name: str, model, tok, sents: list[list[int]], cfg: FlowRunConfig,
+                     predict: Callable[[torch.Tensor, np.random.Generator], Prediction], target: str = "lm") -> list[tuple]:
+    """Each method's faithfulness over the sentences, for the prediction `predict` makes of each
+    (`lm_prediction`, `classifier_prediction`; `target` names it in the table): per sentence, the
+    leave-one-out effects, deletion and insertion curves of every method and random draw come from
+    one batched pass (`faithfulness`)."""
     rng = np.random.default_rng(cfg.seed)
-    per: dict[str, dict[str, list[float]]] = {m: {"spearman_loo": [], "aopc": []} for m in (*ATTRIBUTION_METHODS, "random")}
+    per: dict[str, dict[str, list[float]]] = {m: {"spearman_loo": [], "aopc": [], "aopc_insertion": []}
+                                              for m in (*ATTRIBUTION_METHODS, "random")}
     errors = []
     for s in sents:
-        ids = torch.tensor(s)
-        a = _attributions(model, readout, tok, ids, rng, cfg)
+        a = _attributions(model, tok, predict(torch.tensor(s), rng), cfg)
         pos, f = a["pos"], a["target"]
         if len(pos) < 3:
             continue
         k = min(cfg.deletion_k, len(pos))
         draws = {f"random{i}": rng.random(len(pos)) for i in range(cfg.random_draws)}
-        loo, curves = faithfulness(f, f.x, f.baseline, pos, a["scores"] | draws, k)
+        loo, curves, inserted = faithfulness(f, f.x, f.baseline, pos, a["scores"] | draws, k)
         for m, sc in a["scores"].items():
             per[m]["spearman_loo"].append(rank_correlation(sc, loo))
             per[m]["aopc"].append(aopc(curves[m]))
+            per[m]["aopc_insertion"].append(insertion_aopc(inserted[m]))
         per["random"]["spearman_loo"].append(float(np.nanmean([rank_correlation(d, loo) for d in draws.values()])))
         per["random"]["aopc"].append(float(np.mean([aopc(curves[d]) for d in draws])))
+        per["random"]["aopc_insertion"].append(float(np.mean([insertion_aopc(inserted[d]) for d in draws])))
         errors.append(a["ig_error"])
     rows = []
     for m, metrics in per.items():
         for metric, vals in metrics.items():
             v = np.asarray(vals, dtype=float)
             v = v[np.isfinite(v)]
-            rows.append((model_name, m, metric, *bootstrap_ci(v, n_boot=cfg.n_boot, seed=cfg.seed), len(v), cfg.seed))
+            rows.append((model_name, target, m, metric, *bootstrap_ci(v, n_boot=cfg.n_boot, seed=cfg.seed), len(v),
+                         cfg.seed))
     e = np.asarray(errors)
-    rows.append((model_name, "integrated_gradients", "completeness_error",
+    rows.append((model_name, target, "integrated_gradients", "completeness_error",
                  *bootstrap_ci(e, n_boot=cfg.n_boot, seed=cfg.seed), len(e), cfg.seed))
     return rows
+
+
+def sentence_classifier(path: str | Path):
+    """The `plmodels.training.finetune.Classifier` of a finetuned sentence-classification checkpoint
+    (finetune.json + head.safetensors, kind "sentence"), else None."""
+    path = Path(path)
+    if not ((path / INFO_FILE).is_file() and (path / HEAD_FILE).is_file()):
+        return None
+    clf = load_classifier(path)
+    return clf if clf.kind == "sentence" else None
+
+
+def classifier_sentences(clf, tok, cfg: FlowRunConfig) -> list[list[int]]:
+    """The first `attr_sentences` dev sentences of the classifier's task (SST-2) of 4..max_tokens tokens."""
+    data = load_task_data(clf.info["task"])
+    encs = tok.encode_batch([text for text, _ in data.dev])
+    return [e for e in encs if 4 <= len(e) <= cfg.max_tokens][: cfg.attr_sentences]
 
 
 # ----------------------------------------------------------------------------------- the run
@@ -338,14 +406,22 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
                lens_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
     """The flow suite of one checkpoint -> {"flow_mi", "flow_lens", "flow_attribution"}; with out_dir the
     tables are upserted into out_dir/tables and the config and timings go to out_dir/flow_run.json. The
-    tuned lens is saved in lens_dir (None: `<checkpoint>/tuned_lens/`)."""
+    tuned lens is saved in lens_dir (None: `<checkpoint>/tuned_lens/`).
+
+    A finetuned sentence classifier (finetune.json + head.safetensors) has its decision attributed, on
+    its task's dev sentences (target = the task, "sst2"), and no lens: its body was trained on past its
+    LM head. A checkpoint whose card says its LM head is untrained (an imported sentence encoder,
+    ELECTRA's discriminator) gets the MI curves only. Every other checkpoint has its LM prediction
+    attributed (target "lm")."""
     cfg = FlowRunConfig.resolve(config)
-    model, tok = plmodels.load(model_path)
+    clf = sentence_classifier(model_path)
+    model, tok = (clf.base, clf.tokenizer) if clf is not None else plmodels.load(model_path)
     model.requires_grad_(False)  # gradients are taken with respect to inputs and lens translators only
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; workbench flow needs one")
     _family(PREDICTION_VIEW, model, "the token to predict")
-    readout = lm_readout(model)
+    lm_head = clf is None and read_card(model_path).lm_head_trained
+    readout = lm_readout(model) if lm_head else None
     model.eval()
     model_name = model_name or default_model_name(model_path)
     seconds: dict[str, float] = {}
@@ -362,13 +438,21 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
     mi = mi_rows(model_name, "trained", reps, cfg) + mi_rows(model_name, "random_init", floor_reps, cfg)
     seconds["mi"], cpu["mi"] = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
-    lens = train_tuned_lens(model, readout, tok, cfg)
-    lens_path = lens.save(Path(model_path) / "tuned_lens" if lens_dir is None else Path(lens_dir))
-    lens_tab = lens_rows(model_name, "trained", readout, reps, lens, cfg) + \
-        lens_rows(model_name, "random_init", lm_readout(floor), floor_reps, None, cfg)
+    lens_tab, lens_path = [], None
+    if readout is not None:
+        lens = train_tuned_lens(model, readout, tok, cfg)
+        lens_path = lens.save(Path(model_path) / "tuned_lens" if lens_dir is None else Path(lens_dir))
+        lens_tab = lens_rows(model_name, "trained", readout, reps, lens, cfg) + \
+            lens_rows(model_name, "random_init", lm_readout(floor), floor_reps, None, cfg)
     seconds["lens"], cpu["lens"] = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
-    attr = attribution_rows(model_name, model, readout, tok, sents[: cfg.attr_sentences], cfg)
+    attr = []
+    if clf is not None:
+        attr = attribution_rows(model_name, model, tok, classifier_sentences(clf, tok, cfg), cfg,
+                                classifier_prediction(clf, tok), clf.info["task"])
+    elif readout is not None:
+        attr = attribution_rows(model_name, model, tok, sents[: cfg.attr_sentences], cfg,
+                                lm_prediction(model, readout, tok))
     seconds["attribution"], cpu["attribution"] = time.perf_counter() - t0, time.process_time() - c0
     tables = {"flow_mi": pd.DataFrame(mi, columns=MI_COLUMNS), "flow_lens": pd.DataFrame(lens_tab, columns=LENS_COLUMNS),
               "flow_attribution": pd.DataFrame(attr, columns=ATTR_COLUMNS)}
@@ -376,7 +460,8 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
         write_tables(out_dir, tables)
         atomic_write_json(Path(out_dir) / "flow_run.json", {
             "model": model_name, "model_path": str(model_path), "checkpoint_hash": plmodels.checkpoint_hash(model_path),
-            "config": cfg.to_dict(), "n_sentences": len(sents), "tuned_lens": str(lens_path),
+            "config": cfg.to_dict(), "n_sentences": len(sents), "tuned_lens": None if lens_path is None else str(lens_path),
+            "attribution_target": clf.info["task"] if clf is not None else "lm" if readout is not None else None,
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()}})
     return tables
@@ -398,7 +483,8 @@ def flow_sentence(model, tok, text: str, lens: TunedLens | None = None, k: int =
     if len(words) < 2:
         raise ValueError(f"flow: type at least two word pieces (got {len(words)} in {text!r})")
     readout = lm_readout(model)
-    a = _attributions(model, readout, tok, torch.tensor(ids), np.random.default_rng(cfg.seed), cfg)
+    pred = lm_prediction(model, readout, tok)(torch.tensor(ids), np.random.default_rng(cfg.seed))
+    a = _attributions(model, tok, pred, cfg)
     inp, p, token = a["input"], a["read"], a["token"]
     with torch.no_grad():
         hs = model(inp[None], output_hidden_states=True, **family_of(model).analysis_kwargs).hidden_states

@@ -67,19 +67,25 @@ def flow_lens_figure(lens: pd.DataFrame, model: str) -> go.Figure:
     return fig.update_layout(title=f"{model}: what each layer would predict (logit and tuned lens)", height=420)
 
 
+TARGET_WORDS = {"lm": "the LM's log-prob of its token"}  # flow_attribution's target -> words; else a classifier's task
+
+
 def flow_attribution_figure(attr: pd.DataFrame, model: str) -> go.Figure:
-    """Each attribution method's faithfulness, Spearman with leave-one-out and AOPC (95% intervals over
-    sentences), the random attribution (the floor) in grey."""
+    """Each attribution method's faithfulness, Spearman with leave-one-out, deletion AOPC and insertion
+    AOPC (95% intervals over sentences), the random attribution (the floor) in grey; the title names the
+    attributed prediction (target "lm": the LM's, else the classifier's task)."""
     d = attr[attr["model"] == model]
-    panels = [("spearman_loo", "Spearman with leave-one-out"), ("aopc", "AOPC of the deletion curve, nats")]
-    fig = make_subplots(rows=1, cols=2, subplot_titles=[t for _, t in panels])
+    panels = [("spearman_loo", "Spearman with leave-one-out"), ("aopc", "AOPC of the deletion curve"),
+              ("aopc_insertion", "AOPC of the insertion curve")]
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[t for _, t in panels])
     for c, (metric, _) in enumerate(panels, start=1):
         g = d[d["metric"] == metric]
         colors = [PALETTE[7] if m == "random" else PALETTE[0] for m in g["method"]]
         fig.add_trace(go.Bar(x=g["method"], y=g["value"], error_y=_band(g), marker_color=colors, showlegend=False), 1, c)
     n = int(d["n_items"].max()) if len(d) else 0
-    return fig.update_layout(title=f"{model}: faithfulness of the attribution methods ({n} sentences; grey: random)",
-                             height=420)
+    target = ", ".join(TARGET_WORDS.get(t, f"the {t} classifier's predicted class logit") for t in d["target"].unique())
+    return fig.update_layout(title=f"{model}: faithfulness of the attribution of {target or 'no prediction'} "
+                                   f"({n} sentences; grey: random)", height=420)
 
 
 def flow_sentence_figure(attributions: pd.DataFrame) -> go.Figure:

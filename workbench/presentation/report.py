@@ -1020,7 +1020,7 @@ def flow_section(run_dir: Path) -> Section:
                          "floor: random scores",
                          attr.assign(score=[_ci(v, lo, hi) for v, lo, hi in
                                             zip(attr["value"], attr["ci_low"], attr["ci_high"])])
-                         [["model", "method", "metric", "n_items", "score"]]))
+                         [["model", "target", "method", "metric", "n_items", "score"]]))
     return s
 
 

@@ -32,7 +32,10 @@ A record holds:
   ([CLS]'s pooled vector, the last real token, or a biLM's two directions' ends);
 - `summary_token`: the token whose hidden state stands for the sequence without a pooler ("first":
   BERT's [CLS]; "last": the last real token);
-- `heads_per_layer(model)`: the rows of its head grid (a seq2seq model: every attention's layers).
+- `heads_per_layer(model)`: the rows of its head grid (a seq2seq model: every attention's layers);
+- `flow_stacks(model) -> {suffix: model}`: the stacks whose layers the flow suite reads (docs/flow.md):
+  the model itself ("") and, for an encoder-decoder, its decoder teacher-forced (";decoder",
+  `TeacherForcedDecoder`).
 
 `AnalysedModel` is the typing.Protocol an analysis may rely on.
 """
@@ -50,7 +53,7 @@ from .decoder import Decoder, DecoderConfig
 from .elmo import ElmoBiLM, ElmoConfig, TransformerBiLM, TransformerBiLMConfig, bilm_loss
 from .encoder import Encoder, EncoderConfig
 from .presets import bilm_preset, decoder_preset, encoder_preset, seq2seq_preset, tbilm_preset, xlnet_preset
-from .seq2seq import Seq2Seq, Seq2SeqConfig
+from .seq2seq import Seq2Seq, Seq2SeqConfig, TeacherForcedDecoder
 from .xlnet import XLNet, XLNetConfig
 
 Batch = Mapping[str, Tensor]
@@ -219,6 +222,16 @@ def _per_layer(model: nn.Module) -> list[int]:
     return list(model.n_heads_per_layer)
 
 
+def _one_stack(model: nn.Module) -> dict[str, nn.Module]:
+    return {"": model}
+
+
+def _encoder_and_decoder(model: nn.Module) -> dict[str, nn.Module]:
+    """An encoder-decoder's two stacks: its uniform call (the encoder) and its decoder teacher-forced on
+    the sentence itself (the probing analyses' `stack="decoder"`, model id suffix ";decoder")."""
+    return {"": model, ";decoder": TeacherForcedDecoder(model)}
+
+
 # --------------------------------------------------------------------------- the registry
 def _final_norm(model: nn.Module, h: Tensor) -> Tensor:
     """A pre-LN model's final LayerNorm (post-LN models have none: their blocks end normalised)."""
@@ -253,6 +266,9 @@ class Family:
     # a residual vector h (..., D) of any layer -> LM logits (..., V), as the last layer is read (the
     # logit and tuned lens, probes/lens.py); None: the family has no single head to read through
     residual_logits: Callable[[nn.Module, Tensor], Tensor] | None = None
+    # the stacks whose layers the flow suite reads: model name suffix -> a model with the uniform
+    # hidden-states forward (an encoder-decoder: its encoder, and its decoder teacher-forced)
+    flow_stacks: Callable[[nn.Module], dict[str, nn.Module]] = _one_stack
 
 
 FAMILIES: dict[str, Family] = {f.kind: f for f in (
@@ -285,7 +301,7 @@ FAMILIES: dict[str, Family] = {f.kind: f for f in (
            lm_inputs="denoising", lm_metric="denoising_loss", lm_name="denoising loss, teacher-forced",
            lm_stat=denoising_stat, lm_logits=None, forward_batch=teacher_forced_forward, analysis_kwargs={},
            sentence_features=lambda m, out, mask: last_token_features(out, mask), summary_token="last",
-           heads_per_layer=lambda m: list(m.all_heads_per_layer)),
+           heads_per_layer=lambda m: list(m.all_heads_per_layer), flow_stacks=_encoder_and_decoder),
     Family("xlnet", XLNet, XLNetConfig, "XLNet (Yang et al. 2019)",
            "plm", xlnet_preset, "wordpiece", segments=False, head_mask=True, cross_attention=False,
            lm_inputs="permutation", lm_metric="plm_loss", lm_name="permutation-LM loss (fixed orders)",

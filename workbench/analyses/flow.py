@@ -22,10 +22,14 @@ The attributed prediction of a sentence is a `Prediction`: the LM's (`lm_predict
 checkpoint with a trained LM head, or a finetuned sentence classifier's decision, the logit of its
 predicted class (`classifier_prediction`, on its task's dev sentences: SST-2).
 
-What differs per family is read off its LM batch form (`Family.lm_inputs`, plmodels/families.py)
-in two tables beside the family's lens readout (`Family.residual_logits`): `PREDICTION_VIEW` (which
-positions predict which token, on what input) and `ATTRIBUTION_TARGET` (the one prediction per sentence
-whose inputs are attributed), "masked" (an MLM encoder) and "causal" (a decoder) today (`flow_kinds`).
+What differs per family is read off its record (plmodels/families.py): the stacks whose layers are
+read (`Family.flow_stacks`: an encoder-decoder's encoder and teacher-forced decoder, the model name
+suffixed ";decoder"), its lens readout (`Family.residual_logits`), and its LM batch form
+(`Family.lm_inputs`) in two tables here: `PREDICTION_VIEW` (which positions predict which token, on what
+input) and `ATTRIBUTION_TARGET` (the one prediction per sentence whose inputs are attributed), "masked"
+(an MLM encoder) and "causal" (a decoder) today (`flow_kinds`). Every family gets the input-token MI
+curves; the "predict" curve needs a view, the lens and LM attribution a readout, a view and a trained
+LM head (`Card.lm_head_trained`).
 
 `flow_run.json` beside the tables records the config, the checkpoint hash and each stage's wall and CPU
 seconds. `flow_sentence` is the same suite's view of one typed text (the app's Flow page): the
@@ -170,7 +174,8 @@ def _sentences(cfg: FlowRunConfig, tok, split: str, n: int) -> list[list[int]]:
 
 
 def _batches(model, tok, sents: list[list[int]], cfg: FlowRunConfig) -> Batches:
-    view = _family(PREDICTION_VIEW, model, "the token to predict")
+    """The padded batches; with the "predict" items when the family's LM batch form has a view."""
+    view = PREDICTION_VIEW.get(family_of(model).lm_inputs)
     gen = step_generator(cfg.seed, 0, stream=78)
     out = []
     for i in range(0, len(sents), cfg.batch_size):
@@ -180,21 +185,25 @@ def _batches(model, tok, sents: list[list[int]], cfg: FlowRunConfig) -> Batches:
         real = torch.zeros((len(chunk), T), dtype=torch.bool)
         for b, s in enumerate(chunk):
             ids[b, : len(s)], real[b, : len(s)] = torch.tensor(s), True
-        inp, pos, lab = view(model, tok, ids, real, gen)
-        out.append({"ids": ids, "real": real, "pred_in": inp, "pred_pos": pos, "pred_label": lab,
-                    "sent": torch.arange(i, i + len(chunk))[:, None].expand(-1, T)})
+        b = {"ids": ids, "real": real, "sent": torch.arange(i, i + len(chunk))[:, None].expand(-1, T)}
+        if view is not None:
+            b["pred_in"], b["pred_pos"], b["pred_label"] = view(model, tok, ids, real, gen)
+        out.append(b)
     return Batches(out)
 
 
 @torch.no_grad()
-def _collect(model, data: Batches, special: torch.Tensor) -> dict[str, dict[str, np.ndarray | torch.Tensor]]:
-    """{"input": {...}, "predict": {...}}, each with H (L+1, N, D) float32 tensor, label (N,), group (N,)."""
-    got: dict[str, dict[str, list]] = {k: {"H": [], "label": [], "group": []} for k in ("input", "predict")}
+def _collect(model, data: Batches, special: torch.Tensor,
+             labels: tuple[str, ...] = ("input", "predict")) -> dict[str, dict[str, np.ndarray | torch.Tensor]]:
+    """{"input": {...}, "predict": {...}} (of `labels`, "predict" when the batches have it), each with H
+    (L+1, N, D) float32 tensor, label (N,), group (N,)."""
+    labels = tuple(k for k in labels if k == "input" or "pred_in" in data.items[0])
+    got: dict[str, dict[str, list]] = {k: {"H": [], "label": [], "group": []} for k in labels}
     kw = family_of(model).analysis_kwargs  # no (B, T, V) logits: the lens reads the items it needs
     for b in data.items:
         runs = (("input", b["ids"], b["real"] & ~torch.isin(b["ids"], special), b["ids"]),
-                ("predict", b["pred_in"], b["pred_pos"], b["pred_label"]))
-        for name, inp, sel, lab in runs:
+                ("predict", b.get("pred_in"), b.get("pred_pos"), b.get("pred_label")))
+        for name, inp, sel, lab in (r for r in runs if r[0] in labels):
             hs = model(inp, attention_mask=b["real"].long(), output_hidden_states=True, **kw).hidden_states
             got[name]["H"].append(torch.stack([h[sel] for h in hs]).float())
             got[name]["label"].append(lab[sel].numpy())
@@ -396,7 +405,8 @@ def classifier_sentences(clf, tok, cfg: FlowRunConfig) -> list[list[int]]:
 
 # ----------------------------------------------------------------------------------- the run
 def random_init_like(model, seed: int):
-    """The same architecture with fresh weights (the floor of every number here)."""
+    """The same architecture with fresh weights (the floor of every number here); an encoder-decoder's
+    decoder stack is that of the fresh encoder-decoder (`Family.flow_stacks`)."""
     torch.manual_seed(seed)
     return type(model)(model.config).eval().requires_grad_(False)
 
@@ -419,9 +429,10 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
     model.requires_grad_(False)  # gradients are taken with respect to inputs and lens translators only
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; workbench flow needs one")
-    _family(PREDICTION_VIEW, model, "the token to predict")
-    lm_head = clf is None and read_card(model_path).lm_head_trained
-    readout = lm_readout(model) if lm_head else None
+    # the lens and the LM attribution need a trained LM head that reads every layer and a view of the
+    # family's prediction; every family gets the MI curves
+    readout = lm_readout(model) if clf is None and read_card(model_path).lm_head_trained and \
+        family_of(model).lm_inputs in ATTRIBUTION_TARGET and family_of(model).residual_logits is not None else None
     model.eval()
     model_name = model_name or default_model_name(model_path)
     seconds: dict[str, float] = {}
@@ -430,20 +441,24 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
     sents = _sentences(cfg, tok, "test", cfg.n_sentences)
     special = torch.tensor(sorted(tok.special_ids))
     data = _batches(model, tok, sents, cfg)
-    reps = _collect(model, data, special)
     floor = random_init_like(model, cfg.seed)
-    floor_reps = _collect(floor, data, special)
+    stacks, floor_stacks = family_of(model).flow_stacks(model), family_of(floor).flow_stacks(floor)
+    reps = {suffix: _collect(m, data, special, labels=("input", "predict") if suffix == "" else ("input",))
+            for suffix, m in stacks.items()}
+    floor_reps = {suffix: _collect(m, data, special, labels=("input", "predict") if suffix == "" else ("input",))
+                  for suffix, m in floor_stacks.items()}
     seconds["forward"], cpu["forward"] = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
-    mi = mi_rows(model_name, "trained", reps, cfg) + mi_rows(model_name, "random_init", floor_reps, cfg)
+    mi = [row for suffix in stacks for variant, r in (("trained", reps), ("random_init", floor_reps))
+          for row in mi_rows(model_name + suffix, variant, r[suffix], cfg)]
     seconds["mi"], cpu["mi"] = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
     lens_tab, lens_path = [], None
     if readout is not None:
         lens = train_tuned_lens(model, readout, tok, cfg)
         lens_path = lens.save(Path(model_path) / "tuned_lens" if lens_dir is None else Path(lens_dir))
-        lens_tab = lens_rows(model_name, "trained", readout, reps, lens, cfg) + \
-            lens_rows(model_name, "random_init", lm_readout(floor), floor_reps, None, cfg)
+        lens_tab = lens_rows(model_name, "trained", readout, reps[""], lens, cfg) + \
+            lens_rows(model_name, "random_init", lm_readout(floor), floor_reps[""], None, cfg)
     seconds["lens"], cpu["lens"] = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
     attr = []
@@ -507,8 +522,9 @@ def flow_sentence(model, tok, text: str, lens: TunedLens | None = None, k: int =
 
 
 def flow_kinds() -> list[str]:
-    """The model kinds the flow suite reads: a family with an LM readout (`Family.residual_logits`) and
-    an entry in `PREDICTION_VIEW` and `ATTRIBUTION_TARGET` for its LM batch form."""
+    """The model kinds the flow suite reads whole (MI, lens, attribution: the app's sentence view): a
+    family with an LM readout (`Family.residual_logits`) and an entry in `PREDICTION_VIEW` and
+    `ATTRIBUTION_TARGET` for its LM batch form. Every other kind gets the input-token MI curves."""
     return sorted(k for k, f in FAMILIES.items() if f.residual_logits is not None
                   and f.lm_inputs in PREDICTION_VIEW and f.lm_inputs in ATTRIBUTION_TARGET)
 

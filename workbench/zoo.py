@@ -12,8 +12,8 @@ with one model "<system>-s<seed>" per system and seed:
   system and distil its checkpoint of the same seed (`teacher_from`);
 - probing runs on every model with per-item results kept (`keep_items`), the head analysis and
   importance / pruning on every model that has heads (not ELMo's LSTMs), the cross-attention heads of
-  the encoder-decoders, frozen vs finetuned, emergence and minimal pairs where the config asks for
-  them, and every model's competence (held-out LM loss beside unigram and bigram losses);
+  the encoder-decoders, frozen vs finetuned, emergence, minimal pairs and the flow suite (docs/flow.md)
+  where the config asks for them, and every model's competence (held-out LM loss beside unigram and bigram losses);
 - then the zoo's own steps (workbench/analyses/zoo.py): `zoo:training` (steps, tokens, FLOPs of
   each checkpoint), `zoo:cka` (CKA between every two checkpoints' layers) and `zoo:stats` (every
   cross-system number with a multi-bootstrap interval over seeds x items), and the report.
@@ -65,6 +65,7 @@ class ZooConfig(Config):
     frozen_vs_finetuned: dict | None = None     # FvFConfig fields
     emergence: dict | None = None               # emergence config (needs log-spaced checkpoints)
     pairs: dict | None = None                   # PairsRunConfig fields: minimal pairs on every model; None: none
+    flow: dict | None = None                    # FlowRunConfig fields: the flow suite on every model; None: none
     cka: dict | None = field(default_factory=dict)   # {"sentences": 500, "max_words": 40}; None: none
     stats: dict = field(default_factory=dict)   # {"n_boot": 1000, "seed": 0}
     # task -> the statistic its comparisons are judged on (PRIMARY_STATISTICS; a task not named:
@@ -253,6 +254,8 @@ def expand_zoo(zoo: ZooConfig) -> dict:
         cfg["emergence"] = {"models": names, "config": zoo.emergence}
     if zoo.pairs is not None:
         cfg["pairs"] = {"models": names, "config": zoo.pairs}
+    if zoo.flow is not None:
+        cfg["flow"] = {"models": names, "config": zoo.flow}
     return cfg
 
 

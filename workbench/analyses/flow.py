@@ -521,6 +521,27 @@ def flow_sentence(model, tok, text: str, lens: TunedLens | None = None, k: int =
             "attributions": attributions}
 
 
+def flow_seed_values(mi: pd.DataFrame | None) -> dict[tuple[str, str], dict[str, float]]:
+    """The zoo's per-checkpoint flow statistics (`workbench.analyses.zoo.seed_statistics` resamples them
+    over pretraining seeds and compares systems), from a `flow_mi` table: per estimator e, of the
+    trained model's input-token MI as a share of H(Y) (`mi_fraction`, no control),
+    - "flow_input_mi_top_<e>": at the last layer (Voita et al. 2019: a CLM ends lowest, an MLM higher);
+    - "flow_input_mi_rebuild_<e>": the last layer's minus the lowest layer's (0 when the curve only
+      falls; an MLM's loss-then-rebuild is > 0).
+    -> {(statistic, task ""): {model: value}}; a seq2seq's ";decoder" stack is its own model name."""
+    if mi is None or not len(mi):
+        return {}
+    g = mi[(mi["variant"] == "trained") & (mi["control"] == "none") & (mi["label"] == "input")
+           & (mi["metric"] == "mi_fraction")]
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for (model, est), c in g.groupby(["model", "estimator"]):
+        c = c.sort_values("layer")
+        top = float(c["value"].iloc[-1])
+        out.setdefault((f"flow_input_mi_top_{est}", ""), {})[model] = top
+        out.setdefault((f"flow_input_mi_rebuild_{est}", ""), {})[model] = top - float(c["value"].min())
+    return out
+
+
 def flow_kinds() -> list[str]:
     """The model kinds the flow suite reads whole (MI, lens, attribution: the app's sentence view): a
     family with an LM readout (`Family.residual_logits`) and an entry in `PREDICTION_VIEW` and

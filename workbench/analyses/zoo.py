@@ -26,7 +26,8 @@ these steps then read the run's tables across systems:
   treats one seed's checkpoint as if it were the system). Statistics with per-item results (probing:
   the score at each layer, the best-layer score of the layer chosen on held-out items, E_delta of the
   cumulative probes) get both; those without (share of heads per primary role, prunable share of
-  heads, finetuning gain) are resampled over seeds only. Minimal pairs (`pairs_statistics`, from
+  heads, finetuning gain, the flow suite's input-token MI at the top layer and its rebuild) are
+  resampled over seeds only. Minimal pairs (`pairs_statistics`, from
   `minimal_pair_items`): each phenomenon's accuracy by a system's own scorer, multi-bootstrap too.
 
 A comparison is claimed ("A > B") only when both systems have at least three seeds (a bootstrap of S
@@ -69,6 +70,7 @@ from probes.multibootstrap import (
 )
 from probes.sentence_scores import SCORERS
 from workbench.core.io import atomic_dir, atomic_write_json
+from workbench.analyses.flow import flow_seed_values
 from workbench.core.results import load_table
 from workbench.data.tasks import ud_sentences
 from workbench.store import extract
@@ -364,8 +366,9 @@ def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot:
                     seed: int = 0) -> tuple[list[dict], list[dict]]:
     """Rows for the statistics without items, resampled over pretraining seeds only: the share of a
     model's heads (the encoder's, for T5 / BART) with each primary role, the share of heads prunable
-    for a 5 % loss (Michel order), the finetuning gain (finetune minus the scalar-mix frozen
-    features, per task)."""
+    for a 5 % loss (Michel order), the flow suite's input-token MI at the top layer and its rebuild
+    (`workbench.analyses.flow.flow_seed_values`), the finetuning gain (finetune minus the scalar-mix
+    frozen features, per task)."""
     per_stat: dict[tuple[str, str], dict[str, float]] = {}
     classes = load_table(run_dir, "heads_classes")
     if classes is not None and len(classes):
@@ -380,6 +383,7 @@ def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot:
     if prunable is not None and len(prunable):
         p = prunable[(prunable["method"] == "michel") & np.isclose(prunable["tolerance"], 0.05)]
         per_stat["prunable_share", ""] = _per_model(p, "max_fraction")
+    per_stat.update(flow_seed_values(load_table(run_dir, "flow_mi")))  # input-token MI at the top, its rebuild
     fvf = load_table(run_dir, "frozen_vs_finetuned")
     if fvf is not None and len(fvf):
         gain = fvf[(fvf["setting"] == "diff:scalar_mix") & (fvf["seed"] == -1)]

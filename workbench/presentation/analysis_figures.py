@@ -113,13 +113,15 @@ def gating_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
 
 def flow_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
     """Per model of a flow run: the token-identity curves, the lens curves and the attribution methods'
-    faithfulness, each beside its floor (workbench.figures.flow)."""
+    faithfulness, each beside its floor (workbench.figures.flow); a model without lens or attribution
+    rows (docs/flow.md, "Which families get what") has no figure of them."""
     out: dict[str, go.Figure] = {}
+    has = lambda name, m: name in tables and (tables[name]["model"] == m).any()  # noqa: E731
     for m in _models(tables["flow_mi"]):
         out[f"flow_mi_{m}"] = F.flow_mi_figure(tables["flow_mi"], m)
-        if "flow_lens" in tables:
+        if has("flow_lens", m):
             out[f"flow_lens_{m}"] = F.flow_lens_figure(tables["flow_lens"], m)
-        if "flow_attribution" in tables:
+        if has("flow_attribution", m):
             out[f"flow_attribution_{m}"] = F.flow_attribution_figure(tables["flow_attribution"], m)
     return out
 

@@ -12,6 +12,7 @@ from plmodels.tokenizer import Tokenizer
 from workbench.analyses.flow import flow_kinds, flow_model
 from workbench.core.paths import data_root
 from workbench.data.tasks import ud_sentences
+from workbench.presentation.analysis_figures import flow_figures
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(not (data_root() / "ud_english_ewt").is_dir(), reason="data root missing")]
@@ -66,3 +67,13 @@ def test_electras_discriminator_gets_the_mi_curves_only(tok, tmp_path):
     t = flow_model(tmp_path / "disc", config=CFG, model_name="disc", lens_dir=tmp_path / "lens")
     assert set(t["flow_mi"].label) == {"input", "predict"}
     assert t["flow_lens"].empty and t["flow_attribution"].empty and not (tmp_path / "lens").exists()
+
+
+def test_a_seq2seq_runs_figures_are_the_mi_curves_of_each_stack(tok, tmp_path):
+    """No lens or attribution rows: no empty lens or attribution figure (analysis_figures.flow_figures)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    model = build_model("seq2seq", {**preset("seq2seq", "tiny"), "vocab_size": tok.vocab_size, "dropout": 0.0})
+    plmodels.save(model, tok, tmp_path / "m")
+    t = flow_model(tmp_path / "m", config=CFG, model_name="m")
+    assert sorted(flow_figures(t)) == ["flow_mi_m", "flow_mi_m;decoder"]

@@ -24,19 +24,28 @@ def main() -> None:
     run = common.current_run()
     if run is None:
         return
+    mi, lens, attr = (common.view("table", run, t) for t in ("flow_mi", "flow_lens", "flow_attribution"))
     cards = common.view("model_cards", run)
-    cards = cards[cards["kind"].isin(flow_kinds())] if len(cards) else cards
+    # the models with the whole suite, and any other with MI curves in the run (docs/flow.md, "Which
+    # families get what")
+    if len(cards):
+        cards = cards[cards["kind"].isin(flow_kinds()) | cards["name"].isin(set(mi["model"]) if mi is not None else ())]
     if not len(cards):
         common.no_results("flow_mi", "flow")
         return
     name = common.choose("Model", {f"{n} ({k})": n for n, k in zip(cards["name"], cards["kind"])}, "flow_model")
-    mi, lens, attr = (common.view("table", run, t) for t in ("flow_mi", "flow_lens", "flow_attribution"))
     if mi is None or not (mi["model"] == name).any():
         common.no_results("flow_mi", "flow")
     else:
         st.plotly_chart(FF.flow_mi_figure(mi, name), width="stretch")
-        st.plotly_chart(FF.flow_lens_figure(lens, name), width="stretch")
-        st.plotly_chart(FF.flow_attribution_figure(attr, name), width="stretch")
+        for table, figure in ((lens, FF.flow_lens_figure), (attr, FF.flow_attribution_figure)):
+            if table is not None and (table["model"] == name).any():
+                st.plotly_chart(figure(table, name), width="stretch")
+    kind = cards.set_index("name").loc[name, "kind"]
+    if kind not in flow_kinds():
+        st.info(f"A {kind} model has the token-identity curves only: no lens and no LM attribution "
+                "(docs/flow.md, 'Which families get what').")
+        return
     st.subheader("One sentence")
     path = cards.set_index("name").loc[name, "path"]
     k = int(st.number_input("Top k", 1, 10, 3, key="flow_k"))

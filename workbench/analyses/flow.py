@@ -47,11 +47,11 @@ import pandas as pd
 import torch
 
 import plmodels
+from plmodels.checkpoint import read_card
 from plmodels.config import Config
 from plmodels.families import FAMILIES, family_of
-from plmodels.training.masking import MaskingConfig, mask_tokens, step_generator
-from plmodels.checkpoint import read_card
 from plmodels.training.finetune import HEAD_FILE, INFO_FILE, load_classifier
+from plmodels.training.masking import MaskingConfig, mask_tokens, step_generator
 from probes.attribution import (EmbedTarget, aopc, attention_flow, faithfulness, input_x_gradient, insertion_aopc,
                                 integrated_gradients, rank_correlation, rollout, value_zeroing)
 from probes.flow import MI_ESTIMATORS

@@ -26,8 +26,8 @@ def main() -> None:
         return
     mi, lens, attr = (common.view("table", run, t) for t in ("flow_mi", "flow_lens", "flow_attribution"))
     cards = common.view("model_cards", run)
-    # the models with the whole suite, and any other with MI curves in the run (docs/flow.md, "Which
-    # families get what")
+    # the models with the whole suite, and any other with MI curves in the run
+    # (docs/flow.md, "Which families get what")
     if len(cards):
         cards = cards[cards["kind"].isin(flow_kinds()) | cards["name"].isin(set(mi["model"]) if mi is not None else ())]
     if not len(cards):

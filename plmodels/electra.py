@@ -107,10 +107,20 @@ def sample_replacements(logits: torch.Tensor, temperature: float, generator: tor
     By the inverse CDF: one uniform u per row, the first id whose cumulative probability exceeds
     u * total (a token of probability 0 is never drawn). The same law as `torch.multinomial` or the
     authors' Gumbel-max, at one random number per row instead of one per vocabulary entry
-    (multinomial's exponential draws took a third of the step at V = 16,000)."""
-    cdf = torch.softmax(logits.detach().float() / temperature, dim=-1).cumsum(-1).cpu()  # (M, V)
-    u = torch.rand(cdf.shape[0], 1, generator=generator, dtype=cdf.dtype) * cdf[:, -1:]  # (M, 1)
-    return torch.searchsorted(cdf, u, right=True)[:, 0].clamp_max(cdf.shape[1] - 1).to(logits.device)
+    (multinomial's exponential draws took a third of the step at V = 16,000). `generator` is on
+    the logits' device (`sampling_generator`): nothing is copied to the host, row i's sample is a
+    function of the generator's seed and of row i only."""
+    cdf = torch.softmax(logits.detach().float() / temperature, dim=-1).cumsum(-1)  # (M, V)
+    u = torch.rand(cdf.shape[0], 1, generator=generator, dtype=cdf.dtype, device=cdf.device) * cdf[:, -1:]  # (M, 1)
+    return torch.searchsorted(cdf, u, right=True)[:, 0].clamp_max(cdf.shape[1] - 1)
+
+
+def sampling_generator(seed: int, device: torch.device) -> torch.Generator:
+    """A generator on `device` seeded with `seed` (the trainer draws one seed a step on the host, so
+    a resumed run samples what the uninterrupted one did on the same kind of device)."""
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
 
 
 def rtd_labels(corrupted: torch.Tensor, original: torch.Tensor) -> torch.Tensor:
@@ -126,32 +136,38 @@ class ElectraLoss:
     loss: torch.Tensor
     mlm: torch.Tensor
     rtd: torch.Tensor
-    n_masked: int
+    n_masked: torch.Tensor  # () the number of masked positions, on the device
     replaced: torch.Tensor  # (B, T) the discriminator's input
     labels: torch.Tensor  # (B, T) its targets, 1 = replaced
     rtd_logits: torch.Tensor  # (B, T)
 
 
-def electra_loss(pair: ElectraPair, original: torch.Tensor, masked: torch.Tensor, labels: torch.Tensor,
-                 generator: torch.Generator, attention_mask: torch.Tensor | None = None,
-                 token_type_ids: torch.Tensor | None = None) -> ElectraLoss:
-    """One step's loss. original / masked / labels: (B, T) ids, the generator's input (with [MASK])
-    and the MLM labels (-100 where not masked); `generator` draws the samples.
+def electra_loss(pair: ElectraPair, original: torch.Tensor, masked: torch.Tensor, generator: torch.Generator, attention_mask: torch.Tensor | None = None,
+                 token_type_ids: torch.Tensor | None = None, *, slots) -> ElectraLoss:
+    """One step's loss. original / masked: (B, T) ids, the generator's input (with [MASK]); `slots`,
+    the masked positions and their labels in fixed-size slots (plmodels.training.masking.MaskedSlots:
+    index (B, Q), rows / positions / targets (M,), count);
+    `generator` (on the device) draws the samples.
 
     MLM: mean cross-entropy of the generator at the masked positions. RTD: the discriminator reads
     `masked` with every masked position set to the generator's sample, and predicts per real token
-    whether it differs from `original`; mean binary cross-entropy over real tokens."""
-    sel = labels != IGNORE_INDEX
-    targets = labels[sel]
+    whether it differs from `original`; mean binary cross-entropy over real tokens. Every shape is
+    set by the slots, and nothing is read back to the host."""
     g = pair.generator
-    if attention_mask is None:  # the generator's last block at the masked rows only (exact)
-        g_hidden = g.masked_hidden(masked, sel, token_type_ids)  # (M, Dg)
+    if attention_mask is None:  # the generator's last block at the slots only (exact)
+        rows = g.hidden_at(masked, slots.index, token_type_ids)  # (B, Q, Dg)
+        g_hidden = rows.flatten(0, 1).index_select(0, slots.rows)  # (M, Dg)
     else:
-        g_hidden = g(masked, attention_mask, token_type_ids, attn_impl="sdpa").last_hidden_state[sel]
+        g_hidden = g(masked, attention_mask, token_type_ids, attn_impl="sdpa").last_hidden_state
+        g_hidden = g_hidden.flatten(0, 1).index_select(0, slots.positions)  # (M, Dg)
     g_logits = g.mlm_logits(g_hidden)  # (M, V)
-    mlm = F.cross_entropy(g_logits.float(), targets) if targets.numel() else g_logits.sum() * 0.0
-    replaced = masked.clone()
-    replaced[sel] = sample_replacements(g_logits, pair.cfg.temperature, generator)
+    mlm = F.cross_entropy(g_logits.float(), slots.targets, reduction="sum") / slots.count.clamp_min(1.0)
+    # the samples written at the masked positions; a padding slot (an unmasked position) keeps its id
+    flat = masked.flatten()
+    kept = flat.index_select(0, slots.positions)
+    sampled = torch.where(slots.targets != IGNORE_INDEX,
+                          sample_replacements(g_logits, pair.cfg.temperature, generator), kept)
+    replaced = flat.scatter(0, slots.positions, sampled).view_as(masked)
     y = rtd_labels(replaced, original)
     d = pair.discriminator
     hidden = d(replaced, attention_mask, token_type_ids, attn_impl="sdpa").last_hidden_state  # (B, T, D)
@@ -159,4 +175,4 @@ def electra_loss(pair: ElectraPair, original: torch.Tensor, masked: torch.Tensor
     real = torch.ones_like(y) if attention_mask is None else attention_mask.float()
     bce = F.binary_cross_entropy_with_logits(logits, y, reduction="none")
     rtd = (bce * real).sum() / real.sum().clamp_min(1.0)
-    return ElectraLoss(mlm + pair.cfg.rtd_weight * rtd, mlm, rtd, int(targets.numel()), replaced, y, logits)
+    return ElectraLoss(mlm + pair.cfg.rtd_weight * rtd, mlm, rtd, slots.count, replaced, y, logits)

@@ -339,7 +339,20 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
         4 x 256 at 25% masking, runs 1.13x as fast: docs/benchmarks.md). Sequences are padded to the
         largest count of selected positions in the batch; those extra rows are computed and dropped.
         SDPA path, no attention mask, and no hooks (refused: the last block's sites would see
-        (B, Q, D) rows)."""
+        (B, Q, D) rows). The trainer calls `hidden_at` with fixed-size slots instead (no selection
+        by a mask, no count read back)."""
+        counts, Q = _selected_counts(select)  # (B,), max count
+        # positions of the selected tokens first, in increasing order (a stable sort), then the rest
+        index = torch.argsort((~select).to(torch.int8), dim=1, stable=True)[:, :Q]  # (B, Q)
+        rows = self.hidden_at(input_ids, index, token_type_ids)  # (B, Q, D)
+        return rows[torch.arange(Q, device=rows.device)[None, :] < counts[:, None]]  # (M, D)
+
+    def hidden_at(
+        self, input_ids: torch.Tensor, index: torch.Tensor, token_type_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Final hidden states at the positions `index` (B, Q) long, (B, Q, D): `masked_hidden`'s
+        last block at Q rows a sequence, with shapes that depend on (B, T, Q) only (the trainer's
+        `MaskedSlots`, plmodels/training/masking.py). Same restrictions as `masked_hidden`."""
         T = input_ids.shape[1]
         check_length(T, self.config.max_positions)
         hooked = [name for name, p in self.hook_points().items() if p.fns]
@@ -349,15 +362,10 @@ class Encoder(HookedModel, PrunableMixin, nn.Module):
         x = self.embeddings(input_ids, token_type_ids)  # (B, T, D)
         for block in self.blocks[:-1]:
             x, _ = block(x, None, **kw)
-        counts, Q = _selected_counts(select)  # (B,), max count
-        if Q == 0:
-            return x.new_zeros(0, x.shape[-1])
-        # positions of the selected tokens first, in increasing order (a stable sort), then the rest
-        index = torch.argsort((~select).to(torch.int8), dim=1, stable=True)[:, :Q]  # (B, Q)
+        if index.shape[1] == 0:
+            return x.new_zeros(x.shape[0], 0, x.shape[-1])
         rows = self.blocks[-1].forward_at(x, index, None, **kw)  # (B, Q, D)
-        if self.final_norm is not None:
-            rows = self.final_norm(rows)
-        return rows[torch.arange(Q, device=rows.device)[None, :] < counts[:, None]]  # (M, D)
+        return rows if self.final_norm is None else self.final_norm(rows)
 
     def mlm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) -> (..., V): BERT's MLM transform and (tied) decoder; call on masked positions."""

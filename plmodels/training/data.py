@@ -40,8 +40,11 @@ from .corpus import sample_texts_for_tokenizer
 from .denoising import bart_text_infilling, t5_span_corruption
 from .distributed import Dist, barrier
 from .masking import (
+    MaskedSlots,
     MaskingConfig,
+    cap_predictions,
     continuation_ids,
+    masked_slots,
     mask_tokens,
     nsp_pairs,
     sop_pairs,
@@ -63,6 +66,7 @@ class Batch:
     token_type_ids: torch.Tensor | None = None
     nsp_labels: torch.Tensor | None = None  # (B,) NSP (1 = NotNext) or SOP (1 = swapped) labels
     extras: dict = field(default_factory=dict)
+    slots: MaskedSlots | None = None  # a masked LM's predicted positions in fixed-size slots (masking.py)
 
 
 def prepare_tokenizer(cfg: PretrainConfig, out_dir: Path, d: Dist, fixed: str | None = None):
@@ -189,7 +193,8 @@ def batch_to(batch: Batch, device: torch.device, pin: bool = False) -> Batch:
             return tuple(mv(t) for t in x)
         return x
     return Batch(mv(batch.input_ids), mv(batch.labels), mv(batch.token_type_ids), mv(batch.nsp_labels),
-                 {k: mv(v) for k, v in batch.extras.items()})
+                 {k: mv(v) for k, v in batch.extras.items()},
+                 None if batch.slots is None else batch.slots.to(device, pin))
 
 
 class Prefetcher:
@@ -251,9 +256,11 @@ class Prefetcher:
         self._thread.join()
 
 
-def make_batch(rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Generator, cont_ids, device) -> Batch:
-    """Training targets for packed rows: MLM (+ NSP or SOP pairs) for WordPiece rows (B, L), the shift
-    for BPE rows (B, L+1)."""
+def make_batch(rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Generator, cont_ids, device,
+               sizes: tuple[int, int] | None = None) -> Batch:
+    """Training targets for packed rows: MLM (+ NSP or SOP pairs) for WordPiece rows (B, L), with their
+    `MaskedSlots` of `sizes` (Q, M) (masking.slot_sizes; None: the batch's own counts; a selection
+    over them is capped, masking.cap_predictions), or the shift for BPE rows (B, L+1)."""
     if tok.kind != "wordpiece":
         return Batch(rows[:, :-1].contiguous().to(device), rows[:, 1:].contiguous().to(device))
     types = nsp = None
@@ -263,8 +270,10 @@ def make_batch(rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Gener
     starts = word_starts(rows, cont_ids) if masking.whole_word else None
     ids, labels = mask_tokens(rows, mask_id=tok.mask_id, vocab_size=tok.vocab_size, special_ids=tok.special_ids,
                               generator=gen, cfg=masking, starts=starts)
+    if sizes is not None:
+        ids, labels = cap_predictions(ids, labels, rows, sizes)
     mv = lambda t: None if t is None else t.to(device)  # noqa: E731
-    return Batch(ids.to(device), labels.to(device), mv(types), mv(nsp))
+    return Batch(ids.to(device), labels.to(device), mv(types), mv(nsp), slots=masked_slots(labels, sizes).to(device))
 
 
 # ------------------------------------------------------------------------ encoder-decoders

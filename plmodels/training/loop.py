@@ -412,17 +412,18 @@ def loss_curve(metrics_path: Path, last_step: int) -> dict:
 
 class CompiledStep:
     """The model as `lm_loss` sees it in a compiled train step: `forward` and the encoder's
-    `masked_hidden` through torch.compile, every other attribute the plain model's (same parameters).
+    `hidden_at` through torch.compile, every other attribute the plain model's (same parameters).
     `torch.compile(model)` alone compiles only `forward`, which the encoder's loss does not call, and
     setting an attribute on its wrapper sets it on the model; this wrapper leaves the model as it
-    was, so eval, hooks and saving run uncompiled. In `masked_hidden` the blocks compile with static
-    shapes and the last block again once the masked-row count varies (`_selected_counts`)."""
+    was, so eval, hooks and saving run uncompiled. The batches of a compiled run carry slots of
+    sizes fixed by the config (`Objective.slot_sizes`), so `hidden_at` compiles once per batch shape
+    (the short and the long rows), however many positions each batch masks."""
 
-    def __init__(self, model) -> None:
+    def __init__(self, model, backend: str = "inductor") -> None:
         self._model = model
-        self._forward = torch.compile(model)
-        if hasattr(model, "masked_hidden"):  # an encoder's loss; other attributes fall through (__getattr__)
-            self.masked_hidden = torch.compile(model.masked_hidden)
+        self._forward = torch.compile(model, backend=backend)
+        if hasattr(model, "hidden_at"):  # an encoder's loss; other attributes fall through (__getattr__)
+            self.hidden_at = torch.compile(model.hidden_at, backend=backend)
 
     def __call__(self, *args, **kwargs):
         return self._forward(*args, **kwargs)

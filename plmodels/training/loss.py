@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from plmodels.families import family_of
 
 from .data import Batch
-from .masking import IGNORE_INDEX
+from .masking import IGNORE_INDEX, masked_slots
 
 
 class LinearCrossEntropy(torch.autograd.Function):
@@ -22,8 +22,9 @@ class LinearCrossEntropy(torch.autograd.Function):
 
     For each chunk of rows the logits z = h W^T + b (c, V) are formed, the loss is lse(z) - z_y, and
     the gradient dL/dz = softmax(z) - onehot(y) is written over z in place (softmax, with the loss
-    -log softmax(z)_y read off it; rows whose p_y is below 1e-30 get lse(z) - z_y recomputed exactly);
-    then dL/dh = dz W and dL/dW += dz^T h, dL/db += sum dz. So the full (N, V) logits, their fp32 log-softmax copy and the
+    lse(z) - z_y = max(z) - log p_max - z_y read off it, exact where p_y underflows); then
+    dL/dh = dz W and dL/dW += dz^T h, dL/db += sum dz over the rows with a target. Nothing is read
+    back to the host (no sync on CUDA). So the full (N, V) logits, their fp32 log-softmax copy and the
     separate backward pass over them are never materialised; backward only scales the stored
     gradients by the incoming scalar. Same FLOPs as linear + F.cross_entropy (3 matmuls).
 
@@ -57,26 +58,24 @@ class LinearCrossEntropy(torch.autograd.Function):
                 z32 = buf32[: h.shape[0]].copy_(z) if low else z
                 valid = y != IGNORE_INDEX
                 y0 = y.clamp_min(0)[:, None]  # (c, 1); ignored rows are zeroed below
+                z_y = z.gather(1, y0)[:, 0].float()  # the target's logit, before the softmax overwrites it
+                top, at = z.max(-1)  # (c,) the largest logit and its id
                 torch._softmax(z32, -1, False, out=z32)  # probabilities, in place (one fused kernel)
-                p_y = z32.gather(1, y0)[:, 0]
-                nll = -p_y.log()  # -log p_y = lse(z) - z_y
-                tiny = p_y < 1e-30  # p_y near fp32 underflow: recompute lse(z) - z_y exactly
-                if bool(tiny.any()):
-                    if low:  # z still holds the bf16 logits
-                        exact = z[tiny].float()
-                    else:
-                        exact = h[tiny] @ w.t() if b is None else torch.addmm(b, h[tiny], w.t())
-                    nll[tiny] = exact.logsumexp(-1) - exact.gather(1, y0[tiny])[:, 0]
+                # -log p_y = lse(z) - z_y with lse(z) = max - log p_max: p_max >= 1/V never underflows
+                # (p_y can), and no row is picked out on the host
+                nll = (top.float() - z_y) - z32.gather(1, at[:, None])[:, 0].log()
                 total += (nll * valid).sum()
                 z32.scatter_add_(1, y0, torch.full_like(y0, -1, dtype=z32.dtype))  # - onehot(y)
-                if not bool(valid.all()):
-                    z32[~valid] = 0.0  # ignored rows contribute nothing
+                # ignored rows contribute nothing: their rows of dz are left as they are and masked
+                # in the (c, D) products instead (no (c, V) pass, no count read back)
+                keep = valid[:, None].to(h.dtype)  # (c, 1)
                 dz = z.copy_(z32) if low else z32  # dL/dz in the compute dtype
                 torch.mm(dz, w, out=grad_h[s: s + chunk_rows])
+                grad_h[s: s + chunk_rows] *= keep
                 if grad_w is not None:
-                    grad_w.add_(dz.t() @ h) if low else grad_w.addmm_(dz.t(), h)
+                    grad_w.add_(dz.t() @ (h * keep)) if low else grad_w.addmm_(dz.t(), h * keep)
                 if grad_b is not None:
-                    grad_b += dz.sum(0, dtype=torch.float32)
+                    grad_b += torch.mv(z32.t(), keep[:, 0].float())
         ctx.save_for_backward(grad_h.to(hidden.dtype), grad_w, grad_b)
         return total
 
@@ -93,8 +92,8 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
 
     With grad enabled it takes the fused chunked path (`LinearCrossEntropy`): in fp32 when autocast
     is off and the inputs are fp32, in bf16 under CPU bf16 autocast. Otherwise it is exactly
-    `F.cross_entropy(F.linear(...).float(), ...)`.
-    hidden (N, D), weight (V, D), bias (V,) or None, targets (N,) -> scalar fp32.
+    `F.cross_entropy(F.linear(...).float(), ...)` (in float64 for float64 inputs).
+    hidden (N, D), weight (V, D), bias (V,) or None, targets (N,) -> scalar fp32 (float64).
     """
     if torch.is_grad_enabled():
         device = hidden.device.type
@@ -103,49 +102,59 @@ def linear_cross_entropy(hidden: torch.Tensor, weight: torch.Tensor, bias: torch
         if (device == "cpu" and torch.is_autocast_enabled(device)
                 and torch.get_autocast_dtype(device) == torch.bfloat16):
             return LinearCrossEntropy.apply(hidden, weight, bias, targets, chunk_rows, torch.bfloat16)
-    return F.cross_entropy(F.linear(hidden, weight, bias).float(), targets, reduction="sum")
+    logits = F.linear(hidden, weight, bias)
+    return F.cross_entropy(logits.to(torch.promote_types(logits.dtype, torch.float32)), targets, reduction="sum")
 
 
-def masked_lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
-    """An encoder's mean masked-LM cross-entropy over the labelled positions (+ NSP), and their count.
+def masked_lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """An encoder's mean masked-LM cross-entropy over the labelled positions (+ NSP), and their count
+    (a 0-d device tensor).
 
-    Hidden states at the masked positions only, hidden[labels != -100] (M, D), go through the MLM
-    transform and the (tied) vocabulary projection: with 15% masking this skips 85% of the
-    projection, the largest matmul of a small model; without NSP the last block itself runs at
-    those positions only (`Encoder.masked_hidden`).
+    Hidden states at the predicted positions only, gathered through the batch's `MaskedSlots` (M, D)
+    (their padding slots are labelled -100 and weigh nothing), go through the MLM transform and the
+    (tied) vocabulary projection: with 15% masking this skips 85% of the projection, the largest
+    matmul of a small model; without NSP the last block itself runs at the Q slots of each row
+    only (`Encoder.hidden_at`). Every shape is set by the slots' sizes, and nothing is read back to
+    the host: a batch built without slots gets its own here (`masked_slots`, which reads the counts).
     """
     device_type = batch.input_ids.device.type
+    slots = batch.slots if batch.slots is not None else masked_slots(batch.labels)
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
-        sel = batch.labels != IGNORE_INDEX
-        targets = batch.labels[sel]
-        n = int(targets.numel())
-        if batch.nsp_labels is None:  # the last block at the masked positions only (exact)
-            hidden = model.masked_hidden(batch.input_ids, sel, batch.token_type_ids)  # (M, D)
+        if batch.nsp_labels is None:  # the last block at the slots only (exact)
+            rows = model.hidden_at(batch.input_ids, slots.index, batch.token_type_ids)  # (B, Q, D)
         else:  # NSP also needs [CLS]'s last hidden state: the whole forward
             out = model(batch.input_ids, token_type_ids=batch.token_type_ids, attn_impl="sdpa")
-            hidden = out.last_hidden_state[sel]
-        loss = linear_cross_entropy(model.mlm_transform(hidden), *model.mlm_projection(), targets) / max(1, n)
+            rows = gather_rows(out.last_hidden_state, slots.index)  # (B, Q, D)
+        hidden = rows.flatten(0, 1).index_select(0, slots.rows)  # (M, D)
+        loss = linear_cross_entropy(model.mlm_transform(hidden), *model.mlm_projection(), slots.targets)
+        loss = loss / slots.count.clamp_min(1.0)
         if batch.nsp_labels is not None:
             nsp = model.nsp_logits(out.pooler_output)
             loss = loss + F.cross_entropy(nsp.float(), batch.nsp_labels)
-    return loss, n
+    return loss, slots.count
 
 
-def causal_lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
+def gather_rows(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """hidden (B, T, D) at index (B, Q) long -> (B, Q, D)."""
+    return hidden.gather(1, index[..., None].expand(*index.shape, hidden.shape[-1]))
+
+
+def causal_lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """A decoder's mean next-token cross-entropy at every position against the shifted labels, and
-    the count; a decoder with the adaptive output uses its own loss (`Decoder.adaptive_loss`), which
-    evaluates a tail cluster only for the targets in it."""
+    the count (a 0-d device tensor: the mean divides by it on the device, no read back); a decoder
+    with the adaptive output uses its own loss (`Decoder.adaptive_loss`), which evaluates a tail
+    cluster only for the targets in it (selecting them by a mask: a sync on CUDA)."""
     device_type = batch.input_ids.device.type
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
         out = model(batch.input_ids, attn_impl="sdpa", return_logits=False)
-        n = int((batch.labels != IGNORE_INDEX).sum())
+        n = (batch.labels != IGNORE_INDEX).sum()
         h = out.last_hidden_state.flatten(0, 1)  # (B T, D)
         if model.config.output == "adaptive":
             labels = batch.labels.flatten()
             sel = labels != IGNORE_INDEX
-            loss = model.adaptive_loss(h[sel], labels[sel]) / max(1, n)
+            loss = model.adaptive_loss(h[sel], labels[sel]) / n.clamp_min(1)
         else:
-            loss = linear_cross_entropy(h, model.lm_weight(), None, batch.labels.flatten()) / max(1, n)
+            loss = linear_cross_entropy(h, model.lm_weight(), None, batch.labels.flatten()) / n.clamp_min(1)
     return loss, n
 
 
@@ -153,7 +162,7 @@ def causal_lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, i
 TRAINING_LOSSES = {"masked": masked_lm_loss, "causal": causal_lm_loss}
 
 
-def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int]:
+def lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean cross-entropy over labelled positions, and their count: `masked_lm_loss` for a masked LM
     (encoder), `causal_lm_loss` for a causal one (decoder), by the model's family record. Both use
     `linear_cross_entropy`, which never materialises the full logits when training in fp32."""

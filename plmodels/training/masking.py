@@ -27,9 +27,20 @@ and swaps their order half the time: `[CLS] B [SEP] A [SEP]` is label 1, the tex
 so topic cues cannot solve it. Both tasks use the same 2-way head on the pooled [CLS].
 
 The causal-LM target (Radford et al., 2019) is the input shifted by one: labels[t] = input[t+1].
+
+Static shapes (issue 81): a masked-LM step reads its predicted positions through `MaskedSlots`, a
+fixed-size gather with -100 at the padding slots, as BERT's own TPU input pipeline pads
+masked_lm_positions / masked_lm_weights to max_predictions_per_seq (Devlin et al. 2019,
+create_pretraining_data.py). The slots are built on the host with the batch, so the step neither
+selects with a boolean mask (a device-to-host sync on CUDA) nor reads a count back. Their sizes are
+the batch's own counts (`masked_slots(labels)`), or bounds that depend only on the config
+(`slot_sizes`: mean + 6 standard deviations of the selected count, per row and per batch), which a
+compiled step needs to compile once; a mask over a bound (odds below 1e-9 a batch at the defaults)
+loses its last selections (`cap_predictions`), never silently at the loss.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -228,3 +239,74 @@ def sop_pairs(
         ids[i] = torch.cat([cls, first, sep, second, sep])
         types[i, len(first) + 2:] = 1
     return ids, types, swapped.long()
+
+
+# standard deviations above the mean selected count at which `slot_sizes` puts its bounds
+SLOT_SIGMAS = 6.0
+
+
+@dataclass
+class MaskedSlots:
+    """A masked-LM batch's predicted positions in shapes set by two sizes, Q slots a row and M a batch.
+
+    index: (B, Q) long, each row's labelled positions in increasing order, then its other positions
+        (padding slots; Q <= T). rows: (M,) long, indices into the B*Q slots, the labelled ones first
+        in row-major order (the order of labels[labels != -100]), then padding slots.
+    positions: (M,) long, the same slots as flat positions b * T + t. targets: (M,) long, the labels
+        there (-100 at a padding slot, which is an unlabelled position). count: () float32, the number of
+        labelled positions. All built on the host, moved with the batch (`data.batch_to`).
+    """
+
+    index: torch.Tensor
+    rows: torch.Tensor
+    positions: torch.Tensor
+    targets: torch.Tensor
+    count: torch.Tensor
+
+    def to(self, device: torch.device, pin: bool = False) -> "MaskedSlots":
+        mv = lambda t: (t.pin_memory() if pin else t).to(device, non_blocking=True)  # noqa: E731
+        return MaskedSlots(mv(self.index), mv(self.rows), mv(self.positions), mv(self.targets), mv(self.count))
+
+
+def slot_sizes(batch_size: int, seq_len: int, rate: float, sigmas: float = SLOT_SIGMAS) -> tuple[int, int]:
+    """(Q, M): slots per row and per batch that hold a selection at `rate` of (batch_size, seq_len)
+    tokens but with odds of a normal tail past `sigmas` standard deviations (binomial counts: per row
+    T p + s sqrt(T p (1 - p)), per batch the same over B T tokens), rounded up to a multiple of 8."""
+    def bound(n: int) -> int:
+        return min(n, 8 * math.ceil((n * rate + sigmas * math.sqrt(n * rate * (1 - rate))) / 8))
+    q = bound(seq_len)
+    return q, min(batch_size * q, bound(batch_size * seq_len))
+
+
+def cap_predictions(ids: torch.Tensor, labels: torch.Tensor, original: torch.Tensor,
+                    sizes: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, labels) with at most Q labelled positions a row and M a batch (sizes = (Q, M)): the
+    selections past the Q-th of a row, then past the M-th of the batch in row-major order, get their
+    original token back and label -100. All (B, T); a batch within the bounds is returned as it is."""
+    q, m = sizes
+    sel = labels != IGNORE_INDEX
+    keep = sel & (sel.cumsum(1) <= q)
+    keep &= keep.flatten().cumsum(0).view_as(keep) <= m
+    if torch.equal(keep, sel):
+        return ids, labels
+    drop = sel & ~keep
+    return torch.where(drop, original, ids), torch.where(drop, torch.full_like(labels, IGNORE_INDEX), labels)
+
+
+def masked_slots(labels: torch.Tensor, sizes: tuple[int, int] | None = None) -> MaskedSlots:
+    """The `MaskedSlots` of labels (B, T) with sizes (Q, M), or the batch's own (its largest row count,
+    its total) when None. A row or batch over the sizes is an error (`cap_predictions` first). Reads
+    the counts on the host: call it where the batch is built."""
+    B, T = labels.shape
+    sel = labels != IGNORE_INDEX
+    counts = sel.sum(1)  # (B,)
+    most, total = (int(counts.max()) if B else 0), int(counts.sum())
+    q, m = (most, total) if sizes is None else sizes
+    if most > q or total > m:
+        raise ValueError(f"masked_slots: {most} labels in a row and {total} in the batch, over the sizes {(q, m)}")
+    index = torch.argsort((~sel).to(torch.int8), dim=1, stable=True)[:, :q]  # (B, Q)
+    valid = torch.arange(q, device=labels.device)[None, :] < counts[:, None]  # (B, Q)
+    rows = torch.argsort((~valid.flatten()).to(torch.int8), stable=True)[:m]  # (M,)
+    positions = (index + torch.arange(B, device=labels.device)[:, None] * T).flatten()[rows]  # (M,)
+    return MaskedSlots(index, rows, positions, labels.flatten()[positions],
+                       torch.tensor(float(total), dtype=torch.float32, device=labels.device))

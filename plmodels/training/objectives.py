@@ -25,16 +25,17 @@ objective are `PretrainConfig.objective_args`, checked by the objective's own co
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from plmodels.checkpoint import WEIGHTS_FILE, build_model, read_safetensors, save, write_checksums
 from plmodels.config import Config
-from plmodels.electra import ElectraConfig, ElectraPair, electra_loss, generator_state
+from plmodels.electra import ElectraConfig, ElectraPair, electra_loss, generator_state, sampling_generator
 from plmodels.elmo import bilm_loss
 from plmodels.files import save_safetensors
 from plmodels.tokenizer import WORDPIECE_SPECIALS, Tokenizer
@@ -43,7 +44,7 @@ from .config import AUTO_OBJECTIVE, BartArgs, PLMArgs, T5Args
 from .data import Batch, bart_batch, make_batch, plm_batch, t5_batch
 from .distil import DistilConfig, check_teacher, distil_loss, load_teacher, student_from_teacher
 from .loss import causal_lm_loss, linear_cross_entropy, masked_lm_loss
-from .masking import IGNORE_INDEX, MaskingConfig, word_starts
+from .masking import IGNORE_INDEX, MaskingConfig, cap_predictions, masked_slots, slot_sizes, word_starts
 from .spans import SpanBoundaryHead, SpanConfig, sbo_targets, span_mask
 
 OBJECTIVE_FILE = "objective.safetensors"  # a checkpoint's training-only tensors (SBO head, generator)
@@ -116,7 +117,17 @@ class Objective:
     # --- a step -----------------------------------------------------------------------------
     def batch(self, rows: torch.Tensor, tok, masking: MaskingConfig, gen: torch.Generator, cont_ids,
               device) -> Batch:
-        return make_batch(rows, tok, masking, gen, cont_ids, device)
+        return make_batch(rows, tok, masking, gen, cont_ids, device, self.slot_sizes(rows))
+
+    def slot_sizes(self, rows: torch.Tensor) -> tuple[int, int] | None:
+        """The `MaskedSlots` sizes (Q, M) of a batch of `rows` (B, T): with `compile`, bounds from
+        the config (masking.slot_sizes at the run's highest masking rate), so every batch of a shape
+        has the same slots and the compiled step compiles once; eager, None: each batch's own counts
+        (fewer padding rows; known on the host where the batch is built, so no sync either way)."""
+        if not self.cfg.compile:
+            return None
+        m = self.cfg.masking_config
+        return slot_sizes(rows.shape[0], rows.shape[1], max(m.rate, m.rate_final or 0.0))
 
     def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
         """(loss to differentiate, number of predicted tokens, parts for metrics.jsonl). The parts are
@@ -181,23 +192,30 @@ class SpanBERT(Objective):
                       special_ids=tok.special_ids, generator=gen, rate=masking.rate, p=a.p, max_span=a.max_span,
                       mask_frac=masking.mask_frac, random_frac=masking.random_frac,
                       max_pair_targets=a.max_pair_targets)
-        b_idx, left, right, rel, targets = sbo_targets(m)
-        extras = {"sbo": tuple(t.to(device) for t in (b_idx, left, right, rel, targets))}
-        return Batch(m.input_ids.to(device), m.labels.to(device), extras=extras)
+        sizes = self.slot_sizes(rows)
+        if sizes is not None:
+            ids, labels = cap_predictions(m.input_ids, m.labels, rows, sizes)
+            m = replace(m, input_ids=ids, labels=labels, sbo=m.sbo & (labels != IGNORE_INDEX))
+        sbo = sbo_targets(m)
+        if sizes is not None:  # the SBO targets (a subset of the labelled positions) padded to M, -100 there
+            pad = sizes[1] - sbo[0].numel()
+            sbo = tuple(F.pad(t, (0, pad), value=IGNORE_INDEX if i == 4 else 0) for i, t in enumerate(sbo))
+        return Batch(m.input_ids.to(device), m.labels.to(device), extras={"sbo": tuple(t.to(device) for t in sbo)},
+                     slots=masked_slots(m.labels, sizes).to(device))
 
     def loss(self, module, batch, autocast):
         enc = module.model
+        slots = batch.slots if batch.slots is not None else masked_slots(batch.labels)
         with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
             hidden = enc(batch.input_ids, attn_impl="sdpa").last_hidden_state  # (B, T, D)
-            sel = batch.labels != IGNORE_INDEX
-            targets = batch.labels[sel]
-            n = int(targets.numel())
             weight, bias = enc.mlm_projection()
-            mlm = linear_cross_entropy(enc.mlm_transform(hidden[sel]), weight, bias, targets) / max(1, n)
+            h = hidden.flatten(0, 1).index_select(0, slots.positions)  # (M, D)
+            mlm = linear_cross_entropy(enc.mlm_transform(h), weight, bias, slots.targets) / slots.count.clamp_min(1.0)
             b_idx, left, right, rel, sbo_targets_ = batch.extras["sbo"]
             z = module.sbo(hidden, left, right, rel, b_idx)  # (M', E)
-            sbo = linear_cross_entropy(z, weight, module.sbo_bias, sbo_targets_) / max(1, int(sbo_targets_.numel()))
-        return mlm + self.args.sbo_weight * sbo, n, {"mlm_loss": mlm.detach(), "sbo_loss": sbo.detach()}
+            n_sbo = (sbo_targets_ != IGNORE_INDEX).sum().clamp_min(1)
+            sbo = linear_cross_entropy(z, weight, module.sbo_bias, sbo_targets_) / n_sbo
+        return mlm + self.args.sbo_weight * sbo, slots.count, {"mlm_loss": mlm.detach(), "sbo_loss": sbo.detach()}
 
 
 class Electra(Objective):
@@ -244,14 +262,18 @@ class Electra(Objective):
                    "lm_head_trained": True})
 
     def batch(self, rows, tok, masking, gen, cont_ids, device):
-        b = make_batch(rows, tok, masking, gen, cont_ids, device)
-        b.extras = {"original": rows.to(device), "generator": gen}
+        b = make_batch(rows, tok, masking, gen, cont_ids, device, self.slot_sizes(rows))
+        # the seed of the step's sampling generator, drawn here on the host: the generator itself is
+        # made on the device at the loss (`sampling_generator`), so the samples never leave it
+        b.extras = {"original": rows.to(device), "sample_seed": int(torch.randint(2**62, (1,), generator=gen))}
         return b
 
     def loss(self, module, batch, autocast):
+        gen = sampling_generator(batch.extras["sample_seed"], batch.input_ids.device)
         with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
-            out = electra_loss(module, batch.extras["original"], batch.input_ids, batch.labels,
-                               batch.extras["generator"], token_type_ids=batch.token_type_ids)
+            slots = batch.slots if batch.slots is not None else masked_slots(batch.labels)
+            out = electra_loss(module, batch.extras["original"], batch.input_ids, gen,
+                               token_type_ids=batch.token_type_ids, slots=slots)
         acc = ((out.rtd_logits.detach() > 0).float() == out.labels).float().mean()
         return out.loss, out.n_masked, {"mlm_loss": out.mlm.detach(), "rtd_loss": out.rtd.detach(), "rtd_acc": acc,
                                         "replaced_frac": out.labels.mean()}

@@ -15,7 +15,7 @@ from plmodels.electra import (
     sample_replacements,
 )
 from plmodels.encoder import EncoderConfig
-from plmodels.training.masking import MaskingConfig, mask_tokens, step_generator
+from plmodels.training.masking import MaskingConfig, mask_tokens, masked_slots, step_generator
 
 V = 60
 DISC = EncoderConfig(vocab_size=V, d_model=32, n_layers=2, n_heads=4, d_ff=64, max_positions=32, dropout=0.0,
@@ -72,7 +72,7 @@ def test_loss_labels_equal_corrupted_ne_original_with_restored_samples():
     pair = ElectraPair(DISC)
     ids, masked, labels = _batch()
     sel = labels != -100
-    out = electra_loss(pair, ids, masked, labels, step_generator(0, 0))
+    out = electra_loss(pair, ids, masked, step_generator(0, 0), slots=masked_slots(labels))
     assert torch.equal(out.labels, (out.replaced != ids).float())
     assert torch.equal(out.replaced[~sel], masked[~sel])  # only masked positions change
     assert out.labels[~sel].sum() == 0  # an unmasked position is never "replaced"
@@ -86,8 +86,8 @@ def test_loss_is_mlm_plus_lambda_rtd_and_reproducible():
     torch.manual_seed(0)
     pair = ElectraPair(DISC, ElectraConfig(rtd_weight=50.0))
     ids, masked, labels = _batch(1)
-    a = electra_loss(pair, ids, masked, labels, step_generator(3, 7))
-    b = electra_loss(pair, ids, masked, labels, step_generator(3, 7))
+    a = electra_loss(pair, ids, masked, step_generator(3, 7), slots=masked_slots(labels))
+    b = electra_loss(pair, ids, masked, step_generator(3, 7), slots=masked_slots(labels))
     assert torch.equal(a.replaced, b.replaced) and a.loss.item() == b.loss.item()
     assert float(a.loss) == pytest.approx(float(a.mlm) + 50.0 * float(a.rtd), rel=1e-6)
     sel = labels != -100

@@ -13,6 +13,7 @@ from plmodels.families import preset
 from plmodels.training import PretrainConfig
 from plmodels.training.data import Batch
 from plmodels.training.loss import linear_cross_entropy, lm_loss
+from plmodels.training.masking import masked_slots
 from plmodels.training.runtime import make_optimizer
 
 
@@ -172,3 +173,33 @@ def test_sdpa_path_in_bf16_on_the_cpu_matches_fp32_attention():
         out = sdpa_attention(q.bfloat16(), k.bfloat16(), v.bfloat16(), is_causal=causal)
         assert out.dtype == torch.bfloat16
         assert_close(out.float(), ref, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nsp", [False, True], ids=["mlm", "mlm-nsp"])
+def test_masked_lm_loss_through_padded_slots_is_the_selected_positions_loss(nsp):
+    # float64 (the unfused CE path): the loss over fixed-size slots, padded past every row's count,
+    # and over the batch's own counts, against plain logits at labels != -100 + F.cross_entropy
+    torch.manual_seed(0)
+    fields = {**preset("encoder", "tiny"), "vocab_size": 50, "dropout": 0.0, "use_nsp": nsp}
+    model = build_model("encoder", fields).double().train()
+    ids = torch.randint(5, 50, (3, 12))
+    labels = torch.where(torch.rand(3, 12) < 0.3, ids, -100)
+    labels[1] = -100  # a row with no target, one with them all
+    labels[2] = ids[2]
+    types = torch.zeros_like(ids) if nsp else None
+    pair = torch.tensor([0, 1, 1]) if nsp else None
+    sel = labels != -100
+    out = model(ids, token_type_ids=types, attn_impl="sdpa")
+    ref = F.cross_entropy(model.mlm_logits(out.last_hidden_state[sel]), labels[sel])
+    if nsp:
+        ref = ref + F.cross_entropy(model.nsp_logits(out.pooler_output), pair)
+    r = torch.autograd.grad(ref, list(model.parameters()), allow_unused=True)
+    for sizes in (None, (12, 30)):  # 30 > 3 * 12 * 0.3 + the full row: padding slots in both bounds
+        loss, n = lm_loss(model, Batch(ids, labels, types, pair, slots=masked_slots(labels, sizes)), autocast=False)
+        assert n == int(sel.sum())
+        assert_close(loss, ref, atol=1e-6, rtol=0)
+        g = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+        for a, b in zip(g, r):
+            if a is not None:
+                assert_close(a, b, atol=1e-6, rtol=0)

@@ -4,8 +4,9 @@ import math
 import pytest
 import torch
 
-from plmodels.training.masking import (IGNORE_INDEX, MaskingConfig, causal_lm_labels, mask_tokens, nsp_pairs,
-                                       step_generator, word_starts)
+from plmodels.training.masking import (IGNORE_INDEX, MaskingConfig, cap_predictions, causal_lm_labels,
+                                       mask_tokens, masked_slots, nsp_pairs, slot_sizes, step_generator,
+                                       word_starts)
 from plmodels.training.schedule import lr_at, schedule_step
 
 V, MASK, SPECIALS = 1000, 4, {0, 1, 2, 3, 4}
@@ -158,3 +159,62 @@ def test_schedule_step_on_the_clock_by_hand():
     assert lr_at(schedule_step(0, 45.0, 60.0, 100), peak=1.0, warmup=10, total=100) == pytest.approx(25 / 90)
     with pytest.raises(ValueError):
         schedule_step(1, 1.0, 0.0, 10)
+
+
+# --- fixed-size slots (issue 81: static shapes) -------------------------------------------------
+
+def _labels(B=4, T=10, seed=0, rate=0.3):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, V, (B, T), generator=g)
+    sel = torch.rand(B, T, generator=g) < rate
+    return ids, torch.where(sel, ids, torch.full_like(ids, IGNORE_INDEX))
+
+
+@pytest.mark.parametrize("sizes", [None, (9, 30)])
+def test_masked_slots_gather_the_labels_in_their_order_and_pad_with_unlabelled_positions(sizes):
+    ids, labels = _labels()
+    labels[1] = IGNORE_INDEX  # a row without a target
+    s = masked_slots(labels, sizes)
+    sel = labels != IGNORE_INDEX
+    n = int(sel.sum())
+    q, m = sizes or (int(sel.sum(1).max()), n)
+    assert s.index.shape == (4, q) and s.rows.shape == s.positions.shape == s.targets.shape == (m,)
+    assert float(s.count) == n
+    assert torch.equal(s.targets[:n], labels[sel])  # labels[labels != -100]'s order
+    assert (s.targets[n:] == IGNORE_INDEX).all() and (labels.flatten()[s.positions[n:]] == IGNORE_INDEX).all()
+    assert torch.equal(labels.flatten()[s.positions], s.targets)
+    slot_pos = (s.index + torch.arange(4)[:, None] * 10).flatten()  # the slot -> position map is one map
+    assert torch.equal(slot_pos[s.rows], s.positions)
+    assert len(set(s.positions.tolist())) == m  # no position twice (ELECTRA scatters its samples there)
+
+
+def test_masked_slots_refuse_a_batch_over_their_sizes():
+    _, labels = _labels()
+    most = int((labels != IGNORE_INDEX).sum(1).max())
+    with pytest.raises(ValueError, match="over the sizes"):
+        masked_slots(labels, (most - 1, 40))
+
+
+def test_cap_predictions_drops_the_last_selections_past_each_bound_and_restores_their_tokens():
+    original = torch.arange(10, 30).view(2, 10)
+    labels = torch.full_like(original, IGNORE_INDEX)
+    labels[0, [1, 3, 5, 7]] = original[0, [1, 3, 5, 7]]
+    labels[1, [2, 4]] = original[1, [2, 4]]
+    ids = torch.where(labels != IGNORE_INDEX, MASK, original)
+    got_ids, got = cap_predictions(ids, labels, original, (3, 4))  # row 0: keeps 1, 3, 5; batch: 4 in all
+    assert (got != IGNORE_INDEX).nonzero().tolist() == [[0, 1], [0, 3], [0, 5], [1, 2]]
+    assert got_ids[0, 7] == original[0, 7] and got_ids[1, 4] == original[1, 4] and got_ids[0, 5] == MASK
+    same_ids, same = cap_predictions(ids, labels, original, (4, 6))  # within the bounds: as it was
+    assert same is labels and same_ids is ids
+
+
+def test_slot_sizes_by_hand_and_never_reached_by_bert_masking():
+    # T = 128 at 15%: 19.2 + 6 sqrt(128 .15 .85) = 43.4 -> 48 a row; 32 rows: 614.4 + 6 * 22.85 = 751.5 -> 752
+    assert slot_sizes(32, 128, 0.15) == (48, 752)
+    assert slot_sizes(2, 8, 0.9) == (8, 16)  # never past the tokens there are
+    q, m = slot_sizes(256, 128, 0.15)
+    for step in range(20):
+        _, labels = mask_tokens(_batch(), mask_id=MASK, vocab_size=V, special_ids=SPECIALS,
+                                generator=step_generator(0, step))
+        counts = (labels != IGNORE_INDEX).sum(1)
+        assert counts.max() <= q and counts.sum() <= m

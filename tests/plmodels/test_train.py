@@ -100,7 +100,7 @@ def test_progress_lines_count_steps_from_the_resumed_step(data, tmp_path, capsys
     ("decoder", {"vocab_size": 300, "model": {"dropout": 0.0}}),
 ])
 def test_compiled_training_matches_eager_and_leaves_the_model_plain(data, tmp_path, monkeypatch, kind, extra):
-    # `compile` must compile what the loss calls (the encoder's masked_hidden, not only forward) and
+    # `compile` must compile what the loss calls (the encoder's hidden_at, not only forward) and
     # nothing else: the same weights as eager (fp32, no dropout), and the returned model uncompiled.
     pretrain(toy_config(data, kind, max_steps=1, vocab_size=extra.get("vocab_size", 200)), tmp_path / "tok")
     monkeypatch.chdir(tmp_path)
@@ -117,7 +117,7 @@ def test_compiled_training_matches_eager_and_leaves_the_model_plain(data, tmp_pa
     assert [s for s, _ in la] == [s for s, _ in lb] == [0, 2, 4]
     assert [v for _, v in lb] == pytest.approx([v for _, v in la], abs=1e-4)
     model = compiled.model
-    assert "masked_hidden" not in vars(model) and not hasattr(model, "_orig_mod")
+    assert "hidden_at" not in vars(model) and not hasattr(model, "_orig_mod")
     ids = torch.randint(5, 100, (2, 16))
     with torch.no_grad():  # the plain model compiles nothing new
         model(ids)

@@ -19,13 +19,22 @@ taken against the bf16 matmul peak.
 Achieved GFLOP/s uses the analytic count (6 x multiply-adds per parameter-matmul token, Kaplan et
 al. 2020, plus attention and LM head) against the fp32 matmul peak measured in the same run.
 
+`--device cuda` (issue 81, part 5) times the GPU table instead, at four shapes (`CUDA_SHAPES`: the
+mini and base presets at the batches of the issue), every row in bf16 autocast with fused AdamW:
+transformers' BERT / GPT-2 with their SDPA attention, ours eager and ours `compile` (CompiledStep,
+with the fixed-size masked slots a compiled run uses). Each step ends in `torch.cuda.synchronize()`;
+MFU is the analytic FLOPs against the bf16 matmul peak measured on the device in the same run. It
+writes results/train_cuda.json (or `--out`), stamped like every result file (meta.py).
+
     nice python benchmarks/bench_train.py [--kinds encoder decoder] [--threads N] [--iters 5] [--warmup 1] [--compile] [--ablate] [--recipe CONFIG]
+    python benchmarks/bench_train.py --device cuda [--kinds ...] [--shapes mini base] [--iters 20] [--warmup 3]
 Writes a table to stdout and benchmarks/results/train.json (with `--recipe NAME` (a shipped recipe, e.g. encoder-mini-cram) or `--recipe FILE.json`:
 results/train_X.json, dashes as underscores), or `--out FILE`.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import statistics
@@ -39,46 +48,83 @@ from meta import begin, write_result
 
 from plmodels.checkpoint import build_model
 from plmodels.families import preset
-from plmodels.training.data import Batch
+from plmodels.training.data import Batch, batch_to
 from plmodels.training.loop import CompiledStep
 from plmodels.training.loss import linear_cross_entropy, lm_loss
-from plmodels.training.masking import IGNORE_INDEX, MaskingConfig, mask_tokens, step_generator
+from plmodels.training.masking import (IGNORE_INDEX, MaskingConfig, mask_tokens, masked_slots, slot_sizes,
+                                       step_generator)
 from plmodels.training.runtime import use_bf16
 
 B, T, V, L, D, H, FF = 32, 128, 16000, 4, 256, 4, 1024
 OUT = Path(__file__).resolve().parent / "results" / "train.json"
+OUT_CUDA = OUT.with_name("train_cuda.json")
 REF = {"encoder": ("HF BertForMaskedLM", 2.0), "decoder": ("HF GPT2LMHeadModel", 1.5)}
 
 
-def matmul_peak(dtype: torch.dtype, n: int = 2048, iters: int = 5) -> float:
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    """One timed configuration: our preset and the batch (rows x tokens)."""
+
+    preset: str
+    batch: int
+    seq_len: int
+    vocab: int = V
+
+    def dims(self, kind: str) -> tuple[int, int, int, int]:
+        """(layers, width, heads, FFN) of the preset."""
+        p = preset(kind, self.preset)
+        return p["n_layers"], p["d_model"], p["n_heads"], p["d_ff"]
+
+
+CPU_SHAPE = Shape("mini", B, T)  # the CPU table: both kinds at 32 x 128
+# the GPU table of issue 81: (kind, preset) -> the batch it was measured at
+CUDA_SHAPES = {("encoder", "mini"): Shape("mini", 128, 128), ("encoder", "base"): Shape("base", 64, 128),
+               ("decoder", "mini"): Shape("mini", 64, 256), ("decoder", "base"): Shape("base", 16, 512)}
+
+
+def sync(device: torch.device) -> None:
+    """Wait for the device's queue (a no-op on the CPU), so a step's time is its kernels' time."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak(dtype: torch.dtype, n: int = 2048, iters: int = 5, device: torch.device = torch.device("cpu")) -> float:
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
     a @ b
+    sync(device)
     ts = []
     for _ in range(iters):
         t0 = time.perf_counter()
         a @ b
+        sync(device)
         ts.append(time.perf_counter() - t0)
     return 2 * n**3 / statistics.median(ts) / 1e9
 
 
-def step_flops(n_pred: int, causal: bool) -> float:
+def step_flops(n_pred: int, causal: bool, shape: Shape = CPU_SHAPE, kind: str = "encoder") -> float:
     """fwd + bwd FLOPs of one step: 6 per weight per token, attention QK^T and AV, LM head on n_pred."""
-    body = 6 * B * T * L * (4 * D * D + 2 * D * FF)
-    attn = 3 * 2 * 2 * B * L * T * T * D * (0.5 if causal else 1.0)
-    head = 6 * n_pred * (D * V + (0 if causal else D * D))
+    b, t, v = shape.batch, shape.seq_len, shape.vocab
+    n_layers, d, _, ff = shape.dims(kind)
+    body = 6 * b * t * n_layers * (4 * d * d + 2 * d * ff)
+    attn = 3 * 2 * 2 * b * n_layers * t * t * d * (0.5 if causal else 1.0)
+    head = 6 * n_pred * (d * v + (0 if causal else d * d))
     return body + attn + head
 
 
 RECIPE: dict = {}  # --recipe: {"model": overrides for our models, "mask_rate": float}
 
 
-def batch_for(kind: str, recipe: bool = False) -> Batch:
-    ids = torch.randint(5, V, (B, T + (kind == "decoder")), generator=torch.Generator().manual_seed(0))
+def batch_for(kind: str, recipe: bool = False, shape: Shape = CPU_SHAPE, fixed_slots: bool = False) -> Batch:
+    """The timed batch (on the host): MLM-masked for the encoder, with the slots the trainer builds
+    (each batch's own counts, or with `fixed_slots` the config's bounds a compiled run uses)."""
+    ids = torch.randint(5, shape.vocab, (shape.batch, shape.seq_len + (kind == "decoder")),
+                        generator=torch.Generator().manual_seed(0))
     if kind == "encoder":
         rate = RECIPE.get("mask_rate", 0.15) if recipe else 0.15
-        x, y = mask_tokens(ids, mask_id=4, vocab_size=V, special_ids={0, 1, 2, 3, 4},
+        x, y = mask_tokens(ids, mask_id=4, vocab_size=shape.vocab, special_ids={0, 1, 2, 3, 4},
                            generator=step_generator(0, 0), cfg=MaskingConfig(rate=rate))
-        return Batch(x, y)
+        sizes = slot_sizes(shape.batch, shape.seq_len, rate) if fixed_slots else None
+        return Batch(x, y, slots=masked_slots(y, sizes))
     return Batch(ids[:, :-1], ids[:, 1:])
 
 
@@ -103,13 +149,15 @@ def dense_last_loss(model, batch: Batch) -> torch.Tensor:
 
 
 def ours(kind: str, *, compile: bool = False, fused_adamw: bool = True, fused_ce: bool = True,
-         autocast: bool = False, dense_last: bool = False) -> tuple[Callable[[], None], int]:
+         autocast: bool = False, dense_last: bool = False, shape: Shape = CPU_SHAPE,
+         device: torch.device = torch.device("cpu")) -> tuple[Callable[[], None], int]:
     """(one training step, number of vocabulary-projected positions) for our model."""
     torch.manual_seed(0)
-    model = build_model(kind, {**preset(kind, "mini"), **RECIPE.get("model", {}), "vocab_size": V}).train()
+    fields = {**preset(kind, shape.preset), **RECIPE.get("model", {}), "vocab_size": shape.vocab}
+    model = build_model(kind, fields).to(device).train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if fused_adamw else {"foreach": True}))
     run = CompiledStep(model) if compile else model  # what the trainer's `compile: true` runs
-    batch = batch_for(kind, recipe=True)
+    batch = batch_to(batch_for(kind, recipe=True, shape=shape, fixed_slots=compile), device)
 
     def step() -> None:
         if dense_last:
@@ -123,29 +171,40 @@ def ours(kind: str, *, compile: bool = False, fused_adamw: bool = True, fused_ce
     return step, int((batch.labels != IGNORE_INDEX).sum())
 
 
-def reference(kind: str) -> tuple[Callable[[], None], int]:
+def reference(kind: str, shape: Shape = CPU_SHAPE, device: torch.device = torch.device("cpu"),
+              autocast: bool = False) -> tuple[Callable[[], None], int]:
+    """transformers' BERT / GPT-2 of the shape's dims: eager attention and foreach AdamW in fp32
+    on the CPU; on CUDA its SDPA attention, fused AdamW and bf16 autocast (`autocast`)."""
     import transformers as tf
 
     torch.manual_seed(0)
-    batch = batch_for(kind)
+    batch = batch_for(kind, shape=shape)
+    n_layers, d, heads, ff = shape.dims(kind)
+    attn = "sdpa" if device.type == "cuda" else "eager"
     if kind == "encoder":
-        cfg = tf.BertConfig(vocab_size=V, hidden_size=D, num_hidden_layers=L, num_attention_heads=H,
-                            intermediate_size=FF, max_position_embeddings=512)
-        cfg._attn_implementation = "eager"
-        model, ids, labels = tf.BertForMaskedLM(cfg).train(), batch.input_ids, batch.labels
+        cfg = tf.BertConfig(vocab_size=shape.vocab, hidden_size=d, num_hidden_layers=n_layers,
+                            num_attention_heads=heads, intermediate_size=ff, max_position_embeddings=512)
+        cfg._attn_implementation = attn
+        model, ids, labels = tf.BertForMaskedLM(cfg), batch.input_ids, batch.labels
     else:
-        cfg = tf.GPT2Config(vocab_size=V, n_embd=D, n_layer=L, n_head=H, n_inner=FF, n_positions=512)
-        cfg._attn_implementation = "eager"
+        cfg = tf.GPT2Config(vocab_size=shape.vocab, n_embd=d, n_layer=n_layers, n_head=heads, n_inner=ff,
+                            n_positions=max(512, shape.seq_len))
+        cfg._attn_implementation = attn
         ids = batch.input_ids  # GPT-2 shifts the labels inside
-        model, labels = tf.GPT2LMHeadModel(cfg).train(), ids
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, foreach=True)
+        model, labels = tf.GPT2LMHeadModel(cfg), ids
+    model = model.to(device).train()
+    ids, labels = ids.to(device), labels.to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4,
+                            **({"fused": True} if device.type == "cuda" else {"foreach": True}))
 
     def step() -> None:
-        model(input_ids=ids, labels=labels).loss.backward()
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
+            loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return step, B * T  # the references project every position onto the vocabulary
+    return step, shape.batch * shape.seq_len  # the references project every position onto the vocabulary
 
 
 def variants(a: argparse.Namespace) -> list[dict]:
@@ -174,19 +233,73 @@ def variants(a: argparse.Namespace) -> list[dict]:
     return out
 
 
-def measure(vs: list[dict], warmup: int, iters: int) -> None:
+def cuda_variants(a: argparse.Namespace, device: torch.device) -> list[dict]:
+    """The GPU table's rows: for each kind and preset of `CUDA_SHAPES`, transformers (SDPA, bf16
+    autocast, fused AdamW), ours eager and ours compiled, all in bf16 autocast."""
+    out = []
+    for kind in a.kinds:
+        for name in a.shapes:
+            shape = CUDA_SHAPES[(kind, name)]
+            rows = [(f"{REF[kind][0]} (SDPA, bf16)", lambda k=kind, s=shape: reference(k, s, device, autocast=True)),
+                    (f"ours {kind} bf16", lambda k=kind, s=shape: ours(k, autocast=True, shape=s, device=device)),
+                    (f"ours {kind} bf16 + compile",
+                     lambda k=kind, s=shape: ours(k, autocast=True, compile=True, shape=s, device=device))]
+            for i, (model, make) in enumerate(rows):
+                step, n_pred = make()
+                out.append({"model": model, "kind": kind, "shape": shape, "step": step, "n_pred": n_pred,
+                            "is_ref": i == 0, "times": [], "first_s": None})
+    return out
+
+
+def measure(vs: list[dict], warmup: int, iters: int, device: torch.device = torch.device("cpu")) -> None:
+    def timed(v: dict) -> float:
+        t0 = time.perf_counter()
+        v["step"]()
+        sync(device)
+        return time.perf_counter() - t0
+
     for v in vs:  # warm-up (torch.compile compiles here: the first call's time is reported)
         for w in range(warmup):
-            t0 = time.perf_counter()
-            v["step"]()
+            t = timed(v)
             if w == 0:
-                v["first_s"] = time.perf_counter() - t0
+                v["first_s"] = t
     for i in range(iters):  # interleaved: A, B, C, A, B, C, ...
         for v in vs:
-            t0 = time.perf_counter()
-            v["step"]()
-            v["times"].append(time.perf_counter() - t0)
-        print(f"round {i + 1}/{iters}: " + ", ".join(f"{v['model']} {v['times'][-1]:.2f}s" for v in vs), flush=True)
+            v["times"].append(timed(v))
+        print(f"round {i + 1}/{iters}: " + ", ".join(f"{v['model']} {v['times'][-1]:.3f}s" for v in vs), flush=True)
+
+
+def cuda_main(a: argparse.Namespace, meta: dict) -> None:
+    """`--device cuda`: the GPU table (issue 81, part 5), written to results/train_cuda.json."""
+    device = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = True
+    load_start = os.getloadavg()
+    peak16 = matmul_peak(torch.bfloat16, n=8192, iters=20, device=device)
+    vs = cuda_variants(a, device)
+    measure(vs, max(1, a.warmup), a.iters, device)
+    peak16 = max(peak16, matmul_peak(torch.bfloat16, n=8192, iters=20, device=device))
+    rows = []
+    for v in vs:
+        s, t = v["shape"], statistics.median(v["times"])
+        ref = next(r for r in vs if r["kind"] == v["kind"] and r["shape"] == s and r["is_ref"])
+        tflops = step_flops(v["n_pred"], v["kind"] == "decoder", s, v["kind"]) / t / 1e12
+        rows.append({"model": v["model"], "kind": v["kind"], "preset": s.preset, "batch": s.batch,
+                     "seq_len": s.seq_len, "vocab": s.vocab, "seconds_per_step": t, "times": v["times"],
+                     "first_call_s": v["first_s"], "tokens_per_s": s.batch * s.seq_len / t,
+                     "speedup_vs_hf": statistics.median(x / y for x, y in zip(ref["times"], v["times"])),
+                     "tflops": tflops, "mfu": tflops * 1e3 / peak16})
+    print(f"bf16 matmul peak {peak16 / 1e3:.0f} TFLOP/s on {torch.cuda.get_device_name(device)}")
+    print(f"{'model':36s} {'shape':>16s} {'ms/step':>8s} {'x HF':>6s} {'MFU':>6s} {'1st call':>8s}")
+    for r in rows:
+        shape = f"{r['preset']} {r['batch']}x{r['seq_len']}"
+        print(f"{r['model']:36s} {shape:>16s} {1e3 * r['seconds_per_step']:8.1f} {r['speedup_vs_hf']:6.2f} "
+              f"{100 * r['mfu']:5.1f}% {r['first_call_s']:8.1f}")
+    result = {"device": torch.cuda.get_device_name(device), "cuda": torch.version.cuda, "torch": torch.__version__,
+              "matmul_peak_tflops": {"bf16": peak16 / 1e3}, "load_average": [load_start, os.getloadavg()],
+              "rows": rows, "iters": a.iters, "warmup": a.warmup,
+              "note": "medians of interleaved steps in one process, each ending in a device sync; MFU against "
+                      "the bf16 matmul peak measured here; first_call_s includes torch.compile"}
+    write_result(a.out or OUT_CUDA, result, meta)
 
 
 def main() -> None:
@@ -204,11 +317,20 @@ def main() -> None:
     ap.add_argument("--recipe", type=Path, default=None,
                     help="a pretrain config: our rows take its model settings and masking rate (the HF "
                          "reference stays BERT/GPT-2 mini, so its ratios are then across shapes)")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: the GPU table (bf16, SDPA references, base and mini shapes) instead of the CPU one")
+    ap.add_argument("--shapes", nargs="+", default=["mini", "base"], choices=["mini", "base"],
+                    help="--device cuda: which presets to time (CUDA_SHAPES)")
     ap.add_argument("--out", type=Path, default=None,
                     help="result file (default results/train.json, or results/train_<recipe>.json with --recipe); "
                          "give one to a variant run (--compile, --ablate) so it does not overwrite another's file")
     a = ap.parse_args()
+    if a.device == "cuda" and not torch.cuda.is_available():
+        ap.error("--device cuda: torch sees no CUDA device here")
     meta = begin()
+    if a.device == "cuda":
+        cuda_main(a, meta)
+        return
     if a.recipe:
         from plmodels.training import load_config
 

@@ -129,8 +129,11 @@ class Objective:
         m = self.cfg.masking_config
         return slot_sizes(rows.shape[0], rows.shape[1], max(m.rate, m.rate_final or 0.0))
 
-    def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
-        """(loss to differentiate, number of predicted tokens, parts for metrics.jsonl). The parts are
+    def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, torch.Tensor | int, dict]:
+        """(loss to differentiate, number of predicted tokens, parts for metrics.jsonl). The count is a
+        0-d device tensor for mlm, clm, span and electra, whose steps read nothing back to the host
+        (tests/plmodels/test_loop.py); distil, t5, bart and plm still select their targets by a mask
+        and count them on the host. The parts are
         detached 0-d tensors left on the device (the loop reads them back with the loss, every
         `log_every` steps: loop.py `_Loop._flush`), never `.item()`s, which would make each step wait."""
         loss, n = masked_lm_loss(module, batch, autocast)
@@ -145,7 +148,7 @@ class CausalLM(Objective):
     def describe(self) -> str:
         return "causal LM"
 
-    def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
+    def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, torch.Tensor | int, dict]:
         loss, n = causal_lm_loss(module, batch, autocast)
         return loss, n, {}
 

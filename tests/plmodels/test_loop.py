@@ -168,6 +168,9 @@ def test_a_training_step_reads_nothing_back_to_the_host(data, tmp_path, monkeypa
 
 def _tensors(batch):
     out = [batch.input_ids, batch.labels, batch.token_type_ids, batch.nsp_labels]
+    if batch.slots is not None:
+        s = batch.slots
+        out += [s.index, s.rows, s.positions, s.targets, s.count]
     for k in sorted(batch.extras):
         v = batch.extras[k]
         out += list(v) if isinstance(v, tuple) else [v] if isinstance(v, torch.Tensor) else []

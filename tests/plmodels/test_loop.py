@@ -123,8 +123,8 @@ def test_host_reads_sees_the_syncs_it_is_named_for():
 @pytest.mark.slow
 @pytest.mark.parametrize("kind,extra", [
     ("encoder", {}), ("decoder", {}), ("encoder", {"objective": "span"}), ("encoder", {"objective": "electra"}),
-    ("encoder", {"compile_slots": True}),
-], ids=["mlm", "clm", "span", "electra", "mlm-fixed-slots"])
+    ("encoder", {"compile_slots": True}), ("decoder", {"bf16": "on"}),
+], ids=["mlm", "clm", "span", "electra", "mlm-fixed-slots", "clm-bf16"])
 def test_a_training_step_reads_nothing_back_to_the_host(data, tmp_path, monkeypatch, kind, extra):
     # Count the calls that copy a tensor's value to the host (on CUDA: wait for the queue) while a
     # step runs on the thread running it, leaving out building the batch (host work on host tensors,

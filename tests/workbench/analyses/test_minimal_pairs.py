@@ -166,3 +166,18 @@ def test_items_carry_their_cell_and_a_shared_cache_is_used(decoder_ckpt, tmp_pat
                                                                    pairs[r.id].condition, pairs[r.id].variant)
                for r in items.itertuples())
     assert list((tmp_path / "shared").glob("*.npy")) and not (tmp_path / "out" / "cache").exists()
+
+
+def test_a_long_document_encodes_in_pieces_to_the_same_ids():
+    """The corpus floors encode a book in pieces cut after a newline between two non-space characters:
+    the ids are those of the whole text, also where a cut elsewhere (before indented lines, after
+    trailing spaces) would change byte-level BPE's pre-tokens."""
+    rng = np.random.default_rng(0)
+    words = ["the", "author", "laughs", "guards", "near", "No", "ever", ",", "."]
+    lines = [" ".join(rng.choice(words, rng.integers(1, 8))) for _ in range(400)]
+    seps = ["\n", "\n\n", "\n  ", " \n", "\n\t", "\r\n", "\n \n"]
+    text = "".join(line + seps[i % len(seps)] for i, line in enumerate(lines))
+    for tok in (Tokenizer.train_bpe([text], vocab_size=300), Tokenizer.train_wordpiece([text], vocab_size=120)):
+        whole = tok.encode(text, add_special=False)
+        assert mp.encode_long(tok, text, chunk_chars=200) == whole
+        assert len(mp.CUT.findall(text)) > len(text) // 200     # the text is cut in many pieces

@@ -13,6 +13,14 @@ Per checkpoint (and `final` when its step is not already a checkpoint):
            (`positional_max_tokens`; Voita et al. 2019: >= 0.9 is a positional head), and the det /
            case head margins over the best fixed offset (Clark et al. 2019, sec. 4.2). A model
            without heads (ELMo's LSTMs) has no "heads" rows.
+- "pairs:<suite>:<phenomenon>:<variant>" (with `pairs`: PairsRunConfig fields): minimal-pair accuracy
+           (`workbench.analyses.minimal_pairs`, docs/behaviour.md) by the kind's first scorer, pooled over
+           the phenomenon's conditions: metrics accuracy, accuracy_low, accuracy_high (bootstrap over
+           items), n_items, and its floors (floor:chance, floor:frequency, floor:bigram,
+           floor:random_init). The floors are scored once, on the first checkpoint analysed, and
+           repeated on every step: none of them reads the trained weights (the corpus, the run's one
+           tokenizer and the freshly initialised architecture are the same at every step). Does
+           behaviour lag the probes (Zhang et al. 2021)? The pairs rows beside the probe rows say.
 
 The tidy `emergence` table: model, step, tokens, task_or_score, metric, value (`workbench emergence`
 also draws each score against tokens seen into out_dir/emergence.html).
@@ -45,7 +53,9 @@ from plmodels.training.distributed import Dist
 from plmodels.training.evaluation import Evaluator
 from plmodels.training.loop import read_run_config
 from plmodels.training.masking import IGNORE_INDEX
+from probes.sentence_scores import SCORERS
 from workbench.analyses.heads import analyse_loaded, summarise_heads
+from workbench.analyses.minimal_pairs import PairsRunConfig, score_pairs_model
 from workbench.analyses.probing import probe_model
 from workbench.core.results import write_table
 
@@ -67,9 +77,12 @@ class EmergenceConfig(Config):
     eval_sequences: int | None = 64           # held-out rows for "lm" (None = the run's own setting)
     include_final: bool = True
     steps: tuple[int, ...] | None = None      # analyse only these checkpoint steps (None = all)
+    pairs: dict | None = None                 # PairsRunConfig fields: minimal-pair accuracy per checkpoint (None = skip)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tasks", tuple(self.tasks))
+        if self.pairs is not None:
+            PairsRunConfig.resolve(self.pairs)   # bad fields fail here, before any checkpoint is read
         if self.steps is not None:
             object.__setattr__(self, "steps", tuple(int(s) for s in self.steps))
         for name, low in (("max_train_targets", 2), ("max_eval_targets", 2), ("max_epochs", 1)):
@@ -178,6 +191,36 @@ def head_scores(model, tokenizer, out_dir: Path, n_sentences: int) -> dict[str, 
     return out
 
 
+def pair_scores(path: Path, cfg: PairsRunConfig, cache_dir: Path,
+                floors: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, float]]:
+    """{"pairs:<suite>:<phenomenon>:<variant>": {"accuracy", "accuracy_low", "accuracy_high", "n_items",
+    and "floor:<name>" for each floor}} of one checkpoint, by the first scorer (SCORERS order) of its
+    kind, pooled over conditions. With `floors` (this function's output on another checkpoint of the
+    same run) the floors are not scored again but copied from it."""
+    run_cfg = PairsRunConfig.resolve({**cfg.to_dict(), "floors": ()}) if floors is not None else cfg
+    t = score_pairs_model(path, config=run_cfg, model_name=path.name, progress=False,
+                          cache_dir=cache_dir)["minimal_pairs"]
+    t = t[t["condition"] == "all"]
+    own = [s for s in t["scorer"].unique() if not s.startswith("floor:")]
+    scorer = min(own, key=lambda n: list(SCORERS).index(n))
+    floor_of = {"floor:chance": "floor:chance", "floor:frequency": "floor:frequency", "floor:bigram": "floor:bigram",
+                f"floor:random_init:{scorer}": "floor:random_init"}
+    out: dict[str, dict[str, float]] = {}
+    for (suite, phenomenon, variant), g in t.groupby(["suite", "phenomenon", "variant"]):
+        key = f"pairs:{suite}:{phenomenon}:{variant}"
+        r = g[g["scorer"] == scorer]
+        if not len(r):   # no item of this phenomenon could be scored by this scorer
+            continue
+        r = r.iloc[0]
+        out[key] = {"accuracy": r["value"], "accuracy_low": r["ci_low"], "accuracy_high": r["ci_high"],
+                    "n_items": r["n_items"]}
+        if floors is not None:
+            out[key].update({k: v for k, v in floors.get(key, {}).items() if k.startswith("floor:")})
+        else:
+            out[key].update({floor_of[f]: float(v) for f, v in zip(g["scorer"], g["value"]) if f in floor_of})
+    return out
+
+
 # ------------------------------------------------------------------------------------ the run
 def emergence(run_folder: str | Path, out_dir: str | Path, tasks: Sequence[str] = ("pos", "deps"),
               config: "EmergenceConfig | Mapping | None" = None, model_name: str | None = None,
@@ -199,6 +242,8 @@ def emergence(run_folder: str | Path, out_dir: str | Path, tasks: Sequence[str] 
             raise ValueError(f"{run}: no checkpoint at steps {missing}; found {[s for s, _, _ in ckpts]}")
         ckpts = [c for c in ckpts if c[0] in cfg.steps]
     lm = HeldOutEval(run, cfg.eval_sequences) if cfg.lm and read_run_config(run) is not None else None
+    pairs_cfg = PairsRunConfig.resolve(cfg.pairs) if cfg.pairs is not None else None
+    pair_floors = None
     rows: list[dict] = []
     with progress_bar(len(ckpts), f"emergence {name}", "ckpt", disable=not progress) as bar:
         for step, tokens, path in ckpts:
@@ -212,6 +257,11 @@ def emergence(run_folder: str | Path, out_dir: str | Path, tasks: Sequence[str] 
                     rows += _rows(name, step, tokens, task, vals)
             if cfg.head_sentences and any(model.n_heads_per_layer):  # an LSTM biLM has no heads to score
                 rows += _rows(name, step, tokens, "heads", head_scores(model, tok, work / "heads", cfg.head_sentences))
+            if pairs_cfg is not None:
+                got = pair_scores(path, pairs_cfg, out_dir / "cache" / "minimal_pairs", pair_floors)
+                pair_floors = pair_floors if pair_floors is not None else got
+                for task, vals in got.items():
+                    rows += _rows(name, step, tokens, task, vals)
             bar.update(1)
     df = pd.DataFrame(rows, columns=COLUMNS).sort_values(["step", "task_or_score", "metric"], kind="stable")
     df = df.reset_index(drop=True)

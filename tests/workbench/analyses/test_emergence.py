@@ -105,3 +105,31 @@ def test_held_out_eval_reads_the_runs_held_out_length(tmp_path):
     assert ours["loss"] == pytest.approx(trainer["loss"], rel=1e-5)
     at16 = HeldOutEval(run, eval_sequences=None, eval_seq_len=16)
     assert at16.evaluator.batches[0].input_ids.shape[1] == 16
+
+
+@pytest.mark.slow
+def test_minimal_pairs_over_checkpoints_match_scoring_each_one_with_its_floors(encoder_run, tmp_path):
+    """Each step's pairs rows are `score_pairs_model` on that checkpoint (its first scorer, pooled over
+    conditions); the floors, scored once, equal the floors scored on the later checkpoint itself."""
+    from workbench.analyses.minimal_pairs import score_pairs_model
+
+    pairs = {"suites": ["templates"], "max_pairs_per_condition": 2, "n_per_template": 8, "n_boot": 20,
+             "scorers": ["pll", "masked_word"], "corpus_chars": 20_000}
+    df = emergence(encoder_run, tmp_path / "em", config={"steps": [1, 16], "tasks": [], "lm": False,
+                                                         "head_sentences": None, "pairs": pairs})
+    rows = df[df["task_or_score"].str.startswith("pairs:")]
+    assert set(rows["step"]) == {1, 16}
+    cell = "pairs:templates:agreement_pp:template"
+    for step in (1, 16):
+        direct = score_pairs_model(encoder_run / "checkpoints" / f"step_{step:07d}", config=pairs, progress=False,
+                                   cache_dir=tmp_path / "em" / "cache" / "minimal_pairs")["minimal_pairs"]
+        direct = direct[(direct["condition"] == "all") & (direct["phenomenon"] == "agreement_pp")].set_index("scorer")
+        got = rows[(rows["step"] == step) & (rows["task_or_score"] == cell)].set_index("metric")["value"]
+        assert got["accuracy"] == direct.loc["pll", "value"] and got["n_items"] == direct.loc["pll", "n_items"]
+        assert (got["accuracy_low"], got["accuracy_high"]) == (direct.loc["pll", "ci_low"], direct.loc["pll", "ci_high"])
+        for floor in ("floor:chance", "floor:frequency", "floor:bigram"):
+            assert got[floor] == direct.loc[floor, "value"]
+        assert got["floor:random_init"] == direct.loc["floor:random_init:pll", "value"]
+    assert {"floor:chance", "floor:frequency", "floor:bigram", "floor:random_init"} <= set(rows["metric"])
+    with pytest.raises(ValueError, match="PairsRunConfig.floors"):
+        emergence(encoder_run, tmp_path / "bad", config={"tasks": [], "pairs": {"floors": ["unigram"]}})

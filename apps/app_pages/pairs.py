@@ -1,7 +1,8 @@
 """Minimal pairs: does the model prefer the grammatical sentence (Marvin & Linzen 2018; Warstadt et al.
 2020, BLiMP)? Accuracy per suite and phenomenon with its interval beside the chance, frequency, bigram
 and random-init floors on the same items, accuracy against the number of attractors (Linzen et al.
-2016), and the competence line: how far each model got at all (docs/behaviour.md)."""
+2016), the probes and the accuracy over the pretraining checkpoints (Zhang et al. 2021; `emergence` with
+`pairs`), and the competence line: how far each model got at all (docs/behaviour.md)."""
 
 import streamlit as st
 
@@ -31,6 +32,9 @@ def main() -> None:
     attr = common.view("pairs_attractors", run)
     if attr is not None and (attr["model"] == model).any():
         st.plotly_chart(F.attractors_figure(attr, model), width="stretch")
+    em = common.view("table", run, "emergence")
+    if em is not None and ((em["model"] == model) & em["task_or_score"].str.startswith("pairs:")).any():
+        st.plotly_chart(F.probe_behaviour_figure(em, model), width="stretch")
     mine = summary[summary["model"] == model]
     if variant != "each":
         mine = mine[mine["variant"] == variant]

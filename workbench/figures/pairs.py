@@ -100,3 +100,37 @@ def structural_floors_figure(floors: pd.DataFrame, metric: str) -> go.Figure:
     fig.update_yaxes(title_text=metric)
     return fig.update_layout(title=f"Structural probes ({metric}): best layer beside the four floors", height=420,
                              scattermode="group")
+
+
+def probe_behaviour_figure(em: pd.DataFrame, model: str) -> go.Figure:
+    """Probes against behaviour over pretraining (Zhang et al. 2021: do the probes saturate before the
+    behaviour?): from an `emergence` table with minimal-pair rows, one model's best-layer probe scores
+    (left) and its minimal-pair accuracy per phenomenon with its 95% interval (right, each phenomenon's
+    bigram floor dotted in its colour, chance at 0.5), against tokens seen (log x axis)."""
+    df = em[em["model"] == model]
+    pairs = df[df["task_or_score"].str.startswith("pairs:")]
+    probes = df[~df["task_or_score"].str.startswith("pairs:") & df["metric"].str.endswith("_best")]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["probes (best layer)", "minimal pairs (accuracy)"],
+                        shared_xaxes=True)
+    for i, (task, g) in enumerate(probes.groupby("task_or_score", sort=True)):
+        g = g.sort_values("tokens")
+        fig.add_trace(go.Scatter(x=g["tokens"].clip(lower=1), y=g["value"], mode="lines+markers",
+                                 name=f"{task} ({g['metric'].iloc[0].removesuffix('_best')})",
+                                 line=dict(color=PALETTE[i % len(PALETTE)])), row=1, col=1)
+    wide = pairs.pivot_table(index=["task_or_score", "tokens"], columns="metric", values="value").reset_index()
+    for i, (task, g) in enumerate(wide.groupby("task_or_score", sort=True)):
+        g, color = g.sort_values("tokens"), PALETTE[i % len(PALETTE)]
+        name = task.removeprefix("pairs:")
+        fig.add_trace(go.Scatter(x=g["tokens"].clip(lower=1), y=g["accuracy"], mode="lines+markers", name=name,
+                                 legendgroup=name, line=dict(color=color),
+                                 error_y=dict(type="data", array=(g["accuracy_high"] - g["accuracy"]).clip(lower=0),
+                                              arrayminus=(g["accuracy"] - g["accuracy_low"]).clip(lower=0),
+                                              thickness=1)), row=1, col=2)
+        if "floor:bigram" in g:
+            fig.add_trace(go.Scatter(x=g["tokens"].clip(lower=1), y=g["floor:bigram"], mode="lines",
+                                     name=f"{name}: bigram floor", legendgroup=name, showlegend=False,
+                                     line=dict(color=color, dash="dot", width=1)), row=1, col=2)
+    fig.add_hline(y=0.5, line=dict(color=FLOOR_STYLE["chance"][0], dash="dash", width=1), row=1, col=2)
+    fig.update_xaxes(type="log", title_text="tokens seen")
+    fig.update_yaxes(range=[-0.05, 1.05])
+    return fig.update_layout(title=f"{model}: probes and behaviour over pretraining", height=480)

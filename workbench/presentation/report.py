@@ -555,6 +555,8 @@ def emergence_section(run_dir: Path) -> Section:
         s.missing.append("emergence")
         return s
     s.figs.append(figures.emergence_figure(df))
+    for model in sorted(df.loc[df["task_or_score"].str.startswith("pairs:"), "model"].unique()):
+        s.figs.append(figures.probe_behaviour_figure(df, model))   # does behaviour lag the probes?
     last = df[df["step"] == df.groupby("model")["step"].transform("max")]
     s.tables.append(("Scores at the last checkpoint analysed", last))
     first, final = df["tokens"].min(), df["tokens"].max()

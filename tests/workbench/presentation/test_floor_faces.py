@@ -138,3 +138,30 @@ def test_the_zoos_pair_accuracies_split_their_task_into_suite_phenomenon_and_var
     assert (r.suite, r.phenomenon, r.variant, r.system, r.value, r.n_items) == (
         "ud", "subject_verb_agreement", "nonce", "bert", 0.6, 40)
     assert report._statistic_name("pairs_accuracy") == "minimal-pair accuracy"
+
+
+def _emergence_with_pairs() -> pd.DataFrame:
+    rows = []
+    for model, shift in (("enc", 0.0), ("dec", 0.3)):
+        for step, tokens in ((1, 100), (4, 400), (16, 1600)):
+            rows.append((model, step, tokens, "pos", "accuracy_best", 0.5 + 0.02 * step + shift))
+            rows.append((model, step, tokens, "lm", "loss", 7.0 - step * 0.1))
+            for metric, v in (("accuracy", 0.4 + 0.01 * step), ("accuracy_low", 0.3), ("accuracy_high", 0.7),
+                              ("n_items", 40), ("floor:bigram", 0.55), ("floor:chance", 0.5)):
+                rows.append((model, step, tokens, "pairs:ud:subject_verb_agreement:original", metric, v))
+    return pd.DataFrame(rows, columns=["model", "step", "tokens", "task_or_score", "metric", "value"])
+
+
+def test_the_probe_behaviour_figure_puts_one_models_probes_beside_its_pair_accuracy(tmp_path):
+    em = _emergence_with_pairs()
+    fig = F.probe_behaviour_figure(em, "enc")
+    probe, acc, floor = fig.data
+    assert probe.name == "pos (accuracy)" and list(probe.y) == pytest.approx([0.52, 0.58, 0.82])   # enc's, not dec's
+    assert list(probe.x) == [100, 400, 1600]
+    assert acc.name == "ud:subject_verb_agreement:original" and list(acc.y) == pytest.approx([0.41, 0.44, 0.56])
+    assert list(acc.error_y.array) == pytest.approx([0.29, 0.26, 0.14])
+    assert list(floor.y) == [0.55] * 3 and floor.line.dash == "dot"
+    results.write_table(tmp_path, "emergence", em)
+    section = report.emergence_section(tmp_path)
+    assert [f.layout.title.text for f in section.figs[1:]] == [
+        "dec: probes and behaviour over pretraining", "enc: probes and behaviour over pretraining"]

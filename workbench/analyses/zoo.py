@@ -28,7 +28,8 @@ these steps then read the run's tables across systems:
   cumulative probes) get both; those without (share of heads per primary role, prunable share of
   heads, finetuning gain, the flow suite's input-token MI at the top layer and its rebuild) are
   resampled over seeds only. Minimal pairs (`pairs_statistics`, from
-  `minimal_pair_items`): each phenomenon's accuracy by a system's own scorer, multi-bootstrap too.
+  `minimal_pair_items`): each phenomenon's accuracy by a system's own scorer, multi-bootstrap too,
+  beside its four floors on the same items and compared with each of them.
 
 A comparison is claimed ("A > B") only when both systems have at least three seeds (a bootstrap of S
 seeds carries (S - 1) / S of the seed variance), its 95% interval excludes 0, and its p-value survives
@@ -324,38 +325,66 @@ def pairs_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]],
     first scorer (`probes.sentence_scores.SCORERS` order: a kind's own rule, e.g. clm, pll, bilm) with
     the multi-bootstrap over pretraining seeds x items, beside the items-only interval; per pair of
     systems the difference on the items every model scored (paired items, unpaired seeds). A tie
-    counts 0.5, as in `minimal_pairs`."""
+    counts 0.5, as in `minimal_pairs`.
+
+    Beside each system's accuracy, on the same items and seeds, its floors (statistic
+    "pairs_floor:<floor>", the floor:random_init of its own scorer), and one comparison of the system
+    against each floor (system_b "floor:<floor>"): the zoo's rule for "this system beats its bigram
+    floor" (three seeds, Holm in the secondary family)."""
     kw = dict(n_boot=n_boot, seed=seed)
     models = {system: [model_name(system, s) for s in seeds] for system, seeds in systems.items()}
-    own = items[~items["scorer"].str.startswith("floor:")]
+    floors = items["scorer"].str.startswith("floor:")
+    own = items[~floors]
     scorer = {}
     for system, names in models.items():
         mine = own[own["model"].isin(names)]
         if set(mine["model"]) == set(names):
             scorer[system] = min(mine["scorer"].unique(), key=lambda n: list(SCORERS).index(n))
     stats, comps = [], []
-    cell = own["suite"] + ":" + own["phenomenon"] + ":" + own["variant"]
-    for task in sorted(cell.unique()):
-        rows = own[cell == task]
-        per: dict[str, np.ndarray] = {}
-        for system, sc in scorer.items():
-            d = rows[rows["model"].isin(models[system]) & (rows["scorer"] == sc)]
-            per[system] = d.pivot_table(index="id", columns="model", values="correct").reindex(columns=models[system])
+    cell = items["suite"] + ":" + items["phenomenon"] + ":" + items["variant"]
+
+    def correct_of(rows: pd.DataFrame, names: list[str], label: str) -> pd.DataFrame:
+        d = rows[rows["model"].isin(names) & (rows["scorer"] == label)]
+        return d.pivot_table(index="id", columns="model", values="correct").reindex(columns=names)
+
+    def as_items(p: pd.DataFrame, common: list[str]) -> np.ndarray:
+        correct = p.reindex(common).to_numpy(np.float64).T                          # (S, N)
+        return np.concatenate([correct[..., None], np.zeros(correct.shape + (3,))], axis=-1)
+
+    for task in sorted(cell[~floors].unique()):
+        rows = items[cell == task]
+        per = {system: correct_of(rows, models[system], sc) for system, sc in scorer.items()}
         common = sorted(set.intersection(*(set(p.dropna().index) for p in per.values()))) if per else []
         if not common:
             continue
         arrays = {}
         for system, p in per.items():
-            correct = p.loc[common].to_numpy(np.float64).T                          # (S, N)
-            arrays[system] = np.concatenate([correct[..., None], np.zeros(correct.shape + (3,))], axis=-1)
+            arrays[system] = as_items(p, common)
             stats.append(_row("pairs_accuracy", f"pairs:{task}", system, -1,
                               multi_bootstrap(arrays[system], "accuracy", **kw),
                               multi_bootstrap(arrays[system], "accuracy", resample_seeds=False, **kw),
                               "multi-bootstrap"))
+            for floor in _pair_floors(rows, models[system], scorer[system]):
+                f = correct_of(rows, models[system], floor)
+                if f.reindex(common).isna().to_numpy().any():   # a floor must stand on every item its system scored
+                    continue
+                name = floor.rsplit(":", 1)[0] if floor.startswith("floor:random_init:") else floor
+                fa = as_items(f, common)
+                stats.append(_row(f"pairs_{name}", f"pairs:{task}", system, -1, multi_bootstrap(fa, "accuracy", **kw),
+                                  multi_bootstrap(fa, "accuracy", resample_seeds=False, **kw), "multi-bootstrap"))
+                comps.append(_cmp_row("pairs_accuracy", f"pairs:{task}", system, name,
+                                      compare(arrays[system], fa, "accuracy", **kw), "multi-bootstrap"))
         for a, b in combinations(sorted(arrays), 2):
             comps.append(_cmp_row("pairs_accuracy", f"pairs:{task}", a, b,
                                   compare(arrays[a], arrays[b], "accuracy", **kw), "multi-bootstrap"))
     return stats, comps
+
+
+def _pair_floors(rows: pd.DataFrame, names: list[str], scorer: str) -> list[str]:
+    """The floor labels of a system's models in `rows`: the corpus floors and chance, and the
+    random-initialised copy scored by the system's own scorer."""
+    got = set(rows.loc[rows["model"].isin(names), "scorer"])
+    return [f for f in ("floor:chance", "floor:frequency", "floor:bigram", f"floor:random_init:{scorer}") if f in got]
 
 
 def _per_model(df: pd.DataFrame | None, value: str) -> dict[str, float]:

@@ -72,11 +72,6 @@ def _equal_length_batches(rows: list[list[int]], batch_tokens: int) -> list[list
     return out
 
 
-def _token_logp(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """(N, V) logits, (N,) ids -> (N,) log-probabilities (float32)."""
-    return torch.log_softmax(logits.float(), -1).gather(-1, targets[:, None])[:, 0]
-
-
 # ---------------------------------------------------------------- sentence scorers (one score each)
 @torch.no_grad()
 def clm_scores(model: nn.Module, encs: list[WordEncoding], batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
@@ -110,17 +105,22 @@ def _masked_rows(encs: list[WordEncoding], mask_id: int, within_word_l2r: bool) 
 
 
 @torch.no_grad()
-def _mlm_logp_at(model: nn.Module, rows: list[list[int]], pos: list[int], targets: list[int],
+def _mlm_logp_at(model: nn.Module, rows: list[list[int]], pos: list[int], targets: list[int] | list[tuple[int, ...]],
                  batch_tokens: int) -> np.ndarray:
-    """log p(targets[r] at pos[r] | rows[r]) for each row, with the MLM head, exact (no padding)."""
-    out = np.zeros(len(rows))
+    """log p(targets[r] at pos[r] | rows[r]) for each row, with the MLM head, exact (no padding): (N,) for
+    one target id a row, (N, K) for K ids a row, all read off the same forward."""
+    if not rows:
+        return np.zeros(0)
+    cols = np.asarray(targets, dtype=np.int64).reshape(len(rows), -1)   # (N, K)
+    out = np.zeros(cols.shape)
     for idx in _equal_length_batches(rows, batch_tokens):
         ids = torch.tensor([rows[r] for r in idx])
         select = torch.zeros_like(ids, dtype=torch.bool)
         select[torch.arange(len(idx)), torch.tensor([pos[r] for r in idx])] = True
         logits = model.mlm_logits(model.masked_hidden(ids, select))  # (B, V): one selected position a row
-        out[idx] = _token_logp(logits, torch.tensor([targets[r] for r in idx])).numpy()
-    return out
+        logp = torch.log_softmax(logits.float(), -1)                 # (B, V)
+        out[idx] = logp.gather(-1, torch.from_numpy(cols[idx])).numpy()
+    return out if np.ndim(targets[0]) else out[:, 0]
 
 
 def pll_scores(model: nn.Module, encs: list[WordEncoding], mask_id: int, within_word_l2r: bool = False,
@@ -256,9 +256,8 @@ def masked_word_pairs(model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
         good.append(eg.ids[s])
         bad.append(eb.ids[s])
         which.append(k)
-    if rows:
-        out[which, 0] = _mlm_logp_at(model, rows, pos, good, batch_tokens)
-        out[which, 1] = _mlm_logp_at(model, rows, pos, bad, batch_tokens)
+    if rows:   # one forward a pair: both forms are read off the same masked position
+        out[which] = _mlm_logp_at(model, rows, pos, list(zip(good, bad)), batch_tokens)
     return out
 
 

@@ -18,7 +18,7 @@ from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig
 from plmodels.tokenizer import Tokenizer
 from plmodels.training.data import with_sentinels
 from plmodels.xlnet import XLNet, XLNetConfig
-from probes.sentence_scores import KIND_SCORERS, SCORERS, pll_scores, scorers_for
+from probes.sentence_scores import BATCH_TOKENS, KIND_SCORERS, SCORERS, _mlm_logp_at, pll_scores, scorers_for
 from tests.plmodels.hf_models import hf_gpt2
 from tests.plmodels.hf_bert_folder import save_bert_folder
 from tests.plmodels.hf_files import write_gpt2_files
@@ -109,6 +109,28 @@ def test_masked_word_is_the_pll_term_of_a_single_piece_word_and_nan_otherwise(be
     assert got[0, 0] == pytest.approx(float(logp[tok.encode_words(["dog"]).ids[1]]), abs=1e-4)
     assert got[0, 1] == pytest.approx(float(logp[tok.encode_words(["cat"]).ids[1]]), abs=1e-4)
     assert np.isnan(got[1]).all()  # "cats" is cat ##s: not a single-token contrast
+
+
+def test_masked_word_reads_both_forms_off_one_forward(bert, monkeypatch):
+    """One masked forward a pair, both forms read off it: the same numbers as one forward per form."""
+    _, ours, tok = bert
+    pairs = [(["the", "dog", "sat"], ["the", "cat", "sat"], 1), (["the", "dog", "ran"], ["the", "cat", "ran"], 1),
+             (["the", "cat", "sat", "on", "the", "mat"], ["the", "dog", "sat", "on", "the", "mat"], 1)]
+    calls = []
+    forward = ours.masked_hidden
+    monkeypatch.setattr(ours, "masked_hidden", lambda ids, select: calls.append(len(ids)) or forward(ids, select))
+    got = SCORERS["masked_word"].score_pairs(ours, tok, pairs)
+    assert sum(calls) == len(pairs)                                  # rows forwarded: one a pair
+    rows, pos, good, bad = [], [], [], []                              # one forward per form, as before
+    for g, b, c in pairs:
+        eg, eb = tok.encode_words(g), tok.encode_words(b)
+        ids, at = list(eg.ids), eg.word_spans[c][0]
+        ids[at] = tok.mask_id
+        rows, pos, good, bad = rows + [ids], pos + [at], good + [eg.ids[at]], bad + [eb.ids[at]]
+    want = np.stack([_mlm_logp_at(ours, rows, pos, good, BATCH_TOKENS),
+                     _mlm_logp_at(ours, rows, pos, bad, BATCH_TOKENS)], axis=1)
+    np.testing.assert_array_equal(got, want)
+    assert sum(calls) == 3 * len(pairs) and not np.isnan(got).any()   # the old path: two more a pair
 
 
 def test_a_planted_model_that_makes_the_grammatical_form_certain_scores_one(gpt2):

@@ -273,6 +273,17 @@ def pooling(d: Result) -> str:
     return f"{d['model']}, {d['pooling']} pooling, median of {d['rounds']} rounds: {each}"
 
 
+def pairs(d: Result) -> tuple[str, str]:
+    c = d["config"]
+    parts = "; ".join(f"{Path(m['model']).parent.name} ({', '.join(m['scorers'])}) {m['n_pairs']} pairs "
+                      f"**{m['total_s']:.0f} s** wall, {m['total_cpu_s']:.0f} CPU s (suites {m['suites_s']:.0f} s, "
+                      f"corpus floors {m['seconds'].get('corpus_floors', float('nan')):.0f} s)" for m in d["models"])
+    load = d["meta"]["load_before"][0], d["meta"]["load_after"][0]
+    text = (f"{parts}; {c['max_pairs_per_condition']} base items per condition, floors on {c['corpus_chars']:,} "
+            f"characters; load {load[0]:.1f} before, {load[1]:.1f} after on 2 cores: the verdict is the wall time's")
+    return text, met(all(m["total_s"] <= d["target_s"] for m in d["models"]))
+
+
 def structural(d: Result) -> str:
     s = d["shape"]
     return (f"{s['layers']} layers x {s['words']:,} words x {s['d']} ({s['sentences']:,} sentences), {d['epochs']} "
@@ -370,6 +381,9 @@ TARGETS = (
     Row("one mini checkpoint's flow suite (MI curves, lenses, attribution on 200 sentences; attention flow and "
         "integrated gradients for one target position a sentence) within 3 min (180 s) (#78)", "flow_suite.json",
         "python benchmarks/bench_flow.py MODEL --no-pairs --out benchmarks/results/flow_suite.json", flow_suite),
+    Row("every minimal-pair suite (UD and templates, original and nonce) on one mini checkpoint with its four "
+        "floors, from an empty cache, within 2 min (120 s) (#77)", "pairs.json",
+        "python benchmarks/bench_pairs.py --max-pairs 20 --scorers masked_word clm", pairs),
 )
 
 REPORTS = (

@@ -22,11 +22,14 @@ A pair is won when s(good) > s(bad). Pairs a scorer does not apply to (the maske
 of a multi-piece contrast) are left out of its rows (n_items says how many count). Items are
 sampled per (suite, phenomenon, condition) with `max_pairs_per_condition`, the same items for the
 original and the nonce variant. Scores are cached per (checkpoint hash, suite version, scorer,
-sampled items, seed) under `out_dir/cache/minimal_pairs/`, beside the built suites.
+sampled items, seed) under `out_dir/cache/minimal_pairs/`, beside the built suites; the random-init
+floor's by what it is built from (`random_init_key`: kind, config, seed, tokenizer), so the checkpoints
+of one architecture and tokenizer share it.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 import re
 import time
@@ -268,6 +271,9 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
     too_long = [r.id for r in pairs if len(tok.encode_words(list(r.good)).ids) + 4 > _max_positions(model)]
     pairs = [r for r in pairs if r.id not in set(too_long)]
     ckpt = plmodels.checkpoint_hash(model_path)
+    # the random-init floor reads no trained weight: keyed by what it is built from, so the seeds of a zoo
+    # system, or the checkpoints of one run, score it once
+    init = "init:" + random_init_key(model, Path(model_path) / "tokenizer", cfg.seed)
     item_key = hashlib.sha256("\n".join(r.id for r in pairs).encode()).hexdigest()[:16]
     frames, seconds, cpu = [], {}, {}
     jobs = [(s, "model") for s in scorers] + ([(s, "random_init") for s in scorers] if "random_init" in cfg.floors else [])
@@ -276,7 +282,7 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
         for sc, which in jobs:
             t0, c0 = time.perf_counter(), time.process_time()
             m, label = (model, sc.name) if which == "model" else (baseline, f"floor:random_init:{sc.name}")
-            key = f"{ckpt}:{SUITE_VERSION}:{label}:{item_key}:{cfg.seed}"
+            key = f"{ckpt if which == 'model' else init}:{SUITE_VERSION}:{label}:{item_key}:{cfg.seed}"
             with torch.inference_mode():
                 scores = _cached(cache, key, lambda: sc.score_pairs(m, tok, _as_pairs(pairs), cfg.batch_tokens))
             frames.append(_items(name, pairs, label, scores))
@@ -294,6 +300,16 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
                            "checkpoint_hash": ckpt, "n_pairs": len(pairs), "skipped_too_long": len(too_long),
                            "seconds": seconds, "cpu_seconds": cpu})
     return tables
+
+
+def random_init_key(model, tokenizer_dir: Path, seed: int) -> str:
+    """What `random_init_model(model, seed)`'s scores depend on: the kind, the model config, the seed and
+    the tokenizer's files (not the trained weights), hashed."""
+    h = hashlib.sha256(json.dumps({"kind": model.kind, "config": model.config.to_dict(), "seed": seed},
+                                  sort_keys=True, default=str).encode())
+    for f in sorted(p for p in tokenizer_dir.rglob("*") if p.is_file()):
+        h.update(f.relative_to(tokenizer_dir).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:20]
 
 
 def _max_positions(model) -> int:

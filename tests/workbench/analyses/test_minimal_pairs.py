@@ -181,3 +181,29 @@ def test_a_long_document_encodes_in_pieces_to_the_same_ids():
         whole = tok.encode(text, add_special=False)
         assert mp.encode_long(tok, text, chunk_chars=200) == whole
         assert len(mp.CUT.findall(text)) > len(text) // 200     # the text is cut in many pieces
+
+
+def test_the_random_init_floor_is_cached_by_architecture_not_by_weights(decoder_ckpt, corpus, tmp_path, monkeypatch):
+    """A second checkpoint of the same architecture and tokenizer (other weights: another seed of a zoo
+    system, a later step) reads the random-init floor from the cache and scores only itself; the floor
+    is the one a fresh computation gives. Another init seed is scored anew."""
+    cfg = {**CFG, "floors": ["random_init"]}
+    model, tok = plmodels.load(decoder_ckpt)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1)
+    other = _save(model, tok, tmp_path / "other", corpus)
+    first = mp.score_pairs_model(decoder_ckpt, tmp_path / "a", cfg, progress=False, cache_dir=tmp_path / "c")
+    calls = []
+    score = Scorer.score_pairs
+    monkeypatch.setattr(Scorer, "score_pairs", lambda self, m, *a: calls.append(m) or score(self, m, *a))
+    second = mp.score_pairs_model(other, tmp_path / "b", cfg, progress=False, cache_dir=tmp_path / "c")
+    assert len(calls) == 1 and calls[0].training is False               # the trained model only
+    floor = lambda t: t["minimal_pair_items"].query("scorer == 'floor:random_init:clm'")[["good", "bad"]]  # noqa: E731
+    np.testing.assert_array_equal(floor(first).to_numpy(), floor(second).to_numpy())
+    own = lambda t: t["minimal_pair_items"].query("scorer == 'clm'")["good"].to_numpy()  # noqa: E731
+    assert not np.array_equal(own(first), own(second))
+    fresh = mp.score_pairs_model(other, None, cfg, progress=False)        # no cache: computed again
+    np.testing.assert_array_equal(floor(fresh).to_numpy(), floor(second).to_numpy())
+    mp.score_pairs_model(other, tmp_path / "b", {**cfg, "seed": 1}, progress=False, cache_dir=tmp_path / "c")
+    assert len(calls) == 1 + 2 + 2                                      # another seed: model and floor anew

@@ -841,8 +841,9 @@ def objectives_section(run_dir: Path) -> Section:
     pairs = views.zoo_pairs_table(run_dir)
     if pairs is not None:
         s.tables.append(("Minimal pairs per phenomenon and system (accuracy by the system's own scorer; 95% "
-                         "multi-bootstrap interval over pretraining seeds x items; its floors per model are in the "
-                         "section 'Minimal pairs (behaviour)')",
+                         "multi-bootstrap interval over pretraining seeds x items; chance, frequency, bigram, random_init: "
+                         "each floor's accuracy on the same items and seeds, the random-init model by the system's own "
+                         "scorer; each system against each floor: the comparisons above, system_b floor:<name>)",
                          pairs.assign(value=[_ci(v, lo, hi) for v, lo, hi in
                                              zip(pairs["value"], pairs["ci_low"], pairs["ci_high"])])
                          .drop(columns=["ci_low", "ci_high", "item_ci_low", "item_ci_high"])))

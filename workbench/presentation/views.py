@@ -923,14 +923,23 @@ def compute_text(flops_a: float, flops_b: float, ratio: float, differs: bool) ->
 def zoo_pairs_frame(stats: pd.DataFrame) -> pd.DataFrame | None:
     """The zoo's minimal-pair accuracies (statistic "pairs_accuracy", workbench.analyses.zoo.pairs_statistics):
     suite, phenomenon, variant, system, accuracy with its multi-bootstrap interval over seeds x items
-    (value, ci_low, ci_high), the items-only interval, n_seeds, n_items; None without such rows."""
+    (value, ci_low, ci_high), the items-only interval, n_seeds, n_items, and each floor's accuracy on the same
+    items (chance, frequency, bigram, random_init; "pairs_floor:<floor>" rows); None without such rows."""
     df = stats[stats["statistic"] == "pairs_accuracy"]
     if not len(df):
         return None
     parts = df["task"].str.split(":", expand=True)
     out = df.assign(suite=parts[1], phenomenon=parts[2], variant=parts[3])
-    return out[["suite", "phenomenon", "variant", "system", "value", "ci_low", "ci_high", "item_ci_low",
-                "item_ci_high", "n_seeds", "n_items"]].reset_index(drop=True)
+    cols = ["suite", "phenomenon", "variant", "system", "value", "ci_low", "ci_high", "item_ci_low", "item_ci_high",
+            "n_seeds", "n_items"]
+    floors = stats[stats["statistic"].str.startswith("pairs_floor:")]
+    if len(floors):   # each floor's accuracy on the same items and seeds, a column each
+        wide = floors.assign(floor=floors["statistic"].str.removeprefix("pairs_floor:")).pivot_table(
+            index=["task", "system"], columns="floor", values="value", aggfunc="first")
+        names = [f for f in ("chance", "frequency", "bigram", "random_init") if f in wide.columns]
+        out = out.join(wide[names], on=["task", "system"])
+        cols += names
+    return out[cols].reset_index(drop=True)
 
 
 def zoo_pairs_table(run_dir: str | Path) -> pd.DataFrame | None:

@@ -131,12 +131,15 @@ def test_the_probing_summary_puts_the_untrained_models_best_layer_beside_the_sco
 def test_the_zoos_pair_accuracies_split_their_task_into_suite_phenomenon_and_variant():
     stats = pd.DataFrame([("pairs_accuracy", "pairs:ud:subject_verb_agreement:nonce", "bert", -1, 0.6, 0.5, 0.7,
                            0.55, 0.65, "multi-bootstrap", 3, 40),
+                          ("pairs_floor:bigram", "pairs:ud:subject_verb_agreement:nonce", "bert", -1, 0.55, 0.4, 0.7,
+                           0.45, 0.65, "multi-bootstrap", 3, 40),
                           ("best_layer_score", "pos", "bert", 2, 0.9, 0.8, 0.95, 0.85, 0.93, "multi-bootstrap", 3, 99)],
                          columns=["statistic", "task", "system", "layer", "value", "ci_low", "ci_high", "item_ci_low",
                                   "item_ci_high", "interval", "n_seeds", "n_items"])
     (r,) = views.zoo_pairs_frame(stats).itertuples()
     assert (r.suite, r.phenomenon, r.variant, r.system, r.value, r.n_items) == (
         "ud", "subject_verb_agreement", "nonce", "bert", 0.6, 40)
+    assert r.bigram == 0.55                                  # its floor on the same items, beside it
     assert report._statistic_name("pairs_accuracy") == "minimal-pair accuracy"
 
 

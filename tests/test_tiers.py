@@ -1,8 +1,9 @@
 """The two test tiers (tests/tiers.py): the rule that puts a test in the slow tier, by hand, and the
 measured fast tier fitting its budget."""
 import json
+from pathlib import Path
 
-from tests.tiers import DURATIONS, FAST_BUDGET_S, parse_durations, slow_ids, slow_tier
+from tests.tiers import DURATIONS, FAST_BUDGET_S, marked_slow, parse_durations, slow_ids, slow_tier
 
 
 def test_durations_sum_setup_call_and_teardown_per_test():
@@ -33,6 +34,16 @@ def test_a_module_never_measured_is_slow_until_it_is():
 def test_the_measured_fast_tier_fits_its_budget():
     seconds = json.loads(DURATIONS.read_text())["seconds"]
     slow = slow_ids(seconds)
-    fast = sum(s for test, s in seconds.items() if test not in slow)
+    marked = marked_slow(Path(__file__).resolve().parents[1])
+    fast = sum(s for test, s in seconds.items() if test not in slow and test.split("[")[0] not in marked)
     assert fast <= FAST_BUDGET_S, f"the fast tier measured {fast:.0f} s, over its {FAST_BUDGET_S:.0f} s budget"
     assert len(seconds) - len(slow) >= 0.6 * len(seconds), "most tests stay in the fast tier"
+
+
+def test_marked_slow_reads_the_decorators_of_the_sources(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "import pytest\n\n@pytest.mark.slow\ndef test_a():\n    pass\n\n"
+        "@pytest.mark.parametrize('n', [1])\n@pytest.mark.slow\ndef test_b(n):\n    pass\n\n"
+        "@pytest.mark.skipif(True, reason='x')\ndef test_c():\n    pass\n\ndef test_d():\n    pass\n")
+    assert marked_slow(tmp_path, ("tests",)) == {"tests/test_x.py::test_a", "tests/test_x.py::test_b"}

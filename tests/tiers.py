@@ -69,6 +69,21 @@ def slow_tier(test_ids, seconds: dict[str, float]) -> set[str]:
     return {t for t in test_ids if t in slow or t.split("::")[0] not in measured}
 
 
+def marked_slow(root: Path, folders: tuple[str, ...] = ("tests", "research/tests")) -> set[str]:
+    """The ids "path::name" (parameters left off) of the test functions that carry `@pytest.mark.slow`
+    themselves, read from the sources under `root` (a test measured fast that is marked slow runs in the
+    slow tier all the same, so the fast tier's measured budget leaves it out)."""
+    import ast
+    out = set()
+    for folder in folders:
+        for path in sorted((root / folder).rglob("test_*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+                        ast.unparse(d).startswith("pytest.mark.slow") for d in node.decorator_list):
+                    out.add(f"{path.relative_to(root).as_posix()}::{node.name}")
+    return out
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: python3 -m tests.tiers 'what was measured, where' LOG ...", file=sys.stderr)

@@ -100,7 +100,8 @@ def _sentence(clauses: list[str]) -> str:
 LAYER_COLUMNS = ("expected_layer", "center_of_gravity")   # layer positions: 2 decimals, scores: 3
 # Counts and indices print as integers (1,280, not 1280.000); seconds with one decimal.
 INT_COLUMNS = {"steps", "tokens", "params", "layers", "heads", "d_model", "layer", "head", "step", "seed",
-               "best_layer", "best_head", "baseline_offset", "bytes", "tokens_per_s", "layer_a", "layer_b", "rank"}
+               "best_layer", "best_head", "baseline_offset", "bytes", "tokens_per_s", "layer_a", "layer_b", "rank",
+               "random_init_layer"}
 ONE_DECIMAL = {"seconds"}
 INTERVALS = (("value", "ci_low", "ci_high"), ("test_acc", "ci_low", "ci_high"), ("best", "best_low", "best_high"))
 

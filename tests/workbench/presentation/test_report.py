@@ -210,3 +210,9 @@ def test_a_section_no_record_names_is_refused(monkeypatch):
     monkeypatch.setitem(report.SECTION_BUILDERS, "orphan", report.run_section)
     with pytest.raises(ValueError, match=r"named by no analysis record \['orphan'\]"):
         report.section_keys()
+
+
+def test_layer_indices_of_the_probing_summary_print_as_integers():
+    """The best layer and the random-init floor's best layer are layer numbers (4, not 4.000)."""
+    assert [report._cell(c, 4.0) for c in ("best_layer", "random_init_layer")] == ["4", "4"]
+    assert report._cell("random_init", 0.4) == "0.400"

@@ -101,6 +101,11 @@ EQUIVALENT: dict[tuple[str, str, int, str], str] = {
     ("probes/multibootstrap.py", "return np.where(d > 0, 2 * tp / np.where(d > 0, d, 1.0), 1.0)", 45, "0 -> 1"):
         "the inner where only keeps the division finite: with d > 1 instead of d > 0 it divides by 1.0 where "
         "d is 1, the same number",
+    ("probes/amnesic.py", "if not lo < mid < hi:       # rounding at a tiny bracket", 7, "Lt -> LtE"):
+        "MatchedRandomEraser._search: differs only when the secant lands exactly on lo. Then move(lo) is read "
+        "again from its cache instead of bisecting, lo stays, and the Illinois halving moves the next secant "
+        "off lo; the search still returns a gamma whose move is the target to rtol (its contract), so only "
+        "the path inside the tolerance changes",
     ("probes/amnesic.py", "cross = xc.T @ (z - z.mean(0)) / len(X)  # (D, K)", 16, "Sub -> Add"):
         "xc is centred (its columns sum to 0), so xc.T @ (z + c) = xc.T @ z = xc.T @ (z - c) for any row c",
     ("probes/amnesic.py", "keep = evals > self.tol * max(float(evals.max()), 1e-300)", 7, "Gt -> GtE"):

@@ -23,7 +23,10 @@ from workbench.presentation.report import _f
 
 from .causal_run import causal_run
 
-pytestmark = pytest.mark.skipif(not (data_root() / "ud_english_ewt").is_dir(), reason="data root missing")
+# slow: the run it reads is trained once per session (`causal_run`); in the full suite an earlier module
+# pays for it, in the fast tier this module would (32 s)
+pytestmark = [pytest.mark.skipif(not (data_root() / "ud_english_ewt").is_dir(), reason="data root missing"),
+              pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")

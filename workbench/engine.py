@@ -34,7 +34,7 @@ from typing import Any, Callable
 from plmodels.config import read_json_object
 from workbench.core.io import atomic_write_json
 from workbench.pipeline import (NO_TIME_LIMIT, Context, Step, _finished, _log, build_steps, code_version,
-                                load_run_config, run_pipeline)
+                                load_run_config, run_pipeline, set_step_threads)
 from workbench.zoo import check_systems, expand_zoo, load_zoo, run_zoo
 
 # ----------------------------------------------------------------------------- steps per device
@@ -78,7 +78,7 @@ def device_info() -> DeviceInfo:
     """This machine's device: its first CUDA GPU when torch sees one, else the CPU."""
     import torch
 
-    cores = len(os.sched_getaffinity(0))
+    cores = _host_cores()
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         return DeviceInfo("cuda", props.name, props.total_memory / 2**30, cores)
@@ -98,18 +98,6 @@ def _cpu_name() -> str:
 Runner = Callable[[list[Step], list[Step], dict[str, str], dict, Path, dict, bool], None]
 
 
-def _set_threads(threads: int) -> int:
-    """On a worker: torch's, BLAS's and OpenMP's threads, as `run_steps_parallel` gives each step."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    torch.set_num_threads(threads)
-    threadpool_limits(threads)
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(threads)
-    return threads
-
-
 def _host_cores() -> int:
     return len(os.sched_getaffinity(0))
 
@@ -124,7 +112,7 @@ def _share_threads(client: Any) -> dict[str, int]:
     for addresses in by_host.values():
         cores = client.run(_host_cores, workers=addresses[:1])
         share = max(1, next(iter(cores.values())) // len(addresses))
-        threads.update(client.run(_set_threads, share, workers=addresses))
+        threads.update(client.run(set_step_threads, share, workers=addresses))
     return threads
 
 

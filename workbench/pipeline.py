@@ -603,6 +603,18 @@ def _exit_with_parent(parent: int, server: int) -> None:
             os._exit(1)
 
 
+def set_step_threads(threads: int) -> int:
+    """In a step's process: `threads` torch threads, and BLAS/OpenMP pools of the same size (numpy's and
+    scikit-learn's, and those loaded later through the environment); returns `threads`."""
+    import torch
+    from threadpoolctl import threadpool_limits
+    torch.set_num_threads(threads)
+    threadpool_limits(threads)
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    return threads
+
+
 def _step_process(build: Callable[[dict], list[Step]], cfg: dict, run_dir: str, name: str, force: bool,
                   threads: int, env: dict, cwd: str, parent: int, conn) -> None:
     """One step in its own process (`run_steps_parallel`): step `name` of `build(cfg)`, in the parent's
@@ -612,12 +624,7 @@ def _step_process(build: Callable[[dict], list[Step]], cfg: dict, run_dir: str, 
     os.environ.clear()
     os.environ.update(env)
     threading.Thread(target=_exit_with_parent, args=(parent, os.getppid()), daemon=True).start()
-    import torch
-    from threadpoolctl import threadpool_limits
-    torch.set_num_threads(threads)
-    threadpool_limits(threads)      # numpy's and scikit-learn's BLAS and OpenMP pools too
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):   # and those loaded later
-        os.environ[var] = str(threads)
+    set_step_threads(threads)
     try:
         step = next(s for s in build(cfg) if s.name == name)
         conn.send(("done", step.fn(Context(Path(run_dir), cfg, step.params, force=force))))

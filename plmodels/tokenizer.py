@@ -49,9 +49,14 @@ Specials are added here in Python, not by the wrapped tokenizer's post-processor
 holds for trained and imported tokenizers. (Trained tokenizers still carry a matching
 post-processor so their tokenizer.json behaves the same way when used on its own.)
 
-Reproducibility: byte-level BPE training is deterministic. The library's WordPiece trainer breaks
-ties between equally frequent merges in hash order, so retraining on the same text can give a
-slightly different vocabulary: train once, `save`, and reuse (the fingerprint tells them apart).
+Reproducibility: byte-level BPE training is deterministic, and so is WordPiece training here. The
+library's WordPiece trainer numbers the continuation alphabet ("##a", ...) in the order it meets them
+in a hash map of the words and breaks ties between equally frequent merges by those numbers, so two
+trainings on the same text gave different vocabularies. `train_wordpiece` gives the trainer that
+alphabet in sorted order among its specials (so nothing is left to number in hash order) and then
+rebuilds the tokenizer from the trained vocabulary with only the real specials: the same text gives
+the same vocabulary, ids included, every time (the stock trainer's hash maps draw a new seed each, in one
+process too: tested by training four times).
 """
 from __future__ import annotations
 
@@ -176,6 +181,32 @@ def _wordpiece_post_processor(cls_id: int, sep_id: int) -> processors.TemplatePr
         pair="[CLS] $A [SEP] $B:1 [SEP]:1",
         special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
     )
+
+
+def _bert_wordpiece(vocab: dict[str, int] | None, lowercase: bool) -> HFTokenizer:
+    """BERT's WordPiece pipeline (normalizer, pre-tokenizer, "##" model and decoder), no specials added."""
+    model = (models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##") if vocab is not None
+             else models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    hf = HFTokenizer(model)
+    hf.normalizer = _bert_normalizer(lowercase)
+    hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    hf.decoder = decoders.WordPiece(prefix="##")
+    return hf
+
+
+def _continuation_chars(hf: HFTokenizer, texts: Iterable[str]) -> set[str]:
+    """The characters the WordPiece trainer would give a "##" form: every character after the first of a
+    word, the words being `hf`'s normalizer and pre-tokenizer applied to each text (as the trainer does).
+    BERT's normalizer maps every whitespace character to " ", so the pre-tokenizer runs once per distinct
+    space-separated piece rather than once per word."""
+    pieces: set[str] = set()
+    for text in texts:
+        pieces.update(hf.normalizer.normalize_str(text).split(" "))
+    chars: set[str] = set()
+    for piece in pieces:
+        for word, _ in hf.pre_tokenizer.pre_tokenize_str(piece):
+            chars.update(word[1:])
+    return chars
 
 
 def _byte_level_bpe_from_files(folder: Path, tok_cfg: dict) -> HFTokenizer:
@@ -409,19 +440,27 @@ class Tokenizer:
         names = list(WORDPIECE_SPECIALS.values())
         if vocab_size < len(names) + 1:
             raise ValueError(f"vocab_size must exceed the {len(names)} specials, got {vocab_size}")
-        hf = HFTokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-        hf.normalizer = _bert_normalizer(lowercase)
-        hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        hf.decoder = decoders.WordPiece(prefix="##")
+        texts = texts if isinstance(texts, (list, tuple)) else list(texts)
+        hf = _bert_wordpiece(None, lowercase)
+        # the continuation alphabet in sorted order, given ahead of training (see the module docstring)
+        continuations = [f"##{c}" for c in sorted(_continuation_chars(hf, texts))]
         trainer = trainers.WordPieceTrainer(
             vocab_size=vocab_size,
             min_frequency=min_frequency,
-            special_tokens=names,
+            special_tokens=names + continuations,
             continuing_subword_prefix="##",
             show_progress=False,
         )
         hf.train_from_iterator(texts, trainer=trainer)
-        hf.post_processor = _wordpiece_post_processor(hf.token_to_id("[CLS]"), hf.token_to_id("[SEP]"))
+        vocab = hf.get_vocab(with_added_tokens=False)
+        return cls._bert_wordpiece_from_vocab(vocab, lowercase)
+
+    @classmethod
+    def _bert_wordpiece_from_vocab(cls, vocab: dict[str, int], lowercase: bool) -> "Tokenizer":
+        """A BERT WordPiece tokenizer over `vocab` (token -> id), its five specials the only special tokens."""
+        hf = _bert_wordpiece(vocab, lowercase)
+        hf.add_special_tokens(list(WORDPIECE_SPECIALS.values()))
+        hf.post_processor = _wordpiece_post_processor(vocab["[CLS]"], vocab["[SEP]"])
         return cls(hf, "wordpiece", WORDPIECE_SPECIALS, lowercase=lowercase)
 
     @classmethod
@@ -467,13 +506,7 @@ class Tokenizer:
         absent = [t for t in WORDPIECE_SPECIALS.values() if t not in vocab]
         if absent:
             raise ValueError(f"{vocab_path} lacks the special tokens {absent}")
-        hf = HFTokenizer(models.WordPiece(vocab, unk_token="[UNK]", continuing_subword_prefix="##"))
-        hf.normalizer = _bert_normalizer(lowercase)
-        hf.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-        hf.decoder = decoders.WordPiece(prefix="##")
-        hf.add_special_tokens(list(WORDPIECE_SPECIALS.values()))
-        hf.post_processor = _wordpiece_post_processor(vocab["[CLS]"], vocab["[SEP]"])
-        return cls(hf, "wordpiece", WORDPIECE_SPECIALS, lowercase=lowercase)
+        return cls._bert_wordpiece_from_vocab(vocab, lowercase)
 
     @classmethod
     def from_hf_tokenizer_json(cls, path: str | Path) -> "Tokenizer":

@@ -145,10 +145,48 @@ def test_a_failed_save_keeps_the_old_files_and_leaves_no_temporaries(wp, bpe, tm
 def test_fingerprint_tells_tokenizers_apart(wp, bpe):
     assert Tokenizer.train_wordpiece(CORPUS, vocab_size=150).fingerprint() != wp.fingerprint()
     assert Tokenizer.train_wordpiece(CORPUS, vocab_size=200, lowercase=True).fingerprint() != wp.fingerprint()
-    # Byte-level BPE training is deterministic, so retraining reproduces the fingerprint.
-    # (WordPiece training breaks count ties in hash order: retraining may differ; save and reuse.)
+    # Training is deterministic, so retraining reproduces the fingerprint (across processes: below).
+    assert Tokenizer.train_wordpiece(CORPUS, vocab_size=200).fingerprint() == wp.fingerprint()
     assert Tokenizer.train_bpe(CORPUS, vocab_size=300).fingerprint() == bpe.fingerprint()
     assert Tokenizer.train_bpe(CORPUS, vocab_size=280).fingerprint() != bpe.fingerprint()
+
+
+# Many distinct characters in continuation position and merges of equal count: the stock trainer numbered
+# the "##" alphabet in hash order and broke these ties by those numbers, so two processes disagreed.
+TIE_CORPUS = ["ab ac ad ae af ag ah ai aj ak al am an ao ap aq ar as at au av aw ax ay az",
+              "ba ca da ea fa ga ha ia ja ka la ma na oa pa qa ra sa ta ua va wa xa ya za",
+              "Çé naïve coöperate 中文 ½ x²  tab\tnew\nline"] * 3
+def test_wordpiece_training_gives_the_same_vocabulary_every_time():
+    # Each hash map the stock trainer makes draws its own seed (in one process too): trained four times on
+    # TIE_CORPUS it gives four different vocabularies, so four equal ones here test the fixed order.
+    vocabs = [Tokenizer.train_wordpiece(TIE_CORPUS, vocab_size=120)._hf.get_vocab() for _ in range(4)]
+    assert all(v == vocabs[0] for v in vocabs[1:])             # tokens and ids
+    assert len(vocabs[0]) == 120
+    assert [vocabs[0][t] for t in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")] == [0, 1, 2, 3, 4]
+
+
+def test_wordpiece_alphabet_and_specials_are_the_stock_trainers():
+    from tokenizers import Tokenizer as HFTokenizer, models, pre_tokenizers, trainers
+
+    from plmodels.tokenizer import _bert_normalizer
+
+    ours = Tokenizer.train_wordpiece(TIE_CORPUS, vocab_size=120)
+    stock = HFTokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
+    stock.normalizer = _bert_normalizer(False)
+    stock.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    stock.train_from_iterator(TIE_CORPUS, trainer=trainers.WordPieceTrainer(
+        vocab_size=120, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"], continuing_subword_prefix="##",
+        show_progress=False))
+
+    def alphabet(vocab):   # the single characters and their "##" forms: what the trainer starts from
+        return {t for t in vocab if len(t) == 1 or (t.startswith("##") and len(t) == 3)}
+
+    assert alphabet(ours._hf.get_vocab()) == alphabet(stock.get_vocab())
+    assert len(ours._hf.get_vocab()) == len(stock.get_vocab())
+    # the "##" alphabet given to the trainer as specials is not special in the tokenizer it returns
+    assert sorted(t.content for t in ours._hf.get_added_tokens_decoder().values()) == sorted(
+        ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    assert "##b" not in ours._hf.encode("ab ##b", add_special_tokens=False).tokens
 
 
 def test_load_missing_files_named(tmp_path):

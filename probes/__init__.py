@@ -33,6 +33,7 @@ docstring cites its paper.
     attribution.py       attribution of one prediction to its input tokens, and its faithfulness
     patching.py          activation, path and attribution patching at a model's hook sites
     mediation.py         total, natural indirect and direct effects (Vig et al. 2020), interchange intervention accuracy
+    das.py               distributed alignment search: interchange on a learned rotated subspace (Geiger et al. 2023)
     sentence_scores.py   which of two sentences a language model prefers (minimal pairs)
     ngram.py             the Witten-Bell bigram floor of the minimal-pair evaluation
 

@@ -15,11 +15,11 @@ an orthogonal D x D matrix (rotated coordinates r = R^T h) and Q = R[:, :k] its 
 
 the base's first k rotated coordinates replaced by the source's and rotated back. At k = D it is the
 whole-site interchange (Q Q^T = I). R is `torch.nn.utils.parametrizations.orthogonal` of a D x D
-matrix (the matrix exponential of a skew-symmetric one times a fixed random rotation, the Haar draw of
-`seed`), trained by Adam on the binary cross-entropy of the counterfactual label with the model's
-weights frozen: y = 1 when the hypothesis says the intervened run's decision d' (one number per pair,
-below) should be positive, 0 when negative. The interchange intervention accuracy (IIA) of held-out
-pairs is the share with (d' > 0) = y.
+matrix (the Haar draw of `seed` times the matrix exponential of a trained skew-symmetric matrix),
+trained by Adam (its step decaying linearly to 0) on the binary cross-entropy of the counterfactual
+label with the model's weights frozen: y = 1 when the hypothesis says the intervened run's decision d'
+(one number per pair, below) should be positive, 0 when negative. The interchange intervention
+accuracy (IIA) of held-out pairs is the share with (d' > 0) = y.
 
 Pairs (`InterchangePairs`) are two aligned batches of R rows (mappings of (R, ...) tensors, what
 `probes.patching` takes) with each row's pair (`item`, 0..N-1) and sign (`weight`): pair n's decision
@@ -149,17 +149,17 @@ class DistributedAlignmentSearch:
     """DAS at one site as a scikit-learn shaped estimator: `fit(X, y)` on training pairs learns the
     rotation, `score(X, y)` is the IIA on other pairs (module docstring).
 
-    model: a hooked model (`model.hooks`), used as is (its weights are not changed); score(model, batch)
-    -> (R,); site: a `probes.patching.Site` that covers one D-vector per row (a position, and a head for a
+    model: a hooked model (`model.hooks`), used as is (its weights are not changed); score_fn(model,
+    batch) -> (R,); site: a `probes.patching.Site` that covers one D-vector per row (a position, and a head for a
     per-head site); k: the subspace's dimension, 1..D; epochs: passes over the training pairs (0: the
     random rotation of `seed`, untrained: the floor); lr: Adam's step; batch_size: pairs per step; seed:
     the initial rotation and the order of the pairs.
     """
 
-    def __init__(self, model: nn.Module, score: Score, site: Site, k: int = 1, epochs: int = 20,
+    def __init__(self, model: nn.Module, score_fn: Score, site: Site, k: int = 1, epochs: int = 20,
                  lr: float = 1e-2, batch_size: int = 64, seed: int = 0) -> None:
         self.model = model
-        self.score_fn = score
+        self.score_fn = score_fn
         self.site = site
         self.k = k
         self.epochs = epochs
@@ -228,8 +228,7 @@ class DistributedAlignmentSearch:
         opt = torch.optim.Adam(rotator.parameters(), lr=self.lr)
         g = torch.Generator().manual_seed(self.seed)
         n_steps = self.epochs * -(-X.n_pairs // self.batch_size)
-        # the step decays linearly to 0: at a constant step Adam keeps turning the rotation by ~lr per step
-        # around the optimum, which leaves the subspace a few degrees off it
+        # the step decays linearly to 0, so the last epochs settle instead of stepping around the optimum
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: 1.0 - i / max(n_steps, 1))
         self.loss_curve_ = []
         with _frozen(self.model):

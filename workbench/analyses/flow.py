@@ -521,24 +521,67 @@ def flow_sentence(model, tok, text: str, lens: TunedLens | None = None, k: int =
             "attributions": attributions}
 
 
-def flow_seed_values(mi: pd.DataFrame | None) -> dict[tuple[str, str], dict[str, float]]:
-    """The zoo's per-checkpoint flow statistics (`workbench.analyses.zoo.seed_statistics` resamples them
-    over pretraining seeds and compares systems), from a `flow_mi` table: per estimator e, of the
-    trained model's input-token MI as a share of H(Y) (`mi_fraction`, no control),
-    - "flow_input_mi_top_<e>": at the last layer (Voita et al. 2019: a CLM ends lowest, an MLM higher);
-    - "flow_input_mi_rebuild_<e>": the last layer's minus the lowest layer's (0 when the curve only
-      falls; an MLM's loss-then-rebuild is > 0).
-    -> {(statistic, task ""): {model: value}}; a seq2seq's ";decoder" stack is its own model name."""
-    if mi is None or not len(mi):
-        return {}
-    g = mi[(mi["variant"] == "trained") & (mi["control"] == "none") & (mi["label"] == "input")
-           & (mi["metric"] == "mi_fraction")]
-    out: dict[tuple[str, str], dict[str, float]] = {}
-    for (model, est), c in g.groupby(["model", "estimator"]):
-        c = c.sort_values("layer")
-        top = float(c["value"].iloc[-1])
-        out.setdefault((f"flow_input_mi_top_{est}", ""), {})[model] = top
-        out.setdefault((f"flow_input_mi_rebuild_{est}", ""), {})[model] = top - float(c["value"].min())
+# the zoo's flow statistics (`workbench.analyses.zoo.flow_statistics`): their task in zoo_stats and
+# zoo_comparisons, and the one declared primary statistic among them (Holm's primary family,
+# `workbench.analyses.zoo.adjust_claims`): the tuned lens' mean KL to the final distribution below the
+# last layer, how far from its own prediction a system's layers are (Belrose et al. 2023 read a model
+# through the tuned lens because the logit lens misreads some families' layers outright)
+ZOO_TASK = "flow"
+ZOO_PRIMARY = "flow_lens_kl_tuned_mean"
+# (variant, control) of a flow_mi curve -> its statistic's suffix: the trained model and its two floors
+MI_CURVE_SUFFIX = {("trained", "none"): "", ("random_init", "none"): "_random_init", ("trained", "shuffled"): "_shuffled"}
+
+
+def flow_seed_values(mi: pd.DataFrame | None, lens: pd.DataFrame | None = None,
+                     attribution: pd.DataFrame | None = None) -> dict[tuple[str, int, bool], dict[str, float]]:
+    """The zoo's per-checkpoint flow values, which `workbench.analyses.zoo.flow_statistics` resamples
+    over pretraining seeds: {(statistic, layer, compared): {model: value}}, layer -1 for a scalar,
+    compared: whether systems are compared on it (False for the curves and the floors, which stand beside).
+
+    Curves (one value per layer):
+    - "flow_mi_<label>_<e>": the input-token ("input") or token-to-predict ("predict") MI as a share of
+      H(Y) (`mi_fraction`) by estimator e, with its floors "..._random_init" and "..._shuffled";
+    - "flow_lens_<metric>_<lens>": the logit or tuned lens' kl / top1_agree / lm_loss, with the floor
+      "flow_lens_<metric>_logit_random_init".
+    Scalars:
+    - "flow_input_mi_top_<e>": the input-token share at the last layer (Voita et al. 2019: a CLM ends
+      lowest, an MLM higher), and "flow_input_mi_rebuild_<e>": the last layer's minus the lowest
+      layer's (0 when the curve only falls; an MLM's loss-then-rebuild is > 0);
+    - "flow_lens_kl_<lens>_mean": the mean over the layers below the last of KL(p_final || p_l), nats
+      (`ZOO_PRIMARY` for the tuned lens), with the floor "flow_lens_kl_logit_random_init_mean";
+    - "flow_attr_spearman_loo_<method>": each attribution method's Spearman with leave-one-out on the
+      LM prediction (target "lm"), with the floor "flow_attr_spearman_loo_random".
+    A seq2seq's ";decoder" stack is its own model name."""
+    out: dict[tuple[str, int, bool], dict[str, float]] = {}
+
+    def put(statistic: str, layer: int, compared: bool, model: str, value: float) -> None:
+        out.setdefault((statistic, layer, compared), {})[model] = float(value)
+
+    if mi is not None and len(mi):
+        g = mi[mi["metric"] == "mi_fraction"]
+        for (model, label, est, variant, control), c in g.groupby(["model", "label", "estimator", "variant", "control"]):
+            suffix = MI_CURVE_SUFFIX.get((variant, control))
+            if suffix is None:
+                continue
+            c = c.sort_values("layer")
+            for layer, v in zip(c["layer"], c["value"]):
+                put(f"flow_mi_{label}_{est}{suffix}", int(layer), False, model, v)
+            if label == "input" and suffix == "":
+                top = float(c["value"].iloc[-1])
+                put(f"flow_input_mi_top_{est}", -1, True, model, top)
+                put(f"flow_input_mi_rebuild_{est}", -1, True, model, top - float(c["value"].min()))
+    if lens is not None and len(lens):
+        for (model, variant, name, metric), c in lens.groupby(["model", "variant", "lens", "metric"]):
+            floor = "" if variant == "trained" else f"_{variant}"
+            c = c.sort_values("layer")
+            for layer, v in zip(c["layer"], c["value"]):
+                put(f"flow_lens_{metric}_{name}{floor}", int(layer), False, model, v)
+            if metric == "kl" and len(c) > 1:
+                put(f"flow_lens_kl_{name}{floor}_mean", -1, not floor, model, float(c["value"].iloc[:-1].mean()))
+    if attribution is not None and len(attribution):
+        a = attribution[(attribution["target"] == "lm") & (attribution["metric"] == "spearman_loo")]
+        for model, method, v in zip(a["model"], a["method"], a["value"]):
+            put(f"flow_attr_spearman_loo_{method}", -1, method != "random", model, v)
     return out
 
 

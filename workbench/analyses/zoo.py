@@ -26,15 +26,16 @@ these steps then read the run's tables across systems:
   treats one seed's checkpoint as if it were the system). Statistics with per-item results (probing:
   the score at each layer, the best-layer score of the layer chosen on held-out items, E_delta of the
   cumulative probes) get both; those without (share of heads per primary role, prunable share of
-  heads, finetuning gain, the flow suite's input-token MI at the top layer and its rebuild) are
-  resampled over seeds only. Minimal pairs (`pairs_statistics`, from
+  heads, finetuning gain) are resampled over seeds only, and so are the flow suite's (`flow_statistics`,
+  task "flow": per-layer MI and lens curves with their floors, and the scalars systems are compared on). Minimal pairs (`pairs_statistics`, from
   `minimal_pair_items`): each phenomenon's accuracy by a system's own scorer, multi-bootstrap too,
   beside its four floors on the same items and compared with each of them.
 
 A comparison is claimed ("A > B") only when both systems have at least three seeds (a bootstrap of S
 seeds carries (S - 1) / S of the seed variance), its 95% interval excludes 0, and its p-value survives
 Holm's correction within its family (`adjust_claims`: the primary family is each task's comparisons on
-the statistic the zoo config declares primary, the secondary family the rest); `flips` counts the
+the statistic the zoo config declares primary, and the flow suite's declared one, the secondary family
+the rest); `flips` counts the
 (seed of A, seed of B) pairs that order the two systems the other way. Beside each comparison: what
 the two systems differ in (`contrast`: objective only, architecture only, or both, from their
 checkpoints' cards and model configs) and what each got from the budget (updates, tokens, 6 N D FLOPs,
@@ -71,7 +72,7 @@ from probes.multibootstrap import (
 )
 from probes.sentence_scores import SCORERS
 from workbench.core.io import atomic_dir, atomic_write_json
-from workbench.analyses.flow import flow_seed_values
+from workbench.analyses.flow import ZOO_PRIMARY as FLOW_PRIMARY, ZOO_TASK as FLOW_TASK, flow_seed_values
 from workbench.core.results import load_table
 from workbench.data.tasks import ud_sentences
 from workbench.store import extract
@@ -395,9 +396,8 @@ def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot:
                     seed: int = 0) -> tuple[list[dict], list[dict]]:
     """Rows for the statistics without items, resampled over pretraining seeds only: the share of a
     model's heads (the encoder's, for T5 / BART) with each primary role, the share of heads prunable
-    for a 5 % loss (Michel order), the flow suite's input-token MI at the top layer and its rebuild
-    (`workbench.analyses.flow.flow_seed_values`), the finetuning gain (finetune minus the scalar-mix
-    frozen features, per task)."""
+    for a 5 % loss (Michel order), the finetuning gain (finetune minus the scalar-mix frozen features,
+    per task). The flow suite's are `flow_statistics`'."""
     per_stat: dict[tuple[str, str], dict[str, float]] = {}
     classes = load_table(run_dir, "heads_classes")
     if classes is not None and len(classes):
@@ -412,7 +412,6 @@ def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot:
     if prunable is not None and len(prunable):
         p = prunable[(prunable["method"] == "michel") & np.isclose(prunable["tolerance"], 0.05)]
         per_stat["prunable_share", ""] = _per_model(p, "max_fraction")
-    per_stat.update(flow_seed_values(load_table(run_dir, "flow_mi")))  # input-token MI at the top, its rebuild
     fvf = load_table(run_dir, "frozen_vs_finetuned")
     if fvf is not None and len(fvf):
         gain = fvf[(fvf["setting"] == "diff:scalar_mix") & (fvf["seed"] == -1)]
@@ -431,6 +430,44 @@ def seed_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot:
         for a, b in combinations(sorted(by_system), 2):
             comps.append(_cmp_row(statistic, task, a, b, compare_seeds_only(by_system[a], by_system[b], **kw),
                                   "seeds-only"))
+    return stats, comps
+
+
+def _stack_members(names: Sequence[str], got: Mapping[str, float]) -> dict[str, list[str]]:
+    """{stack suffix: the models of `names` (one per seed) with that stack in `got`}: "" for the model
+    itself, ";decoder" for an encoder-decoder's teacher-forced decoder (`Family.flow_stacks`)."""
+    out: dict[str, list[str]] = {}
+    for base in names:
+        for m in got:
+            if m == base or (m.startswith(base) and m[len(base)] == ";"):
+                out.setdefault(m[len(base):], []).append(m)
+    return out
+
+
+def flow_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot: int = 1000,
+                    seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """Rows of zoo_stats and zoo_comparisons (task "flow") from the flow suite's tables, per checkpoint
+    as `workbench.analyses.flow.flow_seed_values` reads them, resampled over pretraining seeds only (the
+    suite keeps no per-item results): per system (a seq2seq's decoder stack as "<system>;decoder") each
+    layer's value of the MI and lens curves and of their floors (`layer` >= 0) and each scalar statistic
+    (`layer` -1); per two systems the difference of each compared scalar (`compare_seeds_only`; no
+    claim below three seeds a system). The lens' declared primary statistic joins the primary Holm
+    family (`adjust_claims`)."""
+    values = flow_seed_values(load_table(run_dir, "flow_mi"), load_table(run_dir, "flow_lens"),
+                              load_table(run_dir, "flow_attribution"))
+    kw = dict(n_boot=n_boot, seed=seed)
+    stats, comps = [], []
+    for (statistic, layer, compared), per_model in sorted(values.items()):
+        by_system = {}
+        for system, seeds in systems.items():
+            for suffix, models in _stack_members([model_name(system, s) for s in seeds], per_model).items():
+                by_system[system + suffix] = [per_model[m] for m in models]
+                stats.append(_row(statistic, FLOW_TASK, system + suffix, layer,
+                                  seeds_only(by_system[system + suffix], **kw), None, "seeds-only"))
+        if compared:
+            for a, b in combinations(sorted(by_system), 2):
+                comps.append(_cmp_row(statistic, FLOW_TASK, a, b,
+                                      compare_seeds_only(by_system[a], by_system[b], **kw), "seeds-only"))
     return stats, comps
 
 
@@ -494,12 +531,15 @@ def adjust_claims(comps: pd.DataFrame, primary: Mapping[str, str] | None = None,
                   alpha: float = FAMILY_ALPHA) -> pd.DataFrame:
     """Holm's correction (`probes.multibootstrap.holm`) over each family of a comparisons table: the
     "primary" family holds each task's comparisons on its primary statistic (`primary`: task ->
-    statistic; "best_layer_score" for a task it does not name), the "secondary" family everything else
+    statistic; "best_layer_score" for a task it does not name, the flow suite's declared statistic for its
+    task "flow"), the "secondary" family everything else
     (the other statistic of a task, the seeds-only ones). `claim_unadjusted` keeps the interval's claim
     (never made below three seeds a system); `claim` stands only where also the Holm-adjusted p-value
     `p_holm` <= alpha, so each family's chance of any false claim is at most alpha."""
     primary = primary or {}
-    is_primary = [st == primary.get(t, "best_layer_score") for st, t in zip(comps["statistic"], comps["task"])]
+    default = {FLOW_TASK: FLOW_PRIMARY}
+    is_primary = [st == primary.get(t, default.get(t, "best_layer_score"))
+                  for st, t in zip(comps["statistic"], comps["task"])]
     comps = comps.assign(family=np.where(is_primary, "primary", "secondary"), p_holm=np.nan,
                          claim_unadjusted=comps["claim"])
     for family, idx in comps.groupby("family").groups.items():
@@ -523,6 +563,8 @@ def zoo_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot: 
         s, c = pairs_statistics(pair_items, systems, n_boot, seed)
         stats, comps = stats + s, comps + c
     s, c = seed_statistics(run_dir, systems, n_boot, seed)
+    stats, comps = stats + s, comps + c
+    s, c = flow_statistics(run_dir, systems, n_boot, seed)
     table = pd.DataFrame(comps + c, columns=COMPARED_COLUMNS)
     table = _describe(adjust_claims(table, primary), system_profiles(run_dir, systems),
                       training_table(run_dir, systems))

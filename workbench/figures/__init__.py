@@ -28,7 +28,8 @@ from workbench.figures.compare import (
                                        speed_figure,
 )
 from workbench.figures.emergence import emergence_figure
-from workbench.figures.flow import flow_attribution_figure, flow_lens_figure, flow_mi_figure, flow_sentence_figure
+from workbench.figures.flow import (flow_attribution_figure, flow_lens_figure, flow_mi_figure, flow_sentence_figure,
+                                    zoo_flow_figure)
 from workbench.figures.interventions import (interventions_heads_figure, interventions_layers_figure,
                                              interventions_positions_figure)
 from workbench.figures.heads import head_grid_figure, head_map_figure, relations_figure
@@ -48,7 +49,7 @@ __all__ = [
     "probing_delta_figure", "pruning_curves_figure", "speed_figure", "emergence_figure", "head_grid_figure",
     "head_map_figure", "relations_figure", "cumulative_figure", "layer_scores_figure", "mix_weights_figure",
     "pipeline_figure", "predictions_figure", "summary_figure", "training_figure", "attractors_figure",
-    "pairs_figure", "probe_behaviour_figure", "structural_floors_figure", "flow_mi_figure", "flow_lens_figure", "flow_attribution_figure",
+    "pairs_figure", "probe_behaviour_figure", "structural_floors_figure", "flow_mi_figure", "flow_lens_figure", "flow_attribution_figure", "zoo_flow_figure",
     "flow_sentence_figure", "interventions_layers_figure", "interventions_heads_figure", "interventions_positions_figure", "structural_figure",
     "amnesic_figure", "gating_figure", "passport_figure",
 ]

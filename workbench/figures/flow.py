@@ -2,7 +2,8 @@
 tuned lens per layer (nostalgebraist 2020; Belrose et al. 2023), the attribution methods' faithfulness
 (Abnar & Zuidema 2020; Sundararajan et al. 2017), each beside its floor, and one typed sentence's lens
 and attributions side by side. Built from the `flow_mi`, `flow_lens` and `flow_attribution` tables and
-from `workbench.analyses.flow.flow_sentence`'s frames."""
+from `workbench.analyses.flow.flow_sentence`'s frames; a zoo's curves per system from its `zoo_stats`
+(task "flow", `workbench.analyses.zoo.flow_statistics`)."""
 from __future__ import annotations
 
 import pandas as pd
@@ -99,3 +100,40 @@ def flow_sentence_figure(attributions: pd.DataFrame) -> go.Figure:
                                customdata=wide.to_numpy(), hovertemplate="%{y} %{x}: %{customdata:.4f}<extra></extra>"))
     return fig.update_layout(title="Attribution of the prediction to each input token (scaled per method)",
                              height=120 + 40 * len(wide))
+
+
+# the zoo's flow curves (zoo_stats statistics of task "flow"), one panel each: statistic -> panel title
+ZOO_CURVES = {"flow_mi_input_kmeans": "input token, k-means: I / H",
+              "flow_mi_input_probe": "input token, probe: I / H",
+              "flow_lens_kl_tuned": "tuned lens: KL(final || layer), nats",
+              "flow_lens_kl_logit": "logit lens: KL(final || layer), nats"}
+ZOO_FLOORS = {"_random_init": ("random init (floor)", "dash"), "_shuffled": ("shuffled tokens (floor)", "dot")}
+
+
+def zoo_flow_figure(stats: pd.DataFrame) -> go.Figure:
+    """A zoo's flow curves per system (a seq2seq's decoder stack as "<system>;decoder"): per layer the
+    seed mean of the input-token MI share (k-means and probe) and of the tuned and logit lens' KL, each
+    with its seeds-only 95% interval, the random-init model (and, for the MI, the shuffled-token
+    control) dashed beside it in the system's colour; panels without rows are left out."""
+    d = stats[(stats["task"] == "flow") & (stats["layer"] >= 0)]
+    panels = [k for k in ZOO_CURVES if (d["statistic"] == k).any()]
+    fig = make_subplots(rows=1, cols=max(len(panels), 1), subplot_titles=[ZOO_CURVES[k] for k in panels])
+    systems = list(dict.fromkeys(d["system"]))
+    for c, stat in enumerate(panels, start=1):
+        floors = {"_random_init": f"{stat}_random_init", "_shuffled": f"{stat}_shuffled"}
+        if stat.startswith("flow_lens_"):  # the lens' floor is the random-init model's logit lens
+            floors = {"_random_init": stat.rsplit("_", 1)[0] + "_logit_random_init"}
+        for i, system in enumerate(systems):
+            lines = [(stat, system, "solid")] + [(floors[k], f"{system}: {words}", style)
+                                                  for k, (words, style) in ZOO_FLOORS.items() if k in floors]
+            for name, words, dash in lines:
+                g = d[(d["statistic"] == name) & (d["system"] == system)].sort_values("layer")
+                if g.empty:
+                    continue
+                g = g.assign(ci_low=g["ci_low"].fillna(g["value"]), ci_high=g["ci_high"].fillna(g["value"]))  # one seed
+                fig.add_trace(go.Scatter(x=g["layer"], y=g["value"], error_y=_band(g),
+                                         mode="lines+markers", name=words, legendgroup=words, showlegend=c == 1,
+                                         line=dict(color=PALETTE[i % len(PALETTE)], dash=dash)), 1, c)
+        fig.update_xaxes(title_text="layer", dtick=1, row=1, col=c)
+    return fig.update_layout(title="Token identity and the lens per layer, per system (mean over pretraining seeds, "
+                                   "95% seeds-only intervals)", height=440)

@@ -778,7 +778,8 @@ def _passport_clause(model: str, p: pd.DataFrame) -> str:
 # --------------------------------------------------------------------------------- objectives
 MAX_CKA_FIGURES = 6   # pairs of systems drawn in the report (the app's picker shows every pair)
 STATISTIC_NAMES = {"best_layer_score": "best-layer score", "e_delta": "E_delta", "prunable_share": "prunable share",
-                   "finetuning_gain": "finetuning gain", "pairs_accuracy": "minimal-pair accuracy"}
+                   "finetuning_gain": "finetuning gain", "pairs_accuracy": "minimal-pair accuracy",
+                   "flow_lens_kl_tuned_mean": "the tuned lens' mean KL to the final distribution"}
 
 
 def _statistic_name(statistic: str) -> str:
@@ -797,7 +798,8 @@ def objectives_section(run_dir: Path) -> Section:
     """The zoo (workbench/analyses/zoo.py): systems that differ only in their pretraining objective, each
     with pretraining seeds. Per task, the best-layer score of every system with its multi-bootstrap
     interval (Sellam et al. 2022); each comparison as its `claim` says (an interval that excludes 0),
-    with the seed pairs that disagree; head roles, CKA against the seed-to-seed yardstick, the budget."""
+    with the seed pairs that disagree; head roles, the flow suite's curves and statistics per system, CKA
+    against the seed-to-seed yardstick, the budget."""
     s = Section("Objectives")
     summary = views.zoo_summary_table(run_dir)
     if summary is None:
@@ -813,6 +815,10 @@ def objectives_section(run_dir: Path) -> Section:
                                                    metric=views.zoo_metric_name(task)))
     if roles is not None:
         s.figs.append(zoo_figures.zoo_roles_figure(roles))
+    flow = views.table(run_dir, "zoo_stats")
+    flow = None if flow is None else flow[flow["task"] == "flow"]
+    if flow is not None and (flow["layer"] >= 0).any():
+        s.figs.append(figures.zoo_flow_figure(flow))
     s.findings = [c for c in clauses if c]
     s.n_key = min(2, len(s.findings))
     table = summary.assign(
@@ -848,6 +854,12 @@ def objectives_section(run_dir: Path) -> Section:
                          pairs.assign(value=[_ci(v, lo, hi) for v, lo, hi in
                                              zip(pairs["value"], pairs["ci_low"], pairs["ci_high"])])
                          .drop(columns=["ci_low", "ci_high", "item_ci_low", "item_ci_high"])))
+    if flow is not None and (flow["layer"] < 0).any():
+        f = flow[flow["layer"] < 0]
+        s.tables.append(("The flow suite per system (docs/flow.md; seeds-only 95% interval; floors: *_random_init, "
+                         "*_random; the tuned lens' flow_lens_kl_tuned_mean is its declared primary statistic)",
+                         f.assign(value=[_ci(v, lo, hi) for v, lo, hi in zip(f["value"], f["ci_low"], f["ci_high"])])
+                         [["statistic", "system", "value", "n_seeds"]]))
     fvf = views.zoo_fvf_table(run_dir)
     if fvf is not None:
         s.tables.append(("Finetuning gain (finetuned minus frozen scalar mix), seeds-only interval", fvf))

@@ -69,6 +69,7 @@ from .components.dropout import Dropout
 from .components.hooks import HookedModel, HookPoint
 from .components.inputs import check_length
 from .components.layers import init_weights, layer_norm
+from .components.outputs import EncoderOutput
 from .components.positions import alibi_distance, rope_cos_sin
 from .decoder import Block, DecoderConfig
 
@@ -474,3 +475,53 @@ class TransformerBiLM(HookedModel, nn.Module):
     def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
         """(..., P) one direction's top layer -> (..., V) logits of the shared softmax."""
         return self.softmax(h)
+
+
+# ------------------------------------------------------------------- one direction, read alone
+class BiLMDirection(nn.Module):
+    """One direction of a biLM (ElmoBiLM or TransformerBiLM) read as a language model of its own, for
+    the flow suite's per-direction curves and lens (docs/flow.md).
+
+    forward(input_ids, attention_mask) -> EncoderOutput whose hidden_states are the direction's half of
+    each of the biLM's L + 1 layers (B, T, P), at each token's own position: the forward LM's state at
+    t has read tokens <= t and predicts t + 1, the backward LM's has read tokens >= t and predicts t - 1;
+    last_hidden_state is the half of the biLM's (after the transformer control's final norm).
+    `final_norm` (the transformer control's norm of this direction; None for the LSTM) and `lm_logits`
+    (the shared softmax) read any layer through the LM head. `kind` is "decoder": a causal LM's record
+    reads it (which token it predicts is the biLM family's `flow_views`). Hidden states only."""
+
+    kind = "decoder"
+
+    def __init__(self, model: "ElmoBiLM | TransformerBiLM", direction: Literal["forward", "backward"]) -> None:
+        super().__init__()
+        if direction not in ("forward", "backward"):
+            raise ValueError(f"BiLMDirection: direction must be 'forward' or 'backward', got {direction!r}")
+        self.model, self.direction = model, direction
+        self.config = model.config
+
+    @property
+    def n_heads_per_layer(self) -> list[int]:
+        return [n // 2 for n in self.model.n_heads_per_layer]  # the transformer control's heads split by direction
+
+    @property
+    def final_norm(self) -> nn.Module | None:
+        return getattr(self.model, "final_norm_fwd" if self.direction == "forward" else "final_norm_bwd", None)
+
+    def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., P) -> (..., V): the shared softmax."""
+        return self.model.lm_logits(h)
+
+    def _half(self, x: torch.Tensor) -> torch.Tensor:
+        P = self.model.config.d_proj
+        return x[..., :P] if self.direction == "forward" else x[..., P:]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False, attn_impl: str = "auto",
+                unpad: bool = False, return_logits: bool = False) -> EncoderOutput:
+        if output_attentions or return_logits:
+            raise ValueError("BiLMDirection gives hidden states only (no attentions, no logits)")
+        out = self.model(input_ids, attention_mask=attention_mask, output_hidden_states=output_hidden_states,
+                         attn_impl=attn_impl)
+        hidden = None if out.hidden_states is None else tuple(self._half(h) for h in out.hidden_states)
+        return EncoderOutput(last_hidden_state=self._half(out.last_hidden_state), hidden_states=hidden,
+                             attentions=None)

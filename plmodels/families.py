@@ -35,14 +35,18 @@ A record holds:
 - `heads_per_layer(model)`: the rows of its head grid (a seq2seq model: every attention's layers);
 - `flow_stacks(model) -> {suffix: model}`: the stacks whose layers the flow suite reads (docs/flow.md):
   the model itself ("") and, for an encoder-decoder, its decoder teacher-forced (";decoder",
-  `TeacherForcedDecoder`).
+  `TeacherForcedDecoder`), for a biLM each direction alone (";forward", ";backward", `BiLMDirection`),
+  for XLNet its query stream (";query", `XLNetQueryStream`);
+  a further stack's record (its `kind`) says how it is read, and `flow_views` which token it predicts
+  when that is not its record's (`lm_inputs`: the backward LM's "previous" token);
+  `flow_predict_mi` lists the stacks whose token to predict also gets an MI curve beside the lens.
 
 `AnalysedModel` is the typing.Protocol an analysis may rely on.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import torch
@@ -50,11 +54,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .decoder import Decoder, DecoderConfig
-from .elmo import ElmoBiLM, ElmoConfig, TransformerBiLM, TransformerBiLMConfig, bilm_loss
+from .elmo import BiLMDirection, ElmoBiLM, ElmoConfig, TransformerBiLM, TransformerBiLMConfig, bilm_loss
 from .encoder import Encoder, EncoderConfig
 from .presets import bilm_preset, decoder_preset, encoder_preset, seq2seq_preset, tbilm_preset, xlnet_preset
 from .seq2seq import Seq2Seq, Seq2SeqConfig, TeacherForcedDecoder
-from .xlnet import XLNet, XLNetConfig
+from .xlnet import XLNet, XLNetConfig, XLNetQueryStream
 
 Batch = Mapping[str, Tensor]
 BatchStat = Callable[..., "tuple[Tensor, Tensor]"]  # (model, batch, head_mask, **forward_kw) -> (total, count)
@@ -232,6 +236,18 @@ def _encoder_and_decoder(model: nn.Module) -> dict[str, nn.Module]:
     return {"": model, ";decoder": TeacherForcedDecoder(model)}
 
 
+def _content_and_query(model: nn.Module) -> dict[str, nn.Module]:
+    """XLNet's stacks: the content stream (its uniform call, the probed vectors) and the query stream,
+    the one that predicts, read left to right as a causal LM (model id suffix ";query")."""
+    return {"": model, ";query": XLNetQueryStream(model)}
+
+
+def _bilm_and_directions(model: nn.Module) -> dict[str, nn.Module]:
+    """A biLM's stacks: both directions' states concatenated (its uniform call, the probed vectors) and
+    each direction read as a language model of its own (model id suffixes ";forward", ";backward")."""
+    return {"": model, ";forward": BiLMDirection(model, "forward"), ";backward": BiLMDirection(model, "backward")}
+
+
 # --------------------------------------------------------------------------- the registry
 def _final_norm(model: nn.Module, h: Tensor) -> Tensor:
     """A pre-LN model's final LayerNorm (post-LN models have none: their blocks end normalised)."""
@@ -269,6 +285,12 @@ class Family:
     # the stacks whose layers the flow suite reads: model name suffix -> a model with the uniform
     # hidden-states forward (an encoder-decoder: its encoder, and its decoder teacher-forced)
     flow_stacks: Callable[[nn.Module], dict[str, nn.Module]] = _one_stack
+    # a further stack's prediction form when it is not its own record's `lm_inputs`: suffix -> form
+    # (workbench/analyses/flow.py's PREDICTION_VIEW; a biLM's backward LM predicts the previous token)
+    flow_views: Mapping[str, str] = field(default_factory=dict)
+    # the stacks whose "predict" items get an MI curve (the others' are read by the lens only: an
+    # encoder-decoder's teacher-forced decoder, whose next token is a copy of its source)
+    flow_predict_mi: tuple[str, ...] = ("",)
 
 
 FAMILIES: dict[str, Family] = {f.kind: f for f in (
@@ -289,13 +311,17 @@ FAMILIES: dict[str, Family] = {f.kind: f for f in (
            lm_inputs="bidirectional", lm_metric="bilm_loss",
            lm_name="biLM loss (mean of the two directions' next-token NLLs)", lm_stat=bilm_stat,
            lm_logits=None, forward_batch=plain_forward, analysis_kwargs={},
-           sentence_features=lambda m, out, mask: bilm_features(out, mask, m.config.d_proj), summary_token="last"),
+           sentence_features=lambda m, out, mask: bilm_features(out, mask, m.config.d_proj), summary_token="last",
+           flow_stacks=_bilm_and_directions, flow_views={";backward": "previous"},
+           flow_predict_mi=("", ";forward", ";backward")),
     Family("tbilm", TransformerBiLM, TransformerBiLMConfig, "ELMo's transformer control (two causal decoders)",
            "tbilm", tbilm_preset, "wordpiece", segments=False, head_mask=True, cross_attention=False,
            lm_inputs="bidirectional", lm_metric="bilm_loss",
            lm_name="biLM loss (mean of the two directions' next-token NLLs)", lm_stat=bilm_stat,
            lm_logits=None, forward_batch=plain_forward, analysis_kwargs={},
-           sentence_features=lambda m, out, mask: bilm_features(out, mask, m.config.d_proj), summary_token="last"),
+           sentence_features=lambda m, out, mask: bilm_features(out, mask, m.config.d_proj), summary_token="last",
+           flow_stacks=_bilm_and_directions, flow_views={";backward": "previous"},
+           flow_predict_mi=("", ";forward", ";backward")),
     Family("seq2seq", Seq2Seq, Seq2SeqConfig, "T5 (Raffel et al. 2020), BART (Lewis et al. 2020) as flags",
            None, seq2seq_preset, "wordpiece", segments=False, head_mask=True, cross_attention=True,
            lm_inputs="denoising", lm_metric="denoising_loss", lm_name="denoising loss, teacher-forced",
@@ -307,7 +333,8 @@ FAMILIES: dict[str, Family] = {f.kind: f for f in (
            lm_inputs="permutation", lm_metric="plm_loss", lm_name="permutation-LM loss (fixed orders)",
            lm_stat=permutation_lm_stat, lm_logits=_permutation_eval_logits, forward_batch=permutation_forward,
            analysis_kwargs={"return_logits": False},
-           sentence_features=lambda m, out, mask: last_token_features(out, mask), summary_token="last"),
+           sentence_features=lambda m, out, mask: last_token_features(out, mask), summary_token="last",
+           flow_stacks=_content_and_query, flow_predict_mi=("", ";query")),
 )}
 KINDS: tuple[str, ...] = tuple(FAMILIES)
 ModelKind = Literal[KINDS]  # type: ignore[valid-type]  # the kinds, for configs' type hints

@@ -536,7 +536,8 @@ class TeacherForcedDecoder(nn.Module):
     0..t and the whole source. For T5, whose decoder is trained on sentinel-delimited spans only, a
     whole sentence as target is off its training distribution (say so beside any T5 decoder result).
     `kind` is "decoder" (causal: span probes pool a span's last token); `config` is the model's with
-    n_layers = n_decoder_layers and one position fewer (the start token takes one). Hidden states
+    n_layers = n_decoder_layers and one position fewer (the start token takes one); `final_norm` and
+    `lm_logits` read a layer through the LM head (the flow suite's lens). Hidden states
     only: the decoder's self- and cross-attention heads are analysed by cross_heads and prune."""
 
     kind = "decoder"
@@ -550,6 +551,16 @@ class TeacherForcedDecoder(nn.Module):
     @property
     def n_heads_per_layer(self) -> list[int]:
         return [block.self_attn.n_heads for block in self.model.decoder.blocks]
+
+    @property
+    def final_norm(self) -> nn.Module | None:
+        """The decoder stack's final norm (pre-LN T5; None for post-LN BART), as a decoder's: with
+        `lm_logits`, the decoder family's lens readout reads this stack (probes/lens.py)."""
+        return self.model.decoder.final_norm
+
+    def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """(..., D) decoder output (after `final_norm`) -> (..., V): the model's own LM head."""
+        return self.model.lm_logits(hidden)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 output_hidden_states: bool = False, output_attentions: bool = False, attn_impl: str = "auto",

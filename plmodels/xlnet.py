@@ -52,6 +52,7 @@ from .components.dropout import Dropout
 from .components.hooks import HookedModel, HookPoint
 from .components.layers import ACTIVATIONS, init_weights
 from .components.model_config import config_from_dict
+from .components.outputs import EncoderOutput
 
 
 @dataclass(frozen=True)
@@ -321,3 +322,56 @@ class XLNet(HookedModel, nn.Module):
     def lm_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """(..., D) -> (..., V): e(x)^T h + b with the word embeddings e (Eq. 3)."""
         return F.linear(hidden, self.word_embedding.weight, self.lm_bias)
+
+
+class XLNetQueryStream(nn.Module):
+    """XLNet's query stream (the stream that predicts) read like a causal LM's layers, for the flow
+    suite's curves and lens (docs/flow.md).
+
+    forward(input_ids, attention_mask) runs the model in one factorisation order, left to right
+    (perm_mask: position i may not see j >= i), on the ids with one padding position appended, every
+    position after the first a target, and returns the query stream's L + 1 states (B, T, D) at
+    position t = those of target t + 1: the state that has read tokens <= t (through the content
+    stream) and predicts token t + 1, which it has not read (a causal LM's layout). Layer 0 is
+    `mask_emb`, the same vector everywhere (the query stream starts from nothing); layer L is the
+    model's `query_hidden_state`. `final_norm` (None: post-LN blocks) and `lm_logits` (the tied output
+    layer) read any layer through the LM head; `kind` is "decoder" (a causal LM's record reads it).
+    Training samples the order and predicts the last sixth of it; one left-to-right order is this
+    reading's choice. Hidden states only."""
+
+    kind = "decoder"
+    final_norm = None
+
+    def __init__(self, model: XLNet) -> None:
+        super().__init__()
+        self.model = model
+        self.config = model.config
+
+    @property
+    def n_heads_per_layer(self) -> list[int]:
+        return self.model.n_heads_per_layer
+
+    def lm_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """(..., D) -> (..., V): the tied output layer e(x)^T g + b."""
+        return self.model.lm_logits(h)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                output_hidden_states: bool = False, output_attentions: bool = False, attn_impl: str = "auto",
+                unpad: bool = False, return_logits: bool = False) -> EncoderOutput:
+        if output_attentions or return_logits:
+            raise ValueError("XLNetQueryStream gives hidden states only (no attentions, no logits)")
+        (B, T), dev = input_ids.shape, input_ids.device
+        real = input_ids.new_ones(B, T) if attention_mask is None else attention_mask.long()
+        ids = torch.cat([input_ids, input_ids.new_zeros(B, 1)], 1)  # (B, T + 1): a target after the last token
+        mask = torch.cat([real, real.new_zeros(B, 1)], 1)  # (B, T + 1); the appended position is padding
+        perm = torch.ones(T + 1, T + 1, device=dev).triu().expand(B, -1, -1)  # (B, T+1, T+1): i may not see j >= i
+        targets = torch.eye(T + 1, device=dev)[1:].expand(B, -1, -1)  # (B, P = T, T + 1): targets 1..T
+        states: list[torch.Tensor] = []
+        keep = lambda g, name: states.append(g)  # noqa: E731  # each block's query stream, in order
+        sites = [(f"blocks.{l}.query_resid_post", keep) for l in range(len(self.model.blocks))]
+        with self.model.hooks(fwd=sites):
+            out = self.model(ids, attention_mask=mask, perm_mask=perm, target_mapping=targets, attn_impl=attn_impl,
+                             return_logits=False)
+        g0 = self.model.mask_emb.expand(B, T, -1)  # (B, T, D): the query stream's input (no dropout in eval)
+        return EncoderOutput(last_hidden_state=out.query_hidden_state,
+                             hidden_states=(g0, *states) if output_hidden_states else None, attentions=None)

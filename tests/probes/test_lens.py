@@ -1,10 +1,14 @@
-"""probes.lens: the logit lens at the last layer is the model's own distribution; the tuned lens learns
-a planted translation and round-trips through safetensors."""
+"""probes.lens: the logit lens at the last layer is the model's own distribution (an encoder, a decoder,
+and an encoder-decoder's decoder stack read teacher-forced); the tuned lens learns a planted translation
+and round-trips through safetensors."""
 import pytest
 import torch
 
 from plmodels.decoder import Decoder, DecoderConfig
 from plmodels.encoder import Encoder, EncoderConfig
+from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig, TeacherForcedDecoder
+from plmodels.elmo import BiLMDirection, ElmoBiLM, ElmoConfig
+from plmodels.xlnet import XLNet, XLNetConfig, XLNetQueryStream
 from probes.lens import TunedLens, lens_metrics, lm_readout, logit_lens
 
 SMALL = dict(vocab_size=40, d_model=32, n_layers=3, n_heads=4, d_ff=64, max_positions=16, dropout=0.0)
@@ -28,6 +32,74 @@ def test_logit_lens_last_layer_is_the_models_distribution(model):
     m = lens_metrics(lens[-1].flatten(0, 1), own.flatten(0, 1), ids.flatten())
     assert float(m["kl"].abs().max()) < 1e-5 and float(m["top1_agree"].min()) == 1.0
     assert not torch.allclose(lens[0], own, atol=1e-3)  # the lower layers do differ: the check has teeth
+
+
+def seq2seqs():
+    torch.manual_seed(0)
+    shape = dict(vocab_size=40, d_model=32, n_layers=2, n_decoder_layers=3, n_heads=4, d_ff=64, max_positions=16,
+                 dropout=0.0)
+    t5, bart = Seq2Seq(Seq2SeqConfig.t5(**shape)), Seq2Seq(Seq2SeqConfig.bart(**shape))
+    bart.final_logits_bias.normal_()  # BART's checkpoints hold zeros; a non-zero bias the lens must add too
+    return [t5, bart]
+
+
+@pytest.mark.parametrize("model", seq2seqs(), ids=["t5", "bart"])
+def test_the_decoder_stacks_lens_at_its_last_layer_is_the_seq2seqs_own_distribution(model):
+    """T5 (pre-LN: the decoder's final RMSNorm, then the tied head rescaled by d^-0.5) and BART (post-LN,
+    final_logits_bias): the teacher-forced decoder's last layer read through the lens equals the model's
+    own teacher-forced logits at the same positions, to 1e-5."""
+    model.eval()
+    stack = TeacherForcedDecoder(model)
+    ids = torch.randint(5, 40, (2, 9))
+    hidden = torch.stack(stack(ids, output_hidden_states=True).hidden_states)  # (L_dec+1, B, T, D)
+    assert hidden.shape[0] == model.config.n_decoder_layers + 1
+    lens = logit_lens(lm_readout(stack), hidden)  # (L_dec+1, B, T, V)
+    start = ids.new_full((2, 1), model.config.decoder_start_token_id)
+    own = model(ids, decoder_input_ids=torch.cat([start, ids], 1)).logits[:, 1:]  # the states that read each token
+    torch.testing.assert_close(torch.log_softmax(lens[-1], -1), torch.log_softmax(own, -1), atol=1e-5, rtol=0)
+    m = lens_metrics(lens[-1].flatten(0, 1), own.flatten(0, 1))
+    assert float(m["kl"].abs().max()) < 1e-5 and float(m["top1_agree"].min()) == 1.0
+    assert not torch.allclose(lens[1], own, atol=1e-3)  # a lower layer does differ: the check has teeth
+
+
+def test_xlnets_query_stream_reads_left_to_right_and_its_lens_is_the_models_prediction():
+    """The query-stream state at t is XLNet's own query stream for target t + 1 in the left-to-right
+    order: read through the lens at the last layer it is the model's own logits there (1e-5); it has read
+    token t and not token t + 1 (changing t + 1 leaves it, changing t moves it)."""
+    torch.manual_seed(0)
+    model = XLNet(XLNetConfig(vocab_size=40, d_model=32, n_layers=2, n_heads=4, d_ff=64, dropout=0.0)).eval()
+    stream = XLNetQueryStream(model)
+    ids = torch.randint(5, 40, (2, 7))
+    hidden = stream(ids, output_hidden_states=True).hidden_states  # L + 1 of (B, T, D)
+    assert len(hidden) == 3 and torch.equal(hidden[0][0, 0], hidden[0][1, 3])  # layer 0: mask_emb everywhere
+    t, T = 3, ids.shape[1]
+    perm = torch.ones(T, T).triu().expand(2, -1, -1)
+    target = torch.zeros(2, 1, T)
+    target[:, 0, t + 1] = 1.0
+    own = model(ids, perm_mask=perm, target_mapping=target).logits[:, 0]  # (B, V) the query stream at t + 1
+    lens = logit_lens(lm_readout(stream), torch.stack(hidden)[:, :, t])  # (L+1, B, V)
+    torch.testing.assert_close(torch.log_softmax(lens[-1], -1), torch.log_softmax(own, -1), atol=1e-5, rtol=0)
+    changed = ids.clone()
+    changed[:, t + 1] = (ids[:, t + 1] - 4) % 35 + 5  # another token at the target
+    torch.testing.assert_close(stream(changed, output_hidden_states=True).hidden_states[-1][:, t], hidden[-1][:, t])
+    changed = ids.clone()
+    changed[:, t] = (ids[:, t] - 4) % 35 + 5  # another token just read
+    assert not torch.allclose(stream(changed, output_hidden_states=True).hidden_states[-1][:, t], hidden[-1][:, t])
+
+
+@pytest.mark.parametrize("direction", ["forward", "backward"])
+def test_a_bilm_directions_lens_is_its_own_lm(direction):
+    """ELMo's direction read alone: its last layer through the lens is the biLM's own next-token
+    (forward) or previous-token (backward) logits (1e-5), and the other direction's are not."""
+    torch.manual_seed(0)
+    model = ElmoBiLM(ElmoConfig(vocab_size=40, d_embed=16, d_hidden=32, d_proj=16, n_layers=2, dropout=0.0)).eval()
+    ids = torch.randint(5, 40, (2, 7))
+    out = model(ids, return_logits=True)
+    own, other = (out.logits, out.backward_logits) if direction == "forward" else (out.backward_logits, out.logits)
+    stack = BiLMDirection(model, direction)
+    lens = logit_lens(lm_readout(stack), torch.stack(stack(ids, output_hidden_states=True).hidden_states))
+    torch.testing.assert_close(lens[-1], own, atol=1e-5, rtol=0)
+    assert not torch.allclose(lens[-1], other, atol=1e-3)
 
 
 def test_unknown_kind_is_one_clear_error():

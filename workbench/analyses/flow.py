@@ -29,7 +29,10 @@ suffixed ";decoder"), its lens readout (`Family.residual_logits`), and its LM ba
 input) and `ATTRIBUTION_TARGET` (the one prediction per sentence whose inputs are attributed), "masked"
 (an MLM encoder) and "causal" (a decoder) today (`flow_kinds`). Every family gets the input-token MI
 curves; the "predict" curve needs a view, the lens and LM attribution a readout, a view and a trained
-LM head (`Card.lm_head_trained`).
+LM head (`Card.lm_head_trained`). The lens is read per stack: an encoder-decoder's teacher-forced
+decoder is a decoder (its `final_norm` and `lm_logits` are the model's), so its layers are read
+through the LM head, teacher forced (its next token is a copy of its source, so no "predict" MI curve).
+`flow_seed_values` turns the tables into the zoo's per-checkpoint curves and statistics.
 
 `flow_run.json` beside the tables records the config, the checkpoint hash and each stage's wall and CPU
 seconds. `flow_sentence` is the same suite's view of one typed text (the app's Flow page): the
@@ -121,9 +124,19 @@ def _clm_view(model, tok, ids: torch.Tensor, real: torch.Tensor, gen: torch.Gene
     return ids, ok & real, nxt
 
 
-# kind -> view(model, tok, ids (B, T), real (B, T) bool, generator) -> (input ids, predict positions (B, T)
-# bool, label (B, T) token to predict there)
-PREDICTION_VIEW: dict[str, Callable] = {"masked": _mlm_view, "causal": _clm_view}  # Family.lm_inputs ->
+def _previous_view(model, tok, ids: torch.Tensor, real: torch.Tensor, gen: torch.Generator):
+    """A backward LM (a biLM's backward direction): every position whose previous token is a real
+    non-special token predicts it."""
+    prev = torch.zeros_like(ids)
+    prev[:, 1:] = ids[:, :-1]
+    ok = torch.zeros_like(real)
+    ok[:, 1:] = real[:, :-1] & ~torch.isin(ids[:, :-1], torch.tensor(sorted(tok.special_ids)))
+    return ids, ok & real, prev
+
+
+# form -> view(model, tok, ids (B, T), real (B, T) bool, generator) -> (input ids, predict positions (B, T)
+# bool, label (B, T) token to predict there); the form is a stack's Family.lm_inputs, or Family.flow_views'
+PREDICTION_VIEW: dict[str, Callable] = {"masked": _mlm_view, "causal": _clm_view, "previous": _previous_view}
 
 
 def _words(tok, ids: torch.Tensor) -> list[int]:
@@ -173,9 +186,10 @@ def _sentences(cfg: FlowRunConfig, tok, split: str, n: int) -> list[list[int]]:
     return [e.ids for e in encs if 4 <= len(e.ids) <= cfg.max_tokens][:n]
 
 
-def _batches(model, tok, sents: list[list[int]], cfg: FlowRunConfig) -> Batches:
-    """The padded batches; with the "predict" items when the family's LM batch form has a view."""
-    view = PREDICTION_VIEW.get(family_of(model).lm_inputs)
+def _batches(model, tok, sents: list[list[int]], cfg: FlowRunConfig, form: str | None = None) -> Batches:
+    """The padded batches; with the "predict" items when the prediction form (default: the family's LM
+    batch form) has a view."""
+    view = PREDICTION_VIEW.get(form or family_of(model).lm_inputs)
     gen = step_generator(cfg.seed, 0, stream=78)
     out = []
     for i in range(0, len(sents), cfg.batch_size):
@@ -278,9 +292,11 @@ def lens_rows(model_name: str, variant: str, readout, reps: dict, lens: TunedLen
             for (name, l, metric), v in per.items()]
 
 
-def train_tuned_lens(model, readout, tok, cfg: FlowRunConfig) -> TunedLens:
+def train_tuned_lens(model, readout, tok, cfg: FlowRunConfig, form: str | None = None) -> TunedLens:
+    """The tuned lens of a stack, trained on the "predict" items (of prediction form `form`) of the dev
+    sentences."""
     sents = _sentences(cfg, tok, "dev", cfg.lens_train_sentences)
-    reps = _collect(model, _batches(model, tok, sents, cfg), torch.tensor(sorted(tok.special_ids)))
+    reps = _collect(model, _batches(model, tok, sents, cfg, form), torch.tensor(sorted(tok.special_ids)))
     lens = TunedLens(readout=readout, n_steps=cfg.tuned_steps, lr=cfg.tuned_lr, batch_size=cfg.tuned_batch,
                      seed=cfg.seed)
     return lens.fit(reps["predict"]["H"])
@@ -404,6 +420,13 @@ def classifier_sentences(clf, tok, cfg: FlowRunConfig) -> list[list[int]]:
 
 
 # ----------------------------------------------------------------------------------- the run
+def stack_readout(stack, form: str) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """The lens readout of one stack (`Family.flow_stacks`) whose prediction form is `form`: its record's
+    `residual_logits` when it has one and the form a view (`PREDICTION_VIEW`), else None (the MI curves
+    only)."""
+    return lm_readout(stack) if family_of(stack).residual_logits is not None and form in PREDICTION_VIEW else None
+
+
 def random_init_like(model, seed: int):
     """The same architecture with fresh weights (the floor of every number here); an encoder-decoder's
     decoder stack is that of the fresh encoder-decoder (`Family.flow_stacks`)."""
@@ -416,23 +439,21 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
                lens_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
     """The flow suite of one checkpoint -> {"flow_mi", "flow_lens", "flow_attribution"}; with out_dir the
     tables are upserted into out_dir/tables and the config and timings go to out_dir/flow_run.json. The
-    tuned lens is saved in lens_dir (None: `<checkpoint>/tuned_lens/`).
+    tuned lens is saved in lens_dir (None: `<checkpoint>/tuned_lens/`), a further stack's in its
+    subfolder (an encoder-decoder's teacher-forced decoder: `decoder/`).
 
     A finetuned sentence classifier (finetune.json + head.safetensors) has its decision attributed, on
     its task's dev sentences (target = the task, "sst2"), and no lens: its body was trained on past its
     LM head. A checkpoint whose card says its LM head is untrained (an imported sentence encoder,
-    ELECTRA's discriminator) gets the MI curves only. Every other checkpoint has its LM prediction
-    attributed (target "lm")."""
+    ELECTRA's discriminator) gets the MI curves only. Every stack with a lens readout (`stack_readout`:
+    an encoder, a decoder, an encoder-decoder's teacher-forced decoder) gets the lens rows; a model whose
+    own stack has one has its LM prediction attributed (target "lm")."""
     cfg = FlowRunConfig.resolve(config)
     clf = sentence_classifier(model_path)
     model, tok = (clf.base, clf.tokenizer) if clf is not None else plmodels.load(model_path)
     model.requires_grad_(False)  # gradients are taken with respect to inputs and lens translators only
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; workbench flow needs one")
-    # the lens and the LM attribution need a trained LM head that reads every layer and a view of the
-    # family's prediction; every family gets the MI curves
-    readout = lm_readout(model) if clf is None and read_card(model_path).lm_head_trained and \
-        family_of(model).lm_inputs in ATTRIBUTION_TARGET and family_of(model).residual_logits is not None else None
     model.eval()
     model_name = model_name or default_model_name(model_path)
     seconds: dict[str, float] = {}
@@ -440,32 +461,47 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
     t0, c0 = time.perf_counter(), time.process_time()
     sents = _sentences(cfg, tok, "test", cfg.n_sentences)
     special = torch.tensor(sorted(tok.special_ids))
-    data = _batches(model, tok, sents, cfg)
     floor = random_init_like(model, cfg.seed)
-    stacks, floor_stacks = family_of(model).flow_stacks(model), family_of(floor).flow_stacks(floor)
-    reps = {suffix: _collect(m, data, special, labels=("input", "predict") if suffix == "" else ("input",))
-            for suffix, m in stacks.items()}
-    floor_reps = {suffix: _collect(m, data, special, labels=("input", "predict") if suffix == "" else ("input",))
-                  for suffix, m in floor_stacks.items()}
+    fam = family_of(model)
+    stacks, floor_stacks = fam.flow_stacks(model), family_of(floor).flow_stacks(floor)
+    # each stack's prediction form (a biLM's backward LM: the previous token), and the lens (and, for the
+    # model itself, the LM attribution) of each stack whose LM head is trained and reads its every layer
+    # (an encoder-decoder's `TeacherForcedDecoder` and a biLM's `BiLMDirection` are read as decoders)
+    forms = {suffix: fam.flow_views.get(suffix, family_of(m).lm_inputs) for suffix, m in stacks.items()}
+    readouts = {suffix: stack_readout(m, forms[suffix]) if clf is None and read_card(model_path).lm_head_trained
+                else None for suffix, m in stacks.items()}
+    readout = readouts[""]
+    data = {suffix: _batches(m, tok, sents, cfg, forms[suffix]) for suffix, m in stacks.items()}
+    # "predict" items: for an MI curve (`Family.flow_predict_mi`) or the lens (the teacher-forced
+    # decoder's next token is a copy of its source: the lens only, docs/flow.md)
+    predict_mi = set(fam.flow_predict_mi)
+    labels = {suffix: ("input", "predict") if suffix in predict_mi or readouts[suffix] is not None else ("input",)
+              for suffix in stacks}
+    reps = {suffix: _collect(m, data[suffix], special, labels[suffix]) for suffix, m in stacks.items()}
+    floor_reps = {suffix: _collect(m, data[suffix], special, labels[suffix]) for suffix, m in floor_stacks.items()}
     seconds["forward"], cpu["forward"] = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
+    mi_labels = lambda suffix, r: {k: v for k, v in r[suffix].items() if suffix in predict_mi or k == "input"}  # noqa: E731
     mi = [row for suffix in stacks for variant, r in (("trained", reps), ("random_init", floor_reps))
-          for row in mi_rows(model_name + suffix, variant, r[suffix], cfg)]
+          for row in mi_rows(model_name + suffix, variant, mi_labels(suffix, r), cfg)]
     seconds["mi"], cpu["mi"] = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
-    lens_tab, lens_path = [], None
-    if readout is not None:
-        lens = train_tuned_lens(model, readout, tok, cfg)
-        lens_path = lens.save(Path(model_path) / "tuned_lens" if lens_dir is None else Path(lens_dir))
-        lens_tab = lens_rows(model_name, "trained", readout, reps[""], lens, cfg) + \
-            lens_rows(model_name, "random_init", lm_readout(floor), floor_reps[""], None, cfg)
+    lens_tab, lens_paths = [], {}
+    base = Path(model_path) / "tuned_lens" if lens_dir is None else Path(lens_dir)
+    for suffix, stack in stacks.items():
+        if readouts[suffix] is None:
+            continue
+        lens = train_tuned_lens(stack, readouts[suffix], tok, cfg, forms[suffix])
+        lens_paths[suffix] = str(lens.save(base / suffix.lstrip(";") if suffix else base))
+        lens_tab += lens_rows(model_name + suffix, "trained", readouts[suffix], reps[suffix], lens, cfg) + \
+            lens_rows(model_name + suffix, "random_init", lm_readout(floor_stacks[suffix]), floor_reps[suffix], None, cfg)
     seconds["lens"], cpu["lens"] = time.perf_counter() - t0, time.process_time() - c0
     t0, c0 = time.perf_counter(), time.process_time()
     attr = []
     if clf is not None:
         attr = attribution_rows(model_name, model, tok, classifier_sentences(clf, tok, cfg), cfg,
                                 classifier_prediction(clf, tok), clf.info["task"])
-    elif readout is not None:
+    elif readout is not None and family_of(model).lm_inputs in ATTRIBUTION_TARGET:
         attr = attribution_rows(model_name, model, tok, sents[: cfg.attr_sentences], cfg,
                                 lm_prediction(model, readout, tok))
     seconds["attribution"], cpu["attribution"] = time.perf_counter() - t0, time.process_time() - c0
@@ -475,7 +511,8 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
         write_tables(out_dir, tables)
         atomic_write_json(Path(out_dir) / "flow_run.json", {
             "model": model_name, "model_path": str(model_path), "checkpoint_hash": plmodels.checkpoint_hash(model_path),
-            "config": cfg.to_dict(), "n_sentences": len(sents), "tuned_lens": None if lens_path is None else str(lens_path),
+            "config": cfg.to_dict(), "n_sentences": len(sents), "tuned_lens": lens_paths.get(""),
+            "tuned_lenses": {model_name + k: v for k, v in lens_paths.items()},
             "attribution_target": clf.info["task"] if clf is not None else "lm" if readout is not None else None,
             "seconds": {k: round(v, 1) for k, v in seconds.items()},
             "cpu_seconds": {k: round(v, 1) for k, v in cpu.items()}})
@@ -588,7 +625,9 @@ def flow_seed_values(mi: pd.DataFrame | None, lens: pd.DataFrame | None = None,
 def flow_kinds() -> list[str]:
     """The model kinds the flow suite reads whole (MI, lens, attribution: the app's sentence view): a
     family with an LM readout (`Family.residual_logits`) and an entry in `PREDICTION_VIEW` and
-    `ATTRIBUTION_TARGET` for its LM batch form. Every other kind gets the input-token MI curves."""
+    `ATTRIBUTION_TARGET` for its LM batch form. Every other kind gets the MI curves of its stacks, and the
+    lens of those that have a readout (`Family.flow_stacks`: a seq2seq's decoder, XLNet's query stream,
+    ELMo's directions)."""
     return sorted(k for k, f in FAMILIES.items() if f.residual_logits is not None
                   and f.lm_inputs in PREDICTION_VIEW and f.lm_inputs in ATTRIBUTION_TARGET)
 

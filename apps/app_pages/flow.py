@@ -1,6 +1,7 @@
 """Flow: how information moves through one model (docs/flow.md). The run's Voita et al. (2019)
 token-identity curves, logit and tuned lens, and the attribution methods' faithfulness, each beside
-its floor; then, for a sentence the user types, the lens' top tokens per layer and every attribution
+its floor (per stack: an encoder-decoder's teacher-forced decoder, "<model>;decoder", beside its
+encoder); then, for a sentence the user types, the lens' top tokens per layer and every attribution
 method's token scores side by side."""
 
 import streamlit as st
@@ -34,17 +35,24 @@ def main() -> None:
         common.no_results("flow_mi", "flow")
         return
     name = common.choose("Model", {f"{n} ({k})": n for n, k in zip(cards["name"], cards["kind"])}, "flow_model")
-    if mi is None or not (mi["model"] == name).any():
+    # the model's stacks in the tables: the model itself, then e.g. "<name>;decoder"
+    stacks = [] if mi is None else sorted(m for m in set(mi["model"]) if m == name or m.startswith(name + ";"))
+    if not stacks:
         common.no_results("flow_mi", "flow")
-    else:
-        st.plotly_chart(FF.flow_mi_figure(mi, name), width="stretch")
+    for stack in stacks:
+        st.plotly_chart(FF.flow_mi_figure(mi, stack), width="stretch")
         for table, figure in ((lens, FF.flow_lens_figure), (attr, FF.flow_attribution_figure)):
-            if table is not None and (table["model"] == name).any():
-                st.plotly_chart(figure(table, name), width="stretch")
+            if table is not None and (table["model"] == stack).any():
+                st.plotly_chart(figure(table, stack), width="stretch")
     kind = cards.set_index("name").loc[name, "kind"]
-    if kind not in flow_kinds():
-        st.info(f"A {kind} model has the token-identity curves only: no lens and no LM attribution "
-                "(docs/flow.md, 'Which families get what').")
+    lensed = [] if lens is None else [s for s in stacks if (lens["model"] == s).any()]
+    # the sentence view reads the model's own stack through its LM head: a kind with the whole suite,
+    # and a model the run read with a lens (none: its LM head is untrained, or it is a finetuned classifier)
+    if kind not in flow_kinds() or (stacks and not lensed):
+        has = "the token-identity curves" + (f" and the lens of {', '.join(lensed)}" if lensed else " only")
+        why = (f"a {kind} model's own stack has no LM readout" if kind not in flow_kinds() else
+               "the run read no lens of it: its LM head is untrained (its card) or it is a finetuned classifier")
+        st.info(f"{name} has {has}; no sentence view: {why} (docs/flow.md, 'Which families get what').")
         return
     st.subheader("One sentence")
     path = cards.set_index("name").loc[name, "path"]

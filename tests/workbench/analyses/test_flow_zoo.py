@@ -147,6 +147,7 @@ def test_the_lens_primary_statistic_is_holm_adjusted_in_the_primary_family(tmp_p
     assert row.claim == ("A > B" if n_seeds == 3 else "no claim")  # A = clm
 
 
+@pytest.mark.slow  # 1.8 s on the loaded 2-core box (the report's figures)
 def test_the_zoo_report_draws_the_flow_curves_and_tables_the_statistics(tmp_path):
     systems = {"clm": [0, 1, 2], "mlm": [0, 1, 2]}
     mi, lens = [], []

@@ -265,9 +265,12 @@ def bilm_targets(hidden: torch.Tensor, input_ids: torch.Tensor, attention_mask: 
     """The predictions a biLM is scored on, from its top layer `hidden` (B, T, 2 P):
     forward: the state at t predicts token t+1; backward: the state at t predicts token t-1, for every
     t where both are real tokens. Returns (h_fwd (N, P), targets_fwd (N,), h_bwd (N, P),
-    targets_bwd (N,)), N = sum over rows of (length - 1)."""
-    keep = (torch.ones_like(input_ids[:, 1:], dtype=torch.bool) if attention_mask is None
-            else attention_mask[:, 1:].bool())  # (B, T-1): position t+1 is real (so is t: right padding)
+    targets_bwd (N,)), N = sum over rows of (length - 1). Without a mask every pair is kept, in
+    the same row-major order, by a reshape (no selection by a mask: nothing is read to the host)."""
+    if attention_mask is None:  # (B (T-1), P) and (B (T-1),)
+        return (hidden[:, :-1, :d_proj].flatten(0, 1), input_ids[:, 1:].flatten(),
+                hidden[:, 1:, d_proj:].flatten(0, 1), input_ids[:, :-1].flatten())
+    keep = attention_mask[:, 1:].bool()  # (B, T-1): position t+1 is real (so is t: right padding)
     h_fwd, y_fwd = hidden[:, :-1, :d_proj][keep], input_ids[:, 1:][keep]
     h_bwd, y_bwd = hidden[:, 1:, d_proj:][keep], input_ids[:, :-1][keep]
     return h_fwd, y_fwd, h_bwd, y_bwd

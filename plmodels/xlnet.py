@@ -244,11 +244,14 @@ class XLNet(HookedModel, nn.Module):
         attn_impl: str = "auto",
         unpad: bool = False,
         return_logits: bool = True,
+        check_targets: bool = True,
     ) -> XLNetOutput:
         """attention_mask (B, T) 1 = real token; perm_mask (B, T, T) 1 = i may not see j; target_mapping
         (B, P, T) one-hot rows at the P targets (training/plm.py's `permutation_batch` makes both);
         token_type_ids (B, T) segments; head_mask (L, H) on both streams. `unpad` zeroes the content
-        outputs at the padding (the padded tokens are computed and dropped)."""
+        outputs at the padding (the padded tokens are computed and dropped). `check_targets` checks
+        that target_mapping's rows are one-hot, which reads its values back to the host (on CUDA, a
+        wait for the queue); the trainer, whose `permutation_batch` built them so, turns it off."""
         cfg, (B, T), dev = self.config, input_ids.shape, input_ids.device
         if head_mask is not None and tuple(head_mask.shape) != (cfg.n_layers, cfg.n_heads):
             raise ValueError(f"head_mask must be (n_layers, n_heads)={(cfg.n_layers, cfg.n_heads)}, "
@@ -265,7 +268,7 @@ class XLNet(HookedModel, nn.Module):
         h = self.embed(self.drop(self.word_embedding(input_ids)))  # (B, T, D)
         g, query = None, None
         if target_mapping is not None:
-            q_pos, present = self._targets(target_mapping, T)  # (B, P), (B, P, 1)
+            q_pos, present = self._targets(target_mapping, T, check_targets)  # (B, P), (B, P, 1)
             rows = q_pos[:, :, None]
             query = (q_pos, None if seg_diff is None else seg_diff.gather(1, rows.expand(-1, -1, T)),
                      None if blocked is None else blocked.expand(B, 1, T, T).gather(2, rows[:, None].expand(-1, 1, -1, T)),
@@ -306,12 +309,13 @@ class XLNet(HookedModel, nn.Module):
         return None if blocked is None else blocked.expand(-1, 1, T, T)
 
     @staticmethod
-    def _targets(target_mapping: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(B, P, T) one-hot (or zero) rows -> target positions (B, P) and row present (B, P, 1)."""
+    def _targets(target_mapping: torch.Tensor, T: int, check: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """(B, P, T) one-hot (or zero) rows -> target positions (B, P) and row present (B, P, 1);
+        `check` refuses other values (a read of the values on the host)."""
         if target_mapping.dim() != 3 or target_mapping.shape[2] != T:
             raise ValueError(f"target_mapping must be (B, P, T={T}), got {tuple(target_mapping.shape)}")
         tm = target_mapping.float()
-        if ((tm != 0) & (tm != 1)).any() or (tm.sum(2) > 1).any() or (tm.sum(1) > 1).any():
+        if check and (((tm != 0) & (tm != 1)).any() or (tm.sum(2) > 1).any() or (tm.sum(1) > 1).any()):
             raise ValueError("target_mapping rows must be one-hot (or all zero), each position at most once")
         return tm.argmax(2), tm.sum(2, keepdim=True)
 

@@ -326,13 +326,15 @@ def _seq2seq_batch(inputs: list[torch.Tensor], targets: list[torch.Tensor], scor
                    tok: Tokenizer, start_id: int, device) -> Batch:
     """input_ids (B, Te) right-padded with [PAD] (extras["attention_mask"] when any padding); labels
     (B, Td) padded with -100; extras["decoder_input_ids"] = [start, labels[:, :-1]] with -100 -> [PAD]
-    (teacher forcing, `Seq2Seq.shift_right`); extras["scored"] (B, Td) bool: the targets the encoder
-    did not see (T5: the noise tokens; BART: the masked ones), or None."""
+    (teacher forcing, `Seq2Seq.shift_right`); extras["decoder_start"] the start id (an int, which the
+    loss checks against the model's without reading the device); extras["scored"] (B, Td) bool: the
+    targets the encoder did not see (T5: the noise tokens; BART: the masked ones), or None."""
     ids, mask = _pad_right(inputs, tok.pad_id)
     labels, _ = _pad_right(targets, -100)
     dec = torch.cat([torch.full((len(targets), 1), start_id, dtype=torch.long), labels[:, :-1]], dim=1)
     dec = dec.masked_fill(dec == -100, tok.pad_id)
     extras = {"attention_mask": None if bool(mask.all()) else mask.to(device), "decoder_input_ids": dec.to(device),
+              "decoder_start": start_id,
               "scored": None if scored is None else _pad_right([s.long() for s in scored], 0)[0].bool().to(device)}
     return Batch(ids.to(device), labels.to(device), extras=extras)
 

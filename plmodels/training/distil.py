@@ -36,6 +36,8 @@ from plmodels.config import Config
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 
+from .masking import MaskedSlots, masked_slots
+
 IGNORE = -100  # label of a position without an MLM target (as loss.py and HF)
 
 
@@ -95,7 +97,8 @@ def student_from_teacher(teacher: Encoder, every: int = 2) -> Encoder:
     return student.train()
 
 
-def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float,
+            weights: torch.Tensor | None = None) -> torch.Tensor:
     """Soft-target distillation loss of (N, V) logits, a scalar:
 
         T^2 / N * sum_n KL(p_t,n || p_s,n),  p = softmax(logits / T)
@@ -104,7 +107,9 @@ def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperat
     times T^2 (Hinton et al. 2015: keeps the gradient's scale independent of T). It is the soft
     cross-entropy -sum p_t log p_s minus the teacher's entropy, a constant of the student, so the
     gradients agree; KL is 0 and minimal when the logits are equal. Computed in float32; N = 0
-    gives 0. The teacher's side carries no gradient."""
+    gives 0. The teacher's side carries no gradient. `weights` (N,) 0/1 keeps some rows only:
+    T^2 sum_n w_n KL_n / sum_n w_n (0 when no row is kept), the batchmean over the kept rows, with
+    shapes that do not depend on how many there are (no selection, nothing read back to the host)."""
     if student_logits.shape != teacher_logits.shape or student_logits.dim() != 2:
         shapes = f"{tuple(student_logits.shape)} and {tuple(teacher_logits.shape)}"
         raise ValueError(f"kd_loss: logits must both be (N, V), got {shapes}")
@@ -114,7 +119,11 @@ def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperat
         return student_logits.sum().float() * 0.0  # keeps the graph; batchmean would divide by 0
     log_s = F.log_softmax(student_logits.float() / temperature, dim=-1)  # (N, V)
     log_t = F.log_softmax(teacher_logits.detach().float() / temperature, dim=-1)  # (N, V)
-    return F.kl_div(log_s, log_t, reduction="batchmean", log_target=True) * temperature**2
+    if weights is None:
+        return F.kl_div(log_s, log_t, reduction="batchmean", log_target=True) * temperature**2
+    kl = F.kl_div(log_s, log_t, reduction="none", log_target=True).sum(-1)  # (N,)
+    w = weights.float()
+    return (kl * w).sum() / w.sum().clamp_min(1.0) * temperature**2
 
 
 def hidden_cosine_loss(
@@ -122,18 +131,20 @@ def hidden_cosine_loss(
 ) -> torch.Tensor:
     """mean over real tokens of 1 - cos(h_s, h_t) for (B, T, D) hidden states, a scalar: the
     reference's CosineEmbeddingLoss(reduction="mean") with target 1 on the rows attention_mask
-    (B, T) keeps (None: every token). No real token gives 0."""
+    (B, T) keeps (None: every token). No real token gives 0. Every row is computed and the padding
+    rows weigh 0 (no selection by the mask, nothing read back to the host)."""
     if student_hidden.shape != teacher_hidden.shape:
         raise ValueError(f"hidden_cosine_loss: shapes differ, {tuple(student_hidden.shape)} vs {tuple(teacher_hidden.shape)}")
-    if attention_mask is None:
-        s, t = student_hidden.flatten(0, -2), teacher_hidden.flatten(0, -2)  # (B T, D)
-    else:
-        keep = attention_mask.bool()
-        s, t = student_hidden[keep], teacher_hidden[keep]  # (M, D)
+    s, t = student_hidden.flatten(0, -2), teacher_hidden.flatten(0, -2)  # (B T, D)
     if s.shape[0] == 0:
         return student_hidden.sum() * 0.0
-    target = s.new_ones(s.shape[0])  # (M,): "these pairs should be similar"
-    return F.cosine_embedding_loss(s, t.detach(), target, reduction="mean")
+    target = s.new_ones(s.shape[0])  # (B T,): "these pairs should be similar"
+    if attention_mask is None:
+        return F.cosine_embedding_loss(s, t.detach(), target, reduction="mean")
+    keep = attention_mask.flatten().to(s.dtype)  # (B T,)
+    # zero the padding's rows first: a padding state may be anything (inf, NaN), and 0 * NaN is NaN
+    rows = F.cosine_embedding_loss(s * keep[:, None], t.detach() * keep[:, None], target, reduction="none")
+    return (rows * keep).sum() / keep.sum().clamp_min(1.0)
 
 
 @dataclass(frozen=True)
@@ -193,6 +204,7 @@ def distil_loss(
     labels: torch.Tensor,
     attention_mask: torch.Tensor | None,
     cfg: DistilConfig,
+    slots: MaskedSlots | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The triple loss of one masked batch -> (loss, parts).
 
@@ -200,27 +212,37 @@ def distil_loss(
     The teacher runs under no_grad, both without token_type_ids (single segment). KD is taken on
     the masked positions (cfg.restrict_ce_to_mask) or on every real token, MLM on the masked
     positions, COS on the last hidden states at real tokens. parts holds the detached terms that
-    were computed (those with a weight > 0: "kd", "mlm", "cos"), and "loss"."""
+    were computed (those with a weight > 0: "kd", "mlm", "cos"), and "loss".
+
+    The masked positions are gathered through `slots` (masking.MaskedSlots, the trainer's batch
+    carries them; None: the labels' own, read on the host here), padding slots and padding tokens
+    weighing 0: every shape is set by the batch's and the slots' sizes, and nothing is read back
+    to the host."""
     if not (input_ids.shape == labels.shape and (attention_mask is None or attention_mask.shape == input_ids.shape)):
         raise ValueError("distil_loss: input_ids, labels and attention_mask must all be (B, T)")
+    if slots is None:
+        slots = masked_slots(labels)
     s_out = student(input_ids, attention_mask=attention_mask)
     with torch.no_grad():
         t_out = teacher(input_ids, attention_mask=attention_mask)
-    s_last, t_last = s_out.last_hidden_state, t_out.last_hidden_state  # (B, T, D)
-    masked = labels != IGNORE  # (B, T)
-    real = masked.new_ones(masked.shape) if attention_mask is None else attention_mask.bool()
+    s_last, t_last = s_out.last_hidden_state.flatten(0, 1), t_out.last_hidden_state.flatten(0, 1)  # (B T, D)
+    labelled = slots.targets != IGNORE  # (M,): a padding slot is not
+    real = None if attention_mask is None else attention_mask.flatten()  # (B T,)
     terms: dict[str, torch.Tensor] = {}
     kd_masked = cfg.alpha_ce > 0 and cfg.restrict_ce_to_mask
-    s_masked = student.mlm_logits(s_last[masked]) if kd_masked or cfg.alpha_mlm > 0 else None  # (M, V)
+    at_slots = kd_masked or cfg.alpha_mlm > 0
+    s_masked = student.mlm_logits(s_last.index_select(0, slots.positions)) if at_slots else None  # (M, V)
     if cfg.alpha_ce > 0:
-        at = masked if cfg.restrict_ce_to_mask else real
         with torch.no_grad():
-            t_logits = teacher.mlm_logits(t_last[at])  # (N, V)
-        terms["kd"] = kd_loss(s_masked if kd_masked else student.mlm_logits(s_last[at]), t_logits, cfg.temperature)
+            t_rows = t_last.index_select(0, slots.positions) if kd_masked else t_last  # (M | B T, D)
+            t_logits = teacher.mlm_logits(t_rows)
+        s_logits = s_masked if kd_masked else student.mlm_logits(s_last)  # (M | B T, V)
+        terms["kd"] = kd_loss(s_logits, t_logits, cfg.temperature, labelled if kd_masked else real)
     if cfg.alpha_mlm > 0:
-        terms["mlm"] = F.cross_entropy(s_masked.float(), labels[masked]) if s_masked.shape[0] else s_masked.sum() * 0.0
+        mlm = F.cross_entropy(s_masked.float(), slots.targets, ignore_index=IGNORE, reduction="sum")
+        terms["mlm"] = mlm / slots.count.clamp_min(1.0)
     if cfg.alpha_cos > 0:
-        terms["cos"] = hidden_cosine_loss(s_last, t_last, real)
+        terms["cos"] = hidden_cosine_loss(s_out.last_hidden_state, t_out.last_hidden_state, attention_mask)
     weights = {"kd": cfg.alpha_ce, "mlm": cfg.alpha_mlm, "cos": cfg.alpha_cos}
     loss = sum(weights[name] * value for name, value in terms.items())
     parts = {name: value.detach() for name, value in terms.items()}

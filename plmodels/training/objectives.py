@@ -131,9 +131,9 @@ class Objective:
 
     def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, torch.Tensor | int, dict]:
         """(loss to differentiate, number of predicted tokens, parts for metrics.jsonl). The count is a
-        0-d device tensor for mlm, clm, span and electra, whose steps read nothing back to the host
-        (tests/plmodels/test_loop.py); distil, t5, bart and plm still select their targets by a mask
-        and count them on the host. The parts are
+        0-d device tensor (bilm, tbilm: an int, the batch's shape) and no step reads anything back
+        to the host (tests/plmodels/test_loop.py), but for clm with the adaptive output
+        (`loss.causal_lm_loss`). The parts are
         detached 0-d tensors left on the device (the loop reads them back with the loss, every
         `log_every` steps: loop.py `_Loop._flush`), never `.item()`s, which would make each step wait."""
         loss, n = masked_lm_loss(module, batch, autocast)
@@ -319,10 +319,11 @@ class Distil(Objective):
 
     def loss(self, module, batch, autocast):
         teacher = self.teacher().to(batch.input_ids.device)
+        slots = batch.slots if batch.slots is not None else masked_slots(batch.labels)
         with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
-            loss, parts = distil_loss(module, teacher, batch.input_ids, batch.labels, None, self.args)
-        n = int((batch.labels != IGNORE_INDEX).sum())
-        return loss, n, {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in parts.items() if k != "loss"}
+            loss, parts = distil_loss(module, teacher, batch.input_ids, batch.labels, None, self.args, slots)
+        return loss, slots.count, {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in parts.items()
+                                   if k != "loss"}
 
 
 class BiLM(Objective):
@@ -414,23 +415,26 @@ def _wordpiece_ids(cfg) -> tuple[int, int]:
     return order.index("pad"), order.index("sep")
 
 
-def seq2seq_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
+def seq2seq_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Mean cross-entropy of an encoder-decoder over the batch's targets (labels != -100), through
-    the fused linear cross-entropy on the decoder's output; (loss, number of targets, {})."""
-    dec = batch.extras["decoder_input_ids"]
+    the fused linear cross-entropy on the decoder's output; (loss, number of targets, {}). Every
+    decoder position goes through the fused loss, the -100 ones weighing nothing (no selection by a
+    mask), and the count is a 0-d device tensor: nothing is read back to the host. The decoder's
+    start token is checked against the one the batch was built with (`extras["decoder_start"]`, an
+    int set on the host), not read from the device."""
     start = model.config.decoder_start_token_id
-    if not bool((dec[:, 0] == start).all()):
-        raise ValueError(f"the batch's decoder inputs start from {int(dec[0, 0])}, the model's decoder_start_token_id "
+    built = batch.extras.get("decoder_start", start)
+    if built != start:
+        raise ValueError(f"the batch's decoder inputs start from {built}, the model's decoder_start_token_id "
                          f"is {start}: the run's tokenizer and the model config disagree")
     with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
-        out = model(batch.input_ids, attention_mask=batch.extras["attention_mask"], decoder_input_ids=dec,
-                    attn_impl="sdpa", return_logits=False)
-        sel = batch.labels != IGNORE_INDEX
-        targets = batch.labels[sel]
-        n = int(targets.numel())
+        out = model(batch.input_ids, attention_mask=batch.extras["attention_mask"],
+                    decoder_input_ids=batch.extras["decoder_input_ids"], attn_impl="sdpa", return_logits=False)
+        labels = batch.labels.flatten()  # (B Td,)
+        n = (labels != IGNORE_INDEX).sum()
         weight, bias = model.lm_projection()
-        loss = linear_cross_entropy(model.lm_transform(out.decoder_last_hidden_state[sel]), weight, bias,
-                                    targets) / max(1, n)
+        hidden = model.lm_transform(out.decoder_last_hidden_state.flatten(0, 1))  # (B Td, D)
+        loss = linear_cross_entropy(hidden, weight, bias, labels) / n.clamp_min(1)
     return loss, n, {}
 
 
@@ -453,17 +457,20 @@ class PLM(Objective):
         return plm_loss(module, batch, autocast)
 
 
-def plm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, int, dict]:
+def plm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """Mean cross-entropy of XLNet's query stream at the batch's targets (labels (B, P) != -100),
-    through the fused linear cross-entropy on the tied output layer; (loss, number of targets, {})."""
+    through the fused linear cross-entropy on the tied output layer; (loss, number of targets, {}).
+    Every query row goes through the fused loss, the padding rows (-100) weighing nothing, and the
+    count is a 0-d device tensor; the target mapping, built by `plm_batch` on the host, is not
+    checked again on the device (`check_targets=False`): nothing is read back to the host."""
     e = batch.extras
     with torch.autocast(batch.input_ids.device.type, dtype=torch.bfloat16, enabled=autocast):
         out = model(batch.input_ids, attention_mask=e["attention_mask"], perm_mask=e["perm_mask"],
-                    target_mapping=e["target_mapping"], attn_impl="sdpa", return_logits=False)
-        sel = batch.labels != IGNORE_INDEX  # (B, P)
-        targets = batch.labels[sel]
-        n = int(targets.numel())
-        loss = linear_cross_entropy(out.query_hidden_state[sel], *model.lm_projection(), targets) / max(1, n)
+                    target_mapping=e["target_mapping"], attn_impl="sdpa", return_logits=False, check_targets=False)
+        labels = batch.labels.flatten()  # (B P,)
+        n = (labels != IGNORE_INDEX).sum()
+        loss = linear_cross_entropy(out.query_hidden_state.flatten(0, 1), *model.lm_projection(), labels)
+        loss = loss / n.clamp_min(1)
     return loss, n, {}
 
 

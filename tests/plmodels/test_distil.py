@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch.testing import assert_close
 
 from plmodels import Decoder, DecoderConfig, Encoder, EncoderConfig
@@ -21,6 +22,7 @@ from plmodels.training.distil import (
     load_teacher,
     student_from_teacher,
 )
+from plmodels.training.masking import masked_slots
 
 from .tiny import TINY, batch
 
@@ -283,6 +285,47 @@ def test_distil_loss_parts_combine_with_alphas():
     _, parts3 = distil_loss(student, teacher, ids, labels, mask, DistilConfig(teacher="t"))
     real = mask.bool()
     assert_close(parts3["kd"], kd_loss(student.mlm_logits(s_last[real]), teacher.mlm_logits(t_last[real]), 2.0).detach())
+
+
+def _selected_rows_reference(student, teacher, ids, labels, mask, cfg):
+    """The triple loss as distil_loss computed it before issue 81: each term on the rows picked out
+    by a boolean mask (the masked positions, the real tokens), batchmean / mean over them."""
+    sel = labels != -100
+    real = torch.ones_like(sel) if mask is None else mask.bool()
+    s_last = student(ids, attention_mask=mask).last_hidden_state
+    with torch.no_grad():
+        t_last = teacher(ids, attention_mask=mask).last_hidden_state
+    at = sel if cfg.restrict_ce_to_mask else real
+    T = cfg.temperature
+    kd = F.kl_div(F.log_softmax(student.mlm_logits(s_last[at]) / T, -1),
+                  F.log_softmax(teacher.mlm_logits(t_last[at]) / T, -1), reduction="batchmean", log_target=True) * T**2
+    mlm = F.cross_entropy(student.mlm_logits(s_last[sel]), labels[sel])
+    cos = F.cosine_embedding_loss(s_last[real], t_last[real], s_last.new_ones(int(real.sum())))
+    return cfg.alpha_ce * kd + cfg.alpha_mlm * mlm + cfg.alpha_cos * cos
+
+
+@pytest.mark.parametrize("restrict", [False, True], ids=["kd-real", "kd-masked"])
+@pytest.mark.parametrize("padded", [False, True], ids=["mask", "no-mask"])
+@pytest.mark.parametrize("sizes", [None, (8, 24)], ids=["own-slots", "padded-slots"])
+def test_distil_loss_through_slots_is_the_selected_rows_loss_and_gradients(restrict, padded, sizes):
+    # the loss and the student's gradients of one step equal the selection-based computation (fp32,
+    # 1e-6), with the batch's own slots and with slots padded far past its counts (a compiled run's)
+    teacher = teacher_encoder(4).requires_grad_(False)
+    torch.manual_seed(5)
+    student = Encoder(EncoderConfig(**{**TINY, "n_layers": 2, "dropout": 0.0, "type_vocab_size": 0}))
+    ids, mask, labels = masked_batch()
+    mask = mask if padded else None
+    cfg = DistilConfig(teacher="t", restrict_ce_to_mask=restrict)
+    want = _selected_rows_reference(student, teacher, ids, labels, mask, cfg)
+    want_grads = torch.autograd.grad(want, list(student.parameters()), allow_unused=True)
+    slots = None if sizes is None else masked_slots(labels, sizes)
+    got, _ = distil_loss(student, teacher, ids, labels, mask, cfg, slots)
+    got_grads = torch.autograd.grad(got, list(student.parameters()), allow_unused=True)
+    assert_close(got, want, rtol=1e-6, atol=1e-6)
+    for (name, _), g, w in zip(student.named_parameters(), got_grads, want_grads):
+        assert (g is None) == (w is None), name
+        if g is not None:
+            assert_close(g, w, rtol=1e-5, atol=1e-6, msg=name)
 
 
 def test_distil_loss_of_a_full_copy_is_zero_but_mlm():

@@ -7,11 +7,11 @@ import threading
 import pytest
 import torch
 from safetensors.torch import load_file
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from plmodels.checkpoint import build_model
 from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
+from plmodels.training import load_config
 from plmodels.training.corpus import PackedDataset
 from plmodels.training.data import Batch, Batches, Prefetcher, token_cache
 from plmodels.training.distributed import Dist
@@ -20,6 +20,7 @@ from plmodels.training.loss import masked_lm_loss
 from plmodels.training.masking import masked_slots, slot_sizes
 from plmodels.training.objectives import Objective, objective_for
 
+from .host_reads import HostReads
 from .toy_runs import fixed_wordpiece, toy_config, toy_corpus
 
 
@@ -85,29 +86,6 @@ def test_losses_read_every_log_every_steps_match_a_read_every_step(data, tmp_pat
         assert (runs[every][1] / "final" / "model.safetensors").read_bytes() == w_ref
 
 
-class HostReads(TorchDispatchMode):
-    """Records the aten calls that read a tensor's value on the host or pick out rows by a mask (on
-    CUDA each waits for the device's queue): .item() / int() / float() / bool() (_local_scalar_dense),
-    nonzero, masked_select, and indexing or index assignment with a boolean mask."""
-
-    SYNCS = {"aten::_local_scalar_dense", "aten::nonzero", "aten::nonzero_static", "aten::masked_select",
-             "aten::unique_consecutive", "aten::_unique2", "aten::repeat_interleave"}
-    INDEXING = {"aten::index", "aten::index_put", "aten::index_put_", "aten::_index_put_impl_"}
-
-    def __init__(self, calls: list[str]):
-        super().__init__()
-        self.calls = calls
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        if name in self.SYNCS:
-            self.calls.append(name)
-        elif name in self.INDEXING and any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8)
-                                           for i in args[1] if i is not None):
-            self.calls.append(f"{name} with a mask")
-        return func(*args, **(kwargs or {}))
-
-
 def test_host_reads_sees_the_syncs_it_is_named_for():
     # the instrument of the test below: each of these reads the device, each is seen once
     x, calls = torch.arange(6.0), []
@@ -120,16 +98,29 @@ def test_host_reads_sees_the_syncs_it_is_named_for():
                                                          "aten::index_put_ with a mask"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind,extra", [
-    ("encoder", {}), ("decoder", {}), ("encoder", {"objective": "span"}), ("encoder", {"objective": "electra"}),
-    ("encoder", {"compile_slots": True}), ("decoder", {"bf16": "on"}),
-], ids=["mlm", "clm", "span", "electra", "mlm-fixed-slots", "clm-bf16"])
-def test_a_training_step_reads_nothing_back_to_the_host(data, tmp_path, monkeypatch, kind, extra):
-    # Count the calls that copy a tensor's value to the host (on CUDA: wait for the queue) while a
-    # step runs on the thread running it, leaving out building the batch (host work on host tensors,
-    # before the copy; in line, or on the prefetcher's thread): the Python-level reads, and below
-    # them every aten op that reads a value or selects by a mask (`HostReads`), backward included.
+# the runs of each objective whose step is checked for host reads: (kind, config fields); "teacher"
+# asks for a DistilBERT teacher trained first (one step), "compile_slots" for a compiled run's slots
+HOST_READ_RUNS = {
+    "mlm": ("encoder", {}), "clm": ("decoder", {}), "span": ("encoder", {"objective": "span"}),
+    "electra": ("encoder", {"objective": "electra"}), "mlm-fixed-slots": ("encoder", {"compile_slots": True}),
+    "clm-bf16": ("decoder", {"bf16": "on"}), "distil": ("encoder", {"objective": "distil", "teacher": True}),
+    "t5": ("seq2seq", {"objective": "t5", "objective_args": {"n_sentinels": 16}, "model": load_config("t5-tiny").model}),
+    "bart": ("seq2seq", {"objective": "bart", "model": load_config("bart-tiny").model}),
+    "plm": ("xlnet", {"objective_args": {"partial_k": 3}, "model": load_config("xlnet-tiny").model}),
+    "bilm": ("bilm", {}), "tbilm": ("tbilm", {}),
+}
+
+
+def _step_host_reads(data, tmp_path, monkeypatch, kind, extra, plant=False) -> list[str]:
+    """The reads of a device value on the host (on CUDA: waits for the queue) made while the steps of
+    a 4-step run execute, on the thread running them, leaving out building the batch (host work on
+    host tensors, before the copy; in line, or on the prefetcher's thread): the Python-level reads,
+    and below them every aten op that reads a value or selects by a mask (`HostReads`), backward
+    included. `plant` adds one selection by a mask to the objective's loss (the test's null)."""
+    extra = dict(extra)
+    if extra.pop("teacher", False):  # trained before the spies go in: its steps are not counted
+        teacher = run_training(toy_config(data, max_steps=1, eval_source=None, vocab_size=300), tmp_path / "teacher")
+        extra["objective_args"] = {"teacher": str(teacher.path)}
     calls: list[str] = []
     active = threading.local()
 
@@ -161,9 +152,32 @@ def test_a_training_step_reads_nothing_back_to_the_host(data, tmp_path, monkeypa
     monkeypatch.setattr(Batches, "get", spy(Batches.get, False))
     if extra.pop("compile_slots", False):  # the slots a compiled run's batches carry, on the eager step
         monkeypatch.setattr(Objective, "slot_sizes", lambda self, rows: slot_sizes(*rows.shape, 0.15))
-    run_training(toy_config(data, kind, max_steps=4, eval_source=None, vocab_size=300, **extra), tmp_path / "run")
+    cfg = toy_config(data, kind, max_steps=4, eval_source=None, vocab_size=300, **extra)
+    if plant:
+        cls = type(objective_for(cfg))
+        loss = cls.loss
+
+        def planted(self, module, batch, autocast):
+            batch.labels[batch.labels != -100]  # the selection the losses made before issue 81
+            return loss(self, module, batch, autocast)
+        monkeypatch.setattr(cls, "loss", planted)
+    run_training(cfg, tmp_path / "run")
     assert [r[0] for r in _train_rows(tmp_path / "run") if r[2] == "loss"] == [1, 2, 3, 4]
-    assert calls == []
+    return calls
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", list(HOST_READ_RUNS))
+def test_a_training_step_reads_nothing_back_to_the_host(data, tmp_path, monkeypatch, run):
+    assert _step_host_reads(data, tmp_path, monkeypatch, *HOST_READ_RUNS[run]) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", ["distil", "t5", "bart", "plm", "bilm"])
+def test_a_host_read_planted_in_an_objectives_loss_is_seen(data, tmp_path, monkeypatch, run):
+    # the null of the test above, in the same runs: one selection by a mask per step (4 steps)
+    calls = _step_host_reads(data, tmp_path, monkeypatch, *HOST_READ_RUNS[run], plant=True)
+    assert calls == ["aten::index with a mask"] * 4
 
 
 def _tensors(batch):

@@ -2,11 +2,13 @@
 (objectives.py) make their batches from the packed rows (data.t5_batch / bart_batch), lower the
 held-out loss through `run_training`, save a "seq2seq" checkpoint that loads to the same outputs,
 resume bit-exact, and let the workbench's extraction read the encoder's L + 1 layers."""
+import dataclasses
 import json
 import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from plmodels.checkpoint import load, n_parameters
 from plmodels.encoder import Encoder, EncoderConfig
@@ -17,6 +19,7 @@ from plmodels.training.config import BartArgs, T5Args
 from plmodels.training.data import bart_batch, sentinel_ids, t5_batch, with_sentinels
 from plmodels.training.loop import run_training
 from plmodels.training.masking import continuation_ids, step_generator, word_starts
+from plmodels.training.objectives import seq2seq_loss
 from tests.plmodels.kinds import assert_same_weights, assert_store_is_the_hidden_states, packed_rows
 from tests.plmodels.toy_runs import fixed_wordpiece, toy_config, toy_corpus
 
@@ -128,6 +131,45 @@ def test_a_bart_batch_targets_the_row_and_shifts_it_right(corpus):
         assert not scored[0] and not scored[-1] and 0 < int((scored & st).sum()) <= math.ceil(0.3 * words)
         assert not (scored[1:] & ~st[1:] & ~scored[:-1]).any()  # whole words: no span starts inside a word
         assert not (scored[:-1] & ~st[1:] & ~scored[1:]).any()  # ... nor stops inside one
+
+
+@pytest.mark.parametrize("fam", ["t5", "bart"])
+def test_the_loss_over_every_decoder_position_is_the_targets_cross_entropy(corpus, fam):
+    # seq2seq_loss feeds every decoder position to the fused loss, -100 weighing nothing: its loss and
+    # one step's gradients equal cross-entropy of the logits at the targets picked out by a mask
+    # (what it computed before issue 81), fp32, 1e-6; three of the last row's targets are ignored
+    tok, rows = _rows(corpus[1])
+    tok = with_sentinels(tok, 16) if fam == "t5" else tok
+    gen = step_generator(0, 3)
+    if fam == "t5":
+        b = t5_batch(rows, tok, T5Args(n_sentinels=16), gen, "cpu")
+    else:
+        b = bart_batch(rows, tok, BartArgs(), gen, continuation_ids(tok.hf.get_vocab()), "cpu")
+    b.labels[-1, -3:] = -100
+    start = b.extras["decoder_start"]
+    torch.manual_seed(0)
+    model = Seq2Seq(Seq2SeqConfig(**{**preset("seq2seq", "tiny"), **RECIPE_MODEL[fam], "dropout": 0.0,
+                                     "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
+                                     "decoder_start_token_id": start}))
+    params = list(model.parameters())
+    loss, n, parts = seq2seq_loss(model, b, autocast=False)
+    got = torch.autograd.grad(loss, params, allow_unused=True)
+    sel = b.labels != -100
+    logits = model(b.input_ids, attention_mask=b.extras["attention_mask"],
+                   decoder_input_ids=b.extras["decoder_input_ids"]).logits
+    ref = F.cross_entropy(logits[sel], b.labels[sel])
+    want = torch.autograd.grad(ref, params, allow_unused=True)
+    assert int(n) == int(sel.sum()) == b.labels.numel() - 3 and parts == {}
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
+    for (name, _), g, w in zip(model.named_parameters(), got, want):
+        assert (g is None) == (w is None), name
+        if g is not None:
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=name)
+    # the start id the batch was built with is checked on the host, before any work
+    model.config = dataclasses.replace(model.config, decoder_start_token_id=start + 1)
+    with pytest.raises(ValueError, match=f"decoder inputs start from {start}, the model's decoder_start_token_id "
+                                         f"is {start + 1}"):
+        seq2seq_loss(model, b, autocast=False)
 
 
 def test_the_encoder_alone_answers_the_workbench_call():

@@ -123,6 +123,39 @@ def test_the_loss_is_the_query_streams_cross_entropy_at_the_targets(corpus):
     assert model.mask_emb.grad.abs().sum() > 0  # the query stream's input is trained
 
 
+def test_the_loss_and_gradients_over_every_query_row_are_the_selected_targets(corpus):
+    # plm_loss feeds every query row to the fused loss, the padding rows (-100) weighing nothing, and
+    # skips the model's one-hot check of target_mapping (a host read): its loss and one step's
+    # gradients equal cross-entropy at the rows picked out by a mask (before issue 81), fp32, 1e-6.
+    # Rows with fewer targets than P: a row whose last two targets are dropped from the mapping.
+    tok, rows = _rows(corpus[1])
+    torch.manual_seed(0)
+    model = XLNet(XLNetConfig(**{**preset("xlnet", "tiny"), "dropout": 0.0}, vocab_size=tok.vocab_size))
+    b = plm_batch(rows, tok, PLMArgs(partial_k=3), step_generator(0, 2), "cpu")
+    b.labels[1, -2:] = -100
+    b.extras["target_mapping"][1, -2:] = 0.0
+    params = list(model.parameters())
+    loss, n, _ = plm_loss(model, b, autocast=False)
+    got = torch.autograd.grad(loss, params, allow_unused=True)
+    e = b.extras
+    out = model(rows, perm_mask=e["perm_mask"], target_mapping=e["target_mapping"])
+    sel = b.labels != -100
+    ref = F.cross_entropy(out.logits[sel], b.labels[sel])
+    want = torch.autograd.grad(ref, params, allow_unused=True)
+    assert int(n) == int(sel.sum()) == 4 * (24 // 3) - 2
+    torch.testing.assert_close(loss, ref, rtol=1e-6, atol=1e-6)
+    for (name, _), g, w in zip(model.named_parameters(), got, want):
+        assert (g is None) == (w is None), name
+        if g is not None:
+            torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6, msg=name)
+    # a caller's target_mapping is still checked, the trainer's (check_targets=False) not
+    bad = e["target_mapping"].clone()
+    bad[0, 0, :2] = 1.0
+    with pytest.raises(ValueError, match="one-hot"):
+        model(rows, perm_mask=e["perm_mask"], target_mapping=bad)
+    model(rows, perm_mask=e["perm_mask"], target_mapping=bad, check_targets=False)
+
+
 def test_the_workbench_call_gives_the_content_streams_l_plus_1_states():
     torch.manual_seed(0)
     model = XLNet(XLNetConfig(vocab_size=61, d_model=16, n_layers=2, n_heads=2, d_ff=32, dropout=0.0)).eval()

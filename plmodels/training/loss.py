@@ -141,21 +141,53 @@ def gather_rows(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 def causal_lm_loss(model, batch: Batch, autocast: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """A decoder's mean next-token cross-entropy at every position against the shifted labels, and
-    the count (a 0-d device tensor: the mean divides by it on the device, no read back); a decoder
-    with the adaptive output uses its own loss (`Decoder.adaptive_loss`), which evaluates a tail
-    cluster only for the targets in it (selecting them by a mask: a sync on CUDA)."""
+    the count (a 0-d device tensor: the mean divides by it on the device, no read back). A decoder
+    with the adaptive output: on the CPU its own loss (`Decoder.adaptive_loss`), which evaluates a
+    tail cluster only for the targets in it, picked out by a mask (a host read, which costs the CPU
+    nothing); on an accelerator `adaptive_cross_entropy`, every cluster for every row, static shapes,
+    nothing read back."""
     device_type = batch.input_ids.device.type
     with torch.autocast(device_type, dtype=torch.bfloat16, enabled=autocast):
         out = model(batch.input_ids, attn_impl="sdpa", return_logits=False)
         n = (batch.labels != IGNORE_INDEX).sum()
         h = out.last_hidden_state.flatten(0, 1)  # (B T, D)
-        if model.config.output == "adaptive":
-            labels = batch.labels.flatten()
+        labels = batch.labels.flatten()
+        if model.config.output != "adaptive":
+            loss = linear_cross_entropy(h, model.lm_weight(), None, labels)
+        elif device_type == "cpu":
             sel = labels != IGNORE_INDEX
-            loss = model.adaptive_loss(h[sel], labels[sel]) / n.clamp_min(1)
+            loss = model.adaptive_loss(h[sel], labels[sel])
         else:
-            loss = linear_cross_entropy(h, model.lm_weight(), None, batch.labels.flatten()) / n.clamp_min(1)
-    return loss, n
+            ranks = torch.where(labels != IGNORE_INDEX, model.vocab_rank[labels.clamp_min(0)], IGNORE_INDEX)
+            loss = adaptive_cross_entropy(model.adaptive, h, ranks)
+    return loss / n.clamp_min(1), n
+
+
+def adaptive_cross_entropy(adaptive: torch.nn.AdaptiveLogSoftmaxWithLoss, hidden: torch.Tensor,
+                           targets: torch.Tensor) -> torch.Tensor:
+    """Summed -log p(target) under an adaptive softmax (Grave et al. 2017, torch's
+    `AdaptiveLogSoftmaxWithLoss`), targets -100 ignored; hidden (N, D), targets (N,) in the module's
+    class order (frequency ranks) -> scalar fp32. Every tail cluster is evaluated for every row and
+    each row reads the cluster its target is in: the module's loss, without its selection of each
+    cluster's rows (a nonzero and a count per cluster, each a wait for the device on CUDA), so the
+    shapes are the batch's and nothing is read back. Computed in fp32 with autocast off, as
+    `Decoder.adaptive_loss`. The tails cost (N, d_i) x (d_i, size_i) each for all N rows instead of
+    the rows in cluster i only."""
+    with torch.autocast(hidden.device.type, enabled=False):
+        h = hidden.float()
+        valid = targets != IGNORE_INDEX
+        t = targets.clamp_min(0)
+        short = adaptive.shortlist_size
+        head = torch.log_softmax(adaptive.head(h), -1)  # (N, shortlist + clusters)
+        column, within = t.clamp_max(short - 1), h.new_zeros(t.shape)  # the head's column, log p in the cluster
+        for i, tail in enumerate(adaptive.tail):
+            lo, hi = adaptive.cutoffs[i], adaptive.cutoffs[i + 1]
+            inside = (t >= lo) & (t < hi)
+            logp = torch.log_softmax(tail(h), -1).gather(1, (t - lo).clamp(0, hi - lo - 1)[:, None])[:, 0]  # (N,)
+            within = torch.where(inside, logp, within)
+            column = torch.where(inside, short + i, column)
+        nll = -(head.gather(1, column[:, None])[:, 0] + within)  # (N,)
+        return torch.where(valid, nll, 0.0).sum()
 
 
 # the training loss of each LM batch form (plmodels.families.Family.lm_inputs) that `lm_loss` serves

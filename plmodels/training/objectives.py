@@ -132,7 +132,7 @@ class Objective:
     def loss(self, module: nn.Module, batch: Batch, autocast: bool) -> tuple[torch.Tensor, torch.Tensor | int, dict]:
         """(loss to differentiate, number of predicted tokens, parts for metrics.jsonl). The count is a
         0-d device tensor (bilm, tbilm: an int, the batch's shape) and no step reads anything back
-        to the host (tests/plmodels/test_loop.py), but for clm with the adaptive output
+        to the host (tests/plmodels/test_loop.py), but for clm with the adaptive output on the CPU
         (`loss.causal_lm_loss`). The parts are
         detached 0-d tensors left on the device (the loop reads them back with the loss, every
         `log_every` steps: loop.py `_Loop._flush`), never `.item()`s, which would make each step wait."""

@@ -9,8 +9,9 @@ from plmodels import load, save
 from plmodels.decoder import DecoderConfig
 from plmodels.tokenizer import Tokenizer
 from plmodels.training.data import Batch
-from plmodels.training.loss import lm_loss
+from plmodels.training.loss import adaptive_cross_entropy, lm_loss
 
+from .host_reads import HostReads
 from .tiny import TINY, batch, tiny_decoder
 
 ADAPTIVE = dict(output="adaptive", tie_embeddings=False, adaptive_cutoffs=(10, 30), position="rope")
@@ -112,3 +113,33 @@ def test_softmax_decoder_has_no_rank_buffer_and_adaptive_has_no_weight_matrix():
     assert "vocab_rank" not in tiny_decoder().state_dict()
     with pytest.raises(ValueError, match="no \\(V, D\\) weight"):
         tiny_decoder(**ADAPTIVE).lm_weight()
+
+
+def test_the_static_shape_loss_is_the_modules_loss_and_reads_nothing_back():
+    # adaptive_cross_entropy (the accelerator's training loss) evaluates every cluster for every row:
+    # its summed loss and gradients equal torch's module on the rows with a target (which picks out
+    # each cluster's rows by a mask), targets in the shortlist and both tails, -100 rows ignored,
+    # and no aten call reads a value back or selects by a mask, backward included
+    model, _ = ranked_model()
+    g = torch.Generator().manual_seed(4)
+    h = torch.randn(40, TINY["d_model"], generator=g, requires_grad=True)
+    ranks = torch.randint(0, TINY["vocab_size"], (40,), generator=g)
+    ranks[:3] = torch.tensor([0, 10, 30])  # the first rank of each cluster
+    ranks[-5:] = -100
+    assert all(int(((ranks >= lo) & (ranks < hi)).sum()) >= 3 for lo, hi in ((0, 10), (10, 30), (30, TINY["vocab_size"])))
+    params = [h, *model.adaptive.parameters()]
+    keep = ranks != -100
+    want = model.adaptive(h[keep], ranks[keep]).loss * int(keep.sum())
+    want_grads = torch.autograd.grad(want, params)
+    calls = []
+    with HostReads(calls):
+        got = adaptive_cross_entropy(model.adaptive, h, ranks)
+        got_grads = torch.autograd.grad(got, params)
+    assert calls == []
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-5)
+    for a, b in zip(got_grads, want_grads):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    # the null: the module's own loss on the same rows is seen selecting
+    with HostReads(calls):
+        model.adaptive(h[:-5], ranks[:-5])
+    assert "aten::nonzero" in calls

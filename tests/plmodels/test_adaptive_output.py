@@ -126,7 +126,8 @@ def test_the_static_shape_loss_is_the_modules_loss_and_reads_nothing_back():
     ranks = torch.randint(0, TINY["vocab_size"], (40,), generator=g)
     ranks[:3] = torch.tensor([0, 10, 30])  # the first rank of each cluster
     ranks[-5:] = -100
-    assert all(int(((ranks >= lo) & (ranks < hi)).sum()) >= 3 for lo, hi in ((0, 10), (10, 30), (30, TINY["vocab_size"])))
+    clusters = ((0, 10), (10, 30), (30, TINY["vocab_size"]))
+    assert all(int(((ranks >= lo) & (ranks < hi)).sum()) >= 3 for lo, hi in clusters)
     params = [h, *model.adaptive.parameters()]
     keep = ranks != -100
     want = model.adaptive(h[keep], ranks[keep]).loss * int(keep.sum())

@@ -3,6 +3,7 @@
     python scripts/mutation_sample.py --modules probes/edge.py --n 20 --fork --out runs/mutation
     python scripts/mutation_sample.py --modules probes/edge.py --survivors --fork --out runs/mutation
     python scripts/mutation_sample.py --n 40             # every module of MODULES, 40 mutants each
+    python scripts/mutation_sample.py --merge research/mutation/mutation.csv runs/mutation/mutation.parquet --out M
 
 For each module, every mutation site is listed (an AST walk, `sites`: a comparison operator
 flipped, an arithmetic or boolean operator swapped, a numeric constant changed by one, a string
@@ -17,6 +18,10 @@ no behaviour, with the reason) is *equivalent* and left out of the score. The re
 mutation.parquet, one row per module x mutant, and mutation.md, the score per module with a Wilson
 interval) lists every survivor with its line, so a test can be written for it; a run for some modules
 keeps the other modules' rows, and `--survivors` reruns only the survivors (after writing tests).
+`--merge` runs nothing: it joins reports (a later one wins on a site both drew) and puts each row on its
+module as the module is now, by the mutated line's text, column and mutation (a module that moved or split
+is followed through MOVED; a row whose line was edited is dropped, saying so; a survivor's verdict is read
+again from EQUIVALENT), so one report holds every sample and names the current files.
 
 Why a small AST mutator rather than mutmut or cosmic-ray (STYLE.md names both): mutmut 3 copies the
 whole tree into `mutants/` and runs the whole suite under its own trampoline, and cosmic-ray needs a
@@ -145,6 +150,17 @@ EQUIVALENT: dict[tuple[str, str, int, str], str] = {
         "the layer returned is picks[0] only when picks[0] == picks[1]: returning picks[1] there is the same",
     ("probes/structural.py", 'by_length = ids[np.argsort(lens, kind="stable")]', 38, "'stable' -> 'stableX'"):
         "numpy reads the first letter of `kind` only ('s': stable), so the sort is the same",
+}
+
+# Modules that moved or split since a report was made: old path -> the modules its lines are in now. `--merge`
+# looks an old row's line up in these (the first that has it), so a report made before a move still counts.
+MOVED: dict[str, tuple[str, ...]] = {
+    "plmodels/hf_import.py": ("plmodels/hf/bert.py", "plmodels/hf/common.py"),   # BERT; the shared readers
+    "plmodels/hf_encoders.py": ("plmodels/hf/encoders.py",),
+    "plmodels/hf_gpt2.py": ("plmodels/hf/gpt2.py",),
+    "plmodels/hf_gpt_neox.py": ("plmodels/hf/gpt_neox.py",),
+    "plmodels/hf_seq2seq.py": ("plmodels/hf/seq2seq.py",),
+    "plmodels/hf_xlnet.py": ("plmodels/hf/xlnet.py",),
 }
 
 CMP_SWAP = {ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
@@ -345,6 +361,67 @@ def _row(module: str, m: Mutant, source_line: str, result: str, secs: float, n_s
             "reason": reason, "seconds": round(secs, 1), "sites": n_sites, "seed": seed}
 
 
+def _site_keys(module: str, source: str) -> dict[tuple[str, int, str], list[tuple[Mutant, str]]]:
+    """(line's source text, column from its first character, mutation) -> [(site, its line)] of a module's
+    focus sites: the key EQUIVALENT uses, which survives edits elsewhere in the file and moves."""
+    lines = source.splitlines()
+    keys: dict[tuple[str, int, str], list[tuple[Mutant, str]]] = {}
+    for m in sites(source, FOCUS.get(module)):
+        line = lines[m.line - 1]
+        keys.setdefault((line.strip(), m.col - (len(line) - len(line.lstrip())), m.what), []).append((m, line))
+    return keys
+
+
+def rebase(rows: list[dict], sources: dict[str, str] | None = None) -> tuple[list[dict], list[dict]]:
+    """Rows of earlier reports put on the modules as they are now: each row's site looked up by its line's
+    source text, column and mutation among the current focus sites of its module (of the modules MOVED names
+    for a module that moved), its module, index, line and sites updated, and a survivor's verdict read
+    again from EQUIVALENT. A key found at several lines (`return self` twice) goes to the one nearest the
+    row's line shifted as the module's lines with one match moved (their median shift). Where several rows
+    land on one site, the later row wins (a later sample or a rerun). -> (rebased rows, rows whose site is
+    gone: its line edited, or no longer in FOCUS). `sources`: module -> its text (default: read under ROOT)."""
+    import statistics
+
+    cache: dict[str, dict] = {}
+
+    def keys_of(module: str) -> dict:
+        if module not in cache:
+            text = sources[module] if sources is not None else (ROOT / module).read_text(encoding="utf-8")
+            cache[module] = _site_keys(module, text)
+        return cache[module]
+
+    found: list[tuple[dict, str, list[Mutant]] | None] = []
+    shifts: dict[tuple[str, str], list[int]] = {}
+    for r in rows:
+        key = (str(r["source"]), int(r["col"]), str(r["mutation"]))
+        for module in MOVED.get(r["module"], (r["module"],)):
+            if key in keys_of(module):
+                hits = [m for m, _ in keys_of(module)[key]]
+                found.append((r, module, hits))
+                if len(hits) == 1:
+                    shifts.setdefault((r["module"], module), []).append(hits[0].line - int(r["line"]))
+                break
+        else:
+            found.append(None)
+    out: dict[tuple[str, int], dict] = {}
+    gone = []
+    for r, hit in zip(rows, found):
+        if hit is None:
+            gone.append(r)
+            continue
+        _, module, hits = hit
+        shift = statistics.median(shifts.get((r["module"], module), [0]))
+        m = min(hits, key=lambda h: abs(h.line - int(r["line"]) - shift))
+        key = (str(r["source"]), int(r["col"]), str(r["mutation"]))
+        result, reason = r["result"], ""
+        if result in ("survived", "equivalent"):
+            reason = EQUIVALENT.get((module, *key), "")
+            result = "equivalent" if reason else "survived"
+        out[(module, m.index)] = {**r, "module": module, "index": m.index, "line": m.line, "result": result,
+                                  "reason": reason, "sites": sum(map(len, keys_of(module).values()))}
+    return list(out.values()), gone
+
+
 def sample_module(module: str, n: int, seed: int, timeout: float, only: set[int] | None = None,
                   fork: bool = False) -> list[dict]:
     """Run `n` mutants of `module` drawn with `seed` (or, with `only`, the mutants of those site indices)."""
@@ -413,6 +490,35 @@ def report(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+COLUMNS = ("module", "index", "line", "col", "op", "mutation", "source", "result", "reason", "seconds", "sites", "seed")
+
+
+def _merge(p: argparse.ArgumentParser, reports: list[Path], out: Path) -> int:
+    """`--merge`: the rows of `reports`, in order, rebased onto the modules as they are now, into `out`."""
+    import pandas as pd
+
+    for f in reports:
+        if not f.is_file():
+            p.error(f"--merge: {f} does not exist")
+    frames = [pd.read_csv(f, keep_default_na=False) if f.suffix == ".csv" else pd.read_parquet(f) for f in reports]
+    for f, df in zip(reports, frames):
+        absent = [c for c in COLUMNS if c not in df.columns]
+        if absent:
+            p.error(f"--merge: {f} has no column {absent} (not a report of this script)")
+    rows, gone = rebase([r for df in frames for r in df.to_dict("records")])
+    for r in gone:
+        print(f"dropped (its site is gone): {r['module']}:{r['line']} {r['mutation']}: `{r['source']}`", file=sys.stderr)
+    order = {m: i for i, m in enumerate(MODULES)}
+    rows = sorted(rows, key=lambda r: (order.get(r["module"], len(order)), r["line"]))
+    out.mkdir(parents=True, exist_ok=True)
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    table.to_parquet(out / "mutation.parquet", index=False)
+    table.to_csv(out / "mutation.csv", index=False)
+    (out / "mutation.md").write_text(report(rows), encoding="utf-8")
+    print(report(rows))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--modules", nargs="*", default=list(MODULES), help="modules to sample (default: all of MODULES)")
@@ -426,11 +532,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fork", action="store_true",
                    help="run each mutant's tests in a forked child of this process, numpy/torch/pandas imported "
                         "once (POSIX; about a third less CPU per run on the small probes test modules)")
+    p.add_argument("--merge", nargs="+", type=Path, metavar="REPORT",
+                   help="run nothing: join these reports (mutation.parquet or .csv, later ones winning on a site "
+                        "both drew) into --out, each row put on its module as it is now (`rebase`: moved modules, "
+                        "edited lines, EQUIVALENT read again); also writes --out/mutation.csv")
     a = p.parse_args(argv)
     unknown = [m for m in a.modules if m not in MODULES]
     if unknown:
         p.error(f"--modules: no tests known for {unknown}; known: {', '.join(MODULES)}")
     import pandas as pd
+
+    if a.merge:
+        return _merge(p, a.merge, a.out)
 
     table = a.out / "mutation.parquet"
     old = pd.read_parquet(table) if table.is_file() else pd.DataFrame(columns=["module"])

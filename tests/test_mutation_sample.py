@@ -82,3 +82,44 @@ def test_every_equivalent_mutant_is_a_site_of_its_module_as_it_is():
             line = lines[m.line - 1]
             keys.add((line.strip(), m.col - (len(line) - len(line.lstrip())), m.what))
         assert (text, col, what) in keys, (module, text)
+
+
+def test_rebase_puts_old_rows_on_the_moved_module_by_line_text_and_drops_edited_lines(monkeypatch):
+    # old.py became new.py, three lines lower, its last line edited (x + 2 -> x + 3)
+    moved = "import math\n\n\n" + SOURCE.replace("x + 2", "x + 3")
+    monkeypatch.setattr(ms, "MOVED", {"old.py": ("other.py", "new.py")})
+    monkeypatch.setattr(ms, "EQUIVALENT", {("new.py", "if x < 1:", 3, "Lt -> LtE"): "why"})
+    row = dict(module="old.py", index=0, op="", seconds=1.0, sites=5, seed=0, reason="")
+    lt = {**row, "line": 3, "source": "if x < 1:", "col": 3, "mutation": "Lt -> LtE"}
+    rows = [{**lt, "result": "killed"},
+            {**row, "line": 3, "source": "if x < 1:", "col": 7, "mutation": "1 -> 2", "result": "killed"},
+            {**row, "line": 5, "source": "return x + 2", "col": 7, "mutation": "Add -> Sub", "result": "killed"},
+            {**lt, "result": "survived", "seed": 1}]   # the same site again, later: it wins, and is equivalent now
+    got, gone = ms.rebase(rows, {"other.py": "y = 1\n", "new.py": moved})
+    now = {(m.line, m.what): m.index for m in ms.sites(moved)}
+    assert sorted((r["module"], r["line"], r["index"], r["mutation"], r["result"], r["reason"], r["sites"])
+                  for r in got) == sorted([("new.py", 6, now[(6, "1 -> 2")], "1 -> 2", "killed", "", 5),
+                                           ("new.py", 6, now[(6, "Lt -> LtE")], "Lt -> LtE", "equivalent", "why", 5)])
+    assert [r["source"] for r in gone] == ["return x + 2"]
+
+
+TWICE = '''def a(x):
+    return x
+
+
+def b(x):
+    y = x * 2
+    return x
+'''
+
+
+def test_rebase_sends_a_line_found_twice_to_the_one_shifted_as_the_module_moved():
+    # five lines lower now (the one-match row says by how much): each `return x` keeps its own verdict
+    row = dict(module="m.py", index=0, col=0, op="return", mutation="return x -> return None", source="return x",
+               reason="", seconds=1.0, sites=4, seed=0)
+    rows = [{**row, "line": 2, "result": "killed"}, {**row, "line": 7, "result": "survived"},
+            {**row, "line": 6, "op": "binop", "source": "y = x * 2", "col": 4, "mutation": "Mult -> Div",
+             "result": "killed"}]
+    got, gone = ms.rebase(rows, {"m.py": "\n" * 5 + TWICE})
+    assert gone == [] and sorted((r["line"], r["result"]) for r in got) == [(7, "killed"), (11, "killed"),
+                                                                            (12, "survived")]

@@ -336,3 +336,28 @@ def test_a_code_carrying_shard_is_refused_and_never_run(hf_folder, tmp_path, how
     assert "every shard" in msg and "pytorch_model.bin.index.json" in msg and "\n" not in msg
     torch.load(folder / second, weights_only=False)  # the payload is live when loaded the unsafe way
     assert marker.exists()
+
+
+@pytest.mark.parametrize("dropped, ours", [("cls.seq_relationship.bias", "nsp.bias"), ("bert.pooler.dense.bias", "pooler.bias"),
+                                           ("cls.predictions.transform.dense.bias", "mlm.dense.bias")])
+def test_a_head_tensor_absent_from_the_checkpoint_keeps_its_fresh_init_and_the_card_names_it(hf_folder, tmp_path,
+                                                                                            dropped, ours):
+    # the pooler, MLM and NSP heads are optional (OPTIONAL_PREFIXES): a tensor of theirs that the folder
+    # lacks keeps the fresh init, is named in the card's fresh_init, and every other tensor is imported
+    from safetensors.torch import load_file, save_file
+
+    from plmodels.checkpoint import read_card
+
+    part = tmp_path / "part"
+    part.mkdir()
+    for f in ("config.json", "vocab.txt", "tokenizer_config.json"):
+        (part / f).write_text((hf_folder / f).read_text())
+    full = load_file(str(hf_folder / "model.safetensors"))
+    assert dropped in full
+    save_file({k: v for k, v in full.items() if k != dropped}, str(part / "model.safetensors"))
+    whole, _ = import_hf_bert(hf_folder)
+    with pytest.warns(UserWarning, match=f"fresh-init tensors \\['{ours}'\\]"):
+        model, _ = import_hf_bert(part, tmp_path / "ckpt")
+    assert read_card(tmp_path / "ckpt").import_report["fresh_init"] == [ours]
+    got, want = model.state_dict(), whole.state_dict()
+    assert set(got) == set(want) and all(torch.equal(got[k], want[k]) for k in want if k != ours)

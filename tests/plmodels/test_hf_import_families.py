@@ -202,3 +202,21 @@ def test_t5_and_bart_configs_read_each_field_from_its_key():
         decoder_layers=3).to_dict())
     assert (bart.pad_token_id, bart.decoder_start_token_id, bart.dropout, bart.scale_embedding, bart.activation,
             bart.n_decoder_layers) == (5, 6, 0.2, True, "relu", 3)
+
+
+def test_xlnet_config_reads_each_field_from_its_key_and_refuses_what_it_cannot_compute():
+    # values away from every default, so a field read from a misspelt key (and so its fallback) shows
+    x = xlnet_config(transformers.XLNetConfig(dropout=0.2, layer_norm_eps=1e-5, bi_data=True, clamp_len=7,
+                                              attn_type="uni", ff_activation="relu").to_dict())
+    assert (x.dropout, x.layer_norm_eps, x.bi_data, x.clamp_len, x.attn_type, x.activation) == (
+        0.2, 1e-5, True, 7, "uni", "relu")
+    # refused by name: same_length under the causal mask (ours has no same-length mask), an untied LM head
+    full = transformers.XLNetConfig().to_dict()
+    with pytest.raises(ValueError, match="same_length=True with attn_type='uni'"):
+        xlnet_config({**full, "attn_type": "uni", "same_length": True})
+    with pytest.raises(ValueError, match="tie_word_embeddings=False"):
+        xlnet_config({**full, "tie_word_embeddings": False})
+    # each alone is read: same_length changes nothing under the bidirectional mask (transformers builds
+    # its mask only for attn_type 'uni'), and a tied head is ours
+    assert xlnet_config({**full, "same_length": True}) == xlnet_config({**full, "tie_word_embeddings": True}) \
+        == xlnet_config(full)

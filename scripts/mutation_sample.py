@@ -148,6 +148,9 @@ EQUIVALENT: dict[tuple[str, str, int, str], str] = {
         "too except when both equal it, and then _search returns the bracket's high end 0: the same gamma",
     ("probes/layers.py", "return (picks[0] if picks[0] == picks[1] else -1), chosen", 14, "0 -> 1"):
         "the layer returned is picks[0] only when picks[0] == picks[1]: returning picks[1] there is the same",
+    ("plmodels/hf/gpt2.py", 'if ours == "lm_head.weight":', 11, "'lm_head.weight' -> 'lm_head.weightX'"):
+        "gpt2_name's shortcut for the LM head: no GPT2_RENAMES target is lm_head.weight, so without it the loop "
+        "below matches nothing and returns `ours` itself, the same name",
     ("probes/structural.py", 'by_length = ids[np.argsort(lens, kind="stable")]', 38, "'stable' -> 'stableX'"):
         "numpy reads the first letter of `kind` only ('s': stable), so the sort is the same",
 }

@@ -647,3 +647,13 @@ def test_position_baseline_recovers_a_planted_position_determined_tree():
     assert rows[("random_tree", "uuas")] < 0.4 and rows[("position", "nspr")] > 0.9
     with pytest.raises(ValueError, match=r"baselines: unknown \['tree'\]"):
         structural_baseline_scores(train, test, baselines=["tree"])
+
+
+def test_mst_of_tied_distances_keeps_the_tree_word_that_reached_a_word_first():
+    # Prim's from word 0 with a strict `<`: a word whose distance to a newly added word only ties keeps the
+    # parent it had. Equal distances (a probe that tells nothing) give the star around word 0, as the
+    # reference's Kruskal over stably sorted pairs does, not the chain 0-1-2-3; UUAS reads which
+    flat = np.ones((4, 4)) - np.eye(4)
+    assert mst_edges(flat) == {(0, 1), (0, 2), (0, 3)}
+    assert uuas([flat], [np.array([-1, 0, 0, 0])]) == 1.0
+    assert uuas([flat], [np.array([-1, 0, 1, 2])]) == pytest.approx(1 / 3)

@@ -11,6 +11,7 @@ the refusals, and the tokenizer.
 transformers is used here only as a reference implementation; plmodels never imports it."""
 
 import json
+import re
 import warnings
 
 import pytest
@@ -289,3 +290,25 @@ def test_the_fused_qkv_is_regrouped_by_hand_and_names_map_back():
     assert neox_name("blocks.3.attn.qkv.weight") == "gpt_neox.layers.3.attention.query_key_value.weight"
     assert neox_name("lm_head.weight") == "embed_out.weight or lm_head.weight"
     assert neox_name("not.a.weight") == "not.a.weight"
+
+
+@pytest.mark.parametrize("eps", [0, -1e-5, "1e-5", True, None])
+def test_a_layer_norm_eps_that_is_not_a_positive_number_is_refused_by_name(eps):
+    full = transformers.GPTNeoXConfig().to_dict()
+    with pytest.raises(ValueError, match=re.escape(f"layer_norm_eps={eps!r} must be a positive number")):
+        config_from_neox({**full, "layer_norm_eps": eps})
+    assert config_from_neox({**full, "layer_norm_eps": 3e-6}).layer_norm_eps == 3e-6
+
+
+def test_a_stored_inv_freq_that_config_json_does_not_give_is_refused_naming_what_it_implies():
+    # half of each 8-wide head rotated: R = 4 channels, inv_freq = 1 / base^(2i/R) has R / 2 = 2 values
+    from plmodels.hf.gpt_neox import _check_inv_freq
+
+    config = config_from_neox(neox_config(0.5, True, False, 10000).to_dict())
+    name = "gpt_neox.layers.0.attention.rotary_emb.inv_freq"
+    right = 1.0 / 10000 ** (torch.arange(0, 4, 2).float() / 4)
+    assert "agree" in _check_inv_freq({name: right}, [name], config, "f")
+    with pytest.raises(ValueError, match=re.escape(f"f: {name} ((2,) values) is not 1 / base^(2i/R) of "
+                                                   "rotary_emb_base=10000.0 and rotary_pct -> R=4 rotated channels "
+                                                   "(2 values): ")):
+        _check_inv_freq({name: 2 * right}, [name], config, "f")

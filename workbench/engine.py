@@ -33,8 +33,8 @@ from typing import Any, Callable
 
 from plmodels.config import read_json_object
 from workbench.core.io import atomic_write_json
-from workbench.pipeline import (NO_TIME_LIMIT, Context, Step, _finished, _log, build_steps, code_version,
-                                load_run_config, run_pipeline, set_step_threads)
+from workbench.pipeline import (NO_TIME_LIMIT, Context, Step, build_steps, code_version, load_run_config, mark_done,
+                                run_log, run_pipeline, set_step_threads)
 from workbench.zoo import check_systems, expand_zoo, load_zoo, run_zoo
 
 # ----------------------------------------------------------------------------- steps per device
@@ -155,8 +155,8 @@ def run_steps_dask(steps: list[Step], todo: list[Step], keys: dict[str, str], in
 
     check_budgets(todo, sum(w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values()))
     threads = _share_threads(client)
-    _log(f"{len(todo)} steps on Dask ({client.scheduler.address}): {len(threads)} workers, "
-         f"{sorted(set(threads.values()))} torch thread(s) each")
+    run_log(f"{len(todo)} steps on Dask ({client.scheduler.address}): {len(threads)} workers, "
+            f"{sorted(set(threads.values()))} torch thread(s) each")
     futures: dict[str, Any] = {}
     started = time.time()
     for step in todo:
@@ -172,10 +172,10 @@ def run_steps_dask(steps: list[Step], todo: list[Step], keys: dict[str, str], in
         step = next(s for s in steps if s.name == name)
         if future.status == "finished":
             outputs, seconds = future.result()
-            _finished(step, steps.index(step) + 1, len(steps), keys, info, run_dir, outputs, seconds)
+            mark_done(step, steps.index(step) + 1, len(steps), keys, info, run_dir, outputs, seconds)
         elif failure is None and _own_failure(step, futures):
             failure = (name, future.exception())
-            _log(f"{name} failed: the steps that do not read it run on")
+            run_log(f"{name} failed: the steps that do not read it run on")
     if failure is not None:
         name, error = failure
         error.add_note(f"in step {name}, on a Dask worker")
@@ -263,11 +263,11 @@ def _default_scheduler(device: DeviceInfo, steps: list[Step]) -> str | None:
         check_budgets(steps, n)
         import distributed  # noqa: F401 - only whether it is installed
     except ValueError as e:
-        _log(f"one step at a time on {device.name}, not {n}: {e}")
+        run_log(f"one step at a time on {device.name}, not {n}: {e}")
         return None
     except ImportError:
-        _log(f"one step at a time on {device.name}, not {n}: Dask is not installed "
-             '(pip install "plm-workbench[cluster]")')
+        run_log(f"one step at a time on {device.name}, not {n}: Dask is not installed "
+                '(pip install "plm-workbench[cluster]")')
         return None
     return "local"
 
@@ -285,7 +285,7 @@ def export_every(run_dir: Path, results: Path, seconds: float, stop: threading.E
         try:
             export_results(run_dir, results, limit=math.inf)
         except OSError as e:
-            _log(f"copying the results so far into {results} failed ({e}); trying again in {seconds:g} s")
+            run_log(f"copying the results so far into {results} failed ({e}); trying again in {seconds:g} s")
 
 
 def run_study(config: str | Path, results: str | Path, run_dir: str | Path | None = None,
@@ -347,5 +347,5 @@ def run_study(config: str | Path, results: str | Path, run_dir: str | Path | Non
     sitting["seconds"] = round(sitting["finished"] - sitting["started"], 1)
     atomic_write_json(record_path, record)
     size = export_results(folder, results)
-    _log(f"results: {results.resolve()} ({size / 2**20:.1f} MiB)")
+    run_log(f"results: {results.resolve()} ({size / 2**20:.1f} MiB)")
     return results

@@ -527,7 +527,8 @@ def validate_run_config(cfg: dict, where: str | None) -> None:
 
 
 # -------------------------------------------------------------------------------------- runner
-def _log(msg: str) -> None:
+def run_log(msg: str) -> None:
+    """One line of the run's log on stderr (every runner's: this module's and workbench/engine.py's)."""
     print(f"[workbench run] {msg}", file=sys.stderr, flush=True)
 
 
@@ -569,17 +570,19 @@ def _eta(steps: list[Step], start: int, seconds_by_kind: dict[str, list[float]],
 def _started(step: Step, i: int, n: int, keys: dict[str, str], info: dict, run_dir: Path, eta: str) -> None:
     """Mark `step` running in run.json (a killed run leaves it so: the next run re-runs it)."""
     old = info["steps"].get(step.name, {})
-    _log(f"[{i}/{n}] {step.name}: running" + (" (resuming)" if old.get("status") == "running" else "") + f"; {eta}")
+    run_log(f"[{i}/{n}] {step.name}: running" + (" (resuming)" if old.get("status") == "running" else "") + f"; {eta}")
     info["steps"][step.name] = {"status": "running", "key": keys[step.name], "started": time.time()}
     atomic_write_json(run_dir / "run.json", info)
 
 
-def _finished(step: Step, i: int, n: int, keys: dict[str, str], info: dict, run_dir: Path, outputs: dict,
+def mark_done(step: Step, i: int, n: int, keys: dict[str, str], info: dict, run_dir: Path, outputs: dict,
               seconds: float) -> None:
+    """Mark `step` (the i-th of n) done in run.json with its key, outputs and seconds, and log it (every
+    runner's: a step is done once this has written run.json)."""
     info["steps"][step.name] = {"status": "done", "key": keys[step.name], "seconds": round(seconds, 1),
                                 "outputs": outputs, "finished": time.time()}
     atomic_write_json(run_dir / "run.json", info)
-    _log(f"[{i}/{n}] {step.name}: done in {seconds:.0f} s {outputs}")
+    run_log(f"[{i}/{n}] {step.name}: done in {seconds:.0f} s {outputs}")
 
 
 def worker_threads(workers: int) -> int:
@@ -661,7 +664,7 @@ def run_steps_parallel(steps: list[Step], todo: list[Step], keys: dict[str, str]
     running: dict[Any, tuple[Step, Any, float]] = {}
     failure: tuple[Step, BaseException, str] | None = None
     seconds_by_kind: dict[str, list[float]] = {}
-    _log(f"{len(todo)} steps, {workers} at a time, {threads} torch thread(s) each")
+    run_log(f"{len(todo)} steps, {workers} at a time, {threads} torch thread(s) each")
     try:
         while pending or running:
             while failure is None and len(running) < workers:
@@ -692,12 +695,12 @@ def run_steps_parallel(steps: list[Step], todo: list[Step], keys: dict[str, str]
                 if message[0] == "done":
                     done.add(step.name)
                     seconds_by_kind.setdefault(step.name.split(":")[0], []).append(time.perf_counter() - t0)
-                    _finished(step, steps.index(step) + 1, len(steps), keys, info, run_dir, message[1],
+                    mark_done(step, steps.index(step) + 1, len(steps), keys, info, run_dir, message[1],
                               time.perf_counter() - t0)
                 elif failure is None:
                     failure = (step, message[1], message[2])
                     if running:
-                        _log(f"{step.name} failed: letting the {len(running)} running step(s) finish")
+                        run_log(f"{step.name} failed: letting the {len(running)} running step(s) finish")
     except BaseException:
         for _, proc, _ in running.values():
             proc.terminate()
@@ -742,7 +745,7 @@ def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, f
     for i, step in enumerate(steps, 1):
         old = states.get(step.name, {})
         if old.get("status") == "done" and old.get("key") == keys[step.name]:
-            _log(f"[{i}/{len(steps)}] {step.name}: unchanged, skipped")
+            run_log(f"[{i}/{len(steps)}] {step.name}: unchanged, skipped")
         else:
             todo.append(step)
     workers = int(cfg.get("workers", 1))
@@ -758,9 +761,9 @@ def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, f
             t0 = time.perf_counter()
             outputs = step.fn(Context(run_dir, cfg, step.params, force=force))
             seconds_by_kind.setdefault(step.name.split(":")[0], []).append(time.perf_counter() - t0)
-            _finished(step, i, len(steps), keys, info, run_dir, outputs, time.perf_counter() - t0)
-    _log(f"finished in {time.perf_counter() - t_run:.0f} s")
+            mark_done(step, i, len(steps), keys, info, run_dir, outputs, time.perf_counter() - t0)
+    run_log(f"finished in {time.perf_counter() - t_run:.0f} s")
     report = run_dir / "report" / "report.html"
-    _log(f"report: {report.resolve()}")
-    _log(f"explore it: workbench app --results {run_dir.parent.resolve()}")
+    run_log(f"report: {report.resolve()}")
+    run_log(f"explore it: workbench app --results {run_dir.parent.resolve()}")
     return run_dir

@@ -24,7 +24,8 @@ paper -> file -> flags table), and what differs per family is one record in fami
     tokenizer.py    WordPiece, byte-level BPE and SentencePiece Unigram tokenizers
     presets.py      named model shapes (tiny, mini, small, base)
     config.py       the typed loader of run configs
-    files.py        atomic writes of safetensors and JSON files, with the mode open() gives
+    files.py        the one atomic writer: files (safetensors, JSON, text), folder swaps and copies,
+                    with the mode open() gives; the cleanup of what a killed writer left
     progress.py     progress bars with rate and ETA for long steps
     paths.py        where the shared data lives ("${WORKBENCH_DATA}") and whether the code runs from a
                     source checkout

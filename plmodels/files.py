@@ -1,7 +1,8 @@
 """The one atomic writer of the house: `atomic_open` for a file and `atomic_dir` for a folder
 (`workbench.core.io` re-exports them under the workbench's names), and the way plmodels writes
 safetensors files, JSON and text files (training state, resolved configs, tokenizers, the corpus
-cache, rewritten logs) and swaps whole folders into place (checkpoints, exports, activation stores).
+cache, rewritten logs), swaps whole folders into place (checkpoints, exports, activation stores) and
+copies a file or folder over an older copy (`copy_atomic`: a study's results folder).
 
 Atomic writers build a temporary sibling (same folder, so same file system) with `tempfile.mkstemp`
 (mode 0600) or `mkdtemp` (0700), fsync it and `os.replace` it over the target, then fsync the
@@ -9,13 +10,17 @@ folder: a reader, a killed writer or a crash leaves the old file or the new one,
 either. Without a chmod every checkpoint, table and cache would be readable by its owner only,
 unlike a file written with `open()`: `make_shared` gives a path the mode `open()` or `mkdir()`
 would have: 0666 (files) or 0777 (folders) less the process umask, read at each call.
-Temporaries are named `.<name>.<random>.tmp` (files) and `.<name>.tmp-<random>` (folders).
+Temporaries are named `.<name>.<random>.tmp` (files) and `.<name>.tmp-<pid>-<random>` (folders, and
+the copies of `copy_atomic`); a folder being replaced is moved aside as `.<name>.old-<pid>-<random>`.
+`remove_stale` deletes the pid-named ones whose writer is dead, so a killed copy or swap leaves nothing
+that the next one trips over or that a folder's size counts.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 import uuid
@@ -170,3 +175,51 @@ def replace_folder(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:
         os.replace(tmp, path)
         fsync_path(path.parent)
     return path
+
+
+def remove_stale(parent: str | os.PathLike, name: str) -> int:
+    """Delete the temporaries of `parent/<name>` that killed writers left: `.<name>.tmp-<pid>-*`
+    (`temp_folder`) and `.<name>.old-<pid>-*` (`replace_folder`), files or folders. Those of another
+    live process are kept (it is still writing them); this process' own are stale by definition (it
+    calls this before writing `name` again). Returns how many were removed."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return 0
+    pid = re.compile(rf"\.{re.escape(name)}\.(?:tmp|old)-(\d+)-")
+    removed = 0
+    for p in parent.iterdir():
+        m = pid.match(p.name)
+        if m is None or (int(m.group(1)) != os.getpid() and pid_alive(int(m.group(1)))):
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed += 1
+    return removed
+
+
+def copy_atomic(src: str | os.PathLike, dest: str | os.PathLike, ignore: Any = None) -> Path:
+    """Copy the file or folder `src` to `dest`, replacing an older copy there in one swap: the copy is
+    built in `temp_folder(dest)` (a file too) and moved into place (`replace_folder` for a folder, one
+    rename for a file), so `dest` is the old copy or the new one, whole. A killed copy leaves only
+    that pid-named temporary, which the next copy to `dest` deletes first (`remove_stale`). `ignore`
+    is `shutil.copytree`'s (a folder's entries to leave out). Returns `dest`."""
+    src, dest = Path(src), Path(dest)
+    remove_stale(dest.parent, dest.name)
+    tmp = temp_folder(dest)
+    try:
+        if src.is_dir():
+            shutil.copytree(src, tmp, ignore=ignore)
+            return replace_folder(tmp, dest)
+        shutil.copy2(src, tmp)
+        fsync_path(tmp)
+        os.replace(tmp, dest)
+        fsync_path(dest.parent)
+        return dest
+    except BaseException:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        raise

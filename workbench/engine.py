@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from plmodels.config import read_json_object
+from plmodels.files import copy_atomic
 from workbench.core.io import atomic_write_json
 from workbench.pipeline import (NO_TIME_LIMIT, Context, Step, build_steps, code_version, load_run_config, mark_done,
                                 run_log, run_pipeline, set_step_threads)
@@ -225,24 +226,15 @@ def folder_bytes(folder: Path) -> int:
 
 
 def export_results(run_dir: Path, results: Path, limit: int = RESULTS_LIMIT) -> int:
-    """Copy the run folder's run.json, tables/ and report/ into `results` (replacing their earlier
-    copies, each swapped in whole); returns the folder's size in bytes. A results folder over `limit`
-    is a ValueError naming its largest files (nothing else of the run is copied: no checkpoint,
-    no activation store)."""
+    """Copy the run folder's run.json, tables/ and report/ into `results`, each swapped in whole over
+    its earlier copy (`plmodels.files.copy_atomic`: a copy killed midway leaves only a temporary, which
+    the next export deletes before the size is counted); returns the folder's size in bytes. A results
+    folder over `limit` is a ValueError naming its largest files (nothing else of the run is copied: no
+    checkpoint, no activation store)."""
     results.mkdir(parents=True, exist_ok=True)
     for name in KEPT:
-        src, dest = run_dir / name, results / name
-        if not src.exists():
-            continue
-        tmp = results / f".{name}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        if src.is_dir():   # without the tables' lock files (.name.lock)
-            shutil.copytree(src, tmp, ignore=shutil.ignore_patterns(".*"))
-        else:
-            shutil.copy2(src, tmp)
-        if dest.is_dir():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
+        if (run_dir / name).exists():   # without the tables' lock files (.name.lock)
+            copy_atomic(run_dir / name, results / name, ignore=shutil.ignore_patterns(".*"))
     size = folder_bytes(results)
     if size > limit:
         biggest = sorted((p for p in results.rglob("*") if p.is_file()), key=lambda p: -p.stat().st_size)[:3]

@@ -4,7 +4,9 @@ without Dask (`pip install "plm-workbench[cluster]"`); stand-in steps: tests/wor
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -89,6 +91,45 @@ def test_the_results_folder_keeps_tables_report_and_records_and_no_checkpoint(tm
     assert export_results(run, tmp_path / "res") == 2010
     with pytest.raises(ValueError, match=r"res: 0.0 MiB, over the 0 MiB .* largest: tables/probing.parquet"):
         export_results(run, tmp_path / "res", limit=1000)
+
+
+def _killed_export(run: Path, res: Path) -> None:
+    """In a forked child: `export_results`, killed (SIGKILL) while tables/ is copied, after its first file."""
+    copytree = shutil.copytree
+
+    def dying_copytree(src, dst, **kw):
+        copied = []
+
+        def copy(s, d):
+            if copied:
+                os.kill(os.getpid(), signal.SIGKILL)
+            copied.append(shutil.copy2(s, d))
+        return copytree(src, dst, **{**kw, "copy_function": copy})
+    shutil.copytree = dying_copytree
+    export_results(run, res)
+
+
+def test_an_export_killed_mid_copy_leaves_nothing_the_next_one_counts_or_trips_over(tmp_path):
+    run, res = tmp_path / "run", tmp_path / "res"
+    for rel, size in (("run.json", 10), ("tables/a.parquet", 100), ("tables/b.parquet", 200),
+                      ("tables/c.parquet", 400), ("report/report.html", 1000)):
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run / rel).write_bytes(os.urandom(size))
+    export_results(run, res)
+    (run / "tables" / "d.parquet").write_bytes(os.urandom(800))       # a new table, then a kill mid-copy
+    child = multiprocessing.get_context("fork").Process(target=_killed_export, args=(run, res))
+    child.start()
+    child.join()
+    assert child.exitcode == -signal.SIGKILL
+    stale = [p for p in res.iterdir() if p.name.startswith(".tables.tmp-")]
+    assert len(stale) == 1 and len(list(stale[0].iterdir())) == 1     # half a copy, beside the old one whole
+    assert sorted(p.name for p in (res / "tables").iterdir()) == ["a.parquet", "b.parquet", "c.parquet"]
+    assert folder_bytes(res) == 1710 + (stale[0] / next(stale[0].iterdir()).name).stat().st_size
+    assert export_results(run, res) == 2510                            # the rerun: the copies only
+    assert sorted(p.name for p in res.iterdir()) == ["report", "run.json", "tables"]
+    for rel in ("run.json", "tables/a.parquet", "tables/b.parquet", "tables/c.parquet", "tables/d.parquet",
+                "report/report.html"):
+        assert (res / rel).read_bytes() == (run / rel).read_bytes(), rel
 
 
 def test_a_study_checks_its_flags_and_config_before_a_cluster_starts(tmp_path, monkeypatch):

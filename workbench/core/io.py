@@ -7,7 +7,8 @@ kill) before the rename leaves the old target untouched and removes the temporar
 module once kept its own copy so that importing it would not import torch with plmodels; every module
 that imports it loads plmodels anyway, through `workbench.core.paths` or `results`.) `atomic_dir(path)`
 is `plmodels.files.atomic_dir`, re-exported: the same for a whole folder, built in
-`<parent>/.<name>.tmp-<pid>-<rand>` and swapped into place on success. `file_lock(path)` serialises a
+`<parent>/.<name>.tmp-<pid>-<rand>` and swapped into place on success; `clean_stale_tmp(parent, name)`
+is `plmodels.files.remove_stale`: it deletes the ones a killed writer left. `file_lock(path)` serialises a
 read-modify-write of `path` between processes (steps of `workbench run` with workers > 1).
 """
 from __future__ import annotations
@@ -16,12 +17,11 @@ import contextlib
 import fcntl
 import json
 import os
-import re
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
 
-from plmodels.files import atomic_dir, atomic_open, make_shared, pid_alive
+from plmodels.files import atomic_dir, atomic_open, make_shared
+from plmodels.files import remove_stale as clean_stale_tmp
 
 __all__ = ["make_shared", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "atomic_file",
            "write_parquet_atomic", "atomic_dir", "file_lock", "clean_stale_tmp"]
@@ -83,30 +83,3 @@ def file_lock(path: str | os.PathLike) -> Iterator[None]:
         yield
     finally:
         os.close(fd)   # closing the descriptor releases the lock
-
-
-def _pid_alive(pid: int) -> bool:
-    """Another live process (this one's own leftovers are stale by definition)."""
-    return pid != os.getpid() and pid_alive(pid)
-
-
-def clean_stale_tmp(parent: str | os.PathLike, name: str) -> int:
-    """Delete leftover `.{name}.tmp-<pid>-*` folders under `parent` left by killed runs.
-
-    Folders whose pid is a live process other than this one are kept. Returns how many were removed.
-    """
-    parent = Path(parent)
-    if not parent.is_dir():
-        return 0
-    n = 0
-    for p in parent.glob(f".{name}.tmp-*"):
-        m = re.match(rf"\.{re.escape(name)}\.tmp-(\d+)-", p.name)
-        if m and _pid_alive(int(m.group(1))):
-            continue  # another live process is building it
-        if p.is_dir():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-        n += 1
-    return n

@@ -6,13 +6,16 @@ registry of `plmodels.training.objectives` and HF's `AutoModel` mappings): its n
 and the run config's section), its config class (a `plmodels.config.Config`), its run function in the
 one shape `run(source, config, where) -> {table name: DataFrame}`, the tables it writes, what it
 reads (a checkpoint, or a pretraining run's folder of checkpoints), the analyses of the same model
-whose tables it reads, the CLI command that writes its tables and its sections of the run's report
-(`workbench.presentation.report` reads them in the records' order, after the run's own two).
+whose tables it reads, the CLI command that writes its tables, its figure builder and its sections of
+the run's report (`workbench.presentation.report` reads them in the records' order, after the run's own
+two).
 
 The run functions here are the analyses' library entry points called in that one shape; the config
 reaches them typed (resolved once by `config_class.resolve`, never the raw dict). Figures are drawn
-from the returned tables by `workbench.presentation.analysis_figures.BUILDERS`, keyed by the same
-name (the presentation layer sits above this one, so the record names it, not the other way round).
+from the returned tables by the builder the record names, a key of
+`workbench.presentation.analysis_figures.BUILDERS` (the presentation layer sits above this one, so the
+record names its builder and its report sections by key; `analysis_figures.figure_builders` and
+`report.section_keys` refuse a key without a builder and a builder no record names).
 
 Two steps of `workbench run` are not analyses of one model and are not here: `compare` (a pair of
 models) and `competence` (every pretrained model of the run, no config of its own).
@@ -68,6 +71,8 @@ class Analysis:
     check: Callable[[Config], object] | None = None   # checks beyond the schema (files a config names)
     sections: tuple[str, ...] = ()              # its report sections, in reading order: keys of
                                                 # workbench.presentation.report.SECTION_BUILDERS
+    figures: str | None = None                  # its figure builder: a key of
+                                                # workbench.presentation.analysis_figures.BUILDERS
 
     def resolve(self, config: Config | dict | str | Path | None = None, overrides: dict | None = None) -> Config:
         """The typed config: None -> the defaults, a dict over them, a JSON file, or a config itself;
@@ -130,30 +135,30 @@ def _interventions(source: Path, config: Config, where: Where) -> Tables:
 _RECORDS = (
     Analysis("probe", ProbeRunConfig, _probe, ("probing", "probing_summary", "mix_weights", "probe_items"),
              "workbench probe MODEL", reads_tasks=True, step_fields=("tasks",),
-             sections=("probing", "objectives", "structural")),
+             sections=("probing", "objectives", "structural"), figures="probing"),
     Analysis("heads", HeadRunConfig, _heads, ("heads", "heads_classes", "relations", "head_similarity"),
              "workbench heads MODEL", check=HeadRunConfig.thresholds,   # reads its heads_config file
-             sections=("heads",)),
+             sections=("heads",), figures="heads"),
     Analysis("cross_heads", CrossHeadsConfig, _cross_heads, ("cross_heads",), "workbench cross-heads MODEL"),
     Analysis("prune", PruneRunConfig, _prune,
              ("importance", "pruning", "prunable", "kendall", "pruned_speed", "roles_importance"),
              "workbench prune MODEL", step_fields=("methods",), sections=("pruning",)),
     Analysis("gate", GateRunConfig, _gate, ("gating", "head_passport"),
              "workbench gate MODEL --out RUN_FOLDER (after workbench heads, for role units)",
-             after=("heads", "prune"), sections=("gating",)),
+             after=("heads", "prune"), sections=("gating",), figures="gating"),
     Analysis("amnesic", AmnesicRunConfig, _amnesic, ("amnesic",), "workbench amnesic MODEL --out RUN_FOLDER",
-             sections=("amnesic",)),
+             sections=("amnesic",), figures="amnesic"),
     Analysis("frozen_vs_finetuned", FvFConfig, _frozen_vs_finetuned, ("frozen_vs_finetuned",),
              "workbench frozen-vs-finetuned MODEL", sections=("compare",)),
     Analysis("emergence", EmergenceConfig, _emergence, ("emergence",),
              "workbench emergence RUN_FOLDER (a pretraining run with log-spaced checkpoints)",
-             reads="pretraining_run", reads_tasks=True, sections=("emergence",)),
+             reads="pretraining_run", reads_tasks=True, sections=("emergence",), figures="emergence"),
     Analysis("pairs", PairsRunConfig, _pairs, ("minimal_pairs", "minimal_pair_items"),
              "workbench pairs MODEL --out RUN_FOLDER", sections=("pairs",)),
     Analysis("flow", FlowRunConfig, _flow, ("flow_mi", "flow_lens", "flow_attribution"),
-             "workbench flow MODEL --out RUN_FOLDER", sections=("flow",)),
+             "workbench flow MODEL --out RUN_FOLDER", sections=("flow",), figures="flow"),
     Analysis("interventions", InterventionsConfig, _interventions, ("interventions", "interventions_attribution"),
-             "workbench patch MODEL --out RUN_FOLDER", sections=("interventions",)),
+             "workbench patch MODEL --out RUN_FOLDER", sections=("interventions",), figures="interventions"),
 )
 # name -> record, in the order `workbench run` runs them
 ANALYSES: dict[str, Analysis] = {a.name: a for a in _RECORDS}

@@ -5,14 +5,17 @@ They are drawn from the analysis' returned tables with the same builders (`workb
 the same table shaping (`workbench.presentation.views`) as the report and the app, so a figure looks
 the same wherever it is opened. The analyses themselves only compute and write tables.
 
-This module is the dispatcher only: `BUILDERS` and `PAGES` map an analysis (a record name of
-`workbench.analyses.registry`) to the function that shapes its tables with the views and draws them
-with the Plotly builders of `workbench.figures`, which hold every figure (the causal probes' in
-`workbench.figures.causal`).
+This module is the dispatcher only: `BUILDERS` holds each figure builder, a function that shapes an
+analysis' tables with the views and draws them with the Plotly builders of `workbench.figures` (which
+hold every figure; the causal probes' in `workbench.figures.causal`), under the key its analysis record
+names (`Analysis.figures`, workbench/analyses/registry.py), as the report's `SECTION_BUILDERS` are
+named by `Analysis.sections`. `figure_builders` checks the two against each other: a record naming no
+builder here and a builder no record names are refused by name.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -21,6 +24,7 @@ import plotly.graph_objects as go
 
 from probes.heads import table_weightings, weighting_rows
 from workbench import figures as F
+from workbench.analyses.registry import ANALYSES, analysis
 from workbench.core.io import atomic_write_text
 from workbench.core.results import write_figures
 from workbench.presentation import views
@@ -141,30 +145,60 @@ def interventions_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Fi
     return out
 
 
-# analysis name (workbench.analyses.registry.ANALYSES) -> its figures as Plotly JSON under figures/
-BUILDERS: dict[str, Callable[[Mapping[str, pd.DataFrame]], dict[str, go.Figure]]] = {
-    "probe": probing_figures,
-    "heads": heads_figures,
-    "amnesic": amnesic_figures,
-    "gate": gating_figures,
-    "flow": flow_figures,
-    "interventions": interventions_figures,
+@dataclass(frozen=True)
+class FigureBuilder:
+    """The figures of one analysis: `draw(tables) -> {figure name: Figure}` and how they are written,
+    each as Plotly JSON `figures/<figure name>.json` or, with `page`, as a standalone offline HTML page
+    `<figure name>.html` (plotly.js inside, no CDN) beside the tables. Called, it draws."""
+
+    draw: Callable[[Mapping[str, pd.DataFrame]], dict[str, go.Figure]]
+    page: bool = False
+
+    def __call__(self, tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
+        return self.draw(tables)
+
+
+def emergence_figures(tables: Mapping[str, pd.DataFrame]) -> dict[str, go.Figure]:
+    """The emergence curves of a pretraining run's checkpoints, one page."""
+    return {"emergence": F.emergence_figure(tables["emergence"])}
+
+
+# builder key (named by an analysis record's `figures`, workbench/analyses/registry.py) -> its builder
+BUILDERS: dict[str, FigureBuilder] = {
+    "probing": FigureBuilder(probing_figures),
+    "heads": FigureBuilder(heads_figures),
+    "amnesic": FigureBuilder(amnesic_figures),
+    "gating": FigureBuilder(gating_figures),
+    "flow": FigureBuilder(flow_figures),
+    "interventions": FigureBuilder(interventions_figures),
+    "emergence": FigureBuilder(emergence_figures, page=True),
 }
-# analysis name -> one figure written as a standalone page, out_dir/<name>.html (offline, no CDN)
-PAGES: dict[str, Callable[[Mapping[str, pd.DataFrame]], go.Figure]] = {
-    "emergence": lambda tables: F.emergence_figure(tables["emergence"]),
-}
+
+
+def figure_builders() -> dict[str, FigureBuilder]:
+    """Each analysis record's figure builder, by record name (records with `figures` None have none).
+    A record naming a key not in `BUILDERS` and a builder no record names are one ValueError naming
+    them (a figure is never dropped in silence, nor a builder left unused)."""
+    named = {a.name: a.figures for a in ANALYSES.values() if a.figures is not None}
+    unknown = sorted(f"{name}: {key}" for name, key in named.items() if key not in BUILDERS)
+    unnamed = sorted(k for k in BUILDERS if k not in named.values())
+    if unknown or unnamed:
+        raise ValueError(f"figure builders: unknown {unknown}, named by no analysis record {unnamed} "
+                         "(workbench/analyses/registry.py, Analysis.figures)")
+    return {name: BUILDERS[key] for name, key in named.items()}
 
 
 def write_analysis_figures(kind: str, tables: Mapping[str, pd.DataFrame], out_dir: str | Path) -> list[Path]:
-    """Write the figures of analysis `kind` (a record name of workbench.analyses.registry) into `out_dir`:
-    its `BUILDERS` figures as Plotly JSON under out_dir/figures/, its `PAGES` figure as out_dir/<kind>.html;
-    an analysis in neither has no figures ([])."""
+    """Write the figures of analysis `kind` (a record name of workbench.analyses.registry; an unknown
+    one is a ValueError) into `out_dir` with the builder its record names (`figure_builders`): Plotly
+    JSON under out_dir/figures/, or a page's figures as out_dir/<figure name>.html; an analysis whose
+    record names no builder has no figures ([])."""
+    builder = figure_builders().get(analysis(kind).name)
+    if builder is None:
+        return []
     out_dir = Path(out_dir)
-    written = []
-    if kind in PAGES:
-        html = PAGES[kind](tables).to_html(include_plotlyjs=True, full_html=True)
-        written.append(atomic_write_text(out_dir / f"{kind}.html", html))
-    if kind in BUILDERS:
-        written += write_figures(out_dir / "figures", BUILDERS[kind](tables))
-    return written
+    figures = builder(tables)
+    if not builder.page:
+        return write_figures(out_dir / "figures", figures)
+    return [atomic_write_text(out_dir / f"{name}.html", fig.to_html(include_plotlyjs=True, full_html=True))
+            for name, fig in figures.items()]

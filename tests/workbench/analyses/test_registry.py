@@ -1,12 +1,16 @@
 """The analysis registry (workbench/analyses/registry.py) is the one place `workbench run`, the app's
 views and the figure writer learn of an analysis: a record planted in it gets a step that calls its
-run function with a typed config, and every table it names gets its command."""
+run function with a typed config, every table it names gets its command, and the figure builder it
+names draws its figures (a key no builder has, or a builder no record names, is refused by name)."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import plotly.graph_objects as go
+import plotly.io
 import pytest
 
 from plmodels.config import Config
@@ -69,11 +73,57 @@ def test_every_run_config_section_is_a_registered_analysis_or_a_named_step():
     assert fields - set(ANALYSES) == others
 
 
-def test_views_and_figures_are_keyed_by_registered_analyses():
+def test_views_are_keyed_by_registered_analyses():
     for record in ANALYSES.values():
         for table in record.tables:
             assert views.COMMANDS[table] == record.command
-    assert set(analysis_figures.BUILDERS) | set(analysis_figures.PAGES) <= set(ANALYSES)
+
+
+# analysis -> its figure builder before the records named them (analysis_figures.BUILDERS and PAGES,
+# keyed by analysis name, at 991f9f4)
+PRE_RECORD = {"probe": "probing_figures", "heads": "heads_figures", "amnesic": "amnesic_figures",
+              "gate": "gating_figures", "flow": "flow_figures", "interventions": "interventions_figures",
+              "emergence": "emergence_figures"}
+
+
+def test_each_record_names_the_figure_builder_its_analysis_had():
+    builders = analysis_figures.figure_builders()
+    assert {name: b.draw.__name__ for name, b in builders.items()} == PRE_RECORD
+    assert [name for name, b in builders.items() if b.page] == ["emergence"]   # was PAGES
+
+
+def test_a_planted_records_builder_draws_its_figures(tmp_path, monkeypatch):
+    def planted(tables):
+        t = tables["planted"]
+        return {f"planted_{m}": go.Figure(go.Bar(y=t[t["model"] == m]["value"].tolist())) for m in t["model"]}
+
+    monkeypatch.setitem(ANALYSES, "planted", dataclasses.replace(_planted([]), figures="planted_figures"))
+    monkeypatch.setitem(analysis_figures.BUILDERS, "planted_figures", analysis_figures.FigureBuilder(planted))
+    table = pd.DataFrame({"model": ["m"], "value": [7]})
+    written = analysis_figures.write_analysis_figures("planted", {"planted": table}, tmp_path)
+    assert written == [tmp_path / "figures" / "planted_m.json"]
+    assert list(plotly.io.from_json(written[0].read_text()).data[0].y) == [7]
+    monkeypatch.setitem(analysis_figures.BUILDERS, "planted_figures", analysis_figures.FigureBuilder(planted, page=True))
+    written = analysis_figures.write_analysis_figures("planted", {"planted": table}, tmp_path / "page")
+    assert written == [tmp_path / "page" / "planted_m.html"] and "Plotly.newPlot" in written[0].read_text()
+    with pytest.raises(ValueError, match="unknown analysis 'plantd'"):
+        analysis_figures.write_analysis_figures("plantd", {"planted": table}, tmp_path)
+
+
+def test_a_record_naming_an_unknown_builder_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setitem(ANALYSES, "planted", dataclasses.replace(_planted([]), figures="nowhere"))
+    with pytest.raises(ValueError, match=r"unknown \['planted: nowhere'\], named by no analysis record \[\]"):
+        analysis_figures.write_analysis_figures("probe", {}, tmp_path)
+
+
+def test_a_builder_no_record_names_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setitem(analysis_figures.BUILDERS, "orphan", analysis_figures.BUILDERS["heads"])
+    with pytest.raises(ValueError, match=r"unknown \[\], named by no analysis record \['orphan'\]"):
+        analysis_figures.figure_builders()
+    # a record without figures writes none, however its tables look
+    monkeypatch.delitem(analysis_figures.BUILDERS, "orphan")
+    assert analysis_figures.write_analysis_figures("prune", {"pruning": pd.DataFrame()}, tmp_path) == []
+    assert not (tmp_path / "figures").exists()
 
 
 def test_an_unknown_analysis_is_refused_by_name():

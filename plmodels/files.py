@@ -177,26 +177,33 @@ def replace_folder(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:
     return path
 
 
-def remove_stale(parent: str | os.PathLike, name: str) -> int:
-    """Delete the temporaries of `parent/<name>` that killed writers left: `.<name>.tmp-<pid>-*`
-    (`temp_folder`) and `.<name>.old-<pid>-*` (`replace_folder`), files or folders. Those of another
-    live process are kept (it is still writing them); this process' own are stale by definition (it
-    calls this before writing `name` again). Returns how many were removed."""
+# the temporaries of this module's writers: `.<name>.tmp-<pid>-<rand>` and `.<name>.old-<pid>-<rand>`
+# (temp_folder, replace_folder), and atomic_open's `.<name>.<rand>.tmp`, which names no pid
+_TEMPORARY = re.compile(r"\.(?P<name>.+?)\.(?:(?:tmp|old)-(?P<pid>\d+)-.+|[^.]+\.tmp)")
+
+
+def stale_temporary(path: str | os.PathLike, name: str | None = None) -> bool:
+    """Whether `path` is a temporary of this module's writers that a dead writer left: one named with
+    the pid of no live process, or of this one (which asks before it writes that name again). With
+    `name`, only the pid-named temporaries of `parent/<name>`; without, any name's, and atomic_open's
+    pid-less ones too (a folder's one owner clearing every leftover: a resumed training run)."""
+    m = _TEMPORARY.fullmatch(Path(path).name)
+    if m is None or (name is not None and (m["name"] != name or m["pid"] is None)):
+        return False
+    return m["pid"] is None or int(m["pid"]) == os.getpid() or not pid_alive(int(m["pid"]))
+
+
+def remove_stale(parent: str | os.PathLike, name: str | None = None) -> int:
+    """Delete the entries of `parent` that are `stale_temporary` (of `name`, or of every name), files
+    or folders (a link itself, never its target); returns how many."""
     parent = Path(parent)
-    if not parent.is_dir():
-        return 0
-    pid = re.compile(rf"\.{re.escape(name)}\.(?:tmp|old)-(\d+)-")
-    removed = 0
-    for p in parent.iterdir():
-        m = pid.match(p.name)
-        if m is None or (int(m.group(1)) != os.getpid() and pid_alive(int(m.group(1)))):
-            continue
+    stale = [p for p in parent.iterdir() if stale_temporary(p, name)] if parent.is_dir() else []
+    for p in stale:
         if p.is_dir() and not p.is_symlink():
             shutil.rmtree(p, ignore_errors=True)
         else:
             p.unlink(missing_ok=True)
-        removed += 1
-    return removed
+    return len(stale)
 
 
 def copy_atomic(src: str | os.PathLike, dest: str | os.PathLike, ignore: Any = None) -> Path:

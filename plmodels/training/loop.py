@@ -50,8 +50,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import re
 import shutil
 import time
 from dataclasses import MISSING, dataclass, fields
@@ -63,7 +61,7 @@ import torch.distributed as dist
 
 from plmodels.checkpoint import CONFIG_FILE, MODEL_KINDS, RUN_CONFIG_FILE, read_weights, save
 from plmodels.config import build
-from plmodels.files import atomic_open, pid_alive, replace_folder, temp_folder, write_json_atomic
+from plmodels.files import atomic_open, remove_stale, replace_folder, temp_folder, write_json_atomic
 from plmodels.families import family
 from plmodels.families import preset as preset_fields
 from plmodels.progress import progress
@@ -280,24 +278,9 @@ LEFTOVER_FOLDERS = (".", "checkpoints", "cache", "tokenizer")
 
 def remove_leftovers(out_dir: Path) -> int:
     """Delete the temporaries of atomic writes a killed run left in its folder (hidden entries
-    named `.<name>.<random>.tmp`, `.<name>.tmp-*` or `.<name>.old-*`); returns how many. Folders
-    named with the pid of another live process (`plmodels.files.temp_folder`) are kept."""
-    n = 0
-    for sub in LEFTOVER_FOLDERS:
-        folder = out_dir / sub
-        if not folder.is_dir():
-            continue
-        for p in folder.iterdir():
-            if p.name.startswith(".") and (p.name.endswith(".tmp") or ".tmp-" in p.name or ".old-" in p.name):
-                pid = re.search(r"\.(?:tmp|old)-(\d+)-[0-9a-f]{8}$", p.name)
-                if pid and int(pid.group(1)) != os.getpid() and pid_alive(int(pid.group(1))):
-                    continue
-                if p.is_dir() and not p.is_symlink():
-                    shutil.rmtree(p, ignore_errors=True)
-                else:
-                    p.unlink(missing_ok=True)
-                n += 1
-    return n
+    named `.<name>.<random>.tmp`, `.<name>.tmp-*` or `.<name>.old-*`: `plmodels.files.remove_stale`);
+    returns how many. Folders named with the pid of another live process are kept."""
+    return sum(remove_stale(out_dir / sub) for sub in LEFTOVER_FOLDERS)
 
 
 def _record_resume(out_dir: Path, record: dict) -> list[dict]:

@@ -66,3 +66,13 @@ def test_a_failed_copy_keeps_the_old_copy_and_no_temporary(tmp_path, monkeypatch
 
 def test_temporaries_carry_the_writers_pid(tmp_path):
     assert temp_folder(tmp_path / "x").name.startswith(f".x.tmp-{os.getpid()}-")
+
+
+def test_without_a_name_every_dead_writers_leftover_goes_atomic_opens_too(tmp_path):
+    (tmp_path / ".a.json.k2j3h4_q.tmp").write_text("x")                  # atomic_open's: names no pid
+    (tmp_path / ".b.old-999999999-ab12cd34").mkdir()
+    (tmp_path / f".c.tmp-{os.getppid()}-ab12cd34").mkdir()                # a live writer's
+    (tmp_path / ".hidden").write_text("not a temporary")
+    assert remove_stale(tmp_path, "a.json") == 0    # a pid-less one only when a folder's owner clears it all
+    assert remove_stale(tmp_path) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".c.tmp-{os.getppid()}-ab12cd34", ".hidden"]

@@ -89,6 +89,8 @@ OBJECTIVE_FIELDS: dict[str, tuple[str, type | None]] = {
     "tbilm": ("tbilm", None), "t5": ("seq2seq", T5Args), "bart": ("seq2seq", BartArgs),
     "plm": ("xlnet", PLMArgs),
 }
+# the objective names a config may give, for its type hint: "auto" and OBJECTIVE_FIELDS' keys
+ObjectiveName = Literal[("auto", *OBJECTIVE_FIELDS)]  # type: ignore[valid-type]
 # objective "auto" per kind, read off the family records; None: the kind has several and the config must name one
 AUTO_OBJECTIVE: dict[str, str | None] = {kind: f.default_objective for kind, f in FAMILIES.items()}
 
@@ -104,8 +106,7 @@ class PretrainConfig(Config):
                                                   # (GPT-2), ELMo's biLSTM LM, its transformer control,
                                                   # an encoder-decoder (T5 / BART), or XLNet
     train_source: str                             # corpus folder or file (corpus.py), relative to data_dir
-    objective: Literal["auto", "mlm", "clm", "span", "electra", "distil", "bilm", "tbilm", "t5", "bart",
-                       "plm"] = "auto"
+    objective: ObjectiveName = "auto"
                                                   # what a step trains (objectives.py): auto = mlm for an
                                                   # encoder, clm for a decoder, bilm / tbilm for those
                                                   # kinds, plm for xlnet (a seq2seq must name t5 or

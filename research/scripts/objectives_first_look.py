@@ -28,7 +28,6 @@ a markdown summary to OUT/summary.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -37,6 +36,7 @@ import numpy as np
 import pandas as pd
 
 import plmodels
+from plmodels.checkpoint import read_card
 from plmodels.training import pretrain
 from probes.cka import cka_matrix
 from workbench.analyses.cross_heads import analyse_cross_heads
@@ -130,11 +130,11 @@ def analyse(out: Path, finals: dict[str, Path], dry: bool) -> None:
             new["cross_heads"].append(analyse_cross_heads(final, out_dir=out, n_sentences=30 if dry else 500,
                                                           model_name=name, n_boot=0 if dry else 200)["cross_heads"])
         new["cka_consecutive"].append(consecutive_cka(final, out / "store", 100 if dry else 1000).assign(model=name))
-        card = json.loads((final / "card.json").read_text())
+        card = read_card(final)
         new["training_summary"].append(pd.DataFrame([{
-            "model": name, "steps": card["steps"], "tokens": card["tokens"],
-            **{k: v for k, v in card["metrics"].items() if k.startswith("eval_")},
-            "params": sum(p.numel() for p in model.parameters()), "objective": card["objective"]}]))
+            "model": name, "steps": card.steps, "tokens": card.tokens,
+            **{k: v for k, v in card.metrics.items() if k.startswith("eval_")},
+            "params": sum(p.numel() for p in model.parameters()), "objective": card.objective}]))
     tables = {}
     for k, dfs in new.items():
         old = out / "tables" / f"first_look_{k}.parquet"

@@ -63,6 +63,7 @@ import torch
 from threadpoolctl import threadpool_limits
 
 import plmodels
+from plmodels.checkpoint import read_card
 from plmodels.training.config import read_config_file
 from research.ablate import AblationEval, check_targets, measure_variant, pos_by_layer, training_summary
 from workbench.core.io import write_parquet_atomic
@@ -115,7 +116,7 @@ def probe(run: str, threads: int, dry: bool, poolings: tuple[str, ...] = POOLING
     with threadpool_limits(threads):
         for pooling in poolings:
             row[pooling] = pos_by_layer(model, tok, path / f"store-{pooling}", ev, pooling=pooling, solver=solver)
-    metrics = json.loads((path / "final" / "card.json").read_text(encoding="utf-8")).get("metrics", {})
+    metrics = read_card(path / "final").metrics
     row.update({k: v for k, v in metrics.items() if k.endswith(("_ppl", "_loss"))})
     return row
 

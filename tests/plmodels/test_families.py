@@ -31,6 +31,8 @@ def test_the_other_tables_are_read_off_the_records():
     assert set(MODEL_KINDS) == set(FAMILIES) and KINDS == tuple(FAMILIES)
     assert all(MODEL_KINDS[k] == (f.model_class, f.config_class) for k, f in FAMILIES.items())
     assert typing.get_args(typing.get_type_hints(PretrainConfig)["kind"]) == KINDS
+    objectives = typing.get_args(typing.get_type_hints(PretrainConfig)["objective"])   # and the objectives'
+    assert objectives == ("auto", *OBJECTIVE_FIELDS) and set(OBJECTIVE_FIELDS) == set(OBJECTIVES)
     assert AUTO_OBJECTIVE == {k: f.default_objective for k, f in FAMILIES.items()}
     for kind, f in FAMILIES.items():  # a default objective trains that kind (the objectives' own table)
         assert f.default_objective is None or (f.default_objective in OBJECTIVES

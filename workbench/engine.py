@@ -3,7 +3,9 @@ with blocked algorithms and task scheduling"), and the one-command study of a GP
 
 `run_steps_dask` is a runner for `workbench.pipeline.run_pipeline` (its `runner` argument): each step
 the run has to do becomes one Dask task whose arguments are the futures of the steps it reads
-(`Step.after`), so the Dask scheduler starts it on a free worker once they are done. Nothing else
+(`Step.after`), so the Dask scheduler starts it on a free worker once they are done; a step marked
+`Step.alone` (training and the imports before it) runs by itself, as with the local runner, except on
+a GPU, where training runs on the device and the steps train side by side. Nothing else
 changes: the step is the same function on the same run folder, the cache is the same run.json (each
 step's key and state, written by this process as results come back), so a study run on a cluster
 resumes on one machine and the other way round. The run folder must be one folder for every worker
@@ -117,13 +119,36 @@ def _share_threads(client: Any) -> dict[str, int]:
     return threads
 
 
-def _run_step(build: Callable[[dict], list[Step]], cfg: dict, run_dir: str, name: str, force: bool,
+def _run_step(build: Callable[[dict], list[Step]], cfg: dict, run_dir: str, name: str, force: bool, alone: bool,
               *upstream: Any) -> tuple[dict, float]:
     """On a worker: step `name` of `build(cfg)` (`upstream`: the results of the steps it reads, passed
-    only so that Dask starts it after them); returns its outputs and seconds."""
+    only so that Dask starts it after them); returns its outputs and seconds. A step run `alone` gets
+    every core of its host (`set_step_threads`), and the worker its share back after it."""
+    import torch
+
     step = next(s for s in build(cfg) if s.name == name)
-    t0 = time.perf_counter()
-    return step.fn(Context(Path(run_dir), cfg, step.params, force=force)), time.perf_counter() - t0
+    share = torch.get_num_threads()
+    if alone:
+        set_step_threads(_host_cores())
+    try:
+        t0 = time.perf_counter()
+        return step.fn(Context(Path(run_dir), cfg, step.params, force=force)), time.perf_counter() - t0
+    finally:
+        if alone:
+            set_step_threads(share)
+
+
+def waves(todo: list[Step], alone: bool = True) -> list[list[Step]]:
+    """`todo` in build order, cut at its `Step.alone` steps: each run of the other steps is one wave,
+    submitted at once, and each alone step a wave by itself (`run_steps_dask` waits for a wave before
+    the next). With `alone` False, one wave of every step."""
+    out: list[list[Step]] = []
+    for step in todo:
+        if not out or (alone and (step.alone or out[-1][-1].alone)):
+            out.append([step])
+        else:
+            out[-1].append(step)
+    return out
 
 
 def check_budgets(steps: list[Step], slots: int) -> None:
@@ -142,41 +167,50 @@ def check_budgets(steps: list[Step], slots: int) -> None:
 
 
 def run_steps_dask(steps: list[Step], todo: list[Step], keys: dict[str, str], info: dict, run_dir: Path,
-                   cfg: dict, force: bool, client: Any, build: Callable[[dict], list[Step]] = build_steps) -> None:
+                   cfg: dict, force: bool, client: Any, build: Callable[[dict], list[Step]] = build_steps,
+                   alone: bool = True) -> None:
     """Run the steps of `todo` on the Dask cluster of `client`: one task each, after the tasks of the
     steps it reads, each worker with its host's cores shared among the workers there (`_share_threads`).
-    Every step of `todo` is marked "running" in run.json when submitted and "done" with its outputs and
-    seconds as its result comes back, so a killed run re-runs exactly what had not come back. When a
-    step fails, the steps that do not read it run on and are kept (a cluster's work is not thrown away),
-    those that read it do not run, and its exception is raised here once the others are done. A worker
-    finds its step by name in `build(cfg)` (a module-level function: pickled by reference). `Step.alone`
-    is not honoured: each worker runs one step at a time (threads_per_worker=1), so a worker stands for
-    the share of a machine a step gets."""
+    A step marked `alone` (pretraining, finetuning, imports: `Step.alone`) runs with no other step beside
+    it and with every core of its host, as in `run_steps_parallel`: in build order it waits for every
+    step submitted before it, and the steps after it are submitted once it is done (`waves`). With
+    `alone` False the mark is not applied: `run_study` on a GPU, where training runs on the device and
+    `steps_at_once` has already sized the workers to its memory and host cores, so a zoo's checkpoints
+    train side by side.
+    Every step of `todo` is marked "running" in run.json before the first is submitted and "done" with
+    its outputs and seconds as its result comes back, so a killed run re-runs exactly what had not come
+    back. When a step fails, the steps that do not read it run on and are kept (a cluster's work is not
+    thrown away), those that read it do not run, and its exception is raised here once the others are
+    done. A worker finds its step by name in `build(cfg)` (a module-level function: pickled by
+    reference)."""
     from distributed import as_completed
 
     check_budgets(todo, sum(w["nthreads"] for w in client.scheduler_info(n_workers=-1)["workers"].values()))
     threads = _share_threads(client)
     run_log(f"{len(todo)} steps on Dask ({client.scheduler.address}): {len(threads)} workers, "
-            f"{sorted(set(threads.values()))} torch thread(s) each")
-    futures: dict[str, Any] = {}
+            f"{sorted(set(threads.values()))} torch thread(s) each"
+            + ("" if alone else "; steps marked alone run beside the others"))
     started = time.time()
     for step in todo:
         info["steps"][step.name] = {"status": "running", "key": keys[step.name], "started": started}
-        upstream = [futures[a] for a in step.after if a in futures]
-        futures[step.name] = client.submit(_run_step, build, cfg, str(run_dir), step.name, force, *upstream,
-                                           key=f"{step.name}-{uuid.uuid4().hex}", pure=False)
     atomic_write_json(run_dir / "run.json", info)
-    by_future = {f.key: name for name, f in futures.items()}
+    futures: dict[str, Any] = {}
     failure: tuple[str, BaseException] | None = None
-    for future in as_completed(list(futures.values())):
-        name = by_future[future.key]
-        step = next(s for s in steps if s.name == name)
-        if future.status == "finished":
-            outputs, seconds = future.result()
-            mark_done(step, steps.index(step) + 1, len(steps), keys, info, run_dir, outputs, seconds)
-        elif failure is None and _own_failure(step, futures):
-            failure = (name, future.exception())
-            run_log(f"{name} failed: the steps that do not read it run on")
+    for wave in waves(todo, alone):
+        for step in wave:
+            upstream = [futures[a] for a in step.after if a in futures]
+            futures[step.name] = client.submit(_run_step, build, cfg, str(run_dir), step.name, force,
+                                               alone and step.alone, *upstream,
+                                               key=f"{step.name}-{uuid.uuid4().hex}", pure=False)
+        by_future = {futures[s.name].key: s for s in wave}
+        for future in as_completed([futures[s.name] for s in wave]):
+            step = by_future[future.key]
+            if future.status == "finished":
+                outputs, seconds = future.result()
+                mark_done(step, steps.index(step) + 1, len(steps), keys, info, run_dir, outputs, seconds)
+            elif failure is None and _own_failure(step, futures):
+                failure = (step.name, future.exception())
+                run_log(f"{step.name} failed: the steps that do not read it run on")
     if failure is not None:
         name, error = failure
         error.add_note(f"in step {name}, on a Dask worker")
@@ -188,11 +222,12 @@ def _own_failure(step: Step, futures: dict[str, Any]) -> bool:
     return all(futures[a].status == "finished" for a in step.after if a in futures)
 
 
-def dask_runner(scheduler: str, workers: int | None = None) -> tuple[Runner, Callable[[], None]]:
+def dask_runner(scheduler: str, workers: int | None = None, alone: bool = True) -> tuple[Runner, Callable[[], None]]:
     """A runner for `run_pipeline` on Dask, and the function that closes it: `scheduler` is a
     scheduler's address ("tcp://host:8786"), or "local" for a LocalCluster of `workers` processes on
-    this machine (default: `steps_at_once(device_info())`), one thread each. Without Dask installed, a
-    ValueError naming --scheduler and how to install it (a missing extra is bad input, not a bug)."""
+    this machine (default: `steps_at_once(device_info())`), one thread each; `alone`: whether steps
+    marked alone run by themselves (`run_steps_dask`). Without Dask installed, a ValueError naming
+    --scheduler and how to install it (a missing extra is bad input, not a bug)."""
     try:
         from distributed import Client, LocalCluster
     except ImportError:
@@ -206,7 +241,7 @@ def dask_runner(scheduler: str, workers: int | None = None) -> tuple[Runner, Cal
         cluster, client = None, Client(scheduler)
 
     def runner(steps, todo, keys, info, run_dir, cfg, force):
-        run_steps_dask(steps, todo, keys, info, run_dir, cfg, force, client)
+        run_steps_dask(steps, todo, keys, info, run_dir, cfg, force, client, alone=alone)
 
     def close() -> None:
         client.close()
@@ -289,7 +324,8 @@ def run_study(config: str | Path, results: str | Path, run_dir: str | Path | Non
     sitting leaves what it finished) and add this sitting to `results`/study.json: the device, the commit, the
     engine, its start and end, and the seconds of every step it ran. The steps run on `scheduler` (a
     Dask address, or "local": a LocalCluster of `workers` processes, default `steps_at_once`; `workers`
-    alone means "local"), or without one by the pipeline's own runner with its config's `workers`; on a
+    alone means "local"; on a GPU the steps marked `Step.alone` run beside the others, `run_steps_dask`),
+    or without one by the pipeline's own runner with its config's `workers`; on a
     GPU without a scheduler "local" is taken when Dask is installed, `steps_at_once` is above 1 and the
     pretraining budgets are in updates (`_default_scheduler`).
     The config is read and checked before a cluster starts. Returns `results`."""
@@ -309,7 +345,8 @@ def run_study(config: str | Path, results: str | Path, run_dir: str | Path | Non
     device = device_info()
     if scheduler is None:
         scheduler = _default_scheduler(device, build_steps(cfg))
-    runner, close = dask_runner(scheduler, workers) if scheduler else (None, lambda: None)
+    # on a GPU the steps marked alone (training) run side by side too: they train on the device
+    runner, close = dask_runner(scheduler, workers, device.kind != "cuda") if scheduler else (None, lambda: None)
     results.mkdir(parents=True, exist_ok=True)
     record_path = results / "study.json"
     record = json.loads(record_path.read_text()) if record_path.exists() else {"name": name, "sittings": []}

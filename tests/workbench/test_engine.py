@@ -23,7 +23,7 @@ from workbench.core.paths import data_root
 from workbench.core.results import load_table
 from workbench.engine import (GPU_STEP_GIB, HOST_CORES_PER_GPU_STEP, RESULTS_LIMIT, DeviceInfo, _default_scheduler,
                               check_budgets, export_every, export_results, folder_bytes, run_study, run_steps_dask,
-                              steps_at_once)
+                              steps_at_once, waves)
 from workbench.pipeline import build_steps, run_pipeline
 
 REPO = Path(__file__).resolve().parents[2]
@@ -148,6 +148,28 @@ def test_a_study_checks_its_flags_and_config_before_a_cluster_starts(tmp_path, m
     assert not (tmp_path / "res").exists()
 
 
+def test_a_gpu_study_trains_beside_the_other_steps_and_a_cpu_study_alone(tmp_path, monkeypatch):
+    """The steps marked alone (training) run by themselves on a CPU's Dask engine, and beside the others
+    on a GPU's, where they train on the device (`dask_runner`'s `alone`)."""
+    import workbench.engine as engine
+
+    class Started(Exception):
+        pass
+
+    def runner(*args):
+        asked.append(args)
+        raise Started
+    asked: list = []
+    monkeypatch.setattr(engine, "dask_runner", runner)
+    config = tmp_path / "run.json"
+    config.write_text(json.dumps({"name": "x", "seed": 0, "models": {"m": {"import": "x"}}}))
+    for kind in ("cuda", "cpu"):
+        monkeypatch.setattr(engine, "device_info", lambda kind=kind: DeviceInfo(kind, "x", 80.0, 16))
+        with pytest.raises(Started):
+            run_study(config, tmp_path / "res", scheduler="local")
+    assert asked == [("local", None, False), ("local", None, True)]
+
+
 def test_the_dask_engine_without_dask_is_one_error_naming_the_flag(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)    # an import of it fails, as when not installed
     from workbench.engine import dask_runner
@@ -219,14 +241,41 @@ def client():
         yield c
 
 
-def _fake(run_dir: Path, fake: dict, client, info: dict | None = None) -> dict:
+def _fake(run_dir: Path, fake: dict, client, info: dict | None = None, alone: bool = True) -> dict:
     cfg = {"seed": 0, "fake": fake}
     steps = pipeline_steps.build(cfg)
     info = info if info is not None else {"steps": {}}
     todo = [s for s in steps if info["steps"].get(s.name, {}).get("status") != "done"]
     run_steps_dask(steps, todo, {s.name: f"key-{s.name}" for s in steps}, info, run_dir, cfg, False, client,
-                   build=pipeline_steps.build)
+                   build=pipeline_steps.build, alone=alone)
     return info
+
+
+def test_the_steps_are_cut_into_waves_at_each_step_that_runs_alone():
+    fake = {"a": {}, "b": {}, "t": {"alone": True}, "u": {"alone": True}, "c": {}, "d": {"after": ["c"]}}
+    steps = pipeline_steps.build({"fake": fake})
+    assert [[s.name for s in w] for w in waves(steps)] == [["a", "b"], ["t"], ["u"], ["c", "d"]]
+    assert [[s.name for s in w] for w in waves(steps, alone=False)] == [["a", "b", "t", "u", "c", "d"]]
+    assert waves([]) == []
+
+
+@pytest.mark.slow
+@needs_dask
+def test_a_step_marked_alone_runs_by_itself_with_every_core_on_dask(tmp_path, client):
+    """a and b run at once; t (alone) starts after both end, with every core of the machine, and c and d
+    start after it ends, at once, each with a worker's share again. Unmarked (`alone=False`, a GPU's
+    study), t runs beside a and b."""
+    fake = {"a": {"sleep": 1.0}, "b": {"sleep": 1.0}, "t": {"alone": True, "sleep": 1.0},
+            "c": {"sleep": 1.0}, "d": {"sleep": 1.0}}
+    _fake(tmp_path, fake, client)
+    a, b, t, c, d = (record(tmp_path, n) for n in "abtcd")
+    cores, share = len(os.sched_getaffinity(0)), max(1, len(os.sched_getaffinity(0)) // 2)
+    assert a["start"] < b["end"] and b["start"] < a["end"] and c["start"] < d["end"] and d["start"] < c["end"]
+    assert t["start"] >= max(a["end"], b["end"]) and min(c["start"], d["start"]) >= t["end"]
+    assert t["threads"] == cores and a["threads"] == b["threads"] == c["threads"] == d["threads"] == share
+    _fake(tmp_path / "gpu", {"a": {"sleep": 1.0}, "t": {"alone": True, "sleep": 1.0}}, client, alone=False)
+    a, t = record(tmp_path / "gpu", "a"), record(tmp_path / "gpu", "t")
+    assert a["start"] < t["end"] and t["start"] < a["end"] and t["threads"] == share
 
 
 @pytest.mark.slow
@@ -255,11 +304,15 @@ def test_dask_runs_steps_at_once_each_after_what_it_reads_and_keeps_what_a_failu
 def test_a_two_step_study_on_two_dask_workers_writes_the_plain_runs_tables(tmp_path, client):
     """One tiny pretraining and one analysis of it (competence), run plainly and through Dask: the same
     training and competence tables, value for value. Both read one tokenizer: its trainer is not
-    deterministic across processes (two plain runs in two processes train different vocabularies)."""
+    deterministic across processes (two plain runs in two processes train different vocabularies).
+    Every step at one thread in both runs (this module's torch threads; a worker's share of 2 cores):
+    the pretraining step is not run alone here, where it would get every core and its losses would
+    differ in the fifth digit (another thread count, another reduction order; docs/design.md, "Runs")."""
     first = run_pipeline(_study(None), run_dir=tmp_path / "first")   # trains the tokenizer both runs read
     cfg = _study(str(first / "models" / "enc" / "tokenizer"))
     plain = run_pipeline(cfg, run_dir=tmp_path / "plain")
-    dask = run_pipeline(cfg, run_dir=tmp_path / "dask", runner=lambda *a: run_steps_dask(*a, client=client))
+    dask = run_pipeline(cfg, run_dir=tmp_path / "dask",
+                        runner=lambda *a: run_steps_dask(*a, client=client, alone=False))
     for table in ("training", "competence"):
         pd.testing.assert_frame_equal(load_table(plain, table), load_table(dask, table))
     steps = json.loads((dask / "run.json").read_text())["steps"]

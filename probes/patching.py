@@ -16,21 +16,27 @@ same index for every item), a name of an entry of the `positions` mapping the pa
 Nothing here branches on a model kind: the sites are read off `model.hook_names()`.
 
 The inputs are two batches of the same shapes (a mapping of tensors, as the families' analysis
-forwards take them: `plmodels.families.Family.forward_batch`), aligned token by token: item n of the
-base batch and item n of the source batch differ only where the intervention changed the input (the
-subject's number, a name). `score(model, batch) -> (N,)` runs the forward and reads one number per
-item off its output (a logit difference of the two forms, a probability, a loss).
+forwards take them: `plmodels.families.Family.forward_batch`): item n of the base batch and item n of
+the source batch differ only where the intervention changed the input (the subject's number, a name).
+By default they are aligned token by token: position p of the base run takes position p of the source
+run. Where the intervention changes the number of tokens (a plural subject of one more subword), an
+`align` (N, T) tensor aligns them by word (Vig et al. 2020; Finlayson et al. 2021 patch at the changed
+word's last token and the positions after it): position p of item n of the base run takes the source
+run's position align[n, p], and keeps its own where align[n, p] < 0 (a piece of the changed word with no
+counterpart). `score(model, batch) -> (N,)` runs the forward and reads one number per item off its
+output (a logit difference of the two forms, a probability, a loss).
 
 - `patch_sites(model, score, base, source, sites)` -> (S, N): score of the base run with site s's
-  activation replaced by the source run's. Denoising: base = corrupted, source = clean; noising:
-  base = clean, source = corrupted.
+  activation replaced by the source run's (at the aligned positions, with `align`). Denoising: base =
+  corrupted, source = clean; noising: base = clean, source = corrupted.
 - `path_patch(model, score, base, source, sender, receiver, freeze)` -> (N,): the base run where only
   the receiver sees the sender's source activation (Wang et al.'s path patching): (1) run the base
   input with the sender patched from the source and every site of `freeze` (by default every other
   head's output) held at its base value, and read the receiver; (2) run the base input with only the
   receiver replaced by that value.
 - `attribution_patch(model, score, base, source, sites)` -> (S, N): (a_source - a_base) . d score /
-  d a at the base run, summed over the site's slice: one forward and one backward for every site.
+  d a at the base run, summed over the site's slice (a_source aligned as in `patch_sites`): one forward
+  and one backward for every site.
 """
 from __future__ import annotations
 
@@ -172,35 +178,63 @@ def cache_activations(model: nn.Module, score: Score, batch: Batch, hooks: Itera
     return s, cache
 
 
-def _patcher(site: Site, value: Tensor, positions: Mapping[str, Tensor] | None = None
-             ) -> Callable[[Tensor, str], Tensor]:
+def check_align(sites: Sequence[Site], align: Tensor | None) -> None:
+    """An alignment moves activations along the position axis 1: a site whose positions are on another
+    axis (`POSITION_AXIS`: an attention pattern's query and key positions) cannot take one."""
+    if align is None:
+        return
+    bad = [s.label for s in sites if s.kind in POSITION_AXIS]
+    if bad:
+        raise ValueError(f"patching: site(s) {bad} have their positions on a query and a key axis; an alignment "
+                         f"by word (align) moves activations of shape (B, T, ...) only")
+    if align.dim() != 2 or align.dtype != torch.long:
+        raise ValueError(f"patching: align must be an (N, T) long tensor, got {tuple(align.shape)} {align.dtype}")
+
+
+def aligned(value: Tensor, base: Tensor, align: Tensor) -> Tensor:
+    """The source run's activation `value` (B, T, ...) moved onto the base run's positions: out[b, p] =
+    value[b, align[b, p]], and base[b, p] (the base run's own) where align[b, p] < 0. align: (B, T)."""
+    if tuple(align.shape) != tuple(base.shape[:2]):
+        raise ValueError(f"patching: align {tuple(align.shape)} does not match the activation's (B, T) "
+                         f"{tuple(base.shape[:2])}")
+    shape = tuple(align.shape) + (1,) * (base.dim() - 2)
+    idx = align.clamp(min=0).reshape(shape).expand_as(value)
+    return torch.where((align >= 0).reshape(shape), value.gather(1, idx), base)
+
+
+def _patcher(site: Site, value: Tensor, positions: Mapping[str, Tensor] | None = None,
+             align: Tensor | None = None) -> Callable[[Tensor, str], Tensor]:
     def fn(t: Tensor, name: str) -> Tensor:
+        src = value if align is None else aligned(value, t, align)
         idx = site.index(t.dim(), positions)
         out = t.clone()
-        out[idx] = value[idx].to(t.dtype)
+        out[idx] = src[idx].to(t.dtype)
         return out
     return fn
 
 
 @torch.no_grad()
 def patch_sites(model: nn.Module, score: Score, base: Batch, source: Batch, sites: Iterable[Site],
-                batch_size: int = 256, positions: Mapping[str, Tensor] | None = None
-                ) -> tuple[Tensor, Tensor, Tensor]:
+                batch_size: int = 256, positions: Mapping[str, Tensor] | None = None,
+                align: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """(base score (N,), source score (N,), patched (S, N)): patched[s] is the base run's score with
     site s's activation taken from the source run (module docstring). Items go `batch_size` at a time;
-    `positions` {name: (N,)} are the per-item positions that sites may name."""
+    `positions` {name: (N,)} are the per-item positions of the base run that sites may name; `align`
+    (N, T): the source position each base position takes (-1: none), None: token by token."""
     sites = check_sites(model, sites)
     _check_batches(base, source)
+    check_align(sites, align)
     hooks = {s.hook for s in sites}
     b_all, s_all, p_all = [], [], []
-    chunks = zip(_chunks(base, batch_size), _chunks(source, batch_size), _position_chunks(positions, batch_size))
-    for b, src, pos in chunks:
+    chunks = zip(_chunks(base, batch_size), _chunks(source, batch_size), _position_chunks(positions, batch_size),
+                 _align_chunks(align, batch_size))
+    for b, src, pos, al in chunks:
         s_score, cache = cache_activations(model, score, src, hooks)
         b_all.append(score(model, b))
         s_all.append(s_score)
         rows = []
         for site in sites:
-            with model.hooks([(site.hook, _patcher(site, cache[site.hook], pos))]):
+            with model.hooks([(site.hook, _patcher(site, cache[site.hook], pos, al))]):
                 rows.append(score(model, b))
         p_all.append(torch.stack(rows) if rows else torch.zeros(0, len(s_score)))
     return torch.cat(b_all), torch.cat(s_all), torch.cat(p_all, dim=1)
@@ -212,6 +246,12 @@ def _position_chunks(positions: Mapping[str, Tensor] | None, size: int) -> Itera
         while True:
             yield None
     yield from _chunks(positions, size)
+
+
+def _align_chunks(align: Tensor | None, size: int) -> Iterable[Tensor | None]:
+    """The alignment cut as the batches are (None forever without one)."""
+    for chunk in _position_chunks(None if align is None else {"align": align}, size):
+        yield None if chunk is None else chunk["align"]
 
 
 def _forward_order(model: nn.Module, site: Site) -> int:
@@ -255,17 +295,20 @@ def path_patch(model: nn.Module, score: Score, base: Batch, source: Batch, sende
 
 
 def attribution_patch(model: nn.Module, score: Score, base: Batch, source: Batch, sites: Iterable[Site],
-                      batch_size: int = 256, positions: Mapping[str, Tensor] | None = None) -> Tensor:
+                      batch_size: int = 256, positions: Mapping[str, Tensor] | None = None,
+                      align: Tensor | None = None) -> Tensor:
     """(S, N) the first-order estimate of `patch_sites(...)[2] - base score`: sum over the site's
     slice of (a_source - a_base) * d score / d a, the gradient taken at the base run (Nanda 2023;
-    Syed et al. 2023). Items do not interact in a forward, so one backward of the summed score gives
-    every item's gradient."""
+    Syed et al. 2023), a_source aligned to the base run's positions by `align` as in `patch_sites`.
+    Items do not interact in a forward, so one backward of the summed score gives every item's gradient."""
     sites = check_sites(model, sites)
     _check_batches(base, source)
+    check_align(sites, align)
     hooks = sorted({s.hook for s in sites})
     out = []
-    chunks = zip(_chunks(base, batch_size), _chunks(source, batch_size), _position_chunks(positions, batch_size))
-    for b, src, pos in chunks:
+    chunks = zip(_chunks(base, batch_size), _chunks(source, batch_size), _position_chunks(positions, batch_size),
+                 _align_chunks(align, batch_size))
+    for b, src, pos, al in chunks:
         _, src_cache = cache_activations(model, score, src, hooks)
         acts: dict[str, Tensor] = {}
 
@@ -282,7 +325,9 @@ def attribution_patch(model: nn.Module, score: Score, base: Batch, source: Batch
         rows = []
         for site in sites:
             idx = site.index(acts[site.hook].dim(), pos)
-            contrib = ((src_cache[site.hook] - acts[site.hook].detach()) * grad[site.hook])[idx]
+            a_base = acts[site.hook].detach()
+            a_src = src_cache[site.hook] if al is None else aligned(src_cache[site.hook], a_base, al)
+            contrib = ((a_src - a_base) * grad[site.hook])[idx]
             rows.append(contrib.reshape(len(s), -1).sum(1))
         out.append(torch.stack(rows) if rows else torch.zeros(0, len(s)))
     return torch.cat(out, dim=1)

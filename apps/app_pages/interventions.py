@@ -65,7 +65,7 @@ def main() -> None:
     rows, sites = items(path, intervention)
     if not rows:
         st.warning(f"No agreement item survives this model's tokenisation for {intervention} "
-                   "(docs/interventions.md: items whose intervened subject takes other subwords are skipped).")
+                   "(docs/interventions.md: items whose two verb forms are the same pieces are skipped).")
         return
     item = common.choose("Item (clean -> intervened)", {f"{t}: {a} -> {b}": i for i, t, a, b in rows}, "interventions_item")
     site = common.pick("Site", sites, "interventions_site")

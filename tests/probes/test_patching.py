@@ -262,3 +262,83 @@ def test_items_in_chunks_give_the_numbers_of_one_batch():
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(attribution_patch(model, readout_score(model), base, source, sites, batch_size=3),
                                attribution_patch(model, readout_score(model), base, source, sites), atol=1e-5, rtol=1e-5)
+
+
+def _inserted(changed: int = 2) -> tuple[dict, dict, torch.Tensor, torch.Tensor]:
+    """(base, source, to_source, to_base): N items of T tokens, padded by one, and the same items with one
+    token inserted after position `changed` (a word of two pieces where the base has one), each batch
+    carrying the position its score reads ("read": the last real token); the alignments by word: the
+    word's last piece to the word's last piece, later positions shifted, the source's extra piece to none."""
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(5, V, (N, T), generator=g)
+    extra = torch.randint(5, V, (N, 1), generator=g)
+    base_ids = torch.cat([ids, torch.zeros(N, 1, dtype=torch.long)], 1)
+    src_ids = torch.cat([ids[:, :changed], extra, ids[:, changed:]], 1)
+    mask = torch.ones(N, T + 1, dtype=torch.long)
+    base = {"input_ids": base_ids, "attention_mask": mask.clone().index_fill_(1, torch.tensor([T]), 0),
+            "read": torch.full((N,), T - 1)}
+    source = {"input_ids": src_ids, "attention_mask": mask, "read": torch.full((N,), T)}
+    to_source = torch.tensor([p if p < changed else p + 1 for p in range(T)] + [-1]).repeat(N, 1)
+    to_base = torch.tensor([p if p < changed else -1 if p == changed else p - 1 for p in range(T + 1)]).repeat(N, 1)
+    return base, source, to_source, to_base
+
+
+def read_score(model):
+    """The decoder's logit of token 7 at the position batch["read"] (N,)."""
+    def score(m, batch):
+        out = m(batch["input_ids"], attention_mask=batch["attention_mask"])
+        return out.logits[torch.arange(len(batch["read"])), batch["read"], 7]
+    return score
+
+
+def test_an_alignment_by_word_moves_the_source_positions_onto_the_base_ones():
+    """A source with one more piece inside a word: aligned by word, the last block's output patched at
+    every position gives the source's score in both directions (the readout position is mapped); at the
+    base's extra piece's counterpart (none) it changes nothing; the identity alignment is no alignment;
+    a middle site's patch equals a hand-made hook that copies the mapped positions."""
+    model = tiny("decoder").double()
+    base, source, to_source, to_base = _inserted()
+    score = read_score(model)
+    last = Site([n for n in model.hook_names() if Site(n).kind == "resid_post"][-1])
+    b, s, p = patch_sites(model, score, base, source, [last], align=to_source)
+    torch.testing.assert_close(p[0], s, atol=1e-9, rtol=0)
+    assert (s - b).abs().min() > 1e-4  # the two runs differ: the identity above is not trivial
+    _, _, q = patch_sites(model, score, source, base, [last], align=to_base)
+    torch.testing.assert_close(q[0], b, atol=1e-9, rtol=0)
+    _, _, none = patch_sites(model, score, source, base, [Site(last.hook, position=2)], align=to_base)
+    torch.testing.assert_close(none[0], s, atol=1e-9, rtol=0)  # the extra piece keeps its own value
+    ident = torch.arange(T + 1).repeat(N, 1)
+    sites = site_grid(model)
+    torch.testing.assert_close(patch_sites(model, score, base, source, sites, align=ident)[2],
+                               patch_sites(model, score, base, source, sites)[2], atol=0, rtol=0)
+    torch.testing.assert_close(attribution_patch(model, score, base, source, sites, align=ident),
+                               attribution_patch(model, score, base, source, sites), atol=0, rtol=0)
+    mid = Site("blocks.0.attn.head_out", head=1)
+    cache = {}
+    with model.hooks([(mid.hook, lambda t, n: cache.setdefault("src", t.detach()))]):
+        score(model, source)
+
+    def by_hand(t, n):
+        out = t.clone()
+        for i in range(N):
+            for q_, k in enumerate(to_source[i].tolist()):
+                if k >= 0:
+                    out[i, q_, 1] = cache["src"][i, k, 1]
+        return out
+    with model.hooks([(mid.hook, by_hand)]):
+        want = score(model, base)
+    got = patch_sites(model, score, base, source, [mid], align=to_source)[2][0]
+    torch.testing.assert_close(got, want, atol=1e-9, rtol=0)
+    assert (got - b).abs().max() > 1e-6
+
+
+def test_an_alignment_of_no_position_changes_nothing_and_patterns_refuse_one():
+    model = tiny("decoder")
+    base, source, to_source, _ = _inserted()
+    score = read_score(model)
+    sites = site_grid(model)
+    b, _, p = patch_sites(model, score, base, source, sites, align=torch.full_like(to_source, -1))
+    torch.testing.assert_close(p, b.expand_as(p), atol=0, rtol=0)
+    assert attribution_patch(model, score, base, source, sites, align=torch.full_like(to_source, -1)).abs().max() == 0
+    with pytest.raises(ValueError, match=r"\['blocks.0.attn.pattern'\] have their positions on a query and a key"):
+        patch_sites(model, score, base, source, [Site("blocks.0.attn.pattern")], align=to_source)

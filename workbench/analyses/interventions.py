@@ -16,8 +16,12 @@ Finlayson et al.'s y(u) = p(wrong) / p(right) is made of (`Family.residual_logit
 state). A decoder reads the prefix and each form teacher-forced (the chain rule over its pieces); a
 masked LM scores each form by PLL-word-l2r (Kauf & Ivanova 2023, "A Better Way to Do Masked Language
 Model Scoring"): piece j read with the pieces from j on masked, the pieces before it visible. With
-one-piece forms both are the logit difference of the two forms at one position. Items whose clean and
-intervened inputs tokenize to different lengths (no token alignment) are skipped and counted.
+one-piece forms both are the logit difference of the two forms at one position. Where the intervened
+subject takes another number of subwords than the clean one ("author" one piece, "authors" two), the two
+inputs are aligned by word (`word_alignment`, Vig et al. 2020; Finlayson et al. 2021): the subject's last
+piece patches the subject's last piece, every later position its counterpart, the positions before the
+subject themselves, and the subject's other pieces keep the base run's values; the item is kept.
+`interventions_run.json` counts the items aligned token by token and by word, and the skipped ones.
 
 `interventions_model(path, out_dir, config)` writes two tidy tables:
 
@@ -138,12 +142,13 @@ def _swapped(words: tuple[str, ...], r: PairRecord, intervention: str, seed: int
 @dataclass(frozen=True)
 class Row:
     """One scored input: its ids, the (position, id) targets whose log-probabilities it sums, the position
-    that reads the verb's first piece and the subject's last token."""
+    that reads the verb's first piece and the subject's first and last tokens."""
 
     ids: tuple[int, ...]
     targets: tuple[tuple[int, int], ...]
     reading: int
-    subject: int
+    subject: int  # the subject's last token (the one that has read the whole noun)
+    subject_start: int  # the subject's first token
 
 
 def _causal_rows(tok, words: tuple[str, ...], critical: int, subject: int) -> list[Row]:
@@ -151,18 +156,20 @@ def _causal_rows(tok, words: tuple[str, ...], critical: int, subject: int) -> li
     sums log p(piece_j | prefix, pieces before j), the chain rule's whole-form log-probability."""
     e = tok.encode_words(list(words))
     s, t = e.word_spans[critical]
-    return [Row(tuple(e.ids[:t]), tuple((p - 1, e.ids[p]) for p in range(s, t)), s - 1, e.word_spans[subject][1] - 1)]
+    a, b = e.word_spans[subject]
+    return [Row(tuple(e.ids[:t]), tuple((p - 1, e.ids[p]) for p in range(s, t)), s - 1, b - 1, a)]
 
 
 def _masked_rows(tok, words: tuple[str, ...], critical: int, subject: int) -> list[Row]:
     """A masked LM, PLL-word-l2r on the verb (Kauf & Ivanova 2023): row j masks the form's pieces j..k-1
     and reads piece j there, so the rows sum log p(piece_j | context, pieces before j); one piece is the
-    sentence with the verb masked, read at the mask. The subject comes before the verb: its position is
+    sentence with the verb masked, read at the mask. The subject comes before the verb: its positions are
     the sentence's."""
     e = tok.encode_words(list(words))
     s, t = e.word_spans[critical]
+    a, b = e.word_spans[subject]
     ids = list(e.ids)
-    return [Row(tuple(ids[:p] + [tok.mask_id] * (t - p) + ids[t:]), ((p, ids[p]),), s, e.word_spans[subject][1] - 1)
+    return [Row(tuple(ids[:p] + [tok.mask_id] * (t - p) + ids[t:]), ((p, ids[p]),), s, b - 1, a)
             for p in range(s, t)]
 
 
@@ -171,16 +178,35 @@ def _masked_rows(tok, words: tuple[str, ...], critical: int, subject: int) -> li
 VIEWS: dict[str, Callable] = {"causal": _causal_rows, "masked": _masked_rows}
 
 
+def word_alignment(a: Row, b: Row) -> tuple[int, ...] | None:
+    """Where each position of row a's input is in row b's, aligned by word (Vig et al. 2020; Finlayson et
+    al. 2021): a position before the subject is itself, the subject's last token is b's subject's last
+    token, and every later position moves by the difference of the two subjects' lengths; a subject's
+    other tokens have no counterpart (-1) unless both subjects have one length (then every position is
+    itself: token alignment). None when the rows differ anywhere but in the subject (their contexts,
+    targets or reading positions do not correspond)."""
+    shift = b.subject - a.subject
+    if not (a.subject_start == b.subject_start and a.ids[:a.subject_start] == b.ids[:b.subject_start]
+            and a.ids[a.subject + 1:] == b.ids[b.subject + 1:] and a.reading + shift == b.reading
+            and [(p + shift, t) for p, t in a.targets] == list(b.targets)):
+        return None
+    if shift == 0:
+        return tuple(range(len(a.ids)))
+    return tuple(p if p < a.subject_start else p + shift if p >= a.subject else -1 for p in range(len(a.ids)))
+
+
 @dataclass
 class Items:
     """Aligned clean / intervened batches of the kept items, one batch row per scored input (R rows: each
-    item's rows for the agreeing form, sign +1, and for the other form, sign -1), and their bookkeeping."""
+    item's rows for the agreeing form, sign +1, and for the other form, sign -1), and their bookkeeping.
+    A row of the intervened batch may be longer or shorter than its clean row (the subject took another
+    number of subwords): `to_corrupt` / `to_clean` align them by word (`word_alignment`)."""
 
     clean: dict[str, torch.Tensor]  # (R, T) input_ids, attention_mask
     corrupt: dict[str, torch.Tensor]
-    position: torch.Tensor  # (R,) the position that reads the verb's first piece
-    subject: torch.Tensor  # (R,) the subject's last token (the one that has read the whole noun)
-    target_pos: torch.Tensor  # (R, P) positions whose log-probabilities a row sums (P: the most per row)
+    position: torch.Tensor  # (R,) the position that reads the verb's first piece (clean rows)
+    subject: torch.Tensor  # (R,) the subject's last token (the one that has read the whole noun; clean rows)
+    target_pos: torch.Tensor  # (R, P) positions whose log-probabilities a row sums (P: the most per row; clean)
     target_id: torch.Tensor  # (R, P) the pieces read there
     target_mask: torch.Tensor  # (R, P) bool, False on padding
     owner: torch.Tensor  # (R,) the row's item
@@ -188,6 +214,12 @@ class Items:
     ids: list[str]  # (N,) the kept items' ids
     skipped: dict[str, int]
     pieces: dict[str, int]  # kept items whose forms have one piece each ("single") or more ("multi")
+    corrupt_position: torch.Tensor  # (R,) `position` in the intervened rows
+    corrupt_subject: torch.Tensor  # (R,) `subject` in the intervened rows
+    corrupt_target_pos: torch.Tensor  # (R, P) `target_pos` in the intervened rows
+    to_corrupt: torch.Tensor  # (R, T) the intervened row's position of each clean position (-1: none)
+    to_clean: torch.Tensor  # (R, T) the clean row's position of each intervened position (-1: none)
+    aligned: dict[str, int]  # kept items aligned token by token ("token") or by word only ("word")
 
     def per_item(self, x: torch.Tensor) -> torch.Tensor:
         """(..., R) row scores -> (..., N): each item's agreeing-form sum minus the other form's."""
@@ -196,36 +228,42 @@ class Items:
 
 
 def build_items(model, tok, records: list[PairRecord], intervention: str, seed: int) -> Items:
-    """Tokenise every item in the family's view; skip (and count) the unaligned (the intervened sentence
-    tokenizes to other lengths or positions) and those whose two verb forms are the same pieces."""
+    """Tokenise every item in the family's view and align its intervened rows by word (`word_alignment`);
+    skip (and count) the items whose rows do not correspond outside the subject ("unaligned") and those
+    whose two verb forms are the same pieces."""
     fam = family_of(model)
     if fam.lm_inputs not in VIEWS or fam.residual_logits is None:
         raise ValueError(f"interventions: a {model.kind} model has no agreement view (LM batch form "
                          f"{fam.lm_inputs!r}); views exist for {sorted(VIEWS)} with a residual readout")
     view = VIEWS[fam.lm_inputs]
-    shape = lambda rows: [(len(x.ids), x.targets, x.reading, x.subject) for x in rows]  # noqa: E731
     kept, skipped, pieces = [], {"unaligned": 0, "same_pieces": 0}, {"single": 0, "multi": 0}
+    aligned = {"token": 0, "word": 0}
     for r in records:
         subj = r.critical - r.distance
         per_form = []
         for words in (r.good, r.bad):  # the agreeing form, then the other
             a = view(tok, words, r.critical, subj)
             b = view(tok, _swapped(words, r, intervention, seed), r.critical, subj)
-            per_form.append((a, b, shape(a) == shape(b)))
+            maps = ([(word_alignment(x, y), word_alignment(y, x)) for x, y in zip(a, b)]
+                    if len(a) == len(b) else [None])
+            per_form.append((a, b, maps))
         form_pieces = [[t for x in a for _, t in x.targets] for a, _, _ in per_form]
         if form_pieces[0] == form_pieces[1]:  # e.g. both forms unknown words: nothing tells them apart
             skipped["same_pieces"] += 1
             continue
-        if not all(ok for *_, ok in per_form):
+        if any(m is None or None in m for *_, maps in per_form for m in maps):
             skipped["unaligned"] += 1
             continue
         pieces["single" if max(map(len, form_pieces)) == 1 else "multi"] += 1
-        kept.append((r.id, [(a, b, sign) for (a, b, _), sign in zip(per_form, (1.0, -1.0))]))
+        same_length = all(len(x.ids) == len(y.ids) for a, b, _ in per_form for x, y in zip(a, b))
+        aligned["token" if same_length else "word"] += 1
+        kept.append((r.id, [(a, b, maps, sign) for (a, b, maps), sign in zip(per_form, (1.0, -1.0))]))
     if not kept:
         raise ValueError(f"interventions: no item survives tokenisation ({skipped})")
-    rows = [(i, x, y, sign) for i, (_, forms) in enumerate(kept) for a, b, sign in forms for x, y in zip(a, b)]
-    T = max(len(x.ids) for _, x, _, _ in rows)
-    P = max(len(x.targets) for _, x, _, _ in rows)
+    rows = [(i, x, y, m, sign) for i, (_, forms) in enumerate(kept) for a, b, maps, sign in forms
+            for x, y, m in zip(a, b, maps)]
+    T = max(max(len(x.ids), len(y.ids)) for _, x, y, _, _ in rows)
+    P = max(len(x.targets) for _, x, _, _, _ in rows)
 
     def batch(k: int) -> dict[str, torch.Tensor]:
         ids = torch.full((len(rows), T), tok.pad_id, dtype=torch.long)
@@ -235,29 +273,50 @@ def build_items(model, tok, records: list[PairRecord], intervention: str, seed: 
             mask[i, : len(row[k].ids)] = 1
         return {"input_ids": ids, "attention_mask": mask}
 
-    tpos = torch.zeros(len(rows), P, dtype=torch.long)
+    def alignment(k: int) -> torch.Tensor:
+        """(R, T): token-aligned rows map every position (padding too) to itself, as without an alignment."""
+        out = torch.arange(T).repeat(len(rows), 1)
+        for i, (_, x, y, m, _) in enumerate(rows):
+            if len(x.ids) != len(y.ids):
+                out[i] = -1
+                out[i, : len(m[k])] = torch.tensor(m[k])
+        return out
+
+    def targets(k: int) -> torch.Tensor:
+        pos = torch.zeros(len(rows), P, dtype=torch.long)
+        for i, row in enumerate(rows):
+            for j, (p, _) in enumerate(row[k].targets):
+                pos[i, j] = p
+        return pos
+
     tid = torch.zeros(len(rows), P, dtype=torch.long)
     tmask = torch.zeros(len(rows), P, dtype=torch.bool)
-    for i, (_, x, _, _) in enumerate(rows):
-        for j, (p, t) in enumerate(x.targets):
-            tpos[i, j], tid[i, j], tmask[i, j] = p, t, True
-    return Items(batch(1), batch(2), torch.tensor([x.reading for _, x, _, _ in rows]),
-                 torch.tensor([x.subject for _, x, _, _ in rows]), tpos, tid, tmask,
-                 torch.tensor([i for i, _, _, _ in rows]), torch.tensor([s for *_, s in rows]),
-                 [i for i, _ in kept], skipped, pieces)
+    for i, (_, x, _, _, _) in enumerate(rows):
+        for j, (_, t) in enumerate(x.targets):
+            tid[i, j], tmask[i, j] = t, True
+    return Items(batch(1), batch(2), torch.tensor([x.reading for _, x, _, _, _ in rows]),
+                 torch.tensor([x.subject for _, x, _, _, _ in rows]), targets(1), tid, tmask,
+                 torch.tensor([i for i, *_ in rows]), torch.tensor([s for *_, s in rows]),
+                 [i for i, _ in kept], skipped, pieces,
+                 torch.tensor([y.reading for _, _, y, _, _ in rows]),
+                 torch.tensor([y.subject for _, _, y, _, _ in rows]),
+                 targets(2), alignment(0), alignment(1), aligned)
 
 
 def form_logprob_score(items: Items) -> Callable:
     """score(model, batch) -> (n,) each row's summed log-probability of its targets (the family's residual
     readout on the last hidden state); `Items.per_item` turns rows into d(u) = log p(agreeing form) -
     log p(other form), the logit difference when both forms are one piece. The batch carries the rows'
-    indices in "row" (patch_sites passes chunks of the batch)."""
+    indices in "row" (patch_sites passes chunks of the batch) and their target positions in "target_pos"
+    (the intervened rows' differ where the subject took another number of subwords; default: the clean
+    rows')."""
     def score(model, batch: Mapping[str, torch.Tensor]) -> torch.Tensor:
         fam = family_of(model)
         rows = batch["row"]
-        inputs = {k: v for k, v in batch.items() if k != "row"}
+        tpos = batch["target_pos"] if "target_pos" in batch else items.target_pos[rows]
+        inputs = {k: v for k, v in batch.items() if k not in ("row", "target_pos")}
         out = fam.forward_batch(model, inputs, None, output_hidden_states=True, **fam.analysis_kwargs)
-        h = out.hidden_states[-1][torch.arange(len(rows))[:, None], items.target_pos[rows]]  # (n, P, D)
+        h = out.hidden_states[-1][torch.arange(len(rows))[:, None], tpos]  # (n, P, D)
         logp = fam.residual_logits(model, h).float().log_softmax(-1)  # (n, P, V)
         lp = logp.gather(-1, items.target_id[rows, :, None])[..., 0]  # (n, P)
         return torch.where(items.target_mask[rows], lp, torch.zeros_like(lp)).sum(1)
@@ -265,20 +324,45 @@ def form_logprob_score(items: Items) -> Callable:
 
 
 def _row_batches(items: Items) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """(clean, corrupt, positions): the batches with their row indices, the per-row patch positions."""
+    """(clean, corrupt, positions): the batches with their row indices and target positions, the clean
+    rows' patch positions."""
     rows = torch.arange(len(items.owner))
-    return ({**items.clean, "row": rows}, {**items.corrupt, "row": rows},
+    return ({**items.clean, "row": rows, "target_pos": items.target_pos},
+            {**items.corrupt, "row": rows, "target_pos": items.corrupt_target_pos},
             {"subject": items.subject, "reading": items.position})
+
+
+@dataclass(frozen=True)
+class Direction:
+    """One patching direction's arguments: base and source batches, the base rows' named positions and the
+    source position of each base position (`patch_sites`' `positions` and `align`)."""
+
+    base: dict[str, torch.Tensor]
+    source: dict[str, torch.Tensor]
+    positions: dict[str, torch.Tensor]
+    align: torch.Tensor | None
+
+
+def directions(items: Items) -> tuple[Direction, Direction]:
+    """(noising, denoising): the clean run with sites from the intervened run, and the reverse, each with
+    its base rows' positions; no alignment when every item is aligned token by token."""
+    clean, corrupt, where = _row_batches(items)
+    word = items.aligned["word"] > 0
+    return (Direction(clean, corrupt, where, items.to_corrupt if word else None),
+            Direction(corrupt, clean, {"subject": items.corrupt_subject, "reading": items.corrupt_position},
+                      items.to_clean if word else None))
 
 
 # ----------------------------------------------------------------------------------- the run
 def mediate(model, items: Items, sites: list[Site], cfg: InterventionsConfig, attribution: bool
             ) -> tuple[list[tuple], np.ndarray, np.ndarray | None]:
     """(rows of (site, metric, value, lo, hi)), per-item nie_log (S, N), attribution estimate (S, N))."""
-    clean, corrupt, where = _row_batches(items)
+    noising, denoising = directions(items)
     score = form_logprob_score(items)
-    d_clean, d_corrupt, noised = patch_sites(model, score, clean, corrupt, sites, cfg.batch_size, where)
-    _, _, denoised = patch_sites(model, score, corrupt, clean, sites, cfg.batch_size, where)
+    d_clean, d_corrupt, noised = patch_sites(model, score, noising.base, noising.source, sites, cfg.batch_size,
+                                             noising.positions, noising.align)
+    _, _, denoised = patch_sites(model, score, denoising.base, denoising.source, sites, cfg.batch_size,
+                                 denoising.positions, denoising.align)
     c, k, nz, dn = (items.per_item(t.double()).numpy() for t in (d_clean, d_corrupt, noised, denoised))
     out = []
     m, lo, hi = bootstrap_rows(np.stack([c, k, (c > 0).astype(float), (k < 0).astype(float)]), cfg.n_boot,
@@ -298,8 +382,8 @@ def mediate(model, items: Items, sites: list[Site], cfg: InterventionsConfig, at
     nie_log = item_effects(c, k, nz, dn, scale="log")["nie"]
     approx = None
     if attribution:  # d(clean; z <- corrupt) - d(clean) ~ attribution, so nie_log ~ -attribution
-        approx = -items.per_item(attribution_patch(model, score, clean, corrupt, sites, cfg.batch_size,
-                                                         where).double()).numpy()
+        approx = -items.per_item(attribution_patch(model, score, noising.base, noising.source, sites, cfg.batch_size,
+                                                   noising.positions, noising.align).double()).numpy()
         out += [(s, "attribution_nie_log", float(approx[i].mean()), np.nan, np.nan) for i, s in enumerate(sites)]
     return out, nie_log, approx
 
@@ -356,14 +440,15 @@ def item_effect(model, tok, record: PairRecord, intervention: str, site: Site, s
     """One item and one site, as the run computes them (its item then in a batch of one): the logit
     differences d of the clean run u, the intervened run u', the noising run (u with the site from u')
     and the denoising run (u' with the site from u), and the item's TE, NIE and NDE on both scales.
-    Columns: quantity, value. A skipped item (no alignment, the same pieces) is a ValueError."""
+    Columns: quantity, value. A skipped item (no word alignment, the same pieces) is a ValueError."""
     items = build_items(model, tok, [record], intervention, seed)
     cfg = InterventionsConfig(n_boot=1, seed=seed)
-    clean, corrupt, where = _row_batches(items)
+    noising, denoising = directions(items)
     score = form_logprob_score(items)
-    c, k, nz = (items.per_item(t.double()).numpy()
-                for t in patch_sites(model, score, clean, corrupt, [site], cfg.batch_size, where))
-    dn = items.per_item(patch_sites(model, score, corrupt, clean, [site], cfg.batch_size, where)[2].double()).numpy()
+    c, k, nz = (items.per_item(t.double()).numpy() for t in patch_sites(
+        model, score, noising.base, noising.source, [site], cfg.batch_size, noising.positions, noising.align))
+    dn = items.per_item(patch_sites(model, score, denoising.base, denoising.source, [site], cfg.batch_size,
+                                    denoising.positions, denoising.align)[2].double()).numpy()
     out = [("d_clean", c[0]), ("d_intervened", k[0]), ("d_noised", nz[0, 0]), ("d_denoised", dn[0, 0])]
     for scale in ("log", "ratio"):
         eff = item_effects(c, k, nz, dn, scale=scale)
@@ -391,7 +476,7 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
     for intervention in cfg.interventions:
         items = build_items(model, tok, records, intervention, cfg.seed)
         meta["items"][intervention] = {"kept": len(items.ids), **items.skipped,
-                                        "pieces": items.pieces}
+                                        "pieces": items.pieces, "aligned": items.aligned}
         for variant, m in models.items():
             t0 = time.perf_counter()
             out, real, approx = mediate(m, items, sites, cfg, cfg.attribution)
@@ -415,3 +500,4 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
         atomic_write_json(Path(out_dir) / "interventions_run.json",
                           {"config": cfg.to_dict(), "model": name, **meta})
     return tables
+

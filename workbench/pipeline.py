@@ -461,7 +461,7 @@ def build_steps(cfg: dict) -> list[Step]:
         if spec.get("cka") is not None:
             steps.append(Step("zoo:cka", spec, _zoo_cka_step, after=trained))
         analysed = [s.name for s in steps if s.name.split(":")[0] in ("probe", "heads", "prune", "frozen_vs_finetuned",
-                                                                       "pairs", "flow")]
+                                                                       "pairs", "flow", "interventions")]
         steps.append(Step("zoo:stats", spec, _zoo_stats_step, after=analysed))
     steps.append(Step("report", cfg.get("report", {}), _report_step, after=[s.name for s in steps]))
     return steps

@@ -12,8 +12,9 @@ with one model "<system>-s<seed>" per system and seed:
   system and distil its checkpoint of the same seed (`teacher_from`);
 - probing runs on every model with per-item results kept (`keep_items`), the head analysis and
   importance / pruning on every model that has heads (not ELMo's LSTMs), the cross-attention heads of
-  the encoder-decoders, frozen vs finetuned, emergence, minimal pairs and the flow suite (docs/flow.md)
-  where the config asks for them, and every model's competence (held-out LM loss beside unigram and bigram losses);
+  the encoder-decoders, frozen vs finetuned, emergence, minimal pairs, the flow suite (docs/flow.md) and
+  the agreement interventions on the models with an agreement view (docs/interventions.md) where the
+  config asks for them, and every model's competence (held-out LM loss beside unigram and bigram losses);
 - then the zoo's own steps (workbench/analyses/zoo.py): `zoo:training` (steps, tokens, FLOPs of
   each checkpoint), `zoo:cka` (CKA between every two checkpoints' layers) and `zoo:stats` (every
   cross-system number with a multi-bootstrap interval over seeds x items), and the report.
@@ -41,6 +42,7 @@ from plmodels.config import Config, merge, read_json_object
 from plmodels.families import family
 from plmodels.hf.registry import HF_KINDS, supported_type
 from plmodels.training.config import PretrainConfig, read_config_file
+from workbench.analyses.interventions import intervention_kinds
 from workbench.analyses.probing import RECORDS_OF, STRUCTURAL_TASKS
 from workbench.analyses.zoo import PRIMARY_STATISTICS, model_name
 from workbench.pipeline import NO_TIME_LIMIT, check_pretrain_spec, run_pipeline
@@ -66,6 +68,8 @@ class ZooConfig(Config):
     emergence: dict | None = None               # emergence config (needs log-spaced checkpoints)
     pairs: dict | None = None                   # PairsRunConfig fields: minimal pairs on every model; None: none
     flow: dict | None = None                    # FlowRunConfig fields: the flow suite on every model; None: none
+    # InterventionsConfig fields: agreement mediation on the models with an agreement view; None: none
+    interventions: dict | None = None
     cka: dict | None = field(default_factory=dict)   # {"sentences": 500, "max_words": 40}; None: none
     stats: dict = field(default_factory=dict)   # {"n_boot": 1000, "seed": 0}
     # task -> the statistic its comparisons are judged on (PRIMARY_STATISTICS; a task not named:
@@ -205,7 +209,7 @@ def expand_zoo(zoo: ZooConfig) -> dict:
     systems.sort(key=lambda s: zoo.systems[s].get("teacher") is not None)
     trained = [s for s in systems if s in zoo.trained]
     first = model_name(trained[0], zoo.seeds[0]) if trained else None
-    models, with_heads, seq2seq, prunable = {}, [], [], []
+    models, with_heads, seq2seq, prunable, agreement = {}, [], [], [], []
     for system in systems:
         spec = zoo.systems[system]
         kind = system_kind(spec)
@@ -232,6 +236,8 @@ def expand_zoo(zoo: ZooConfig) -> dict:
                     prunable.append(name)
             if family(kind).cross_attention and not replays:  # an encoder-decoder: its cross-attention heads too
                 seq2seq.append(name)
+            if kind in intervention_kinds():  # an agreement view (a decoder's or a masked LM's)
+                agreement.append(name)
     names = list(models)
     cfg: dict = {"name": zoo.name, "seed": zoo.seeds[0], "results_root": zoo.results_root, "workers": zoo.workers,
                  "models": models,
@@ -256,6 +262,8 @@ def expand_zoo(zoo: ZooConfig) -> dict:
         cfg["pairs"] = {"models": names, "config": zoo.pairs}
     if zoo.flow is not None:
         cfg["flow"] = {"models": names, "config": zoo.flow}
+    if zoo.interventions is not None and agreement:
+        cfg["interventions"] = {"models": agreement, "config": zoo.interventions}
     return cfg
 
 

@@ -501,3 +501,38 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
                           {"config": cfg.to_dict(), "model": name, **meta})
     return tables
 
+
+# ----------------------------------------------------------------------------------- the zoo
+# the zoo's per-checkpoint statistics (`interventions_seed_values`)
+ZOO_STATISTICS = ("interventions_attn_share", "interventions_top_layer_share")
+ZOO_SITE_KINDS = ("attn_out", "mlp_out")  # the sub-layer outputs whose shares are compared
+
+
+def interventions_seed_values(table: pd.DataFrame | None, variant: str = "trained"
+                              ) -> dict[tuple[str, str], dict[str, float]]:
+    """The zoo's per-checkpoint statistics of where agreement is mediated (`workbench.analyses.zoo`
+    resamples them over pretraining seeds and compares systems), from an `interventions` table: of the
+    swap-number NIE (log scale) of each layer's attention and MLP outputs patched at the reading position
+    alone, with E = sum over layers l of |NIE(attn_out_l)| + |NIE(mlp_out_l)|,
+
+    - "interventions_attn_share": sum_l |NIE(attn_out_l)| / E, attention's share (1 - it: the MLPs');
+    - "interventions_top_layer_share": (|NIE(attn_out_L)| + |NIE(mlp_out_L)|) / E, the last layer L's.
+
+    Magnitudes, so that a sub-layer pushing against the agreeing form counts as mediating too. A model
+    without both kinds at the reading position, or with E = 0 (nothing mediated), has no value.
+    `variant`: "trained", or "random_init" for the floor. -> {(statistic, task ""): {model: value}}."""
+    if table is None or not len(table):
+        return {}
+    g = table[(table["variant"] == variant) & (table["intervention"] == "swap_number") & (table["metric"] == "nie_log")
+              & (table["position"] == "reading") & table["site_kind"].isin(ZOO_SITE_KINDS) & (table["head"] == -1)]
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for model, m in g.groupby("model"):
+        per = m.pivot_table(index="layer", columns="site_kind", values="value", aggfunc="first").abs()
+        if set(per.columns) != set(ZOO_SITE_KINDS) or per.isna().any().any():
+            continue
+        total = float(per.to_numpy().sum())
+        if total <= 0:
+            continue
+        out.setdefault((ZOO_STATISTICS[0], ""), {})[model] = float(per["attn_out"].sum()) / total
+        out.setdefault((ZOO_STATISTICS[1], ""), {})[model] = float(per.loc[per.index.max()].sum()) / total
+    return out

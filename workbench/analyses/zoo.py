@@ -29,7 +29,10 @@ these steps then read the run's tables across systems:
   heads, finetuning gain) are resampled over seeds only, and so are the flow suite's (`flow_statistics`,
   task "flow": per-layer MI and lens curves with their floors, and the scalars systems are compared on). Minimal pairs (`pairs_statistics`, from
   `minimal_pair_items`): each phenomenon's accuracy by a system's own scorer, multi-bootstrap too,
-  beside its four floors on the same items and compared with each of them.
+  beside its four floors on the same items and compared with each of them. Interventions
+  (`interventions_statistics`, from the `interventions` table): where agreement is mediated, the
+  attention outputs' and the last layer's shares of the indirect effect at the reading position, seeds
+  only, beside the random-init floor and compared with it.
 
 A comparison is claimed ("A > B") only when both systems have at least three seeds (a bootstrap of S
 seeds carries (S - 1) / S of the seed variance), its 95% interval excludes 0, and its p-value survives
@@ -73,6 +76,7 @@ from probes.multibootstrap import (
 from probes.sentence_scores import SCORERS
 from workbench.core.io import atomic_dir, atomic_write_json
 from workbench.analyses.flow import ZOO_PRIMARY as FLOW_PRIMARY, ZOO_TASK as FLOW_TASK, flow_seed_values
+from workbench.analyses.interventions import interventions_seed_values
 from workbench.core.results import load_table
 from workbench.data.tasks import ud_sentences
 from workbench.store import extract
@@ -471,6 +475,38 @@ def flow_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot:
     return stats, comps
 
 
+def interventions_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot: int = 1000,
+                             seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """Rows for the interventions' per-checkpoint statistics (`interventions_seed_values`: attention's and
+    the last layer's shares of the agreement NIE at the reading position), resampled over pretraining
+    seeds only: per system its value, and its random-init floor's (statistic "<statistic>_floor:random_init");
+    per pair of systems the difference, and each system against its floor (system_b "floor:random_init")."""
+    table = load_table(run_dir, "interventions")
+    trained, floor = interventions_seed_values(table), interventions_seed_values(table, "random_init")
+    stats, comps = [], []
+    kw = dict(n_boot=n_boot, seed=seed)
+    for (statistic, task), values in sorted(trained.items()):
+        floors = floor.get((statistic, task), {})
+        by_system = {}
+        for system, seeds in systems.items():
+            names = [model_name(system, s) for s in seeds]
+            vals = [values[m] for m in names if m in values]
+            if not vals:
+                continue
+            by_system[system] = vals
+            stats.append(_row(statistic, task, system, -1, seeds_only(vals, **kw), None, "seeds-only"))
+            fv = [floors[m] for m in names if m in floors]
+            if fv:
+                stats.append(_row(f"{statistic}_floor:random_init", task, system, -1, seeds_only(fv, **kw), None,
+                                  "seeds-only"))
+                comps.append(_cmp_row(statistic, task, system, "floor:random_init",
+                                      compare_seeds_only(vals, fv, **kw), "seeds-only"))
+        for a, b in combinations(sorted(by_system), 2):
+            comps.append(_cmp_row(statistic, task, a, b, compare_seeds_only(by_system[a], by_system[b], **kw),
+                                  "seeds-only"))
+    return stats, comps
+
+
 def system_profiles(run_dir: Path, systems: Mapping[str, Sequence[int]]) -> dict[str, dict]:
     """Per system, from its checkpoints: `objective` (the card's description of it, with its arguments:
     BERT's "+ NSP", ALBERT's "+ SOP" and RoBERTa's neither are three objectives though all are "mlm") and
@@ -565,6 +601,8 @@ def zoo_statistics(run_dir: Path, systems: Mapping[str, Sequence[int]], n_boot: 
     s, c = seed_statistics(run_dir, systems, n_boot, seed)
     stats, comps = stats + s, comps + c
     s, c = flow_statistics(run_dir, systems, n_boot, seed)
+    s_i, c_i = interventions_statistics(run_dir, systems, n_boot, seed)
+    s, c = s + s_i, c + c_i
     table = pd.DataFrame(comps + c, columns=COMPARED_COLUMNS)
     table = _describe(adjust_claims(table, primary), system_profiles(run_dir, systems),
                       training_table(run_dir, systems))

@@ -779,7 +779,9 @@ def _passport_clause(model: str, p: pd.DataFrame) -> str:
 MAX_CKA_FIGURES = 6   # pairs of systems drawn in the report (the app's picker shows every pair)
 STATISTIC_NAMES = {"best_layer_score": "best-layer score", "e_delta": "E_delta", "prunable_share": "prunable share",
                    "finetuning_gain": "finetuning gain", "pairs_accuracy": "minimal-pair accuracy",
-                   "flow_lens_kl_tuned_mean": "the tuned lens' mean KL to the final distribution"}
+                   "flow_lens_kl_tuned_mean": "the tuned lens' mean KL to the final distribution",
+                   "interventions_attn_share": "attention's share of the agreement NIE",
+                   "interventions_top_layer_share": "last layer's share of the agreement NIE"}
 
 
 def _statistic_name(statistic: str) -> str:
@@ -860,6 +862,17 @@ def objectives_section(run_dir: Path) -> Section:
                          "*_random; the tuned lens' flow_lens_kl_tuned_mean is its declared primary statistic)",
                          f.assign(value=[_ci(v, lo, hi) for v, lo, hi in zip(f["value"], f["ci_low"], f["ci_high"])])
                          [["statistic", "system", "value", "n_seeds"]]))
+    mediated = views.zoo_interventions_table(run_dir)
+    if mediated is not None:
+        s.tables.append(("Where agreement is mediated (docs/interventions.md): attention's share and the last layer's "
+                         "share of the swap-number NIE of the sub-layer outputs at the reading position, per system "
+                         "(seeds-only 95% interval) beside the random-init model's; the comparisons above, "
+                         "system_b floor:random_init against the floor",
+                         mediated.assign(
+                             value=[_ci(*v) for v in zip(mediated["value"], mediated["ci_low"], mediated["ci_high"])],
+                             floor=[_ci(*v) for v in zip(mediated["floor"], mediated["floor_low"],
+                                                         mediated["floor_high"])])
+                         .drop(columns=["ci_low", "ci_high", "floor_low", "floor_high"])))
     fvf = views.zoo_fvf_table(run_dir)
     if fvf is not None:
         s.tables.append(("Finetuning gain (finetuned minus frozen scalar mix), seeds-only interval", fvf))

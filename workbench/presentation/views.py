@@ -982,6 +982,24 @@ def zoo_fvf_table(run_dir: str | Path) -> pd.DataFrame | None:
     return df[["task", "system", "value", "ci_low", "ci_high", "interval", "n_seeds"]].reset_index(drop=True)
 
 
+def zoo_interventions_table(run_dir: str | Path) -> pd.DataFrame | None:
+    """statistic, system, value, ci_low, ci_high (seeds-only), floor, floor_low, floor_high (the random-init
+    model's), n_seeds: the zoo's "interventions_*" rows (`workbench.analyses.zoo.interventions_statistics`);
+    None without them."""
+    stats = _load(run_dir, "zoo_stats")
+    if stats is None or not stats["statistic"].str.startswith("interventions_").any():
+        return None
+    df = stats[stats["statistic"].str.startswith("interventions_")]
+    is_floor = df["statistic"].str.endswith("_floor:random_init")
+    floor = df[is_floor].assign(statistic=df.loc[is_floor, "statistic"].str[:-len("_floor:random_init")])
+    floor = floor.set_index(["statistic", "system"])[["value", "ci_low", "ci_high"]]
+    floor.columns = ["floor", "floor_low", "floor_high"]
+    df = df[~is_floor].join(floor, on=["statistic", "system"])
+    df = df.assign(_o=_system_order(run_dir, df)).sort_values(["statistic", "_o"])
+    return df[["statistic", "system", "value", "ci_low", "ci_high", "floor", "floor_low", "floor_high",
+               "n_seeds"]].reset_index(drop=True)
+
+
 def zoo_role_composition(run_dir: str | Path) -> pd.DataFrame | None:
     """system, role, value (mean share of the heads with this primary role over seeds), ci_low, ci_high (seeds-only),
     n_seeds: the zoo's "heads_<role>" rows; None without them (e.g. a zoo of recurrent systems only)."""

@@ -5,18 +5,20 @@ One checkpoint is scored as `workbench pairs CHECKPOINT` scores it (`score_pairs
 template suites, original and nonce items, each scorer of the model's kind (or `--scorers`), and all four
 floors (chance, frequency and bigram counted on the pretraining corpus, the random-initialised copy), from
 a fresh cache (the suites are built from the treebanks inside the timing). Each checkpoint is timed on its
-own; the result names wall and CPU seconds per scorer (the run record's `seconds` / `cpu_seconds`), the
-suite build, and the total. On a shared machine the CPU seconds are the fair figure; the load before and
-after is in `meta`.
+own; the result names wall and CPU seconds per part (the run record's `seconds` / `cpu_seconds`: the
+model's scorers together, the random-init copy's, the corpus floors), the suite build, and the total. On
+a shared machine the CPU seconds are the fair figure; the load before and after is in `meta`. With
+`--tables DIR` each model's tables are kept in DIR/<model folder>/ (to compare scores across commits).
 
 Run: nice python benchmarks/bench_pairs.py [--models ENCODER DECODER ...] [--max-pairs 20]
-     [--scorers masked_word clm] [--threads 2] [--out benchmarks/results/pairs.json]
+     [--scorers masked_word clm] [--threads 2] [--tables DIR] [--out benchmarks/results/pairs.json]
 Writes benchmarks/results/pairs.json.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -50,7 +52,7 @@ def bench_one(path: Path, cfg: PairsRunConfig, work: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    demo = Path("/work/ci12/runs/demo/models")
+    demo = Path("/work/ci77/runs/demo/models")
     ap.add_argument("--models", nargs="+", default=[str(demo / "encoder" / "final"), str(demo / "decoder" / "final")],
                     help="mini checkpoints, each timed alone")
     ap.add_argument("--max-pairs", type=int, default=PairsRunConfig.max_pairs_per_condition,
@@ -58,6 +60,7 @@ def main() -> None:
     ap.add_argument("--scorers", nargs="+", default=None, help="a subset of the kinds' scorers (default: all)")
     ap.add_argument("--corpus-chars", type=int, default=PairsRunConfig.corpus_chars)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tables", default=None, help="keep each model's tables in this folder")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     meta = begin()
@@ -68,6 +71,8 @@ def main() -> None:
     for m in args.models:
         with tempfile.TemporaryDirectory() as d:
             results.append(bench_one(Path(m), cfg, Path(d)))
+            if args.tables:
+                shutil.copytree(Path(d) / "out" / "tables", Path(args.tables) / Path(m).parent.name, dirs_exist_ok=True)
         r = results[-1]
         print(f"{r['model']}: {r['n_pairs']} pairs, {', '.join(r['scorers'])}: {r['total_s']:.1f} s wall, "
               f"{r['total_cpu_s']:.1f} CPU s  {'PASS' if r['met'] else 'FAIL'} (target {TARGET_S:.0f} s)")

@@ -24,6 +24,13 @@ tokens inside the word spans (no specials); log-probabilities are natural logs, 
 given model and tokenizer (an RTD head, sentinels in the vocabulary), so no caller branches on a kind.
 Rows are batched by equal length (no padding, hence no attention mask and exact scores), at most
 `batch_tokens` tokens per forward.
+
+The masked-LM scorers (`pll`, `pll_word_l2r`, `masked_word`) are plans of look-ups, each a masked row,
+the position read and the target ids there (`MaskedPlan`); `masked_logp` runs one forward per distinct
+(row, position), so look-ups that coincide share it: `score_pairs_together` pools the plans of several
+scorers, where PLL and PLL-word-l2r mask the same row at every single-piece word and at a word's last
+piece, and the masked-word row is PLL's row at a single-piece critical word (the same in the good and
+the bad sentence).
 """
 from __future__ import annotations
 
@@ -89,19 +96,54 @@ def clm_scores(model: nn.Module, encs: list[WordEncoding], batch_tokens: int = B
     return out
 
 
-def _masked_rows(encs: list[WordEncoding], mask_id: int, within_word_l2r: bool) -> tuple[list, list, list]:
-    """One row per body token: (ids with that token masked [and its word's later pieces], sentence, position)."""
-    rows, owner, pos = [], [], []
+Query = tuple[tuple[int, ...], int, tuple[int, ...]]  # (ids with [MASK]s, the position read, the target ids there)
+
+
+@dataclass(frozen=True)
+class MaskedPlan:
+    """The masked-LM look-ups a scorer needs (`queries`) and how their log-probabilities make its (N, 2)
+    pair scores (`finish`: one (K,) array a query, the log p of its K target ids, in query order)."""
+
+    queries: list[Query]
+    finish: Callable[[list[np.ndarray]], np.ndarray]
+
+
+def _pll_queries(encs: list[WordEncoding], mask_id: int, within_word_l2r: bool) -> tuple[list[Query], list[int]]:
+    """One query per body token: (ids with that token masked [and its word's later pieces], its position,
+    its id), and the sentence each belongs to."""
+    queries, owner = [], []
     for i, e in enumerate(encs):
         for s, t in e.word_spans:
             for p in range(s, t):
                 ids = list(e.ids)
                 for q in range(p, t if within_word_l2r else p + 1):
                     ids[q] = mask_id
-                rows.append(ids)
+                queries.append((tuple(ids), p, (e.ids[p],)))
                 owner.append(i)
-                pos.append(p)
-    return rows, owner, pos
+    return queries, owner
+
+
+def masked_logp(model: nn.Module, queries: Sequence[Query], batch_tokens: int = BATCH_TOKENS) -> list[np.ndarray]:
+    """log p(each target id | row) at each query's position, (K,) a query: one forward per distinct
+    (row, position), all the target ids asked of it read off that forward."""
+    keys: dict[tuple[tuple[int, ...], int], int] = {}
+    columns: list[dict[int, int]] = []  # per distinct (row, position): target id -> its column
+    for row, p, targets in queries:
+        k = keys.setdefault((row, p), len(keys))
+        if k == len(columns):
+            columns.append({})
+        for t in targets:
+            columns[k].setdefault(t, len(columns[k]))
+    if not keys:
+        return [np.zeros(len(q[2])) for q in queries]
+    K = max(len(c) for c in columns)
+    ids = [list(c) + [next(iter(c))] * (K - len(c)) for c in columns]  # ragged target lists padded by repeats
+    logp = _mlm_logp_at(model, [list(r) for r, _ in keys], [p for _, p in keys], ids, batch_tokens)  # (D, K)
+    out = []
+    for row, p, targets in queries:
+        k = keys[(row, p)]
+        out.append(logp[k, [columns[k][t] for t in targets]])
+    return out
 
 
 @torch.no_grad()
@@ -123,13 +165,32 @@ def _mlm_logp_at(model: nn.Module, rows: list[list[int]], pos: list[int], target
     return out if np.ndim(targets[0]) else out[:, 0]
 
 
+def _sum_by_sentence(logps: list[np.ndarray], owner: list[int], n: int) -> np.ndarray:
+    weights = np.array([float(x[0]) for x in logps])
+    return np.bincount(np.asarray(owner, dtype=np.int64), weights=weights, minlength=n)
+
+
 def pll_scores(model: nn.Module, encs: list[WordEncoding], mask_id: int, within_word_l2r: bool = False,
                batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
     """Pseudo-log-likelihood (Salazar et al. 2020; `within_word_l2r`: Kauf & Ivanova 2023's PLL-word-l2r)."""
-    rows, owner, pos = _masked_rows(encs, mask_id, within_word_l2r)
-    targets = [encs[o].ids[p] for o, p in zip(owner, pos)]
-    logp = _mlm_logp_at(model, rows, pos, targets, batch_tokens)
-    return np.bincount(np.asarray(owner, dtype=np.int64), weights=logp, minlength=len(encs))
+    queries, owner = _pll_queries(encs, mask_id, within_word_l2r)
+    return _sum_by_sentence(masked_logp(model, queries, batch_tokens), owner, len(encs))
+
+
+def _distinct_sentences(pairs: Sequence[Pair]) -> tuple[list[list[str]], Callable[[np.ndarray], np.ndarray]]:
+    """The distinct sentences of the pairs, and the map from their (S,) scores to the pairs' (N, 2)."""
+    sents = sorted({tuple(w) for g, b, _ in pairs for w in (g, b)})
+    index = {s: i for i, s in enumerate(sents)}
+    at = np.array([[index[tuple(g)], index[tuple(b)]] for g, b, _ in pairs], dtype=np.int64).reshape(-1, 2)
+    return [list(s) for s in sents], lambda scores: np.asarray(scores, dtype=float)[at]
+
+
+def pll_plan(tok: Tokenizer, pairs: Sequence[Pair], within_word_l2r: bool) -> MaskedPlan:
+    """`pll_scores` of the pairs' distinct sentences as a plan of look-ups."""
+    sents, to_pairs = _distinct_sentences(pairs)
+    encs = tok.encode_words_batch(sents)
+    queries, owner = _pll_queries(encs, tok.mask_id, within_word_l2r)
+    return MaskedPlan(queries, lambda logps: to_pairs(_sum_by_sentence(logps, owner, len(encs))))
 
 
 @torch.no_grad()
@@ -238,12 +299,11 @@ def bart_target_scores(model: nn.Module, encs: list[WordEncoding], tok: Tokenize
 
 
 # ---------------------------------------------------------------- pair scorers (need both sentences)
-def masked_word_pairs(model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
-                      batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+def masked_word_plan(tok: Tokenizer, pairs: Sequence[Pair]) -> MaskedPlan:
     """Goldberg 2019: the critical word masked (one [MASK]), log p(good form) vs log p(bad form) at
-    that position; NaN for pairs where either form is not a single piece in its sentence."""
-    out = np.full((len(pairs), 2), np.nan)
-    rows, pos, good, bad, which = [], [], [], [], []
+    that position, both read off one forward; NaN for pairs where either form is not a single piece
+    in its sentence."""
+    queries, which = [], []
     for k, (g, b, c) in enumerate(pairs):
         eg, eb = tok.encode_words_batch([list(g), list(b)])
         (s, t), (s2, t2) = eg.word_spans[c], eb.word_spans[c]
@@ -251,14 +311,22 @@ def masked_word_pairs(model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
             continue
         ids = list(eg.ids)
         ids[s] = tok.mask_id
-        rows.append(ids)
-        pos.append(s)
-        good.append(eg.ids[s])
-        bad.append(eb.ids[s])
+        queries.append((tuple(ids), s, (eg.ids[s], eb.ids[s])))
         which.append(k)
-    if rows:   # one forward a pair: both forms are read off the same masked position
-        out[which] = _mlm_logp_at(model, rows, pos, list(zip(good, bad)), batch_tokens)
-    return out
+
+    def finish(logps: list[np.ndarray]) -> np.ndarray:
+        out = np.full((len(pairs), 2), np.nan)
+        if which:
+            out[which] = np.stack(logps)
+        return out
+    return MaskedPlan(queries, finish)
+
+
+def masked_word_pairs(model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
+                      batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
+    """(N, 2) `masked_word_plan` scores: one forward a single-piece pair, NaN for the others."""
+    plan = masked_word_plan(tok, pairs)
+    return plan.finish(masked_logp(model, plan.queries, batch_tokens))
 
 
 def t5_sentinel_pairs(model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
@@ -293,24 +361,44 @@ SentenceFn = Callable[[nn.Module, list[WordEncoding], Tokenizer, int], np.ndarra
 
 @dataclass(frozen=True)
 class Scorer:
-    """A scoring rule: its name, whether it applies to a model and tokenizer, and either a sentence
-    scorer (called on the distinct sentences) or a pair scorer (called on the pairs)."""
+    """A scoring rule: its name, whether it applies to a model and tokenizer, and one of a sentence
+    scorer (called on the distinct sentences), a pair scorer (called on the pairs) or a masked-LM plan
+    of the pairs (`MaskedPlan`, whose look-ups `score_pairs_together` pools across scorers)."""
 
     name: str
     applies: Callable[[nn.Module, Tokenizer], bool]
     sentence: SentenceFn | None = None
     pair: Callable[[nn.Module, Tokenizer, Sequence[Pair], int], np.ndarray] | None = None
     needs_lm_head: bool = True  # False: reads no LM head (ELECTRA's RTD head)
+    # a masked-LM plan of the pairs (`MaskedPlan`): its look-ups can share forwards with other scorers'
+    masked: Callable[[Tokenizer, Sequence[Pair]], MaskedPlan] | None = None
 
     def score_pairs(self, model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair],
                     batch_tokens: int = BATCH_TOKENS) -> np.ndarray:
         """(N, 2) scores (good, bad) of the pairs; NaN where the rule does not apply to a pair."""
+        if self.masked is not None:
+            plan = self.masked(tok, pairs)
+            return plan.finish(masked_logp(model, plan.queries, batch_tokens))
         if self.pair is not None:
             return self.pair(model, tok, pairs, batch_tokens)
-        sents = sorted({tuple(w) for g, b, _ in pairs for w in (g, b)})
-        index = {s: i for i, s in enumerate(sents)}
-        scores = self.sentence(model, tok.encode_words_batch([list(s) for s in sents]), tok, batch_tokens)
-        return np.array([[scores[index[tuple(g)]], scores[index[tuple(b)]]] for g, b, _ in pairs]).reshape(-1, 2)
+        sents, to_pairs = _distinct_sentences(pairs)
+        return to_pairs(self.sentence(model, tok.encode_words_batch(sents), tok, batch_tokens))
+
+
+def score_pairs_together(model: nn.Module, tok: Tokenizer, pairs: Sequence[Pair], scorers: Sequence[Scorer],
+                         batch_tokens: int = BATCH_TOKENS) -> dict[str, np.ndarray]:
+    """{scorer name: (N, 2) scores} as each `Scorer.score_pairs` gives them, with the masked-LM scorers'
+    look-ups pooled: a forward that several of them need (PLL and PLL-word-l2r at a single-piece word,
+    the masked word and PLL at a single-piece critical word) runs once."""
+    plans = {s.name: s.masked(tok, pairs) for s in scorers if s.masked is not None}
+    out: dict[str, np.ndarray] = {}
+    if len(plans) > 1:
+        logps = masked_logp(model, [q for plan in plans.values() for q in plan.queries], batch_tokens)
+        k = 0
+        for name, plan in plans.items():
+            out[name] = plan.finish(logps[k:k + len(plan.queries)])
+            k += len(plan.queries)
+    return {s.name: out[s.name] if s.name in out else s.score_pairs(model, tok, pairs, batch_tokens) for s in scorers}
 
 
 def _has_sentinels(tok: Tokenizer) -> bool:
@@ -321,9 +409,9 @@ _always = lambda model, tok: True  # noqa: E731
 
 SCORERS: dict[str, Scorer] = {s.name: s for s in (
     Scorer("clm", _always, sentence=lambda m, e, t, bt: clm_scores(m, e, bt)),
-    Scorer("pll", _always, sentence=lambda m, e, t, bt: pll_scores(m, e, t.mask_id, False, bt)),
-    Scorer("pll_word_l2r", _always, sentence=lambda m, e, t, bt: pll_scores(m, e, t.mask_id, True, bt)),
-    Scorer("masked_word", _always, pair=masked_word_pairs),
+    Scorer("pll", _always, masked=lambda t, p: pll_plan(t, p, False)),
+    Scorer("pll_word_l2r", _always, masked=lambda t, p: pll_plan(t, p, True)),
+    Scorer("masked_word", _always, masked=masked_word_plan),
     Scorer("rtd", lambda m, t: getattr(m, "rtd", None) is not None, sentence=lambda m, e, t, bt: rtd_scores(m, e, bt),
            needs_lm_head=False),
     Scorer("bilm", _always, sentence=lambda m, e, t, bt: bilm_scores(m, e, bt)),

@@ -18,7 +18,8 @@ from plmodels.seq2seq import Seq2Seq, Seq2SeqConfig
 from plmodels.tokenizer import Tokenizer
 from plmodels.training.data import with_sentinels
 from plmodels.xlnet import XLNet, XLNetConfig
-from probes.sentence_scores import BATCH_TOKENS, KIND_SCORERS, SCORERS, _mlm_logp_at, pll_scores, scorers_for
+from probes.sentence_scores import (BATCH_TOKENS, KIND_SCORERS, SCORERS, _mlm_logp_at, pll_scores,
+                                    score_pairs_together, scorers_for)
 from tests.plmodels.hf_models import hf_gpt2
 from tests.plmodels.hf_bert_folder import save_bert_folder
 from tests.plmodels.hf_files import write_gpt2_files
@@ -95,6 +96,9 @@ def test_pll_equals_bert_for_masked_lm_token_by_token(bert, l2r):
         assert got[s] == pytest.approx(_hf_pll(ref, tok, words, l2r), abs=1e-4)
     other = pll_scores(ours, encs, tok.mask_id, within_word_l2r=not l2r)
     assert not np.allclose(got, other), "PLL and PLL-word-l2r must differ on a multi-piece word"
+    pairs = [(SENTENCES[k], SENTENCES[k - 1], 0) for k in range(len(SENTENCES))]  # the registry's scorer, pair by pair
+    scored = SCORERS["pll_word_l2r" if l2r else "pll"].score_pairs(ours, tok, pairs, batch_tokens=40)
+    np.testing.assert_allclose(scored, np.stack([got, np.roll(got, 1)], 1), atol=1e-5)
 
 
 def test_masked_word_is_the_pll_term_of_a_single_piece_word_and_nan_otherwise(bert):
@@ -213,3 +217,34 @@ def test_every_kind_has_its_scorers_and_scores_a_pair_alone_as_in_a_batch(wordpi
             np.testing.assert_allclose(together, alone, atol=1e-4, err_msg=f"{name} {sc.name}")
             assert not np.allclose(together[:, 0], together[:, 1]), (name, sc.name)  # the pair is told apart
 
+
+
+def test_masked_lm_scorers_together_equal_each_alone_and_share_their_forwards(wordpiece, monkeypatch):
+    """`score_pairs_together` gives each masked-LM scorer's own scores (1e-5), with one forward per
+    distinct masked row: PLL and PLL-word-l2r share the rows of single-piece words and last pieces, the
+    masked word shares PLL's row at a single-piece critical word, good and bad sentence share that row."""
+    model, tok = _models(wordpiece)["encoder"]
+    model.eval()
+    pairs = [(g.split(), b.split(), c) for g, b, c in (
+        ("the cat sat on the mat", "the cat sat on the mats", 5), ("the cats ran", "the cat ran", 1),
+        ("a cat and a dog sat", "a dog and a dog sat", 1))]
+    scorers = [SCORERS[n] for n in ("pll", "pll_word_l2r", "masked_word")]
+    assert any(e - s > 1 for g, b, _ in pairs for w in (g, b) for s, e in tok.encode_words(w).word_spans)
+    alone = {sc.name: sc.score_pairs(model, tok, pairs, batch_tokens=30) for sc in scorers}
+    rows = []
+    forward = model.masked_hidden
+    monkeypatch.setattr(model, "masked_hidden", lambda ids, select: rows.append(len(ids)) or forward(ids, select))
+    together = score_pairs_together(model, tok, pairs, scorers, batch_tokens=30)
+    assert list(together) == [sc.name for sc in scorers]
+    for sc in scorers:
+        np.testing.assert_allclose(together[sc.name], alone[sc.name], atol=1e-5, err_msg=sc.name)
+    assert np.isfinite(together["masked_word"][[0, 2]]).all() and np.isnan(together["masked_word"][1]).all()
+    # by hand: every body token of every distinct sentence once (PLL), plus PLL-word-l2r's rows that mask
+    # more than one piece (a word's pieces before its last), less the critical rows the bad sentence
+    # shares with the good one (single-piece critical word in both: the same row)
+    sents = {tuple(w) for g, b, _ in pairs for w in (g, b)}
+    encs = [tok.encode_words(list(w)) for w in sents]
+    pll_rows = sum(e - s for enc in encs for s, e in enc.word_spans)
+    extra = sum(e - s - 1 for enc in encs for s, e in enc.word_spans)
+    shared = sum(1 for g, b, c in pairs if all(np.diff(tok.encode_words(w).word_spans[c]) == 1 for w in (g, b)))
+    assert sum(rows) == pll_rows + extra - shared < sum(len(sc.masked(tok, pairs).queries) for sc in scorers)

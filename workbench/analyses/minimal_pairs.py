@@ -24,7 +24,10 @@ sampled per (suite, phenomenon, condition) with `max_pairs_per_condition`, the s
 original and the nonce variant. Scores are cached per (checkpoint hash, suite version, scorer,
 sampled items, seed) under `out_dir/cache/minimal_pairs/`, beside the built suites; the random-init
 floor's by what it is built from (`random_init_key`: kind, config, seed, tokenizer), so the checkpoints
-of one architecture and tokenizer share it.
+of one architecture and tokenizer share it. The scorers not in the cache are computed together
+(`probes.sentence_scores.score_pairs_together`: an encoder's masked-LM scorers share the forwards
+their look-ups have in common), once for the model and once for its random-init copy; the run record
+times each of the two.
 """
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ from plmodels.progress import progress as progress_bar
 from plmodels.training.config import resolve_path
 from plmodels.training.corpus import iter_texts
 from probes.ngram import BigramLM
-from probes.sentence_scores import BATCH_TOKENS, SCORERS, scorers_for
+from probes.sentence_scores import BATCH_TOKENS, SCORERS, score_pairs_together, scorers_for
 from probes.stats import bootstrap_ci
 from workbench.analyses.probing import default_model_name
 from workbench.core.io import atomic_write_json
@@ -162,19 +165,25 @@ def _items(model: str, pairs: list[PairRecord], scorer: str, scores: np.ndarray)
                          "bad": scores[:, 1], "correct": correct(scores)}, columns=ITEM_COLUMNS)
 
 
-def _cached(cache: Path | None, key: str, compute) -> np.ndarray:
-    """compute() -> (N, 2) array, kept as cache/<key>.npy when a cache folder is given."""
+def _path(cache: Path, key: str) -> Path:
+    return cache / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npy"
+
+
+def _load(cache: Path | None, key: str) -> np.ndarray | None:
+    """The (N, 2) scores kept as cache/<hash of key>.npy, or None."""
+    if cache is None or not _path(cache, key).is_file():
+        return None
+    return np.load(_path(cache, key))
+
+
+def _save(cache: Path | None, key: str, scores: np.ndarray) -> None:
+    """Keep the scores under the key (atomic: a temp file, then rename); nothing without a cache folder."""
     if cache is None:
-        return compute()
-    path = cache / f"{hashlib.sha256(key.encode()).hexdigest()[:20]}.npy"
-    if path.is_file():
-        return np.load(path)
-    out = compute()
+        return
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp.npy")
-    np.save(tmp, out)
-    tmp.replace(path)
-    return out
+    tmp = _path(cache, key).with_suffix(".tmp.npy")
+    np.save(tmp, scores)
+    tmp.replace(_path(cache, key))
 
 
 def lm_head_trained(model_path: str | Path) -> bool:
@@ -276,19 +285,27 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
     init = "init:" + random_init_key(model, Path(model_path) / "tokenizer", cfg.seed)
     item_key = hashlib.sha256("\n".join(r.id for r in pairs).encode()).hexdigest()[:16]
     frames, seconds, cpu = [], {}, {}
-    jobs = [(s, "model") for s in scorers] + ([(s, "random_init") for s in scorers] if "random_init" in cfg.floors else [])
-    baseline = random_init_model(model, cfg.seed) if "random_init" in cfg.floors else None
-    with progress_bar(len(jobs), f"minimal pairs {name}", "scorer", disable=not progress) as bar:
-        for sc, which in jobs:
+    copies = [("model", model)] + ([("random_init", random_init_model(model, cfg.seed))]
+                                   if "random_init" in cfg.floors else [])
+    with progress_bar(len(copies) * len(scorers), f"minimal pairs {name}", "scorer", disable=not progress) as bar:
+        for which, m in copies:
             t0, c0 = time.perf_counter(), time.process_time()
-            m, label = (model, sc.name) if which == "model" else (baseline, f"floor:random_init:{sc.name}")
-            key = f"{ckpt if which == 'model' else init}:{SUITE_VERSION}:{label}:{item_key}:{cfg.seed}"
-            with torch.inference_mode():
-                scores = _cached(cache, key, lambda: sc.score_pairs(m, tok, _as_pairs(pairs), cfg.batch_tokens))
-            frames.append(_items(name, pairs, label, scores))
-            seconds[label] = round(time.perf_counter() - t0, 1)
-            cpu[label] = round(time.process_time() - c0, 1)  # CPU seconds, all threads: wall time on a shared machine
-            bar.update(1)
+            label = {s.name: s.name if which == "model" else f"floor:random_init:{s.name}" for s in scorers}
+            key = {n: f"{ckpt if which == 'model' else init}:{SUITE_VERSION}:{label[n]}:{item_key}:{cfg.seed}"
+                   for n in label}
+            scores = {n: _load(cache, key[n]) for n in label}
+            todo = [s for s in scorers if scores[s.name] is None]
+            if todo:  # the scorers not cached, together: the masked-LM ones share their forwards
+                with torch.inference_mode():
+                    fresh = score_pairs_together(m, tok, _as_pairs(pairs), todo, cfg.batch_tokens)
+                for n, arr in fresh.items():
+                    _save(cache, key[n], arr)
+                    scores[n] = arr
+            frames += [_items(name, pairs, label[s.name], scores[s.name]) for s in scorers]
+            part = ("" if which == "model" else "floor:random_init:") + ("+".join(s.name for s in todo) or "cached")
+            seconds[part] = round(time.perf_counter() - t0, 1)
+            cpu[part] = round(time.process_time() - c0, 1)  # CPU seconds, all threads: wall time on a shared machine
+            bar.update(len(scorers))
     frames += _corpus_floors(model_path, pairs, tok, cfg, name, seconds)
     items = pd.concat(frames, ignore_index=True)
     table = accuracy_rows(items, pairs, name, cfg)

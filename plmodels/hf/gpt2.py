@@ -2,7 +2,7 @@
 
 The GPT-2 counterpart of bert.import_hf_bert, on the same rules: `config.json` is mapped field
 by field and anything our Decoder cannot compute exactly is a ValueError naming the field; weights
-come through `bert.read_hf_weights` (model.safetensors, else pytorch_model.bin through
+come through `common.read_hf_weights` (model.safetensors, else pytorch_model.bin through
 torch's tensors-only loader: anything else is an UnsafePickleError and is never unpickled); a
 tensor whose shape does not match the config is refused, naming the tensor and both shapes; a
 missing one is refused by name; tensors we cannot map are listed in the card's import report and

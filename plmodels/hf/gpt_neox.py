@@ -16,7 +16,7 @@ over all heads (3 x H x Dh): its rows are regrouped (`neox_qkv_to_ours`), weight
 The same contract as the other importers (gpt2.py): `config.json` is mapped field by field and
 anything our Decoder cannot compute exactly is a ValueError naming the field (attention_bias false,
 another rope_type, an activation we lack, an odd number of rotated channels); weights come through
-`bert.read_hf_weights` (safetensors, sharded or not, or tensors-only pickles); a tensor whose
+`common.read_hf_weights` (safetensors, sharded or not, or tensors-only pickles); a tensor whose
 shape does not fit the config is refused naming it and both shapes; a missing one is refused by
 name; old checkpoints' buffers (`attention.bias`, `attention.masked_bias` causal masks,
 `attention.rotary_emb.inv_freq`) are ignored, but an inv_freq that disagrees with rotary_pct /

@@ -17,7 +17,7 @@ own files, never from a hub, and never needs transformers.
 | bart | Seq2Seq (learned positions, post-LN) | `plmodels.hf.seq2seq.import_hf_bart` |
 | xlnet | XLNet (two-stream relative attention) | `plmodels.hf.xlnet.import_hf_xlnet` |
 
-Every importer reads sharded checkpoints too (`bert.read_hf_weights`), and the SentencePiece
+Every importer reads sharded checkpoints too (`common.read_hf_weights`), and the SentencePiece
 tokenizers of ALBERT, T5, XLNet and XLM-R from tokenizer.json as transformers 5 rebuilds them
 (`Tokenizer.from_hf_folder`; docs/interop.md).
 

@@ -210,7 +210,7 @@ def from_hf_bart_state_dict(hf_state: dict[str, torch.Tensor], config: Seq2SeqCo
 
 def import_hf_t5(src_dir, out_dir=None, card: dict | None = None):
     """Read a HF T5 folder (T5ForConditionalGeneration) -> (Seq2Seq in eval mode, Tokenizer or None);
-    save a checkpoint if out_dir (`bert.import_converted`)."""
+    save a checkpoint if out_dir (`common.import_converted`)."""
 
     def build(hf: dict, state: dict):
         config = t5_config(hf)
@@ -221,7 +221,7 @@ def import_hf_t5(src_dir, out_dir=None, card: dict | None = None):
 
 def import_hf_bart(src_dir, out_dir=None, card: dict | None = None):
     """Read a HF BART folder (BartForConditionalGeneration) -> (Seq2Seq in eval mode, Tokenizer or
-    None); save a checkpoint if out_dir (`bert.import_converted`)."""
+    None); save a checkpoint if out_dir (`common.import_converted`)."""
 
     def build(hf: dict, state: dict):
         config = bart_config(hf)

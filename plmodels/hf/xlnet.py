@@ -103,7 +103,7 @@ def from_hf_xlnet_state_dict(hf_state: dict[str, torch.Tensor]) -> dict[str, tor
 
 def import_hf_xlnet(src_dir, out_dir=None, card: dict | None = None):
     """Read a HF XLNet folder (XLNetLMHeadModel or XLNetModel) -> (XLNet in eval mode, Tokenizer or
-    None); save a checkpoint if out_dir (`bert.import_converted`)."""
+    None); save a checkpoint if out_dir (`common.import_converted`)."""
 
     def build(hf: dict, state: dict):
         return XLNet(xlnet_config(hf)), from_hf_xlnet_state_dict(state)

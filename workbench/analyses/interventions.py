@@ -58,7 +58,7 @@ import torch
 from scipy.stats import spearmanr
 
 import plmodels
-from plmodels.checkpoint import random_init_model
+from plmodels.checkpoint import random_init_model, read_card
 from plmodels.config import Config
 from plmodels.families import FAMILIES, family_of
 from probes.mediation import bootstrap_rows, interchange_hits, item_effects, restored_fraction
@@ -467,6 +467,18 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
     if tok is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; the agreement items need one")
     name = model_name or default_model_name(model_path)
+    if not read_card(model_path).lm_head_trained:
+        # the readout is the LM head's verb-form logits: an untrained head (an ELECTRA discriminator, an imported
+        # sentence encoder, a classifier) would be read as noise, so nothing is measured (as amnesic's LM rows)
+        reason = f"{model_path}: its card says its LM head is untrained; agreement is read through the LM head"
+        print(f"interventions: {name} not measured ({reason})", flush=True)
+        tables = {"interventions": pd.DataFrame([], columns=COLUMNS),
+                  "interventions_attribution": pd.DataFrame([], columns=ATTR_COLUMNS)}
+        if out_dir is not None:
+            write_tables(out_dir, tables)
+            atomic_write_json(Path(out_dir) / "interventions_run.json",
+                              {"config": cfg.to_dict(), "model": name, "not_measured": reason})
+        return tables
     records = agreement_items(cfg)
     models = {"trained": model}
     if "random_init" in cfg.floors:

@@ -3,6 +3,8 @@ and their interventions by hand, the residual-stream identity (patching a layer'
 is the whole intervention), both LM views, the floors' rows and the clear errors."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -283,6 +285,20 @@ def test_an_encoder_run_writes_its_rows(tmp_path):
     t = iv.interventions_model(tmp_path / "enc", None, {**CFG, "floors": [], "interventions": ["swap_number"],
                                                        "attribution": False})["interventions"]
     assert set(t["variant"]) == {"trained"} and "attribution_nie_log" not in set(t["metric"])
+
+
+def test_a_model_whose_lm_head_is_untrained_is_not_measured(tmp_path):
+    tok = Tokenizer.train_wordpiece(_texts(), vocab_size=200)
+    torch.manual_seed(0)
+    model = Encoder(EncoderConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
+                                  max_positions=64)).eval()
+    plmodels.save(model, tok, tmp_path / "disc", card={"objective_name": "electra"})   # no trained MLM head
+    plmodels.save(model, tok, tmp_path / "mlm", card={"objective_name": "mlm"})
+    cfg = {**CFG, "floors": [], "interventions": ["swap_number"], "attribution": False}
+    t = iv.interventions_model(tmp_path / "disc", tmp_path / "out", cfg)
+    assert t["interventions"].empty and t["interventions_attribution"].empty
+    assert "LM head is untrained" in json.loads((tmp_path / "out" / "interventions_run.json").read_text())["not_measured"]
+    assert len(iv.interventions_model(tmp_path / "mlm", None, cfg)["interventions"])   # the same weights, a trained head
 
 
 def test_bad_inputs_are_one_clear_error():

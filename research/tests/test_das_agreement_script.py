@@ -5,10 +5,8 @@ import pytest
 import torch
 
 import plmodels
-from plmodels import Decoder, DecoderConfig
-from plmodels.tokenizer import Tokenizer
+from tests.workbench.analyses.agreement_runs import agreement_decoder
 from workbench.analyses.interventions import InterventionsConfig, agreement_items, build_items, form_logprob_score
-from workbench.data.pair_templates import INTRANSITIVE, NOUNS, OTHER_NOUNS, PREPOSITIONS, SAY_VERBS, TRANSITIVE
 
 from .scripts import load_script
 
@@ -23,15 +21,7 @@ def das_script():
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
     """A tiny random decoder whose BPE knows every template word (so most items keep their alignment)."""
-    words = [w for pair in NOUNS + OTHER_NOUNS + INTRANSITIVE + TRANSITIVE for w in pair]
-    tok = Tokenizer.train_bpe([" ".join(["The", "the", "that", ".", *PREPOSITIONS, *SAY_VERBS, *words])] * 30,
-                              vocab_size=1000)
-    torch.manual_seed(1)
-    model = Decoder(DecoderConfig(vocab_size=tok.vocab_size, d_model=16, n_layers=2, n_heads=2, d_ff=32,
-                                  max_positions=64)).eval()
-    folder = tmp_path_factory.mktemp("dec") / "ckpt"
-    plmodels.save(model, tok, folder)
-    return str(folder)
+    return str(agreement_decoder(tmp_path_factory.mktemp("dec") / "ckpt"))
 
 
 def _clean_and_corrupt_d(ckpt: str) -> tuple[np.ndarray, np.ndarray]:

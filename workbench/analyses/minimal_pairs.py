@@ -13,7 +13,10 @@ config's `scorers` keeps a subset of them) and writes two tidy tables:
   range of a fair coin's accuracy over the same n items), `floor:frequency` (choose the form more
   frequent in the pretraining corpus), `floor:bigram` (`probes.ngram.BigramLM` on the pretraining
   corpus, in the model's own tokens) and `floor:random_init:<scorer>` (the same architecture,
-  freshly initialised with `seed`, scored the same way).
+  freshly initialised with `seed`, scored the same way). A scorer that leaves pairs unscored (below)
+  also gets the chance, frequency and bigram floors on exactly the items it scored, as rows
+  `floor:<floor>:<scorer>` (`floor:chance:masked_word`); the pooled `floor:<floor>` rows stand on every
+  item and are the floors of the scorers that score every item.
 - `minimal_pair_items`: model, id, suite, phenomenon, condition, variant, scorer, good, bad (the two
   scores), correct (1, 0, or 0.5 for a tie: a model that cannot tell the sentences apart sits at
   chance); the zoo's multi-bootstrap over seeds x items reads it (`workbench.analyses.zoo`).
@@ -64,6 +67,7 @@ COLUMNS = ["model", "suite", "phenomenon", "condition", "variant", "scorer", "me
            "n_items", "seed"]
 ITEM_COLUMNS = ["model", "id", "suite", "phenomenon", "condition", "variant", "scorer", "good", "bad", "correct"]
 FLOORS = ("chance", "frequency", "bigram", "random_init")
+CORPUS_FLOORS = ("chance", "frequency", "bigram")   # score no model: pooled, and per subset scorer
 WORD = re.compile(r"\w+|[^\w\s]")
 # Pre-tokenizers under which a newline between two non-space characters is a token boundary of its own
 # (byte-level BPE without a prefix space: the newline is one pre-token; BERT's: whitespace splits), so
@@ -137,21 +141,40 @@ def correct(scores: np.ndarray) -> np.ndarray:
 
 def accuracy_rows(items: pd.DataFrame, pairs: list[PairRecord], model: str, cfg: PairsRunConfig) -> pd.DataFrame:
     """The tidy accuracy rows of an items table (one scorer or floor per `scorer`), per condition and
-    pooled per phenomenon ("all"), each with a bootstrap interval over items."""
+    pooled per phenomenon ("all"), each with a bootstrap interval over items; a subset scorer's corpus
+    floors also on its own items (`subset_floor_items`)."""
     meta = pd.DataFrame([(r.id, r.suite, r.phenomenon, r.condition, r.variant) for r in pairs],
                         columns=["id", "suite", "phenomenon", "condition", "variant"])
     df = items[["model", "id", "scorer", "good", "bad", "correct"]].merge(meta, on="id").dropna(subset=["correct"])
+    df = pd.concat([df, *subset_floor_items(df, items)], ignore_index=True)
     pooled = df.assign(condition="all")
     rows = []
     for keys, g in pd.concat([df, pooled]).groupby(["suite", "phenomenon", "condition", "variant", "scorer"]):
         x = g["correct"].to_numpy(float)
-        if keys[4] == "floor:chance":  # a fair coin over the same n items
+        if _pair_floor(keys[4]) == "chance":  # a fair coin over the same n items
             lo, hi = _st.binom.ppf([0.025, 0.975], len(x), 0.5) / len(x)
             value = 0.5
         else:
             value, lo, hi = bootstrap_ci(x, np.mean, n_boot=cfg.n_boot, seed=cfg.seed)
         rows.append((model, *keys[:4], keys[4], "accuracy", float(value), float(lo), float(hi), len(x), cfg.seed))
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _pair_floor(scorer: str) -> str | None:
+    """The floor a `scorer` label names ("chance" for "floor:chance" and "floor:chance:masked_word"), None
+    for a model's scorer."""
+    return scorer.split(":")[1] if scorer.startswith("floor:") else None
+
+
+def subset_floor_items(df: pd.DataFrame, items: pd.DataFrame) -> list[pd.DataFrame]:
+    """The chance, frequency and bigram floor items of `df` (scored items only) restricted to the items
+    each subset scorer scored, relabelled "floor:<floor>:<scorer>": a subset scorer is a model scorer that
+    left some pair of `items` unscored (masked_word on a multi-piece contrast), so its floors stand on
+    exactly its items. The random-init floor is already scored by the scorer itself."""
+    subset = [s for s, g in items.groupby("scorer") if _pair_floor(s) is None and g["correct"].isna().any()]
+    corpus = df[df["scorer"].map(lambda s: _pair_floor(s) in CORPUS_FLOORS and s.count(":") == 1)]
+    return [corpus[corpus["id"].isin(df.loc[df["scorer"] == s, "id"])].assign(scorer=corpus["scorer"] + ":" + s)
+            for s in subset]
 
 
 def _as_pairs(pairs: list[PairRecord]) -> list[tuple]:

@@ -658,7 +658,8 @@ PAIR_FLOORS = ("chance", "frequency", "bigram", "random_init")
 
 def _pair_source(scorer: str) -> tuple[str, str]:
     """A `minimal_pairs` scorer name -> (source, scorer): ("model", "clm"), ("chance", ""),
-    ("random_init", "clm") for "floor:random_init:clm"."""
+    ("random_init", "clm") for "floor:random_init:clm", ("chance", "masked_word") for
+    "floor:chance:masked_word" (the floor on the items that scorer scored)."""
     if not scorer.startswith("floor:"):
         return "model", scorer
     _, floor, *rest = scorer.split(":")
@@ -667,8 +668,9 @@ def _pair_source(scorer: str) -> tuple[str, str]:
 
 def pairs_accuracy_frame(pairs: pd.DataFrame, condition: str | None = "all") -> pd.DataFrame | None:
     """Accuracy rows of a `minimal_pairs` table with their source split out: model, suite, phenomenon,
-    condition, variant, source ("model" | a floor of PAIR_FLOORS), scorer (the model's scorer; for
-    random_init the scorer it was scored by, "" for the floors that score no model), value, ci_low,
+    condition, variant, source ("model" | a floor of PAIR_FLOORS), scorer (the model's scorer; for a
+    floor the scorer whose items it stands on, random_init's the scorer it was scored by, "" for a floor
+    pooled over every item), value, ci_low,
     ci_high, n_items. `condition` "all" keeps the phenomena's pooled rows, None every condition."""
     df = pairs[pairs["metric"] == "accuracy"]
     if condition is not None:
@@ -691,7 +693,9 @@ def pairs_summary_frame(pairs: pd.DataFrame) -> pd.DataFrame | None:
     """Per model, scorer, suite, phenomenon and variant (conditions pooled): the accuracy with its
     interval beside the four floors on the same items (chance: the upper end of a fair coin's range;
     frequency, bigram, random_init: their accuracies) and `above`, the floors the model's interval lies
-    above (its ci_low above the floor's value, and above the coin's upper end for chance)."""
+    above (its ci_low above the floor's value, and above the coin's upper end for chance). A floor is the
+    scorer's own row where the table has one (the floor on the items that scorer scored, e.g.
+    "floor:bigram:masked_word"), else the row pooled over every item."""
     acc = pairs_accuracy_frame(pairs)
     if acc is None or not (acc["source"] == "model").any():
         return None
@@ -706,7 +710,9 @@ def pairs_summary_frame(pairs: pd.DataFrame) -> pd.DataFrame | None:
                "ci_high": r.ci_high}
         above = []
         for floor in PAIR_FLOORS:
-            f = mine[(mine["source"] == floor) & (mine["scorer"].isin(["", r.scorer]))]
+            f = mine[(mine["source"] == floor) & (mine["scorer"] == r.scorer)]
+            if not len(f):   # no floor on this scorer's own items: it scored every item, the pooled floor's
+                f = mine[(mine["source"] == floor) & (mine["scorer"] == "")]
             if not len(f):
                 row[floor] = np.nan
                 continue

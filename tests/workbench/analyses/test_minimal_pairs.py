@@ -1,5 +1,6 @@
-"""`workbench pairs`: the accuracy table with its four floors, a planted model at 1.0, the frequency
-floor by hand, the score cache, the scorers an untrained LM head leaves, and the CLI."""
+"""`workbench pairs`: the accuracy table with its four floors (a subset scorer's on its own items, by
+hand), a planted model at 1.0, the frequency floor by hand, the score cache, the scorers an untrained
+LM head leaves, and the CLI."""
 from __future__ import annotations
 
 import json
@@ -16,7 +17,9 @@ from probes.ngram import BigramLM
 from probes.sentence_scores import Scorer
 from workbench.analyses import minimal_pairs as mp
 from workbench.cli import main
+from workbench.data.minimal_pairs import PairRecord
 from workbench.data.pair_templates import INTRANSITIVE, NOUNS, OTHER_NOUNS
+from workbench.presentation import views
 
 CFG = {"suites": ["templates"], "max_pairs_per_condition": 6, "n_per_template": 24, "n_boot": 200}
 
@@ -207,3 +210,48 @@ def test_the_random_init_floor_is_cached_by_architecture_not_by_weights(decoder_
     np.testing.assert_array_equal(floor(fresh).to_numpy(), floor(second).to_numpy())
     mp.score_pairs_model(other, tmp_path / "b", {**cfg, "seed": 1}, progress=False, cache_dir=tmp_path / "c")
     assert len(calls) == 1 + 2 + 2                                      # another seed: model and floor anew
+
+
+def _subset_table() -> pd.DataFrame:
+    """Six pairs of one phenomenon by hand: clm scores all, masked_word only pairs 0-3 (4 and 5 are
+    multi-piece contrasts it leaves out); the frequency floor wins pairs 0-2, the bigram floor 3-5."""
+    pairs = [PairRecord(f"p{i}", "templates", "agreement_pp", "c", "template", ("a", "b"), ("a", "c"), 1, 1, 0, "hand", 0)
+             for i in range(6)]
+
+    def scores(won: list[float]) -> np.ndarray:   # 1 -> good wins, 0 -> bad wins, NaN -> unscored
+        return np.stack([np.asarray(won, float), np.where(np.isnan(won), np.nan, 0.5)], axis=1)
+
+    subset = [1, 1, 0, 1, np.nan, np.nan]
+    items = pd.concat([mp._items("m", pairs, "clm", scores([1, 1, 1, 1, 0, 0])),
+                       mp._items("m", pairs, "masked_word", scores(subset)),
+                       mp._items("m", pairs, "floor:random_init:masked_word", scores([0, 1, 0, 0, np.nan, np.nan])),
+                       mp._items("m", pairs, "floor:chance", np.zeros((6, 2))),
+                       mp._items("m", pairs, "floor:frequency", scores([1, 1, 1, 0, 0, 0])),
+                       mp._items("m", pairs, "floor:bigram", scores([0, 0, 0, 1, 1, 1]))], ignore_index=True)
+    return mp.accuracy_rows(items, pairs, "m", mp.PairsRunConfig(n_boot=50))
+
+
+def test_a_subset_scorer_gets_its_floors_on_its_own_items():
+    t = _subset_table()
+    t = t[t["condition"] == "all"].set_index("scorer")
+    # pooled over the six items: frequency 3/6, bigram 3/6; on masked_word's four: 3/4 and 1/4 (by hand)
+    assert t.loc["floor:frequency", "value"] == 0.5 and t.loc["floor:bigram", "value"] == 0.5
+    assert t.loc["floor:frequency:masked_word", "value"] == 0.75
+    assert t.loc["floor:bigram:masked_word", "value"] == 0.25
+    assert t.loc["floor:chance:masked_word", "value"] == 0.5
+    assert t.loc["floor:chance:masked_word", "ci_high"] == 1.0 > t.loc["floor:chance", "ci_high"]  # a coin over 4
+    for floor in ("chance", "frequency", "bigram", "random_init"):
+        assert t.loc[f"floor:{floor}:masked_word", "n_items"] == t.loc["masked_word", "n_items"] == 4
+    assert not any(s.endswith(":clm") for s in t.index)   # clm scores every item: the pooled floors are its own
+
+
+def test_the_summary_puts_each_scorer_beside_the_floors_on_its_own_items():
+    s = views.pairs_summary_frame(_subset_table()).set_index("scorer")
+    acc = views.pairs_accuracy_frame(_subset_table())
+    for scorer, r in s.iterrows():   # every floor the summary picked stands on the scorer's n_items
+        own = acc[(acc["source"] != "model") & (acc["scorer"] == scorer)]
+        floors = own if len(own) else acc[(acc["source"] != "model") & (acc["scorer"] == "")]
+        assert (floors["n_items"] == r["n_items"]).all()
+    assert s.loc["masked_word", "frequency"] == 0.75 and s.loc["masked_word", "bigram"] == 0.25
+    assert s.loc["masked_word", "chance"] == 1.0          # the upper end of a coin's range over 4 items
+    assert s.loc["clm", "frequency"] == 0.5 and s.loc["clm", "bigram"] == 0.5

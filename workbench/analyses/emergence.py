@@ -55,7 +55,7 @@ from plmodels.training.loop import read_run_config
 from plmodels.training.masking import IGNORE_INDEX
 from probes.sentence_scores import SCORERS
 from workbench.analyses.heads import analyse_loaded, summarise_heads
-from workbench.analyses.minimal_pairs import PairsRunConfig, score_pairs_model
+from workbench.analyses.minimal_pairs import CORPUS_FLOORS, PairsRunConfig, score_pairs_model
 from workbench.analyses.probing import probe_model
 from workbench.core.results import write_table
 
@@ -203,8 +203,9 @@ def pair_scores(path: Path, cfg: PairsRunConfig, cache_dir: Path,
     t = t[t["condition"] == "all"]
     own = [s for s in t["scorer"].unique() if not s.startswith("floor:")]
     scorer = min(own, key=lambda n: list(SCORERS).index(n))
-    floor_of = {"floor:chance": "floor:chance", "floor:frequency": "floor:frequency", "floor:bigram": "floor:bigram",
-                f"floor:random_init:{scorer}": "floor:random_init"}
+    # each floor on the scorer's own items (floor:<floor>:<scorer>) where the table has it, else pooled
+    floor_of = {**{f"floor:{f}": f"floor:{f}" for f in CORPUS_FLOORS},
+                **{f"floor:{f}:{scorer}": f"floor:{f}" for f in (*CORPUS_FLOORS, "random_init")}}
     out: dict[str, dict[str, float]] = {}
     for (suite, phenomenon, variant), g in t.groupby(["suite", "phenomenon", "variant"]):
         key = f"pairs:{suite}:{phenomenon}:{variant}"
@@ -217,7 +218,8 @@ def pair_scores(path: Path, cfg: PairsRunConfig, cache_dir: Path,
         if floors is not None:
             out[key].update({k: v for k, v in floors.get(key, {}).items() if k.startswith("floor:")})
         else:
-            out[key].update({floor_of[f]: float(v) for f, v in zip(g["scorer"], g["value"]) if f in floor_of})
+            value = dict(zip(g["scorer"], g["value"]))
+            out[key].update({to: float(value[f]) for f, to in floor_of.items() if f in value})  # own after pooled
     return out
 
 

@@ -51,7 +51,9 @@ def pairs_figure(acc: pd.DataFrame, model: str, variant: str | None = None) -> g
             g = s[s["source"] == floor]
             if not len(g):
                 continue
-            for scorer, h in g.groupby("scorer", sort=False):   # random_init: one per scorer
+            if set(scorers) <= set(g["scorer"]):   # every scorer has this floor on its own items: no pooled one
+                g = g[g["scorer"] != ""]
+            for scorer, h in g.groupby("scorer", sort=False):   # random_init, a subset scorer's: one per scorer
                 name = f"floor: {floor}" + (f" ({scorer})" if scorer else "")
                 fig.add_trace(go.Scatter(x=x_of(h), y=h["value"], error_y=_err(h), mode="markers", name=name,
                                          legendgroup=name, showlegend=name not in shown,

@@ -120,6 +120,22 @@ def test_the_pairs_figure_draws_every_floor_with_its_interval():
     assert {t.name for t in attr.data} == {"agr (template, clm)", "sva (original, clm)"}
 
 
+def test_the_pairs_figure_draws_a_subset_scorers_own_floors_not_the_pooled_ones():
+    # masked_word scores a subset of the items and has its own chance/frequency/bigram rows on them
+    own = [("dec", "templates", ph, "all", "template", scorer, "accuracy", 0.6, 0.5, 0.7, 20, 0)
+           for ph in ("npi", "agr") for scorer in ("floor:chance:masked_word", "floor:frequency:masked_word",
+                                                   "floor:bigram:masked_word", "floor:random_init:masked_word")]
+    subset = pd.concat([_pairs().query("scorer != 'clm' and scorer != 'floor:random_init:clm'"),
+                        pd.DataFrame([(*r[:5], "masked_word", *r[6:]) for r in own[:2]], columns=COLS),
+                        pd.DataFrame(own, columns=COLS)])
+    names = [t.name for t in F.pairs_figure(views.pairs_accuracy_frame(subset), "dec").data]
+    assert names == ["masked_word", "floor: chance (masked_word)", "floor: frequency (masked_word)",
+                     "floor: bigram (masked_word)", "floor: random_init (masked_word)"]
+    # beside a scorer that scores every item (clm: no rows of its own) the pooled floors stay drawn
+    both = pd.concat([_pairs(), subset])
+    assert "floor: bigram" in [t.name for t in F.pairs_figure(views.pairs_accuracy_frame(both), "dec").data]
+
+
 def test_the_probing_summary_puts_the_untrained_models_best_layer_beside_the_score():
     p = _probing()
     extra = pd.DataFrame([("m", "pos", "edge", "first", l, "random_init", "accuracy", v, 0, v - 0.1, v + 0.1)

@@ -159,7 +159,7 @@ class Browser:
 # (url path, title, plots the page shows on the fixture)
 PAGES = [("runs", "Runs and models", 1), ("layers", "Layers", 4), ("heads", "Heads", 5),
          ("pruning", "Pruning", 3), ("causal", "Causal probes", 0), ("pairs", "Minimal pairs", 0),
-         ("flow", "Flow", 1), ("interventions", "Interventions", 0), ("compare", "Finetuned vs frozen", 5),
+         ("flow", "Flow", 1), ("interventions", "Interventions", 1), ("compare", "Finetuned vs frozen", 5),
          ("playground", "Playground", 3)]
 
 

@@ -796,6 +796,11 @@ def _ci(v, lo, hi, d: int = 3) -> str:
     return f"{_f(v, d)} [{_f(lo, d)}, {_f(hi, d)}]" if finite else _f(v, d)
 
 
+def _cis(df: pd.DataFrame, value: str = "value", low: str = "ci_low", high: str = "ci_high", d: int = 3) -> list[str]:
+    """`_ci` of each row of df's `value`, `low` and `high` columns."""
+    return [_ci(v, lo, hi, d) for v, lo, hi in zip(df[value], df[low], df[high])]
+
+
 def objectives_section(run_dir: Path) -> Section:
     """The zoo (workbench/analyses/zoo.py): systems that differ only in their pretraining objective, each
     with pretraining seeds. Per task, the best-layer score of every system with its multi-bootstrap
@@ -824,9 +829,8 @@ def objectives_section(run_dir: Path) -> Section:
     s.findings = [c for c in clauses if c]
     s.n_key = min(2, len(s.findings))
     table = summary.assign(
-        best=[_ci(v, lo, hi) for v, lo, hi in zip(summary["best"], summary["best_low"], summary["best_high"])],
-        e_delta=[_ci(v, lo, hi, 2) for v, lo, hi in zip(summary["e_delta"], summary["e_delta_low"],
-                                                         summary["e_delta_high"])])
+        best=_cis(summary, "best", "best_low", "best_high"),
+        e_delta=_cis(summary, "e_delta", "e_delta_low", "e_delta_high", 2))
     if "mdl_layer" in table:
         table["mdl_layer"] = [str(int(x)) if np.isfinite(x) else "" for x in table["mdl_layer"]]
     caption = ("Per task and system: best-layer score (best: micro F1; UUAS and root accuracy for the structural "
@@ -837,8 +841,7 @@ def objectives_section(run_dir: Path) -> Section:
                     "across models whose layer norms differ (Fayyaz et al. 2021)")
     s.tables.append((caption, table.drop(columns=["best_low", "best_high", "e_delta_low", "e_delta_high"])))
     if comps is not None:
-        shown = comps.assign(delta=[_ci(v, lo, hi) for v, lo, hi in zip(comps["delta"], comps["ci_low"],
-                                                                           comps["ci_high"])])
+        shown = comps.assign(delta=_cis(comps, "delta"))
         s.tables.append(("Comparisons (delta = A - B with its interval; finding: the claim where both systems have "
                          "3 seeds or more, the interval excludes 0 and Holm's adjusted p_holm <= 0.05 in its family "
                          "(primary: each task's declared statistic; secondary: the rest), unadjusted: the interval's "
@@ -853,14 +856,13 @@ def objectives_section(run_dir: Path) -> Section:
                          "multi-bootstrap interval over pretraining seeds x items; chance, frequency, bigram, random_init: "
                          "each floor's accuracy on the same items and seeds, the random-init model by the system's own "
                          "scorer; each system against each floor: the comparisons above, system_b floor:<name>)",
-                         pairs.assign(value=[_ci(v, lo, hi) for v, lo, hi in
-                                             zip(pairs["value"], pairs["ci_low"], pairs["ci_high"])])
+                         pairs.assign(value=_cis(pairs))
                          .drop(columns=["ci_low", "ci_high", "item_ci_low", "item_ci_high"])))
     if flow is not None and (flow["layer"] < 0).any():
         f = flow[flow["layer"] < 0]
         s.tables.append(("The flow suite per system (docs/flow.md; seeds-only 95% interval; floors: *_random_init, "
                          "*_random; the tuned lens' flow_lens_kl_tuned_mean is its declared primary statistic)",
-                         f.assign(value=[_ci(v, lo, hi) for v, lo, hi in zip(f["value"], f["ci_low"], f["ci_high"])])
+                         f.assign(value=_cis(f))
                          [["statistic", "system", "value", "n_seeds"]]))
     mediated = views.zoo_interventions_table(run_dir)
     if mediated is not None:
@@ -869,9 +871,7 @@ def objectives_section(run_dir: Path) -> Section:
                          "(seeds-only 95% interval) beside the random-init model's; the comparisons above, "
                          "system_b floor:random_init against the floor",
                          mediated.assign(
-                             value=[_ci(*v) for v in zip(mediated["value"], mediated["ci_low"], mediated["ci_high"])],
-                             floor=[_ci(*v) for v in zip(mediated["floor"], mediated["floor_low"],
-                                                         mediated["floor_high"])])
+                             value=_cis(mediated), floor=_cis(mediated, "floor", "floor_low", "floor_high"))
                          .drop(columns=["ci_low", "ci_high", "floor_low", "floor_high"])))
     fvf = views.zoo_fvf_table(run_dir)
     if fvf is not None:
@@ -991,8 +991,7 @@ def pairs_section(run_dir: Path) -> Section:
     s.findings = [_pairs_clause(model, scorer, g)
                   for (model, scorer), g in summary.groupby(["model", "scorer"], sort=True)]
     s.n_key = min(2, len(s.findings))
-    shown = summary.assign(accuracy=[_ci(v, lo, hi) for v, lo, hi in
-                                     zip(summary["value"], summary["ci_low"], summary["ci_high"])])
+    shown = summary.assign(accuracy=_cis(summary))
     s.tables.append(("Accuracy per phenomenon (conditions pooled; 95% bootstrap interval over items) beside its "
                      "floors on the same items (chance: the upper end of a fair coin's 95% range; frequency: the "
                      "more frequent form; bigram: a Witten-Bell bigram of the pretraining corpus; random_init: "
@@ -1042,13 +1041,12 @@ def flow_section(run_dir: Path) -> Section:
     ends = bits[bits.groupby("model")["layer"].transform(lambda l: l.isin([l.min(), l.max()]))]
     s.tables.append(("MI with the token, bits, at the first and last layer (95% bootstrap interval over sentences); "
                      "floors: the random-init model and the shuffled-token control",
-                     ends.assign(mi=[_ci(v, lo, hi) for v, lo, hi in zip(ends["value"], ends["ci_low"], ends["ci_high"])])
+                     ends.assign(mi=_cis(ends))
                      [["model", "estimator", "label", "variant", "control", "layer", "mi"]]))
     if attr is not None:
         s.tables.append(("Faithfulness of each attribution method (95% bootstrap interval over sentences); "
                          "floor: random scores",
-                         attr.assign(score=[_ci(v, lo, hi) for v, lo, hi in
-                                            zip(attr["value"], attr["ci_low"], attr["ci_high"])])
+                         attr.assign(score=_cis(attr))
                          [["model", "target", "method", "metric", "n_items", "score"]]))
     return s
 
@@ -1109,7 +1107,7 @@ def interventions_section(run_dir: Path) -> Section:
     s.tables.append(("Total effect of the intervention (nats of log p(agreeing verb) - log p(other form)) and the share of items preferring "
                      "the agreeing verb (95% bootstrap interval over items); floors: the random-init model and the "
                      "same-number control",
-                     te.assign(score=[_ci(v, lo, hi) for v, lo, hi in zip(te["value"], te["ci_low"], te["ci_high"])])
+                     te.assign(score=_cis(te))
                      [["model", "variant", "intervention", "metric", "n_items", "score"]]))
     return s
 

@@ -52,6 +52,7 @@ from scipy import stats as _st
 import plmodels
 from plmodels.checkpoint import random_init_model, read_card
 from plmodels.config import Config
+from plmodels.files import atomic_open
 from plmodels.progress import progress as progress_bar
 from plmodels.training.config import resolve_path
 from plmodels.training.corpus import iter_texts
@@ -200,13 +201,12 @@ def _load(cache: Path | None, key: str) -> np.ndarray | None:
 
 
 def _save(cache: Path | None, key: str, scores: np.ndarray) -> None:
-    """Keep the scores under the key (atomic: a temp file, then rename); nothing without a cache folder."""
+    """Keep the scores under the key (`plmodels.files.atomic_open`); nothing without a cache folder."""
     if cache is None:
         return
     cache.mkdir(parents=True, exist_ok=True)
-    tmp = _path(cache, key).with_suffix(".tmp.npy")
-    np.save(tmp, scores)
-    tmp.replace(_path(cache, key))
+    with atomic_open(_path(cache, key), "wb") as f:
+        np.save(f, scores)
 
 
 def lm_head_trained(model_path: str | Path) -> bool:

@@ -468,8 +468,8 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
     # model itself, the LM attribution) of each stack whose LM head is trained and reads its every layer
     # (an encoder-decoder's `TeacherForcedDecoder` and a biLM's `BiLMDirection` are read as decoders)
     forms = {suffix: fam.flow_views.get(suffix, family_of(m).lm_inputs) for suffix, m in stacks.items()}
-    readouts = {suffix: stack_readout(m, forms[suffix]) if clf is None and read_card(model_path).lm_head_trained
-                else None for suffix, m in stacks.items()}
+    lens = clf is None and read_card(model_path).lm_head_trained
+    readouts = {suffix: stack_readout(m, forms[suffix]) if lens else None for suffix, m in stacks.items()}
     readout = readouts[""]
     data = {suffix: _batches(m, tok, sents, cfg, forms[suffix]) for suffix, m in stacks.items()}
     # "predict" items: for an MI curve (`Family.flow_predict_mi`) or the lens (the teacher-forced

@@ -39,6 +39,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from workbench import __version__
@@ -142,15 +143,17 @@ def _extract(a: argparse.Namespace) -> None:
     print(f"store: {store.path}")
 
 
-def _analysis(a: argparse.Namespace, name: str, fields: dict | None = None) -> None:
-    """One registered analysis (workbench/analyses/registry.py) on `a.model` (or the pretraining run
-    `a.run`): the typed config (--config, then --set, then the subcommand's own flags `fields`) and
-    the input checked before any work, the run, its figures."""
+def _analysis(a: argparse.Namespace) -> None:
+    """The subcommand of one registered analysis (workbench/analyses/registry.py, `a.analysis`) on
+    `a.model` (or the pretraining run `a.run`): the typed config (--config, then --set, then the
+    subcommand's own flags, `ANALYSIS_FLAGS`) and the input checked before any work, the run, its
+    figures."""
     from workbench.analyses.registry import Where, analysis
     from workbench.presentation.analysis_figures import write_analysis_figures
 
-    record = analysis(name)
-    config = record.resolve(a.config, {**_overrides(a), **(fields or {})})
+    record = analysis(a.analysis)
+    flags = ANALYSIS_FLAGS.get(record.name, AnalysisFlags())
+    config = record.resolve(a.config, {**_overrides(a), **(flags.fields(a) or {})})
     if record.reads == "pretraining_run":
         source = a.run
         if not source.is_dir():
@@ -160,13 +163,19 @@ def _analysis(a: argparse.Namespace, name: str, fields: dict | None = None) -> N
     else:
         source = a.model
         _check_checkpoint(source)
-    tables = record.run(source, config, Where(out_dir=a.out))
-    figures = write_analysis_figures(name, tables, a.out)
-    print(f"{name} tables: {sorted(tables)} in {a.out / 'tables'}"
+    tables = record.run(source, config, Where(out_dir=a.out, **flags.where(a)))
+    figures = write_analysis_figures(record.name, tables, a.out)
+    print(f"{record.name} tables: {sorted(tables)} in {a.out / 'tables'}"
           + (f", figures in {figures[0].parent}" if figures else ""))
 
 
-def _probe(a: argparse.Namespace) -> None:
+def _split(a: argparse.Namespace) -> dict | None:
+    """--tasks as the config's `tasks` (the analysis checks the names)."""
+    return {"tasks": a.tasks.split(",")} if a.tasks else None
+
+
+def _probe_fields(a: argparse.Namespace) -> dict | None:
+    """--tasks checked against the known tasks; without it, the config's tasks are (before any work)."""
     from probes.structural import STRUCTURAL_TASKS
     from workbench.analyses.probing import ProbeRunConfig
     from workbench.data.tasks import TASKS
@@ -177,49 +186,21 @@ def _probe(a: argparse.Namespace) -> None:
         bad = [t for t in ProbeRunConfig.resolve(a.config, _overrides(a)).tasks if t not in known]
         if bad:
             raise ValueError(f"{a.config or 'the probing config'}: tasks: unknown {bad}; known: {', '.join(sorted(known))}")
-    _analysis(a, "probe", {"tasks": tasks} if tasks else None)
+    return {"tasks": tasks} if tasks else None
 
 
-def _amnesic(a: argparse.Namespace) -> None:
-    _analysis(a, "amnesic", {"tasks": a.tasks.split(",")} if a.tasks else None)
+def _tasks_arg(help: str) -> Callable[[argparse.ArgumentParser], None]:
+    return lambda s: s.add_argument("--tasks", help=help)
 
 
-def _gate(a: argparse.Namespace) -> None:
-    _analysis(a, "gate", {"tasks": a.tasks.split(",")} if a.tasks else None)
+def _cross_heads_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--sentences", type=int, help="EWT test sentences to noise and read (default: the config's "
+                                                 "n_sentences, 200)")
+    s.add_argument("--seed", type=int, help="the noising seed (default: the config's seed, 0)")
 
 
-def _cross_heads(a: argparse.Namespace) -> None:
-    _analysis(a, "cross_heads", {k: v for k, v in (("n_sentences", a.sentences), ("seed", a.seed)) if v is not None})
-
-
-def _flow(a: argparse.Namespace) -> None:
-    from workbench.analyses.flow import FlowRunConfig, flow_model
-
-    config = FlowRunConfig.resolve(a.config, _overrides(a))
-    _check_checkpoint(a.model)
-    tables = flow_model(a.model, out_dir=a.out, config=config, lens_dir=a.lens_dir)
-    print(f"flow tables: {sorted(tables)} in {a.out / 'tables'}")
-
-
-def _patch(a: argparse.Namespace) -> None:
-    from workbench.analyses.interventions import InterventionsConfig, interventions_model
-
-    config = InterventionsConfig.resolve(a.config, _overrides(a))
-    _check_checkpoint(a.model)
-    tables = interventions_model(a.model, out_dir=a.out, config=config)
-    print(f"patch tables: {sorted(tables)} in {a.out / 'tables'}")
-
-
-def _pairs(a: argparse.Namespace) -> None:
-    _analysis(a, "pairs")
-
-
-def _heads(a: argparse.Namespace) -> None:
-    _analysis(a, "heads")
-
-
-def _prune(a: argparse.Namespace) -> None:
-    _analysis(a, "prune", {"methods": a.method.split(",")} if a.method else None)
+def _no_flags(s: argparse.ArgumentParser) -> None:
+    """A subcommand with MODEL, --out, --config and --set only."""
 
 
 def _compare(a: argparse.Namespace) -> None:
@@ -230,14 +211,6 @@ def _compare(a: argparse.Namespace) -> None:
     _check_checkpoint(a.model_b, "model_b")
     out = compare_models(a.model_a, a.model_b, out_dir=a.out, config=config)
     print(f"comparison tables: {sorted(out)} in {a.out / 'tables'}")
-
-
-def _fvf(a: argparse.Namespace) -> None:
-    _analysis(a, "frozen_vs_finetuned")
-
-
-def _emergence(a: argparse.Namespace) -> None:
-    _analysis(a, "emergence")
 
 
 def _run(a: argparse.Namespace) -> None:
@@ -306,6 +279,46 @@ DEBUG_HELP = f"on an error, show the full traceback (also: {DEBUG_ENV}=1)"
 RUNTIME_ERRORS = (ValueError, OSError)
 
 
+@dataclass(frozen=True)
+class AnalysisFlags:
+    """What an analysis' subcommand has beyond MODEL (or RUN), --out, --config and --set: `add` puts its
+    flags on the parser, `fields` turns them into config fields (over --config and --set), `where`
+    into `Where` fields; `out_help` says what --out receives. An analysis without an entry in
+    `ANALYSIS_FLAGS` has the plain subcommand."""
+
+    add: Callable[[argparse.ArgumentParser], None] = _no_flags
+    fields: Callable[[argparse.Namespace], dict | None] = lambda a: None
+    where: Callable[[argparse.Namespace], dict] = lambda a: {}
+    out_help: str = OUT_HELP
+
+
+PROPERTIES_HELP = "comma-separated word-level properties (default: the config's: pos,deps,ner)"
+ANALYSIS_FLAGS: dict[str, AnalysisFlags] = {
+    "probe": AnalysisFlags(_tasks_arg("comma-separated tasks (default: the config's, all six)"), _probe_fields),
+    "amnesic": AnalysisFlags(_tasks_arg(PROPERTIES_HELP), _split),
+    "gate": AnalysisFlags(_tasks_arg(PROPERTIES_HELP), _split,
+                          out_help="folder to write tables/ and figures/ into; role units read heads_classes from "
+                                   "the run's tables/ (run `workbench heads` into the same run) or from "
+                                   "--set heads_classes=<parquet>"),
+    "cross_heads": AnalysisFlags(_cross_heads_args, lambda a: {k: v for k, v in (("n_sentences", a.sentences),
+                                                                                  ("seed", a.seed)) if v is not None}),
+    "prune": AnalysisFlags(lambda s: s.add_argument("--method", help="comma-separated head-importance methods "
+                                                    "(default: the config's `methods`: michel,ablation,confidence,"
+                                                    "l0,random)"),
+                           lambda a: {"methods": a.method.split(",")} if a.method else None,
+                           out_help="folder to write tables/ and the pruned checkpoint pruned/ into"),
+    "pairs": AnalysisFlags(out_help="folder to write tables/ (minimal_pairs, minimal_pair_items) and the score "
+                                    "cache into"),
+    "flow": AnalysisFlags(lambda s: s.add_argument("--lens-dir", type=Path, help="where the tuned lens' translators "
+                                                   "go (default: MODEL/tuned_lens/, beside the checkpoint)"),
+                          where=lambda a: {"lens_dir": a.lens_dir},
+                          out_help="folder to write tables/ (flow_mi, flow_lens, flow_attribution), figures/ and "
+                                   "flow_run.json into"),
+    "interventions": AnalysisFlags(out_help="folder to write tables/ (interventions, interventions_attribution), "
+                                            "figures/ and interventions_run.json into"),
+}
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """Adds "(default: X)" to an option's help, except for flags (off unless given), for options
     whose default is None (their help says in words what happens then) and for help that already
@@ -347,6 +360,25 @@ def _config_args(s: argparse.ArgumentParser, what: str) -> None:
     s.add_argument("--config", type=Path, metavar="FILE",
                    help=f"{what} config JSON (default: the built-in defaults)")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
+
+
+def _analysis_commands(sub) -> None:
+    """One subcommand per record of the analysis registry, in its order: MODEL (or RUN, for an analysis of
+    a pretraining run), --out (default runs/<record name>), --config and --set, and the flags of its
+    `ANALYSIS_FLAGS` entry. The registry imports no analysis module, so building these is cheap."""
+    from workbench.analyses.registry import ANALYSES
+
+    for record in ANALYSES.values():
+        flags = ANALYSIS_FLAGS.get(record.name, AnalysisFlags())
+        s = _command(sub, record.subcommand, record.help or record.name)
+        if record.reads == "pretraining_run":
+            s.add_argument("run", type=Path, help="a pretraining run folder (with checkpoints/step_*)")
+        else:
+            s.add_argument("model", type=Path, help=MODEL_HELP)
+        flags.add(s)
+        s.add_argument("--out", type=Path, default=Path("runs") / record.name, help=flags.out_help)
+        _config_args(s, record.subcommand)
+        s.set_defaults(fn=_analysis, analysis=record.name)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -413,82 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bf16: forward under bf16 autocast (faster on AVX512-BF16/AMX CPUs; not exact)")
     s.set_defaults(fn=_extract)
 
-    s = _command(sub, "probe", "edge probing per layer, scalar mix, cumulative, controls")
-    s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--tasks", help="comma-separated tasks (default: the config's, all six)")
-    s.add_argument("--out", type=Path, default=Path("runs/probe"), help=OUT_HELP)
-    _config_args(s, "probing")
-    s.set_defaults(fn=_probe)
-
-    s = _command(sub, "amnesic", "amnesic probing: erase a property per layer (LEACE, INLP) and measure "
-                                 "what the model loses, against a random erasure of the same rank")
-    s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--tasks", help="comma-separated word-level properties (default: the config's: pos,deps,ner)")
-    s.add_argument("--out", type=Path, default=Path("runs/amnesic"), help=OUT_HELP)
-    _config_args(s, "amnesic-probing")
-    s.set_defaults(fn=_amnesic)
-
-    s = _command(sub, "gate", "head-gated probing: gate each head, role and role family off and measure the "
-                              "LM loss and the probes' accuracy, against random heads; the per-head passport")
-    s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--tasks", help="comma-separated word-level properties (default: the config's: pos,deps,ner)")
-    s.add_argument("--out", type=Path, default=Path("runs/gate"),
-                   help=OUT_HELP + "; role units read heads_classes from the run's tables/ (run `workbench heads` "
-                                   "into the same run) or from --set heads_classes=<parquet>")
-    _config_args(s, "head-gating")
-    s.set_defaults(fn=_gate)
-
-    s = _command(sub, "pairs", "targeted syntactic evaluation: which sentence of each minimal pair (agreement, "
-                               "reflexives, NPIs; from UD and templates) the model prefers, beside its floors")
-    s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--out", type=Path, default=Path("runs/pairs"),
-                   help="folder to write tables/ (minimal_pairs, minimal_pair_items) and the score cache into")
-    _config_args(s, "minimal-pairs")
-    s.set_defaults(fn=_pairs)
-
-    s = _command(sub, "patch", "causal mediation of subject-verb agreement: activation patching of every layer "
-                               "and head, attribution patching beside it, with floors (docs/interventions.md)")
-    s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--out", type=Path, default=Path("runs/patch"),
-                   help="folder to write tables/ (interventions, interventions_attribution) and "
-                        "interventions_run.json into")
-    _config_args(s, "interventions")
-    s.set_defaults(fn=_patch)
-
-    s = _command(sub, "flow", "information flow: token identity per layer (Voita et al.), logit and tuned lens, "
-                              "attribution methods and their faithfulness, each beside its floor (docs/flow.md)")
-    s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--out", type=Path, default=Path("runs/flow"),
-                   help="folder to write tables/ (flow_mi, flow_lens, flow_attribution) and flow_run.json into")
-    s.add_argument("--lens-dir", type=Path, help="where the tuned lens' translators go (default: "
-                                                  "MODEL/tuned_lens/, beside the checkpoint)")
-    _config_args(s, "flow")
-    s.set_defaults(fn=_flow)
-
-    s = _command(sub, "heads", "attention-head roles (positional, syntactic, rare-token, ...)")
-    s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--out", type=Path, default=Path("runs/heads"), help=OUT_HELP)
-    _config_args(s, "head-analysis")
-    s.set_defaults(fn=_heads)
-
-    s = _command(sub, "cross-heads", "cross-attention heads of a T5/BART checkpoint: where each target position "
-                                     "looks in the source, under the model's own noising and teacher forcing")
-    s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--out", type=Path, default=Path("runs/cross-heads"), help=OUT_HELP)
-    s.add_argument("--sentences", type=int, help="EWT test sentences to noise and read (default: the config's "
-                                                 "n_sentences, 200)")
-    s.add_argument("--seed", type=int, help="the noising seed (default: the config's seed, 0)")
-    _config_args(s, "cross-attention-head")
-    s.set_defaults(fn=_cross_heads)
-
-    s = _command(sub, "prune", "head importance, pruning curves and real pruning")
-    s.add_argument("model", type=Path, help=MODEL_HELP)
-    s.add_argument("--method", help="comma-separated head-importance methods (default: the config's `methods`: "
-                                    "michel,ablation,confidence,l0,random)")
-    s.add_argument("--out", type=Path, default=Path("runs/prune"),
-                   help="folder to write tables/ and the pruned checkpoint pruned/ into")
-    _config_args(s, "pruning")
-    s.set_defaults(fn=_prune)
+    _analysis_commands(sub)
 
     s = _command(sub, "compare", "compare two checkpoints (e.g. a finetuned model and its base): layer-by-layer CKA, "
                                  "per-head attention change (JS divergence) and probing scores of B next to A")
@@ -497,18 +454,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", type=Path, default=Path("runs/compare"), help="folder to write tables/ into")
     _config_args(s, "comparison")
     s.set_defaults(fn=_compare)
-
-    s = _command(sub, "frozen-vs-finetuned", "frozen features with a trained head vs full finetuning")
-    s.add_argument("model", type=Path, help="a pretrained checkpoint folder")
-    s.add_argument("--out", type=Path, default=Path("runs/frozen_vs_finetuned"), help="folder to write tables/ into")
-    _config_args(s, "frozen-vs-finetuned")
-    s.set_defaults(fn=_fvf)
-
-    s = _command(sub, "emergence", "probes and head scores over a pretraining run's log-spaced checkpoints")
-    s.add_argument("run", type=Path, help="a pretraining run folder (with checkpoints/step_*)")
-    s.add_argument("--out", type=Path, default=Path("runs/emergence"), help=OUT_HELP)
-    _config_args(s, "emergence")
-    s.set_defaults(fn=_emergence)
 
     s = _command(sub, "run", "the whole study as a pipeline of cached steps")
     _study_args(s, "the study's config: configs/demo.json, configs/full.json, ...")

@@ -23,6 +23,7 @@ steps of its own at the end: zoo:training, zoo:cka and zoo:stats (workbench/anal
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import multiprocessing
@@ -33,7 +34,7 @@ import threading
 import time
 import traceback
 from multiprocessing.connection import wait as wait_for
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -91,9 +92,10 @@ def section_fields(record: Analysis) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True)
-class RunConfig(Config):
-    """The schema of a run config's top level (configs/demo.json): every step is optional but the
-    models; unknown keys and wrong types are errors naming the file and the key."""
+class RunConfigBase(Config):
+    """The run config's top level but the analyses' sections (`RunConfig` adds one per record of
+    `ANALYSES`): every step is optional but the models; unknown keys and wrong types are errors naming
+    the file and the key."""
 
     name: str                                        # the run folder's name under results_root
     seed: int                                        # default seed of every step that takes one
@@ -103,18 +105,7 @@ class RunConfig(Config):
     results_root: str = "runs"
     tasks: dict = field(default_factory=dict)        # {"tasks": [...]}: the edge-probing tasks to build
     finetune: dict[str, dict] = field(default_factory=dict)   # name -> {"base", "config", "overrides"}
-    probe: AnalysisSection | None = None
-    heads: AnalysisSection | None = None
-    prune: AnalysisSection | None = None
-    gate: AnalysisSection | None = None              # head-gated probing (after heads)
-    amnesic: AnalysisSection | None = None           # amnesic probing
-    cross_heads: AnalysisSection | None = None       # cross-attention heads (T5, BART)
     compare: dict | None = None                      # {"pairs", "config"}
-    frozen_vs_finetuned: AnalysisSection | None = None
-    emergence: AnalysisSection | None = None
-    pairs: AnalysisSection | None = None             # minimal pairs (docs/behaviour.md)
-    flow: AnalysisSection | None = None              # information flow (docs/flow.md)
-    interventions: AnalysisSection | None = None     # agreement mediation (docs/interventions.md)
     # {} (or {"eval_sequences": n}): each pretrained model's held-out LM loss beside a unigram and a
     # bigram loss on the same targets (workbench/analyses/competence.py), the report's competence line
     competence: dict | None = None
@@ -130,11 +121,31 @@ class RunConfig(Config):
             raise ValueError(f"workers must be >= 1, got {self.workers}")
 
 
+def run_config_class() -> type[RunConfigBase]:
+    """The schema of a run config (configs/demo.json): `RunConfigBase` and, for each record of `ANALYSES`
+    as the registry holds them now, an optional section `<record name>: AnalysisSection | None`. The
+    sections are generated, not written out: a new record has its section without an edit here."""
+    return _run_config_class(tuple(ANALYSES))
+
+
+@functools.lru_cache(maxsize=None)
+def _run_config_class(names: tuple[str, ...]) -> type[RunConfigBase]:
+    cls = make_dataclass("RunConfig", [(n, AnalysisSection | None, field(default=None)) for n in names],
+                         bases=(RunConfigBase,), frozen=True)
+    cls.__module__, cls.__qualname__ = __name__, "RunConfig"
+    cls.__doc__ = (f"{RunConfigBase.__doc__.splitlines()[0]} With a section per analysis record "
+                   f"({', '.join(names)}: `AnalysisSection`).")
+    return cls
+
+
+RunConfig = run_config_class()   # the schema with the registry's records at import
+
+
 def load_run_config(path: str | Path, overrides: dict | None = None) -> dict:
-    """A run config (JSON) checked against `RunConfig`, with `overrides` merged in (nested dicts key
+    """A run config (JSON) checked against `run_config_class()`, with `overrides` merged in (nested dicts key
     by key); returned as the dict the steps read, without keys the file does not set."""
     d = merge(read_json_object(path), overrides)
-    RunConfig.from_dict(d, str(path))
+    run_config_class().from_dict(d, str(path))
     return d
 
 
@@ -725,7 +736,7 @@ def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, f
     """
     if isinstance(config, dict):
         cfg = merge(config, overrides)
-        RunConfig.from_dict(cfg, config_path or "run config")
+        run_config_class().from_dict(cfg, config_path or "run config")
     else:
         cfg = load_run_config(config, overrides)
     validate_run_config(cfg, config_path or (None if isinstance(config, dict) else str(config)))

@@ -70,6 +70,16 @@ def test_importing_the_cli_imports_no_library():
     assert out.stdout.strip() == "[]"
 
 
+def test_building_the_parser_from_the_analysis_registry_imports_no_library():
+    """The analysis subcommands come from the registry's records (cli._analysis_commands), which name
+    their config classes by string: the parser is built, every analysis subcommand included, with
+    neither torch nor pandas loaded."""
+    code = ("import sys, workbench.cli as c; p = c.build_parser(); "
+            "print(sorted(m for m in ('torch', 'plmodels', 'probes', 'pandas') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]"
+
+
 # --------------------------------------------------------------------------- the error handler, in-process
 def _raise(exc: BaseException):
     def fn(a):
@@ -83,7 +93,7 @@ def no_debug_env(monkeypatch):
 
 
 def test_a_runtime_error_is_one_line_and_exit_1(monkeypatch, capsys, no_debug_env):
-    monkeypatch.setattr(cli, "_probe", _raise(ConfigError("probe.json: unknown key 'bogus'")))
+    monkeypatch.setattr(cli, "_analysis", _raise(ConfigError("probe.json: unknown key 'bogus'")))
     assert cli.main(["probe", "m"]) == 1
     err = capsys.readouterr().err
     assert err == "workbench probe: error: probe.json: unknown key 'bogus'\n"
@@ -94,7 +104,7 @@ def test_a_runtime_error_is_one_line_and_exit_1(monkeypatch, capsys, no_debug_en
 
 @pytest.mark.parametrize("how", ["--debug before", "--debug after", "env"])
 def test_debug_adds_the_traceback(monkeypatch, capsys, no_debug_env, how):
-    monkeypatch.setattr(cli, "_heads", _raise(ValueError("bad heads")))
+    monkeypatch.setattr(cli, "_analysis", _raise(ValueError("bad heads")))
     argv = {"--debug before": ["--debug", "heads", "m"], "--debug after": ["heads", "m", "--debug"],
             "env": ["heads", "m"]}[how]
     if how == "env":

@@ -7,8 +7,8 @@
 Each section has a heading, its figures, a compact table and one sentence computed from the
 numbers (never hard-coded), so the page reads as the study's findings. The run's own sections come
 first (run, models and training curves); then each analysis record of `workbench.analyses.registry`
-names its sections (`Analysis.sections`, keys of `SECTION_BUILDERS`) and the report follows the
-records' order: per-layer probing (Tenney et al. 2019, expected layer and center of gravity; Hewitt
+names its sections (`Analysis.sections`, keys of `SECTION_BUILDERS`; a record that names none gets
+`default_section`: its figures and its tables' first rows) and the report follows the records' order: per-layer probing (Tenney et al. 2019, expected layer and center of gravity; Hewitt
 and Liang 2019, selectivity), the zoo's objectives and structural probes (Hewitt and Manning 2019,
 each best layer beside its four floors: a random tree, the chain, position alone, the untrained
 model) -> attention heads (Clark et al. 2019, best head per relation against a fixed-offset
@@ -42,11 +42,12 @@ from plotly.offline import get_plotlyjs
 from probes.multibootstrap import MIN_SEEDS
 from probes.pruning import METRICS, heads_to_prune_for_loss
 from workbench import figures
-from workbench.analyses.registry import ANALYSES
+from workbench.analyses.registry import ANALYSES, analysis
 from workbench.core import results
 from workbench.core.io import atomic_write_text
 from workbench.figures import zoo as zoo_figures
 from workbench.presentation import views
+from workbench.presentation.analysis_figures import figure_builders
 
 FINETUNED = ("finetune", "finetuned")     # settings of `frozen_vs_finetuned` that mean full finetuning
 TOLERANCES = (0.01, 0.05)                  # "how many heads can go for 1 % / 5 % loss"
@@ -1219,12 +1220,33 @@ SECTION_BUILDERS: dict[str, Callable[[Path], Section]] = {
 RUN_SECTIONS = ("run", "models")   # the run's own sections, before every analysis'
 
 
+DEFAULT = "default:"   # the key of a record's default section: "default:<record name>"
+DEFAULT_ROWS = 20      # rows of each table the default section shows
+
+
+def default_section(run_dir: Path, name: str) -> Section | None:
+    """The section of an analysis record that names no sections of its own: its figures (drawn by the
+    builder its record names, from its tables as the run wrote them) and the first rows of each of its
+    tables; None where the run wrote none of its tables (the section is left out, not a notice). It
+    states no finding: sentences computed from the numbers need a section builder of the analysis' own."""
+    record = analysis(name)
+    tables = {t: df for t in record.tables if (df := results.load_table(run_dir, t)) is not None}
+    if not tables:
+        return None
+    builder = figure_builders().get(record.name)
+    figs = [] if builder is None else list(builder(tables).values())
+    return Section(record.name.replace("_", " ").capitalize(), figs=figs, n_key=0,
+                   tables=[(f"{t}: the first {min(DEFAULT_ROWS, len(df))} of {len(df):,} rows "
+                            f"(tables/{t}.parquet)", df.head(DEFAULT_ROWS)) for t, df in tables.items()])
+
+
 def section_keys() -> tuple[str, ...]:
     """The report's sections in reading order: the run's own, then each record of `ANALYSES` (the
-    order `workbench run` runs them) with its `sections`. A key without a builder, a key named twice and
-    a builder no record names are ValueErrors naming them (a section is never dropped in silence)."""
-    keys = RUN_SECTIONS + tuple(k for a in ANALYSES.values() for k in a.sections)
-    unknown = [k for k in keys if k not in SECTION_BUILDERS]
+    order `workbench run` runs them) with its `sections`, or its default section ("default:<name>",
+    `default_section`) when it names none. A key without a builder, a key named twice and a builder no
+    record names are ValueErrors naming them (a section is never dropped in silence)."""
+    keys = RUN_SECTIONS + tuple(k for a in ANALYSES.values() for k in (a.sections or (DEFAULT + a.name,)))
+    unknown = [k for k in keys if k not in SECTION_BUILDERS and not k.startswith(DEFAULT)]
     twice = sorted({k for k in keys if keys.count(k) > 1})
     unnamed = [k for k in SECTION_BUILDERS if k not in keys]
     if unknown or twice or unnamed:
@@ -1233,12 +1255,14 @@ def section_keys() -> tuple[str, ...]:
     return keys
 
 
-
 def build_sections(run_dir: str | Path) -> list[Section]:
-    """Every section of the report of `run_dir`, in reading order (`section_keys`); every section but the
-    run's opens with the competence line (`views.competence_text`: how far each model got) when the run has one."""
+    """Every section of the report of `run_dir`, in reading order (`section_keys`; a default section
+    whose analysis wrote no table is left out); every section but the run's opens with the competence
+    line (`views.competence_text`: how far each model got) when the run has one."""
     run_dir = Path(run_dir)
-    sections = [SECTION_BUILDERS[k](run_dir) for k in section_keys()]
+    built = [default_section(run_dir, k[len(DEFAULT):]) if k.startswith(DEFAULT) else SECTION_BUILDERS[k](run_dir)
+             for k in section_keys()]
+    sections = [s for s in built if s is not None]
     lead = views.competence_text(views.competence(run_dir), [m.name for m in results.list_models(run_dir)])
     for s in sections:
         if s.title != "Run":

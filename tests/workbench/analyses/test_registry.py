@@ -13,12 +13,17 @@ import plotly.graph_objects as go
 import plotly.io
 import pytest
 
+from plmodels import save
 from plmodels.config import Config
-from workbench import pipeline
+from plmodels.tokenizer import Tokenizer
+from workbench import cli, pipeline
 from workbench.analyses import registry
 from workbench.analyses.probing import ProbeRunConfig
 from workbench.analyses.registry import ANALYSES, Analysis, Where
-from workbench.presentation import analysis_figures, views
+from workbench.core.results import write_table
+from workbench.presentation import analysis_figures, report, views
+
+from ...plmodels.tiny import tiny_encoder
 
 
 @dataclass(frozen=True)
@@ -152,4 +157,76 @@ def test_every_records_section_fields_are_fields_of_the_section_schema():
     schema = set(pipeline.AnalysisSection.__dataclass_fields__)
     for record in ANALYSES.values():
         assert set(pipeline.section_fields(record)) <= schema, record.name
-        assert pipeline.RunConfig.__dataclass_fields__[record.name].type == "AnalysisSection | None"
+        assert pipeline.RunConfig.__dataclass_fields__[record.name].type == pipeline.AnalysisSection | None
+
+
+# ------------------------------------------------------------- a planted record: its schema, subcommand, report
+PLANTED_RUN = {"name": "r", "seed": 0, "models": {"m": {"import": "x"}}, "planted": {"models": ["m"]}}
+
+
+def test_a_planted_record_has_its_run_config_section_without_an_edit_of_the_schema(monkeypatch):
+    with pytest.raises(ValueError, match=r"demo.json: unknown key 'planted'"):
+        pipeline.run_config_class().from_dict(PLANTED_RUN, "demo.json")
+    monkeypatch.setitem(ANALYSES, "planted", _planted([]))
+    schema = pipeline.run_config_class()
+    assert schema.from_dict(PLANTED_RUN, "demo.json").planted == pipeline.AnalysisSection(models=["m"])
+    with pytest.raises(ValueError, match=r"demo.json: unknown key 'planted.confg' \(known: models, config,"):
+        schema.from_dict({**PLANTED_RUN, "planted": {"models": ["m"], "confg": {}}}, "demo.json")
+    assert schema.from_dict({"name": "r", "seed": 0, "models": {}}, "demo.json").planted is None
+
+
+def test_every_records_section_is_generated_and_the_run_config_has_no_other_section():
+    # the written-out fields are RunConfigBase's; every analysis section comes from a record
+    written = set(pipeline.RunConfigBase.__dataclass_fields__)
+    assert not written & set(ANALYSES)
+    assert set(pipeline.run_config_class().__dataclass_fields__) == written | set(ANALYSES)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    texts = ["the cat sat on the mat", "a dog ran in the park"] * 5
+    tok = Tokenizer.train_wordpiece(texts, vocab_size=61)
+    return save(tiny_encoder(vocab_size=tok.vocab_size), tok, tmp_path_factory.mktemp("ckpt") / "model")
+
+
+def test_a_planted_record_has_its_subcommand_with_config_and_set(monkeypatch, capsys, checkpoint, tmp_path):
+    calls: list = []
+    monkeypatch.setitem(ANALYSES, "planted", _planted(calls))
+    assert cli.main(["planted", str(checkpoint), "--out", str(tmp_path / "o"), "--set", "width=5"]) == 0
+    (source, config, where), = calls
+    assert source == checkpoint and config == PlantedConfig(width=5) and where.out_dir == tmp_path / "o"
+    assert "planted tables: ['planted']" in capsys.readouterr().out
+    # the config is checked, by name, before the run
+    assert cli.main(["planted", str(checkpoint), "--set", "wdth=5"]) == 1
+    assert "--set wdth: unknown key (known: width)" in capsys.readouterr().err and len(calls) == 1
+    # its --out defaults to runs/<name>, its help line is the record's
+    parser = cli.build_parser()
+    sub = parser._subparsers._group_actions[0].choices["planted"]
+    assert sub.get_default("out") == Path("runs/planted")
+    monkeypatch.setitem(ANALYSES, "planted", dataclasses.replace(_planted([]), help="a planted analysis"))
+    assert "a planted analysis" in cli.build_parser().format_help()
+
+
+def test_every_records_subcommand_is_in_the_parser_and_runs_it():
+    choices = cli.build_parser()._subparsers._group_actions[0].choices
+    for record in ANALYSES.values():
+        sub = choices[record.subcommand]
+        assert sub.get_default("fn") is cli._analysis and sub.get_default("analysis") == record.name
+        assert sub.get_default("out") == Path("runs") / record.name
+
+
+def test_a_planted_record_without_sections_gets_the_default_report_section(monkeypatch, tmp_path):
+    def planted_figures(tables):
+        return {"planted": go.Figure(go.Bar(y=tables["planted"]["value"].tolist()))}
+
+    monkeypatch.setitem(ANALYSES, "planted", dataclasses.replace(_planted([]), figures="planted_figures"))
+    monkeypatch.setitem(analysis_figures.BUILDERS, "planted_figures", analysis_figures.FigureBuilder(planted_figures))
+    assert "default:planted" in report.section_keys()
+    titles = [s.title for s in report.build_sections(tmp_path)]
+    assert "Planted" not in titles   # no table written: no section, no notice
+    write_table(tmp_path, "planted", pd.DataFrame({"model": ["m"] * 25, "value": range(25)}))
+    section, = [s for s in report.build_sections(tmp_path) if s.title == "Planted"]
+    (caption, table), = section.tables
+    assert caption == "planted: the first 20 of 25 rows (tables/planted.parquet)"
+    assert table["value"].tolist() == list(range(20))
+    assert list(section.figs[0].data[0].y) == list(range(25)) and section.findings == []

@@ -41,7 +41,8 @@ from plmodels import recipes
 from plmodels.config import Config, merge, read_json_object
 from plmodels.families import family
 from plmodels.hf.registry import HF_KINDS, supported_type
-from plmodels.training.config import PretrainConfig, read_config_file
+from plmodels.training.config import AUTO_OBJECTIVE, PretrainConfig, read_config_file
+from plmodels.training.objectives import OBJECTIVES
 from workbench.analyses.interventions import intervention_kinds
 from workbench.analyses.probing import RECORDS_OF, STRUCTURAL_TASKS
 from workbench.analyses.zoo import PRIMARY_STATISTICS, model_name
@@ -183,6 +184,15 @@ def suite_folders(spec: dict, seed: int) -> list[tuple[int | None, Path]]:
     return [(step, Path(spec["imported"].format(seed=seed, step=step)).expanduser().absolute()) for step in steps]
 
 
+def trains_lm_head(recipe: dict, kind: str) -> bool:
+    """Whether the model a pretraining config trains has a trained LM head, by its objective's record
+    (`Objective.lm_head_trained`, the rule the checkpoint's card states): False for ELECTRA's
+    discriminator."""
+    objective = recipe.get("objective", "auto")
+    name = AUTO_OBJECTIVE.get(kind) if objective == "auto" else objective
+    return name not in OBJECTIVES or OBJECTIVES[name].lm_head_trained   # (a bad name: the config check's error)
+
+
 def system_kind(spec: dict) -> str:
     """The model kind a system trains (encoder, decoder, bilm, tbilm, seq2seq, xlnet), or an imported
     suite's, from its first folder's config.json (`plmodels.hf.registry.HF_KINDS`)."""
@@ -217,6 +227,9 @@ def expand_zoo(zoo: ZooConfig) -> dict:
         # an encoder-decoder's pruning loss and cross-attention alignments replay the denoising objective
         # its card names (workbench.analyses.cross_heads.denoising_objective): an imported one has none
         replays = "imported" in spec and family(kind).cross_attention
+        # pruning scores heads by the LM loss: a system whose objective leaves the analysed model's LM
+        # head untrained (ELECTRA's discriminator) is not pruned (workbench.analyses.prune refuses it)
+        lm_head = "imported" in spec or trains_lm_head(system_recipe(spec, zoo.training), kind)
         for seed in zoo.seeds_of(system):
             name = model_name(system, seed)
             if "imported" in spec:   # its own tokenizer: the suite's
@@ -232,7 +245,7 @@ def expand_zoo(zoo: ZooConfig) -> dict:
                 models[name] = entry
             if has_heads:
                 with_heads.append(name)
-                if not replays:
+                if not replays and lm_head:
                     prunable.append(name)
             if family(kind).cross_attention and not replays:  # an encoder-decoder: its cross-attention heads too
                 seq2seq.append(name)

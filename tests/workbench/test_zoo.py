@@ -47,6 +47,17 @@ def test_the_expansion_shares_one_tokenizer_and_skips_heads_where_there_are_none
     assert cfg["zoo"]["primary"] == {"pos": "best_layer_score", "structural_distance": "best_layer_score"}
 
 
+def test_a_system_whose_lm_head_is_untrained_is_read_for_heads_but_not_pruned():
+    # pruning scores heads by the LM loss, and ELECTRA's discriminator has no trained LM head (its card
+    # says so, and workbench.analyses.prune refuses it): the expansion leaves it out of "prune" only
+    zoo = ZooConfig.from_dict({"name": "z", "seeds": [0], "prune": {}, "heads": {},
+                               "systems": {"bert": {"recipe": "bert-tiny"}, "electra": {"recipe": "electra-tiny"},
+                                           "bert-electra": {"recipe": "bert-tiny", "overrides": {"objective": "electra"}}}})
+    cfg = expand_zoo(zoo)
+    assert cfg["heads"]["models"] == ["bert-s0", "electra-s0", "bert-electra-s0"]
+    assert cfg["prune"]["models"] == ["bert-s0"]
+
+
 def test_a_teacher_trains_first_and_bad_configs_name_the_field():
     zoo = ZooConfig.from_dict({"name": "z", "seeds": [3], "systems": {
         "distilbert": {"recipe": "distilbert-tiny", "teacher": "bert"}, "bert": {"recipe": "bert-tiny"}}})

@@ -16,6 +16,9 @@ own held-out rows with its fixed mask (`workbench.analyses.emergence.HeldOutEval
   single preceding token in `BIGRAM_CONTEXT` (seq2seq spans, XLNet's permutations, the biLMs' two
   directions) get no bigram row.
 
+A checkpoint whose card says its LM head is untrained (ELECTRA's discriminator: `Card.lm_head_trained`)
+gets no lm_loss or lm_acc row, only the floors: its head's loss would be noise, not how far it got.
+
 The tidy `competence` table: model, split ("eval"), metric ("lm_loss" | "lm_acc" | "unigram_loss" |
 "bigram_loss", nats per target), value, n_targets.
 """
@@ -29,6 +32,7 @@ import pandas as pd
 import torch
 
 import plmodels
+from plmodels.checkpoint import read_card
 from plmodels.training.masking import IGNORE_INDEX
 from workbench.analyses.emergence import HeldOutEval, bigram_baseline
 
@@ -62,10 +66,12 @@ def competence_table(run_folder: str | Path, model: str, eval_sequences: int | N
     ev = HeldOutEval(run, eval_sequences)
     if not ev.ok:
         raise ValueError(f"{run}: the run has no held-out set (eval_source) to score its competence on")
-    net, _ = plmodels.load(run / "final" if (run / "final" / "config.json").is_file() else run)
+    folder = run / "final" if (run / "final" / "config.json").is_file() else run
+    net, _ = plmodels.load(folder)
     scores = ev.evaluator(net.eval(), autocast=False)
+    own = ("lm_loss", "lm_acc") if read_card(folder).lm_head_trained else ()
     rows = [(k, scores[m]) for k, m in (("lm_loss", "loss"), ("lm_acc", "acc"), ("unigram_loss", "unigram_loss"))
-            if m in scores]
+            if m in scores and (k in own or k == "unigram_loss")]
     n = int(sum(int((b.labels != IGNORE_INDEX).sum()) for b in ev.evaluator.batches))
     context = BIGRAM_CONTEXT.get(ev.kind)
     if context is not None:

@@ -157,6 +157,9 @@ def competence_text(table: pd.DataFrame | None, models: list[str] | None = None)
     for r in ([] if table is None else table.itertuples()):
         floors = [f"unigram {r.unigram_loss:.2f}"] + ([f"bigram {r.bigram_loss:.2f}"] if np.isfinite(r.bigram_loss)
                                                      else [])
+        if not np.isfinite(r.lm_loss):   # no trained LM head (competence_table leaves its loss out)
+            parts.append(f"{r.model} no LM loss: its LM head is untrained")
+            continue
         if np.isfinite(r.bigram_loss) and r.lm_loss < r.bigram_loss:
             where = "below the bigram"
         elif r.lm_loss < r.unigram_loss:

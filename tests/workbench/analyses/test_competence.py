@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.workbench.analyses.pretrain_runs import pretrain_run as _run
+from workbench.analyses import competence
 from workbench.analyses.competence import BIGRAM_CONTEXT, competence_table
 from workbench.analyses.emergence import HeldOutEval, bigram_baseline
 
@@ -48,3 +49,13 @@ def test_competence_rows_match_the_trainers_held_out_loss(tmp_path, kind):
     assert t["bigram_loss"] == pytest.approx(bigram_baseline(np.asarray(ev.train_ids), prev, tgt,
                                                              ev.tokenizer.vocab_size)["bigram_loss"])
     assert t["bigram_loss"] < t["unigram_loss"] - 0.3      # the toy language is bigram-predictable
+
+
+def test_a_checkpoint_whose_lm_head_is_untrained_gets_its_floors_only(tmp_path, monkeypatch):
+    """ELECTRA's discriminator: its card says the LM head is untrained, so its head's loss is not how far
+    it got; the table keeps the floors on the same targets and leaves lm_loss and lm_acc out."""
+    run = _run(tmp_path, "encoder", 4, ckpt_log_spaced=False, model={"dropout": 0.0}, vocab_size=300)
+    card = competence.read_card(run / "final")
+    monkeypatch.setattr(competence, "read_card", lambda folder: type(card)(**{**vars(card), "lm_head_trained": False}))
+    t = competence_table(run, "m")
+    assert set(t["metric"]) == {"unigram_loss", "bigram_loss"}

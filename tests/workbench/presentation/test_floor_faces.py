@@ -86,6 +86,9 @@ def test_the_competence_line_says_which_model_it_is_below():
     assert "c 7.00 (unigram 6.50: not below the unigram)" in text
     assert "no held-out LM loss for imported" in text
     assert views.competence_text(None) == ""
+    t = pd.concat([t, pd.DataFrame({"model": ["d"], "lm_loss": [np.nan], "lm_acc": [np.nan], "unigram_loss": [6.5],
+                                    "bigram_loss": [5.0], "n_targets": [9]})])
+    assert "d no LM loss: its LM head is untrained" in views.competence_text(t)
 
 
 def test_the_report_opens_every_section_with_the_competence_line_and_shows_the_floors(tmp_path):

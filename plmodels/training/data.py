@@ -51,7 +51,7 @@ from .masking import (
     step_generator,
     word_starts,
 )
-from .plm import permutation_batch
+from .plm import permutation_batch, prediction_slots
 from .runtime import log
 
 
@@ -311,9 +311,14 @@ def _check_seq2seq_tokenizer(tok: Tokenizer) -> None:
                          f"got a {tok.kind} tokenizer lacking {missing}")
 
 
-def _pad_right(seqs: list[torch.Tensor], value: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sequences of any lengths -> (B, T_max) right-padded with `value`, and the (B, T_max) mask."""
+def _pad_right(seqs: list[torch.Tensor], value: int, length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences of any lengths -> (B, T) right-padded with `value`, T = the longest or `length`
+    (at least the longest), and the (B, T) mask."""
     T = max(len(x) for x in seqs)
+    if length is not None:
+        if length < T:
+            raise ValueError(f"a sequence of {T} tokens does not fit length={length}")
+        T = length
     out = torch.full((len(seqs), T), value, dtype=torch.long)
     mask = torch.zeros(len(seqs), T, dtype=torch.long)
     for b, x in enumerate(seqs):
@@ -323,17 +328,20 @@ def _pad_right(seqs: list[torch.Tensor], value: int) -> tuple[torch.Tensor, torc
 
 
 def _seq2seq_batch(inputs: list[torch.Tensor], targets: list[torch.Tensor], scored: list[torch.Tensor] | None,
-                   tok: Tokenizer, start_id: int, device) -> Batch:
+                   tok: Tokenizer, start_id: int, device, length: int | None = None) -> Batch:
     """input_ids (B, Te) right-padded with [PAD] (extras["attention_mask"] when any padding); labels
     (B, Td) padded with -100; extras["decoder_input_ids"] = [start, labels[:, :-1]] with -100 -> [PAD]
     (teacher forcing, `Seq2Seq.shift_right`); extras["decoder_start"] the start id (an int, which the
     loss checks against the model's without reading the device); extras["scored"] (B, Td) bool: the
-    targets the encoder did not see (T5: the noise tokens; BART: the masked ones), or None."""
-    ids, mask = _pad_right(inputs, tok.pad_id)
+    targets the encoder did not see (T5: the noise tokens; BART: the masked ones), or None. With
+    `length`, Te = length and the attention mask is always there: one shape and one signature for
+    every batch (a compiled step's)."""
+    ids, mask = _pad_right(inputs, tok.pad_id, length)
     labels, _ = _pad_right(targets, -100)
     dec = torch.cat([torch.full((len(targets), 1), start_id, dtype=torch.long), labels[:, :-1]], dim=1)
     dec = dec.masked_fill(dec == -100, tok.pad_id)
-    extras = {"attention_mask": None if bool(mask.all()) else mask.to(device), "decoder_input_ids": dec.to(device),
+    no_mask = length is None and bool(mask.all())
+    extras = {"attention_mask": None if no_mask else mask.to(device), "decoder_input_ids": dec.to(device),
               "decoder_start": start_id,
               "scored": None if scored is None else _pad_right([s.long() for s in scored], 0)[0].bool().to(device)}
     return Batch(ids.to(device), labels.to(device), extras=extras)
@@ -358,11 +366,18 @@ def t5_batch(rows: torch.Tensor, tok: Tokenizer, args: T5Args, gen: torch.Genera
     return _seq2seq_batch(inputs, targets, scored, tok, tok.pad_id, device)
 
 
-def bart_batch(rows: torch.Tensor, tok: Tokenizer, args: BartArgs, gen: torch.Generator, cont_ids, device) -> Batch:
+def bart_batch(rows: torch.Tensor, tok: Tokenizer, args: BartArgs, gen: torch.Generator, cont_ids, device,
+               length: int | None = None) -> Batch:
     """BART's text infilling of WordPiece rows (B, L) = [CLS] body [SEP] ([CLS], [SEP] as BART's <s>,
     </s>, never noised; `bart_text_infilling` with [MASK], whole words when `args.whole_word`); the
     targets are the rows themselves, the decoder reads them shifted right after [SEP] (BART's
-    decoder_start_token_id is its </s>). Sentences (permute_sentences) end at "." and [SEP]."""
+    decoder_start_token_id is its </s>). Sentences (permute_sentences) end at "." and [SEP].
+    The encoder input is as long as the batch's longest noised row, or with `length` (a compiled
+    run: the row length L) padded to `length` for every batch, its attention mask hiding the
+    padding: the same loss and gradients, one shape. The decoder side is (B, L) either way. A noised
+    row longer than `length` (more zero-length spans, each an inserted token, than tokens its spans
+    deleted; at mask_ratio 0.3 and lambda 3 the longest of 32 noised 128-token rows of random ids has
+    107-112 tokens) keeps its first length - 1 tokens and its last, [SEP]."""
     _check_seq2seq_tokenizer(tok)
     starts = word_starts(rows, cont_ids) if args.whole_word else None
     stop = tok.hf.token_to_id(".")
@@ -373,9 +388,13 @@ def bart_batch(rows: torch.Tensor, tok: Tokenizer, args: BartArgs, gen: torch.Ge
                                      mask_id=tok.mask_id, generator=gen, permute_sentences=args.permute_sentences,
                                      sentence_ends=ends, random_ratio=args.random_ratio, vocab_size=tok.vocab_size,
                                      word_starts=None if starts is None else starts[b])
-        inputs.append(noised.inputs)
+        x = noised.inputs
+        if length is not None and len(x) > length:  # cut, as cap_predictions caps a mask over its slots
+            x = torch.cat([x[: length - 1], x[-1:]])
+        inputs.append(x)
         scored.append(noised.masked)  # over the permuted row: the targets' positions only without permutation
-    return _seq2seq_batch(inputs, list(rows), None if args.permute_sentences else scored, tok, tok.sep_id, device)
+    return _seq2seq_batch(inputs, list(rows), None if args.permute_sentences else scored, tok, tok.sep_id, device,
+                          length)
 
 
 def seq2seq_batch(cfg: PretrainConfig, rows: torch.Tensor, tok: Tokenizer, gen: torch.Generator, cont_ids,
@@ -389,20 +408,24 @@ def seq2seq_batch(cfg: PretrainConfig, rows: torch.Tensor, tok: Tokenizer, gen: 
 # ------------------------------------------------------------------------ XLNet
 
 
-def plm_batch(rows: torch.Tensor, tok: Tokenizer, args: PLMArgs, gen: torch.Generator, device) -> Batch:
+def plm_batch(rows: torch.Tensor, tok: Tokenizer, args: PLMArgs, gen: torch.Generator, device,
+              static: bool = False) -> Batch:
     """XLNet's permutation-LM batch (plm.py) of WordPiece rows (B, T): a random factorisation order
     per row drawn from `gen`, targets the last 1/partial_k of it among the non-special tokens.
     input_ids = the rows (the query stream hides the targets' own tokens), labels (B, P) the target
     tokens (-100: padding rows of target_mapping); extras perm_mask (B, T, T), target_mapping
-    (B, P, T) and attention_mask (B, T) or None (packed rows have no [PAD])."""
+    (B, P, T) and attention_mask (B, T) or None (packed rows have no [PAD]). P is the batch's largest
+    target count, or with `static` (a compiled run) `prediction_slots(T, partial_k)` for every batch,
+    the rows past a row's targets zero in target_mapping and -100 in labels: the same loss and
+    gradients, one shape per row length."""
     if tok.kind != "wordpiece":
         raise ValueError(f"xlnet runs read WordPiece rows [CLS] ... [SEP]; got a {tok.kind} tokenizer")
     mask = None
     if tok.pad_id is not None and bool((rows == tok.pad_id).any()):
         mask = (rows != tok.pad_id).long()
     predictable = ~torch.isin(rows, torch.tensor(sorted(tok.special_ids), dtype=rows.dtype))
-    pb = permutation_batch(rows, partial_k=args.partial_k, attention_mask=mask, generator=gen,
-                           predictable=predictable)
+    pb = permutation_batch(rows, partial_k=args.partial_k, attention_mask=mask, generator=gen, predictable=predictable,
+                           n_slots=prediction_slots(rows.shape[1], args.partial_k) if static else None)
     mv = lambda t: None if t is None else t.to(device)  # noqa: E731
     return Batch(rows.to(device), pb.labels.to(device),
                  extras={"perm_mask": pb.perm_mask.to(device), "target_mapping": pb.target_mapping.to(device),

@@ -400,7 +400,9 @@ class CompiledStep:
     setting an attribute on its wrapper sets it on the model; this wrapper leaves the model as it
     was, so eval, hooks and saving run uncompiled. The batches of a compiled run carry slots of
     sizes fixed by the config (`Objective.slot_sizes`), so `hidden_at` compiles once per batch shape
-    (the short and the long rows), however many positions each batch masks."""
+    (the short and the long rows), however many positions each batch masks; XLNet's and BART's
+    batches are padded to one shape per row length the same way (`Objective.static_shapes`; T5's
+    have one already)."""
 
     def __init__(self, model, backend: str = "inductor") -> None:
         self._model = model

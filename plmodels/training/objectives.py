@@ -119,12 +119,21 @@ class Objective:
               device) -> Batch:
         return make_batch(rows, tok, masking, gen, cont_ids, device, self.slot_sizes(rows))
 
+    @property
+    def static_shapes(self) -> bool:
+        """Whether each batch of a row length has one shape whatever its random draws (the masked
+        slots, XLNet's predicted set, BART's noised length): with `compile`, so that the compiled
+        step compiles once per row length. Eager runs keep each batch's own sizes: no padding to
+        compute (BART's costs an eager step a few percent, docs/training.md) and the same batches
+        as before."""
+        return bool(self.cfg.compile)
+
     def slot_sizes(self, rows: torch.Tensor) -> tuple[int, int] | None:
         """The `MaskedSlots` sizes (Q, M) of a batch of `rows` (B, T): with `compile`, bounds from
         the config (masking.slot_sizes at the run's highest masking rate), so every batch of a shape
         has the same slots and the compiled step compiles once; eager, None: each batch's own counts
         (fewer padding rows; known on the host where the batch is built, so no sync either way)."""
-        if not self.cfg.compile:
+        if not self.static_shapes:
             return None
         m = self.cfg.masking_config
         return slot_sizes(rows.shape[0], rows.shape[1], max(m.rate, m.rate_final or 0.0))
@@ -400,7 +409,8 @@ class Bart(T5):
                 f"one [MASK] each, {a.random_ratio:g} random{perm}), cross-entropy on the original row")
 
     def batch(self, rows, tok, masking, gen, cont_ids, device):
-        return bart_batch(rows, tok, self.args, gen, cont_ids, device)
+        """The noised rows padded to the row length with `static_shapes` (data.bart_batch)."""
+        return bart_batch(rows, tok, self.args, gen, cont_ids, device, rows.shape[1] if self.static_shapes else None)
 
 
 def _wordpiece_ids(cfg) -> tuple[int, int]:
@@ -451,7 +461,8 @@ class PLM(Objective):
                 f"factorisation order predicted), cross-entropy at the targets")
 
     def batch(self, rows, tok, masking, gen, cont_ids, device):
-        return plm_batch(rows, tok, self.args, gen, device)
+        """The predicted set padded to `plm.prediction_slots` with `static_shapes` (data.plm_batch)."""
+        return plm_batch(rows, tok, self.args, gen, device, static=self.static_shapes)
 
     def loss(self, module, batch, autocast):
         return plm_loss(module, batch, autocast)

@@ -21,7 +21,8 @@ order (the paper's partial prediction; the authors' code instead picks the targe
 outside `predictable` (the training objective passes the row's [CLS] / [SEP]) play the authors'
 functional tokens: never targets, always context (in `_local_perm` they also take part in the
 order; here they come before every target, which the masks cannot tell apart). `target_mapping`'s rows are the targets in position order, zero rows
-(label -100) padding a row with fewer targets, as the authors pad to num_predict. Labels are the
+(label -100) padding a row with fewer targets, as the authors pad to num_predict; with `n_slots`
+(a compiled run) every batch of a row length has the same P, `prediction_slots`. Labels are the
 input tokens at the targets (the authors' `new_targets` shift undoes their next-token targets).
 """
 
@@ -44,6 +45,18 @@ class PermutationBatch:
     order: torch.Tensor
 
 
+def prediction_slots(seq_len: int, partial_k: int) -> int:
+    """The most targets a row of `seq_len` tokens predicts with partial_k = K: max(T // K, 1), as
+    n = min(max(n_real // K, 1), n_real) with n_real <= T. The P of a compiled run's batches
+    (`permutation_batch(n_slots=...)`): the same for every batch of a row length, whatever the
+    rows' [PAD] and special tokens leave predictable. At 128-token rows [CLS] body [SEP] it is the
+    count of a row without a document break (126 // K = 128 // K for K = 6 and 7): it pads only a
+    batch whose every row holds a break."""
+    if seq_len < 1 or partial_k < 1:
+        raise ValueError(f"seq_len and partial_k must be >= 1, got {seq_len}, {partial_k}")
+    return max(seq_len // partial_k, 1)
+
+
 def permutation_batch(
     ids: torch.Tensor,
     *,
@@ -53,6 +66,7 @@ def permutation_batch(
     order: torch.Tensor | None = None,
     generator: torch.Generator | None = None,
     predictable: torch.Tensor | None = None,
+    n_slots: int | None = None,
 ) -> PermutationBatch:
     """ids (B, T) -> the masks of a random factorisation order per row (or the given `order`, (T,)
     or (B, T) positions, first to last). Targets: the last `n_predict` of each row's order, or the
@@ -60,7 +74,9 @@ def permutation_batch(
     comes first in the order (never a target; the model's attention_mask hides it anyway).
     `predictable` (B, T) bool: the real tokens that may be targets (default: all); the others come
     after the padding and before them in a drawn order, and a given order must end in them; n_real
-    above then counts the predictable tokens."""
+    above then counts the predictable tokens. `n_slots`: P, the rows of target_mapping and labels; None
+    = the batch's largest target count, an int at least that count pads every batch to the same P
+    (`prediction_slots`: a compiled step's static shape; a count over it is a ValueError)."""
     if (n_predict is None) == (partial_k is None):
         raise ValueError("give exactly one of n_predict and partial_k")
     B, T = ids.shape
@@ -95,6 +111,10 @@ def permutation_batch(
     perm_mask = (self_rev[:, :, None] <= rev[:, None, :]) & target[:, None, :]  # (B, T, T)
 
     P = int(n.max())
+    if n_slots is not None:
+        if not P <= n_slots <= T:
+            raise ValueError(f"n_slots={n_slots} must be in [{P}, T={T}]: a row predicts {P} targets")
+        P = n_slots
     pos = (~target).long().sort(dim=1, stable=True).indices[:, :P]  # (B, P): targets first, in position order
     valid = torch.arange(P, device=dev)[None] < n[:, None]  # (B, P)
     target_mapping = torch.nn.functional.one_hot(pos, T).float() * valid[..., None]

@@ -172,6 +172,77 @@ def test_the_loss_over_every_decoder_position_is_the_targets_cross_entropy(corpu
         seq2seq_loss(model, b, autocast=False)
 
 
+def _bart_model(tok) -> Seq2Seq:
+    torch.manual_seed(0)
+    return Seq2Seq(Seq2SeqConfig(**{**preset("seq2seq", "tiny"), **RECIPE_MODEL["bart"], "dropout": 0.0,
+                                    "vocab_size": tok.vocab_size, "pad_token_id": tok.pad_id,
+                                    "decoder_start_token_id": tok.sep_id}))
+
+
+def test_a_static_length_bart_batch_gives_the_loss_and_gradients_of_the_unpadded_one(corpus):
+    # a compiled run pads the noised encoder input to the row length L (static shapes, issue 81):
+    # the same draws, [PAD] past each row's end under the attention mask, the same (B, L) decoder
+    # side, and the loss and one step's gradients of the batch padded to its longest row (fp32, 1e-6)
+    tok, rows = _rows(corpus[1])
+    cont = continuation_ids(tok.hf.get_vocab())
+    own = bart_batch(rows, tok, BartArgs(), step_generator(0, 3), cont, "cpu")
+    fixed = bart_batch(rows, tok, BartArgs(), step_generator(0, 3), cont, "cpu", length=24)
+    te = own.input_ids.shape[1]
+    assert te < 24 and fixed.input_ids.shape == (4, 24)  # infilling shortened every row: padding to add
+    own_mask = own.extras["attention_mask"]
+    own_mask = torch.ones_like(own.input_ids) if own_mask is None else own_mask
+    mask = fixed.extras["attention_mask"]
+    assert torch.equal(fixed.input_ids[:, :te], own.input_ids) and bool((fixed.input_ids[:, te:] == tok.pad_id).all())
+    assert torch.equal(mask[:, :te], own_mask) and not bool(mask[:, te:].any())
+    for k in ("decoder_input_ids", "scored"):
+        assert torch.equal(fixed.extras[k], own.extras[k]), k
+    assert torch.equal(fixed.labels, own.labels) and fixed.labels.shape == (4, 24)
+    model = _bart_model(tok)
+    params = list(model.parameters())
+    results = []
+    for b in (own, fixed):
+        loss, n, _ = seq2seq_loss(model, b, autocast=False)
+        results.append((loss, n, torch.autograd.grad(loss, params, allow_unused=True)))
+    (la, na, ga), (lb, nb, gb) = results
+    assert int(na) == int(nb) == 4 * 24
+    torch.testing.assert_close(lb, la, rtol=1e-6, atol=1e-6)
+    for (name, _), a, b in zip(model.named_parameters(), ga, gb):
+        assert (a is None) == (b is None), name
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)
+
+
+def test_a_static_length_bart_batch_cuts_a_row_that_insertions_made_longer(corpus):
+    # lambda 0.05: nearly every span has length 0 and becomes an inserted [MASK] or random token, so
+    # the noised rows outgrow L; with `length` such a row keeps its first L - 1 tokens and its [SEP]
+    tok, rows = _rows(corpus[1])
+    cont = continuation_ids(tok.hf.get_vocab())
+    args = BartArgs(poisson_lambda=0.05)
+    own = bart_batch(rows, tok, args, step_generator(0, 5), cont, "cpu")
+    fixed = bart_batch(rows, tok, args, step_generator(0, 5), cont, "cpu", length=24)
+    own_mask = own.extras["attention_mask"]
+    own_mask = torch.ones_like(own.input_ids) if own_mask is None else own_mask
+    lengths = own_mask.sum(1)
+    assert fixed.input_ids.shape == (4, 24) and int(lengths.max()) > 24
+    for x, n, y, m in zip(own.input_ids, lengths, fixed.input_ids, fixed.extras["attention_mask"]):
+        x = x[:n]
+        want = torch.cat([x[:23], x[-1:]]) if n > 24 else x
+        assert want[-1] == tok.sep_id and torch.equal(y[: len(want)], want) and int(m.sum()) == len(want)
+    assert torch.equal(fixed.labels, rows)
+
+
+def test_t5_batches_of_a_row_length_have_one_shape_whatever_the_draws(corpus):
+    # T5's span corruption draws where the spans go, never how many tokens: N = round(n density) noise
+    # tokens in round(N / mean) spans, so its encoder and decoder lengths depend on the row length
+    # alone, and a compiled T5 step has static shapes without padding
+    tok, rows = _rows(corpus[1])
+    tok = with_sentinels(tok, 16)
+    shapes = {(tuple(b.input_ids.shape), tuple(b.labels.shape), b.extras["attention_mask"] is None)
+              for b in (t5_batch(rows, tok, T5Args(n_sentinels=16), step_generator(0, i), "cpu") for i in range(8))}
+    # 22 tokens inside [CLS] ... [SEP]: 3 noise tokens in 1 span; [CLS], 19 kept, a sentinel, [SEP]
+    assert shapes == {((4, 1 + 19 + 1 + 1), (4, 1 + 3 + 1), True)}
+
+
 def test_the_encoder_alone_answers_the_workbench_call():
     torch.manual_seed(0)
     model = Seq2Seq(Seq2SeqConfig(vocab_size=61, d_model=16, n_layers=2, n_decoder_layers=1, n_heads=2, d_ff=32,

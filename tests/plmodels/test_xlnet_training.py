@@ -19,6 +19,7 @@ from plmodels.training.data import plm_batch
 from plmodels.training.loop import run_training
 from plmodels.training.masking import step_generator
 from plmodels.training.objectives import objective_for, plm_loss
+from plmodels.training.plm import permutation_batch, prediction_slots
 from plmodels.xlnet import XLNet, XLNetConfig
 from tests.plmodels.kinds import assert_same_weights, assert_store_is_the_hidden_states, packed_rows
 from tests.plmodels.toy_runs import fixed_wordpiece, toy_config, toy_corpus
@@ -154,6 +155,44 @@ def test_the_loss_and_gradients_over_every_query_row_are_the_selected_targets(co
     with pytest.raises(ValueError, match="one-hot"):
         model(rows, perm_mask=e["perm_mask"], target_mapping=bad)
     model(rows, perm_mask=e["perm_mask"], target_mapping=bad, check_targets=False)
+
+
+def test_static_prediction_slots_give_the_loss_and_gradients_of_the_batchs_own_count(corpus):
+    # a compiled run pads every batch's predicted set to prediction_slots(T, K) rows (static shapes,
+    # issue 81): the same draws, zero rows and -100 labels past the targets, and the loss and one
+    # step's gradients of the batch's own P (fp32, 1e-6). Document breaks ([SEP]) inside the rows
+    # leave fewer predictable tokens: 2 in every row (22 // 3 = 7 targets) and 5 more in the last
+    # (17 // 3 = 5), so the own P is 7 and the static one 26 // 3 = 8.
+    tok, rows = _rows(corpus[1])
+    rows[:, 5:7] = tok.sep_id
+    rows[-1, 10:15] = tok.sep_id
+    args = PLMArgs(partial_k=3)
+    own = plm_batch(rows, tok, args, step_generator(0, 2), "cpu")
+    fixed = plm_batch(rows, tok, args, step_generator(0, 2), "cpu", static=True)
+    assert prediction_slots(26, 3) == 8 and own.labels.shape == (4, 7) and fixed.labels.shape == (4, 8)
+    assert torch.equal(fixed.extras["perm_mask"], own.extras["perm_mask"])
+    assert torch.equal(fixed.labels[:, :7], own.labels) and bool((fixed.labels[:, 7] == -100).all())
+    tm = fixed.extras["target_mapping"]
+    assert torch.equal(tm[:, :7], own.extras["target_mapping"]) and not bool(tm[:, 7].any())
+    assert int((own.labels != -100).sum()) == 3 * 7 + 5
+    torch.manual_seed(0)
+    model = XLNet(XLNetConfig(**{**preset("xlnet", "tiny"), "dropout": 0.0}, vocab_size=tok.vocab_size))
+    params = list(model.parameters())
+    results = []
+    for b in (own, fixed):
+        loss, n, _ = plm_loss(model, b, autocast=False)
+        results.append((loss, n, torch.autograd.grad(loss, params, allow_unused=True)))
+    (la, na, ga), (lb, nb, gb) = results
+    assert int(na) == int(nb) == 3 * 7 + 5
+    torch.testing.assert_close(lb, la, rtol=1e-6, atol=1e-6)
+    for (name, _), a, b in zip(model.named_parameters(), ga, gb):
+        assert (a is None) == (b is None), name
+        if a is not None:
+            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)
+    # a count over the slots is refused, not cut
+    with pytest.raises(ValueError, match=r"n_slots=6 must be in \[7, T=26\]"):
+        permutation_batch(rows, partial_k=3, predictable=rows != tok.sep_id, generator=step_generator(0, 2),
+                          n_slots=6)
 
 
 def test_the_workbench_call_gives_the_content_streams_l_plus_1_states():

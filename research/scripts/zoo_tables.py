@@ -1,6 +1,7 @@
 """Print docs/zoo.md's result figures from a finished zoo run: the best-layer table (seed mean,
-multi-bootstrap interval, items-only interval for POS), the claim counts, the E_delta rows and the
-last-layer seed-to-seed CKA.
+multi-bootstrap interval, items-only interval for POS), the claim counts (per family, after Holm), the
+E_delta rows, each checkpoint's structural best layer beside its four floors, the head roles under
+the floor rule (rare-token heads counted per checkpoint) and the last-layer seed-to-seed CKA.
 
     PYTHONPATH=. python research/scripts/zoo_tables.py runs/zoo-small
 """
@@ -10,6 +11,7 @@ import sys
 from pathlib import Path
 
 from workbench.core.results import load_table
+from workbench.presentation import views
 
 NAMES = {"bert": "BERT", "electra": "ELECTRA", "elmo": "ELMo", "elmo-transformer": "transformer biLM",
          "t5": "T5 (encoder)", "bart": "BART (encoder)", "xlnet": "XLNet", "roberta": "RoBERTa",
@@ -40,10 +42,46 @@ def main(run: Path) -> None:
     ed = stats[stats.statistic == "e_delta"]
     print("\nE_delta:")
     print(ed[["task", "system", "value", "ci_low", "ci_high"]].to_string(index=False))
+    print("\nclaims by family (Holm within each; 'claim' after it, 'claim_unadjusted' before):")
+    for family, g in comps.groupby("family"):
+        print(f"  {family}: {len(g)} comparisons, claimed {int((g.claim != 'no claim').sum())}, "
+              f"unadjusted {int((g.claim_unadjusted != 'no claim').sum())}, seeds {sorted(set(g.n_seeds))}")
+        for r in g[g.claim != "no claim"].itertuples():
+            print(f"    {r.statistic} {r.task}: {r.system_a} vs {r.system_b} {r.claim} delta {r.delta:.3f} "
+                  f"[{r.ci_low:.3f}, {r.ci_high:.3f}] p_holm {r.p_holm:.4f} {r.contrast} budget_differs {r.budget_differs}")
+    floors = views.structural_floors(run)
+    if floors is not None:
+        print("\nstructural best layer beside the floors (per checkpoint; above = its interval above the floor's):")
+        for (model, task, metric), g in floors.groupby(["model", "task", "metric"]):
+            if metric not in ("uuas", "root_acc"):
+                continue
+            top = g[g.source == "model"].iloc[0]
+            rest = "; ".join(f"{r.source} {r.value:.3f} {'above' if r.above == 1 else 'not above'}"
+                             for r in g[g.source != "model"].itertuples())
+            print(f"  {model} {metric} L{top.layer} {top.value:.3f} [{top.ci_low:.3f}, {top.ci_high:.3f}]: {rest}")
+    classes = load_table(run, "heads_classes")
+    if classes is not None:
+        prim = classes[classes["primary"]] if "primary" in classes.columns else classes
+        if "weighting" in prim.columns:
+            prim = prim[prim["weighting"].fillna("raw") == "raw"]
+        counts = prim.groupby(["model", "role"]).size().unstack(fill_value=0)
+        print("\nprimary head roles per checkpoint (a role only above its floors):")
+        print(counts.to_string())
+    heads = stats[stats.statistic.str.startswith("heads_")]
+    if len(heads):
+        print("\nhead-role shares (seeds-only):")
+        print(heads[["statistic", "system", "value", "ci_low", "ci_high", "n_seeds"]].to_string(index=False))
     gain = stats[stats.statistic == "finetuning_gain"]
     if len(gain):
         print("\nfinetuning gain (seeds-only):")
         print(gain[["task", "system", "value", "ci_low", "ci_high", "n_seeds"]].to_string(index=False))
+    cka = load_table(run, "zoo_cka")
+    if cka is not None:
+        own = cka[(cka.system_a == cka.system_b) & (cka.seed_a != cka.seed_b)]
+        top = own.groupby("system_a").apply(lambda g: g[(g.layer_a == g.layer_a.max()) & (g.layer_b == g.layer_b.max())]
+                                            ["value"].mean(), include_groups=False)
+        print("\nlast-layer linear CKA between seeds of one system (mean over seed pairs):")
+        print(top.round(2).to_string())
     print("\nwidth POS multi vs items (BERT):",
           best.loc[("bert", "pos"), "ci_high"] - best.loc[("bert", "pos"), "ci_low"],
           best.loc[("bert", "pos"), "item_ci_high"] - best.loc[("bert", "pos"), "item_ci_low"])

@@ -230,3 +230,13 @@ def test_a_planted_record_without_sections_gets_the_default_report_section(monke
     assert caption == "planted: the first 20 of 25 rows (tables/planted.parquet)"
     assert table["value"].tolist() == list(range(20))
     assert list(section.figs[0].data[0].y) == list(range(25)) and section.findings == []
+
+
+def test_every_records_config_class_resolves_and_a_bad_reference_is_named():
+    for record in ANALYSES.values():
+        assert issubclass(record.config_class, Config) and record.resolve() == record.config_class.resolve()
+    with pytest.raises(ValueError, match=r"'workbench.analyses.flow:NoSuchConfig': workbench.analyses.flow has no "
+                                         r"NoSuchConfig"):
+        registry.load_ref("workbench.analyses.flow:NoSuchConfig")
+    with pytest.raises(ValueError, match="expected 'module:name'"):
+        registry.load_ref("FlowRunConfig")

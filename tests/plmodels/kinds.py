@@ -1,5 +1,6 @@
-"""Helpers shared by the tests of the model kinds (ELMo, T5/BART, XLNet): packed rows to batch, and
-the check that extraction writes L+1 layers equal to the model's hidden states."""
+"""Helpers shared by the tests of the model kinds (ELMo, T5/BART, XLNet): packed rows to batch, the
+check that extraction writes L+1 layers equal to the model's hidden states, and the check that two
+batches train alike (`same_loss_and_grads`)."""
 import torch
 
 from plmodels.checkpoint import load
@@ -37,3 +38,21 @@ def assert_store_is_the_hidden_states(path, root, kind: str, attentions: bool) -
 def assert_same_weights(a: dict, b: dict) -> None:
     """Two state dicts with the same names and bit-identical tensors (a resumed run, a round trip)."""
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def same_loss_and_grads(model, loss_fn, a, b, tol: float = 1e-6) -> int:
+    """`loss_fn(model, batch, autocast=False)` on batches `a` and `b` gives the same loss, target count and
+    gradient of every parameter (within `tol`, fp32); returns the target count."""
+    params = list(model.parameters())
+    results = []
+    for batch in (a, b):
+        loss, n, _ = loss_fn(model, batch, autocast=False)
+        results.append((loss, n, torch.autograd.grad(loss, params, allow_unused=True)))
+    (la, na, ga), (lb, nb, gb) = results
+    assert int(na) == int(nb)
+    torch.testing.assert_close(lb, la, rtol=tol, atol=tol)
+    for (name, _), x, y in zip(model.named_parameters(), ga, gb):
+        assert (x is None) == (y is None), name
+        if x is not None:
+            torch.testing.assert_close(y, x, rtol=tol, atol=tol, msg=name)
+    return int(na)

@@ -20,7 +20,8 @@ from plmodels.training.data import bart_batch, sentinel_ids, t5_batch, with_sent
 from plmodels.training.loop import run_training
 from plmodels.training.masking import continuation_ids, step_generator, word_starts
 from plmodels.training.objectives import seq2seq_loss
-from tests.plmodels.kinds import assert_same_weights, assert_store_is_the_hidden_states, packed_rows
+from tests.plmodels.kinds import (assert_same_weights, assert_store_is_the_hidden_states, packed_rows,
+                                  same_loss_and_grads)
 from tests.plmodels.toy_runs import fixed_wordpiece, toy_config, toy_corpus
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -198,18 +199,7 @@ def test_a_static_length_bart_batch_gives_the_loss_and_gradients_of_the_unpadded
         assert torch.equal(fixed.extras[k], own.extras[k]), k
     assert torch.equal(fixed.labels, own.labels) and fixed.labels.shape == (4, 24)
     model = _bart_model(tok)
-    params = list(model.parameters())
-    results = []
-    for b in (own, fixed):
-        loss, n, _ = seq2seq_loss(model, b, autocast=False)
-        results.append((loss, n, torch.autograd.grad(loss, params, allow_unused=True)))
-    (la, na, ga), (lb, nb, gb) = results
-    assert int(na) == int(nb) == 4 * 24
-    torch.testing.assert_close(lb, la, rtol=1e-6, atol=1e-6)
-    for (name, _), a, b in zip(model.named_parameters(), ga, gb):
-        assert (a is None) == (b is None), name
-        if a is not None:
-            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)
+    assert same_loss_and_grads(model, seq2seq_loss, own, fixed) == 4 * 24
 
 
 def test_a_static_length_bart_batch_cuts_a_row_that_insertions_made_longer(corpus):

@@ -21,7 +21,8 @@ from plmodels.training.masking import step_generator
 from plmodels.training.objectives import objective_for, plm_loss
 from plmodels.training.plm import permutation_batch, prediction_slots
 from plmodels.xlnet import XLNet, XLNetConfig
-from tests.plmodels.kinds import assert_same_weights, assert_store_is_the_hidden_states, packed_rows
+from tests.plmodels.kinds import (assert_same_weights, assert_store_is_the_hidden_states, packed_rows,
+                                  same_loss_and_grads)
 from tests.plmodels.toy_runs import fixed_wordpiece, toy_config, toy_corpus
 from workbench.analyses.prune import prune_model_cli
 from workbench.core.paths import data_root
@@ -177,18 +178,7 @@ def test_static_prediction_slots_give_the_loss_and_gradients_of_the_batchs_own_c
     assert int((own.labels != -100).sum()) == 3 * 7 + 5
     torch.manual_seed(0)
     model = XLNet(XLNetConfig(**{**preset("xlnet", "tiny"), "dropout": 0.0}, vocab_size=tok.vocab_size))
-    params = list(model.parameters())
-    results = []
-    for b in (own, fixed):
-        loss, n, _ = plm_loss(model, b, autocast=False)
-        results.append((loss, n, torch.autograd.grad(loss, params, allow_unused=True)))
-    (la, na, ga), (lb, nb, gb) = results
-    assert int(na) == int(nb) == 3 * 7 + 5
-    torch.testing.assert_close(lb, la, rtol=1e-6, atol=1e-6)
-    for (name, _), a, b in zip(model.named_parameters(), ga, gb):
-        assert (a is None) == (b is None), name
-        if a is not None:
-            torch.testing.assert_close(b, a, rtol=1e-6, atol=1e-6, msg=name)
+    assert same_loss_and_grads(model, plm_loss, own, fixed) == 3 * 7 + 5
     # a count over the slots is refused, not cut
     with pytest.raises(ValueError, match=r"n_slots=6 must be in \[7, T=26\]"):
         permutation_batch(rows, partial_k=3, predictable=rows != tok.sep_id, generator=step_generator(0, 2),

@@ -36,6 +36,17 @@ def _train_rows(run):
     return [(r["step"], r["tokens"], r["metric"], r["value"]) for r in rows if r["split"] == "train"]
 
 
+def _assert_trained_alike(want, got) -> None:
+    """Two finished runs' checkpoints logged the same train steps and losses (1e-5) and hold the same
+    weights (fp32 tolerances)."""
+    a, b = _train_rows(want.parent), _train_rows(got.parent)
+    assert [r[:3] for r in b] == [r[:3] for r in a]
+    assert [r[3] for r in b] == pytest.approx([r[3] for r in a], abs=1e-5)
+    wa, wb = (load_file(str(p / "model.safetensors")) for p in (want, got))
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5, msg=k)
+
+
 def _batches(cfg, run) -> tuple[Batches, Tokenizer]:
     """The run's `Batches`, built as `run_training` builds them (run/tokenizer exists)."""
     tok = Tokenizer.load(run / "tokenizer")
@@ -330,12 +341,7 @@ def test_a_compiled_xlnet_or_seq2seq_run_trains_the_eager_runs_weights(data, tmp
     start = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     compiled = run_training(toy_config(data, compile=True, **cfg), tmp_path / "compiled").path
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > start  # the step went through dynamo
-    want, got = _train_rows(own.parent), _train_rows(compiled.parent)
-    assert [r[:3] for r in got] == [r[:3] for r in want]
-    assert [r[3] for r in got] == pytest.approx([r[3] for r in want], abs=1e-5)
-    wa, wb = (load_file(str(p / "model.safetensors")) for p in (own, compiled))
-    for k in wa:
-        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5, msg=k)
+    _assert_trained_alike(own, compiled)
     with pytest.raises(ValueError, match="compile: true covers the objectives"):  # SpanBERT's model is not reached
         toy_config(data, objective="span", compile=True)
 
@@ -359,9 +365,4 @@ def test_fixed_size_slots_train_the_weights_of_the_batches_own_counts(data, tmp_
     monkeypatch.setattr(Objective, "slot_sizes", config_bounds)
     fixed = run_training(cfg, tmp_path / "fixed").path
     assert used == [(24, 80)] * 6  # 32 tokens a row at 15%: 4.8 + 6 * 2.02 -> 24, 8 rows: 38.4 + 6 * 5.71 -> 80
-    want, got = _train_rows(own.parent), _train_rows(fixed.parent)
-    assert [r[:3] for r in got] == [r[:3] for r in want]
-    assert [r[3] for r in got] == pytest.approx([r[3] for r in want], abs=1e-5)
-    wa, wb = (load_file(str(p / "model.safetensors")) for p in (own, fixed))
-    for k in wa:
-        torch.testing.assert_close(wb[k], wa[k], rtol=1e-4, atol=1e-5, msg=k)
+    _assert_trained_alike(own, fixed)

@@ -319,22 +319,29 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
                 rows += res.rows(model_name, task, name, params.get("pooling", ""), l, cfg.seeds[0])
             out["probing"].append(pd.DataFrame(rows, columns=PROBING_COLUMNS))
         done("mdl")
+        if "random_init" in cfg.modes and random_init:
+            out["probing"].append(random_init_scores(random_init, layers, common, items))
+        done("random_init")
         if items:
             out["probe_items"].append(item_frame(items, model_name, task, name))
-        if "random_init" in cfg.modes and random_init:
-            out["probing"].append(random_init_scores(random_init, layers, common))
-        done("random_init")
     return out
 
 
 def random_init_scores(random_init: Mapping[int, tuple[TaskSplit, TaskSplit]], layers: list[int],
-                       common: dict) -> pd.DataFrame:
+                       common: dict, items_out: dict | None = None) -> pd.DataFrame:
     """Mode "random_init" rows: per probe seed s, the probe per layer on the splits of the random-init
-    model of seed s (`random_init[s]`), as `per_layer_scores` scores the model's own ("single")."""
+    model of seed s (`random_init[s]`), as `per_layer_scores` scores the model's own ("single").
+    `items_out` receives each fit's per-item test counts under ("random_init", layer, seed): the same
+    test items as the model's (same records, tokenizer and cap), so the zoo can resample the floor and
+    choose its best layer on held-out items as it does the model's."""
     frames = []
     for seed, (tr, te) in sorted(random_init.items()):
-        df = per_layer_scores(tr.probe_data(), te.probe_data(), layers=layers, **{**common, "seeds": [seed]})
+        got: dict | None = {} if items_out is not None else None
+        df = per_layer_scores(tr.probe_data(), te.probe_data(), layers=layers, items_out=got,
+                              **{**common, "seeds": [seed]})
         frames.append(df[df["mode"] == "single"].assign(mode="random_init"))
+        for (_, layer, s), a in (got or {}).items():
+            items_out["random_init", layer, s] = a
     return pd.concat(frames, ignore_index=True)
 
 

@@ -125,14 +125,17 @@ def test_progress_bar_counts_one_fit_per_task_probe_and_mode(run, ckpt, tmp_path
     assert any(line.startswith("probe tiny: task deps: ") and "train /" in line for line in err)
 
 
-def test_kept_items_give_back_every_single_and_cumulative_score(run, ckpt, tmp_path):
+def test_kept_items_give_back_every_single_cumulative_and_random_init_score(run, ckpt, tmp_path):
     """probe_items (keep_items): the mean of the items' `correct` is the table's accuracy and the
-    micro-F1 of their summed counts its micro-F1, for every single and cumulative fit and seed."""
-    cfg = {**CFG, "modes": ["single", "cumulative"], "n_boot": 0, "keep_items": True}
+    micro-F1 of their summed counts its micro-F1, for every single, cumulative and random-init fit and
+    seed, the random-init floor's on the model's own test items (the zoo resamples both)."""
+    cfg = {**CFG, "modes": ["single", "cumulative", "random_init"], "n_boot": 0, "keep_items": True}
     t = probe_model(ckpt, tasks=["pos", "deps"], out_dir=tmp_path, config=cfg, store_root=run[0] / "store",
                     progress=False)
     items, probing = t["probe_items"], t["probing"]
-    assert set(items["mode"]) == {"single", "cumulative"} and set(items["seed"]) == {0, 1}
+    assert set(items["mode"]) == {"single", "cumulative", "random_init"} and set(items["seed"]) == {0, 1}
+    n = items.groupby(["task", "mode", "layer", "seed"]).size().groupby(["task"]).nunique()
+    assert (n == 1).all()   # every fit, the floor's included, scores the same test items
     for (task, mode, layer, seed), g in items.groupby(["task", "mode", "layer", "seed"]):
         assert g["item"].tolist() == list(range(len(g)))
         row = probing[(probing.task == task) & (probing["mode"] == mode) & (probing.layer == layer)

@@ -132,6 +132,12 @@ def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
     assert set(comps.loc[comps.statistic == "e_delta", "task"]) == {"pos"}   # no cumulative structural probes
     primary = comps[comps["family"] == "primary"]
     assert set(primary["statistic"]) == {"best_layer_score"} and len(primary) == 12
+    # every system beside the structural probe's model-free trees, on its own items, in the floor family
+    floors = comps[comps["system_b"].str.startswith("floor:")]
+    assert (floors["family"] == "floor").all()
+    tree = floors[floors.task == "structural_distance"]
+    assert set(zip(tree.system_a, tree.system_b)) >= {(s, f"floor:{f}") for s in SYSTEMS
+                                                      for f in ("chain", "position", "random_tree")}
     np.testing.assert_allclose(primary["p_holm"], holm(primary["p_value"]))
     # what each pair differs in, from the checkpoints: the positions arm is the architecture alone
     pair = comps[(comps.system_a == "bert") & (comps.system_b == "bert-rope")].iloc[0]
@@ -172,14 +178,18 @@ def test_the_tiny_zoo_writes_every_table_and_resumes(zoo_run, tmp_path, capfd):
 def test_holm_claims_within_each_family():
     """adjust_claims on a hand-made table: the primary family is each task's declared statistic (best-layer
     score where none is declared), Holm within each family, a claim only where the adjusted p <= 0.05."""
-    rows = [("best_layer_score", "pos", 0.001, "A > B"), ("best_layer_score", "ner", 0.03, "B > A"),
-            ("e_delta", "pos", 0.004, "A > B"), ("e_delta", "ner", 0.02, "A > B"),
-            ("heads_syntactic", "", 0.3, "no claim")]
-    df = pd.DataFrame([{"statistic": st, "task": t, "p_value": p, "claim": c} for st, t, p, c in rows])
+    rows = [("best_layer_score", "pos", "b", 0.001, "A > B"), ("best_layer_score", "ner", "b", 0.03, "B > A"),
+            ("e_delta", "pos", "b", 0.004, "A > B"), ("e_delta", "ner", "b", 0.02, "A > B"),
+            ("heads_syntactic", "", "b", 0.3, "no claim"),
+            ("best_layer_score", "pos", "floor:random_init", 0.02, "A > B"),
+            ("best_layer_score", "pos", "floor:chain", 0.01, "A > B")]
+    df = pd.DataFrame([{"statistic": st, "task": t, "system_a": "a", "system_b": b, "p_value": p, "claim": c}
+                       for st, t, b, p, c in rows])
     out = adjust_claims(df, {"ner": "e_delta"})
-    assert out["family"].tolist() == ["primary", "secondary", "secondary", "primary", "secondary"]
-    np.testing.assert_allclose(out["p_holm"], [0.002, 0.06, 0.012, 0.02, 0.3])
-    assert out["claim"].tolist() == ["A > B", "no claim", "A > B", "A > B", "no claim"]
+    # a system against its floors: a family of its own, whatever the statistic
+    assert out["family"].tolist() == ["primary", "secondary", "secondary", "primary", "secondary", "floor", "floor"]
+    np.testing.assert_allclose(out["p_holm"], [0.002, 0.06, 0.012, 0.02, 0.3, 0.02, 0.02])
+    assert out["claim"].tolist() == ["A > B", "no claim", "A > B", "A > B", "no claim", "A > B", "A > B"]
     assert out["claim_unadjusted"].tolist() == df["claim"].tolist()
 
 

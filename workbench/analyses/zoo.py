@@ -25,7 +25,8 @@ these steps then read the run's tables across systems:
   2022 ("The MultiBERTs", `probes.multibootstrap`), kept apart from the items-only interval (which
   treats one seed's checkpoint as if it were the system). Statistics with per-item results (probing:
   the score at each layer, the best-layer score of the layer chosen on held-out items, E_delta of the
-  cumulative probes) get both; those without (share of heads per primary role, prunable share of
+  cumulative probes, and the best-layer score of each floor on the same items: the untrained
+  architecture's, the structural probes' trees; `probing_floors`) get both; those without (share of heads per primary role, prunable share of
   heads, finetuning gain) are resampled over seeds only, and so are the flow suite's (`flow_statistics`,
   task "flow": per-layer MI and lens curves with their floors, and the scalars systems are compared on). Minimal pairs (`pairs_statistics`, from
   `minimal_pair_items`): each phenomenon's accuracy by a system's own scorer, multi-bootstrap too,
@@ -37,8 +38,8 @@ these steps then read the run's tables across systems:
 A comparison is claimed ("A > B") only when both systems have at least three seeds (a bootstrap of S
 seeds carries (S - 1) / S of the seed variance), its 95% interval excludes 0, and its p-value survives
 Holm's correction within its family (`adjust_claims`: the primary family is each task's comparisons on
-the statistic the zoo config declares primary, and the flow suite's declared one, the secondary family
-the rest); `flips` counts the
+the statistic the zoo config declares primary, and the flow suite's declared one, between two systems;
+the floor family every system against its floors; the secondary family the rest); `flips` counts the
 (seed of A, seed of B) pairs that order the two systems the other way. Beside each comparison: what
 the two systems differ in (`contrast`: objective only, architecture only, or both, from their
 checkpoints' cards and model configs) and what each got from the budget (updates, tokens, 6 N D FLOPs,
@@ -287,7 +288,15 @@ def probing_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]]
     chose, the row's `layer` is the choice of both halves (-1 when they differ), and the multi-bootstrap
     resamples those cross-fitted items. Choosing the layer inside each replicate instead would still
     pick and score on the same (resampled) items: the replicates would carry the optimism of the
-    maximum, not remove it."""
+    maximum, not remove it.
+
+    Floors (`probing_floors`): where probe_items holds them for every seed of a system, the same
+    best-layer score of the untrained architecture (mode "random_init", its layer chosen on held-out
+    items the same way), and for a structural task the model-free trees (chain, position, random_tree),
+    each as statistic "best_layer_score_floor:<floor>" (plus "layer_score_floor:random_init" per layer)
+    and compared with the system on the same items (system_b "floor:<floor>", statistic
+    "best_layer_score"): "this system's probe reads more than its untrained architecture" with a
+    multi-bootstrap interval, the floor's selection inside it."""
     kw = dict(n_boot=n_boot, seed=seed)
     stats, comps = [], []
     for task in sorted(items["task"].unique()):
@@ -306,6 +315,8 @@ def probing_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]]
             stats.append(_row("best_layer_score", task, system, layers[layer] if layer >= 0 else -1,
                               multi_bootstrap(best[system], METRIC, **kw),
                               multi_bootstrap(best[system], METRIC, resample_seeds=False, **kw), "multi-bootstrap"))
+            s, c = probing_floors(items, models, task, system, best[system], **kw)
+            stats, comps = stats + s, comps + c
             if ((items["task"] == task) & (items["mode"] == "cumulative")).any():  # not structural tasks
                 cum, cum_layers = item_arrays(items, models, task, "cumulative")
                 cumulative[system] = cum, cum_layers
@@ -323,6 +334,43 @@ def probing_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]]
     return stats, comps
 
 
+PROBING_FLOORS = ("random_init", "chain", "position", "random_tree")   # probe_items modes a system is set beside
+
+
+def probing_floors(items: pd.DataFrame, models: Sequence[str], task: str, system: str, best: np.ndarray,
+                   n_boot: int = 1000, seed: int = 0) -> tuple[list[dict], list[dict]]:
+    """The floor rows of one system and task (`probing_statistics`): for each mode of PROBING_FLOORS
+    that probe_items holds for every one of `models`, the floor's best-layer score (random_init: its
+    layer chosen on held-out items by `held_out_best`, as the system's; the structural trees have one,
+    layer -1) with its multi-bootstrap and items-only intervals, random_init's score per layer, and the
+    comparison of the system's held-out best-layer items `best` (S, N, 4) with the floor's on the same
+    items. A floor with other items than the system's is a ValueError naming both."""
+    kw = dict(n_boot=n_boot, seed=seed)
+    stats, comps = [], []
+    for floor in PROBING_FLOORS:
+        have = items[(items["task"] == task) & (items["mode"] == floor) & (items["seed"] == 0)]
+        if not set(models) <= set(have["model"]):
+            continue
+        arrays, layers = item_arrays(have, models, task, floor)
+        if arrays.shape[2] != best.shape[1]:
+            raise ValueError(f"task {task}, {system}: the {floor} floor scored {arrays.shape[2]} items, the system "
+                             f"{best.shape[1]}: a floor must stand on the system's items")
+        if floor == "random_init":
+            curve = layer_curve(arrays, METRIC, **kw)
+            items_curve = layer_curve(arrays, METRIC, resample_seeds=False, **kw)
+            stats += [_row("layer_score_floor:random_init", task, system, l, iv, it, "multi-bootstrap")
+                      for l, iv, it in zip(layers, curve, items_curve)]
+            layer, scores = held_out_best(arrays, METRIC)
+            layer = layers[layer] if layer >= 0 else -1
+        else:
+            layer, scores = -1, arrays[:, 0]
+        stats.append(_row(f"best_layer_score_floor:{floor}", task, system, layer, multi_bootstrap(scores, METRIC, **kw),
+                          multi_bootstrap(scores, METRIC, resample_seeds=False, **kw), "multi-bootstrap"))
+        comps.append(_cmp_row("best_layer_score", task, system, f"floor:{floor}",
+                              compare(best, scores, METRIC, **kw), "multi-bootstrap"))
+    return stats, comps
+
+
 def pairs_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]],
                      n_boot: int = 1000, seed: int = 0) -> tuple[list[dict], list[dict]]:
     """Rows of zoo_stats and zoo_comparisons from `minimal_pair_items` (docs/behaviour.md): per
@@ -335,7 +383,7 @@ def pairs_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]],
     Beside each system's accuracy, on the same items and seeds, its floors (statistic
     "pairs_floor:<floor>", the floor:random_init of its own scorer), and one comparison of the system
     against each floor (system_b "floor:<floor>"): the zoo's rule for "this system beats its bigram
-    floor" (three seeds, Holm in the secondary family)."""
+    floor" (three seeds, Holm in the floor family)."""
     kw = dict(n_boot=n_boot, seed=seed)
     models = {system: [model_name(system, s) for s in seeds] for system, seeds in systems.items()}
     floors = items["scorer"].str.startswith("floor:")
@@ -568,16 +616,17 @@ def adjust_claims(comps: pd.DataFrame, primary: Mapping[str, str] | None = None,
     """Holm's correction (`probes.multibootstrap.holm`) over each family of a comparisons table: the
     "primary" family holds each task's comparisons on its primary statistic (`primary`: task ->
     statistic; "best_layer_score" for a task it does not name, the flow suite's declared statistic for its
-    task "flow"), the "secondary" family everything else
-    (the other statistic of a task, the seeds-only ones). `claim_unadjusted` keeps the interval's claim
+    task "flow") between two systems, the "floor" family every comparison of a system with one of its
+    floors (system_b "floor:<name>": probing's, minimal pairs', interventions'), the "secondary" family
+    everything else (the other statistic of a task, the seeds-only ones). `claim_unadjusted` keeps the interval's claim
     (never made below three seeds a system); `claim` stands only where also the Holm-adjusted p-value
     `p_holm` <= alpha, so each family's chance of any false claim is at most alpha."""
     primary = primary or {}
     default = {FLOW_TASK: FLOW_PRIMARY}
-    is_primary = [st == primary.get(t, default.get(t, "best_layer_score"))
-                  for st, t in zip(comps["statistic"], comps["task"])]
-    comps = comps.assign(family=np.where(is_primary, "primary", "secondary"), p_holm=np.nan,
-                         claim_unadjusted=comps["claim"])
+    family = ["floor" if str(b).startswith("floor:") else
+              "primary" if st == primary.get(t, default.get(t, "best_layer_score")) else "secondary"
+              for st, t, b in zip(comps["statistic"], comps["task"], comps["system_b"])]
+    comps = comps.assign(family=family, p_holm=np.nan, claim_unadjusted=comps["claim"])
     for family, idx in comps.groupby("family").groups.items():
         comps.loc[idx, "p_holm"] = holm(comps.loc[idx, "p_value"].to_numpy(float))
     keep = comps["p_holm"] <= alpha

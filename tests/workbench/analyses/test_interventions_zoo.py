@@ -88,7 +88,7 @@ def test_the_zoo_compares_where_agreement_is_mediated_over_seeds(tmp_path):
     assert ab.delta == pytest.approx(0.6, abs=0.03) and ab.ci_low > 0 and ab.claim != "no claim"
     assert ab.family == "secondary" and ab.p_holm <= 0.05
     fl = c.loc[("interventions_attn_share", "mlp", "floor:random_init")]
-    assert fl.delta == pytest.approx(-0.3, abs=0.02) and fl.ci_high < 0
+    assert fl.delta == pytest.approx(-0.3, abs=0.02) and fl.ci_high < 0 and fl.family == "floor"
     assert c.loc[("interventions_top_layer_share", "attn", "mlp")].claim == "no claim"  # both 1.0: no difference
     for name, table in out.items():  # the report's table: each system's share beside its floor
         write_table(tmp_path, name, table)

@@ -20,6 +20,10 @@ def layers(run: str, task: str) -> None:
                                        metric=views.zoo_metric_name(task)), width="stretch")
     summary = common.view("zoo_summary_table", run)
     st.dataframe(summary[summary["task"] == task].round(4), hide_index=True, width="stretch")
+    if "random_init" in summary:
+        st.caption("best: the layer chosen on held-out items. random_init: the same probe on the untrained "
+                   "architecture, its layer chosen the same way; vs_random_init: best minus it on the same items "
+                   "(multi-bootstrap 95% interval); above_random_init: the claim after Holm in the floor family.")
     if "e_s" in summary:
         st.caption("E_s (expected layer of the scalar mix) compares layers within a system only: it misleads "
                    "across models whose layer norms differ (Fayyaz et al. 2021).")

@@ -815,7 +815,8 @@ def objectives_section(run_dir: Path) -> Section:
         return s
     comps, roles = views.zoo_comparisons_table(run_dir), views.zoo_role_composition(run_dir)
     clauses = [_objectives_task_clause(task, t) for task, t in summary.groupby("task", sort=False)]
-    clauses += _objectives_claims(comps) if comps is not None else []
+    # a system against its floors: in the task clauses (probing) and the pairs table, not among the claims
+    clauses += _objectives_claims(comps[~comps["system_b"].str.startswith("floor:")]) if comps is not None else []
     cka_clause, cka_table = _objectives_cka(run_dir, s)
     clauses.append(cka_clause)
     for task in views.zoo_tasks(run_dir):
@@ -832,20 +833,31 @@ def objectives_section(run_dir: Path) -> Section:
     table = summary.assign(
         best=_cis(summary, "best", "best_low", "best_high"),
         e_delta=_cis(summary, "e_delta", "e_delta_low", "e_delta_high", 2))
+    bounds = ["best_low", "best_high", "e_delta_low", "e_delta_high"]
+    if "random_init" in table:
+        table = table.assign(random_init=_cis(summary, "random_init", "random_init_low", "random_init_high"),
+                             vs_random_init=_cis(summary, "vs_random_init", "vs_random_init_low",
+                                                 "vs_random_init_high"))
+        bounds += ["random_init_low", "random_init_high", "vs_random_init_low", "vs_random_init_high"]
     if "mdl_layer" in table:
         table["mdl_layer"] = [str(int(x)) if np.isfinite(x) else "" for x in table["mdl_layer"]]
     caption = ("Per task and system: best-layer score (best: micro F1; UUAS and root accuracy for the structural "
-               "probes; multi-bootstrap 95% interval over pretraining seeds x test items) and E_delta (center of "
-               "gravity of the cumulative probes, in layers)")
+               "probes; the layer chosen on held-out items; multi-bootstrap 95% interval over pretraining seeds x "
+               "test items) and E_delta (center of gravity of the cumulative probes, in layers)")
+    if "random_init" in table:
+        caption += ("; random_init: the same probe's best-layer score on the untrained architecture (its layer chosen "
+                    "the same way), vs_random_init: best minus it on the same items, above_random_init: the "
+                    "comparison's claim after Holm in the floor family")
     if "e_s" in table:
         caption += ("; E_s (expected layer of the scalar mix) compares layers within a system only: it misleads "
                     "across models whose layer norms differ (Fayyaz et al. 2021)")
-    s.tables.append((caption, table.drop(columns=["best_low", "best_high", "e_delta_low", "e_delta_high"])))
+    s.tables.append((caption, table.drop(columns=bounds)))
     if comps is not None:
         shown = comps.assign(delta=_cis(comps, "delta"))
         s.tables.append(("Comparisons (delta = A - B with its interval; finding: the claim where both systems have "
                          "3 seeds or more, the interval excludes 0 and Holm's adjusted p_holm <= 0.05 in its family "
-                         "(primary: each task's declared statistic; secondary: the rest), unadjusted: the interval's "
+                         "(primary: each task's declared statistic between two systems; floor: a system against its "
+                         "floors, system_b floor:<name>; secondary: the rest), unadjusted: the interval's "
                          "claim alone; seeds: the smaller system's seeds, 'few' below 5; contrast: what the two "
                          "systems differ in; compute: 6 N D FLOPs per checkpoint; disagree: seed pairs ordering the "
                          "two systems the other way)",
@@ -900,12 +912,20 @@ def objectives_section(run_dir: Path) -> Section:
 
 def _objectives_task_clause(task: str, t: pd.DataFrame) -> str:
     """'on pos, the best-layer micro F1 is bert 0.154 [0.082, 0.226], elmo ... (95% multi-bootstrap
-    intervals over 2 pretraining seeds x 146 test items); E_delta: elmo 0.50 [-1.00, 1.96], ...'."""
+    intervals over 3 pretraining seeds x 146 test items); minus the untrained architecture's on the same
+    items bert 0.110 [0.080, 0.140] (above), elmo ... (1 of 2 systems above it after Holm); E_delta elmo
+    0.50 [-1.00, 1.96], ...' (the floor part where the run has the untrained architecture's items)."""
     scores = ", ".join(f"{r.system} {_ci(r.best, r.best_low, r.best_high)}" for r in t.itertuples())
     seeds, items = int(t["n_seeds"].max()), int(t["n_items"].max())
     unit = "test sentences" if task in views.ZOO_METRIC_NAMES else "test items"
     text = (f"on {task}, the best-layer {views.zoo_metric_name(task)} is {scores} (95% multi-bootstrap intervals "
             f"over {seeds} pretraining seeds x {items} {unit})")
+    if "vs_random_init" in t and t["vs_random_init"].notna().any():
+        f = t.dropna(subset=["vs_random_init"])
+        text += ("; minus the untrained architecture's on the same items " + ", ".join(
+            f"{r.system} {_ci(r.vs_random_init, r.vs_random_init_low, r.vs_random_init_high)}"
+            + ("" if r.above_random_init == "no claim" else f" ({r.above_random_init})") for r in f.itertuples())
+            + f" ({_floor_count(f['above_random_init'])})")
     e = t.dropna(subset=["e_delta"])
     if len(e):
         text += "; E_delta " + ", ".join(f"{r.system} {_ci(r.e_delta, r.e_delta_low, r.e_delta_high, 2)}"
@@ -914,6 +934,12 @@ def _objectives_task_clause(task: str, t: pd.DataFrame) -> str:
             text += (f" ({', '.join(sorted(set(t['system']) - set(e['system'])))}: undefined, the cumulative probes "
                      "of a seed gain nothing beyond layer 0)")
     return text
+
+
+def _floor_count(claims: pd.Series) -> str:
+    """'2 of 7 systems above it after Holm' (+ ', 1 below')."""
+    above, below = int((claims == "above").sum()), int((claims == "below").sum())
+    return f"{above} of {len(claims)} systems above it after Holm" + (f", {below} below" if below else "")
 
 
 def _verb(n: int, one: str, many: str) -> str:

@@ -875,14 +875,20 @@ def _zoo_probing_extras(run_dir: str | Path) -> pd.DataFrame | None:
     return out
 
 
+ZOO_SUMMARY_FLOOR = "random_init"   # the floor the summary sets each system's best-layer score beside
+
+
 def zoo_summary_table(run_dir: str | Path) -> pd.DataFrame | None:
-    """Per task and system: n_layers, best (best-layer score: the maximum over layers of the seed-mean
-    score, micro F1 or the structural task's metric (`zoo_metric_name`), an in-sample maximum)
-    with best_low, best_high, e_delta (the cumulative probes' center of gravity, in layers) with
-    e_delta_low, e_delta_high (multi-bootstrap intervals), n_seeds, n_items, and the e_s, mdl_compression,
-    mdl_layer columns when the run has them (`_zoo_probing_extras`). E_s misleads across models whose
-    layer norms differ (Fayyaz et al. 2021): read it within a system, not between two. None without
-    `zoo_stats` probing rows."""
+    """Per task and system: n_layers, best (the best-layer score of the layer chosen on held-out items:
+    micro F1 or the structural task's metric, `zoo_metric_name`) with best_low, best_high, e_delta (the
+    cumulative probes' center of gravity, in layers) with e_delta_low, e_delta_high (multi-bootstrap
+    intervals), n_seeds, n_items; where the run has the untrained architecture's items, random_init (its
+    best-layer score, chosen the same way) with random_init_low, random_init_high, and vs_random_init
+    (best minus it on the same items) with vs_random_init_low, vs_random_init_high and above_random_init
+    (the comparison's claim after Holm in the floor family: "above", "below" or "no claim",
+    `workbench.analyses.zoo.probing_floors`); and the e_s, mdl_compression, mdl_layer columns when the run
+    has them (`_zoo_probing_extras`). E_s misleads across models whose layer norms differ (Fayyaz et al.
+    2021): read it within a system, not between two. None without `zoo_stats` probing rows."""
     stats = _load(run_dir, "zoo_stats")
     if stats is None or not stats["statistic"].isin(ZOO_PROBING_STATISTICS).any():
         return None
@@ -890,15 +896,27 @@ def zoo_summary_table(run_dir: str | Path) -> pd.DataFrame | None:
     layers = stats[stats["statistic"] == "layer_score"].groupby(keys)["layer"].max().rename("n_layers")
     out = stats[stats["statistic"].isin(ZOO_PROBING_STATISTICS)][keys + ["n_seeds", "n_items"]] \
         .drop_duplicates(keys).set_index(keys).join(layers)
-    for statistic, name in (("best_layer_score", "best"), ("e_delta", "e_delta")):
+    floor = ZOO_SUMMARY_FLOOR
+    for statistic, name in (("best_layer_score", "best"), ("e_delta", "e_delta"),
+                            (f"best_layer_score_floor:{floor}", floor)):
         s = stats[stats["statistic"] == statistic].set_index(keys)[["value", "ci_low", "ci_high"]]
-        out = out.join(s.rename(columns={"value": name, "ci_low": f"{name}_low", "ci_high": f"{name}_high"}))
+        if len(s) or name != floor:
+            out = out.join(s.rename(columns={"value": name, "ci_low": f"{name}_low", "ci_high": f"{name}_high"}))
+    comps = _load(run_dir, "zoo_comparisons")
+    if floor in out and comps is not None:
+        c = comps[(comps["statistic"] == "best_layer_score") & (comps["system_b"] == f"floor:{floor}")]
+        c = c.rename(columns={"system_a": "system"}).set_index(keys)
+        vs = f"vs_{floor}"
+        out = out.join(c[["delta", "ci_low", "ci_high"]].rename(
+            columns={"delta": vs, "ci_low": f"{vs}_low", "ci_high": f"{vs}_high"}))
+        out[f"above_{floor}"] = c["claim"].map({"A > B": "above", "B > A": "below", "no claim": "no claim"})
     out = out.reset_index()
     extras = _zoo_probing_extras(run_dir)
     if extras is not None:
         out = out.merge(extras, on=keys, how="left")
     cols = ["task", "system", "n_layers", "best", "best_low", "best_high", "e_delta", "e_delta_low", "e_delta_high",
-            "e_s", "mdl_compression", "mdl_layer", "n_seeds", "n_items"]
+            floor, f"{floor}_low", f"{floor}_high", f"vs_{floor}", f"vs_{floor}_low", f"vs_{floor}_high",
+            f"above_{floor}", "e_s", "mdl_compression", "mdl_layer", "n_seeds", "n_items"]
     out = out[[c for c in cols if c in out]]
     return out.assign(_o=_system_order(run_dir, out)).sort_values(["task", "_o"]).drop(columns="_o") \
         .reset_index(drop=True)

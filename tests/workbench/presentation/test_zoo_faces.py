@@ -131,7 +131,8 @@ def test_objectives_section_states_intervals_and_only_claimed_orders(zoo_run):
     assert s.title == "Objectives" and not s.missing
     text = " ".join(s.findings)
     assert all(system in text for system in SYSTEMS)
-    comps = results.load_table(zoo_run, "zoo_comparisons")
+    every = results.load_table(zoo_run, "zoo_comparisons")
+    comps = every[~every["system_b"].str.startswith("floor:")]   # the floors: in the task clauses
     claimed = comps[comps["claim"] != "no claim"]
     orders = re.findall(r"(\w+) > (\w+) in ([^:]+):", text)
     assert len(orders) == len(claimed)
@@ -150,10 +151,18 @@ def test_objectives_section_states_intervals_and_only_claimed_orders(zoo_run):
                "than 3 seeds a system" in text
     shown = next(t for c, t in s.tables if c.startswith("Comparisons"))
     assert {"finding", "unadjusted", "p_holm", "seeds", "contrast", "compute"} <= set(shown.columns)
-    assert len(shown) == len(comps)
+    assert len(shown) == len(every)
+    summary = views.zoo_summary_table(zoo_run)
+    assert summary.loc[summary.task == "structural_distance", "vs_random_init"].notna().all()   # zoo-tiny's floor
     for task in views.zoo_tasks(zoo_run):   # each task's clause gives every system's score with its interval
         clause = next(c for c in s.findings if c.startswith(f"on {task}, the best-layer"))
         assert all(re.search(rf"{sy} \d\.\d{{3}} \[", clause) for sy in SYSTEMS), clause
+        floor = summary[(summary.task == task)].dropna(subset=["vs_random_init"])
+        if len(floor):   # and, where the run has it, each system minus its untrained architecture, interval beside
+            part = clause.split("minus the untrained architecture's on the same items ")[1]
+            for r in floor.itertuples():
+                assert re.search(rf"{r.system} {r.vs_random_init:.3f} \[-?\d\.\d{{3}}, -?\d\.\d{{3}}\]", part), part
+            assert f"of {len(floor)} systems above it after Holm" in part
         unit = "UUAS is" if task == "structural_distance" else "micro F1 is"   # each task in its own metric
         assert clause.startswith(f"on {task}, the best-layer {unit}"), clause
     layer_figs = [f for f in s.figs if "by layer" in f.layout.title.text]

@@ -216,14 +216,14 @@ def _compare(a: argparse.Namespace) -> None:
 def _run(a: argparse.Namespace) -> None:
     from workbench.pipeline import run_pipeline
 
-    run_dir = run_pipeline(a.config, run_dir=a.run_dir, force=a.force, overrides=_overrides(a))
+    run_dir = run_pipeline(a.config, run_dir=a.run_dir, force=a.force, overrides=_overrides(a), rerun=a.rerun)
     print(f"run folder: {run_dir}")
 
 
 def _zoo(a: argparse.Namespace) -> None:
     from workbench.zoo import run_zoo
 
-    run_dir = run_zoo(a.config, run_dir=a.run_dir, force=a.force, overrides=_overrides(a))
+    run_dir = run_zoo(a.config, run_dir=a.run_dir, force=a.force, overrides=_overrides(a), rerun=a.rerun)
     print(f"run folder: {run_dir}")
 
 
@@ -348,10 +348,14 @@ def _command(sub, name: str, help: str, description: str | None = None) -> argpa
 
 
 def _study_args(s: argparse.ArgumentParser, config_help: str) -> None:
-    """The arguments of a study command (`run`, `zoo`): its config, run folder, --force, --set."""
+    """The arguments of a study command (`run`, `zoo`): its config, run folder, --force, --rerun, --set."""
     s.add_argument("config", type=Path, help=config_help)
     s.add_argument("--run-dir", type=Path, help="the run folder (default: runs/<config name>)")
     s.add_argument("--force", action="store_true", help="re-run every step (default: skip the unchanged ones)")
+    s.add_argument("--rerun", action="append", metavar="STEP", default=[],
+                   help="re-run this step and every step that reads it, whatever the cache says (after a code "
+                        "change); a step's name (probe:bert-s0) or kind (probe); repeatable; a pretraining step "
+                        "resumes from its last checkpoint")
     s.add_argument("--set", action="append", metavar="KEY=VALUE", help=SET_HELP)
 
 

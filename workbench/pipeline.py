@@ -36,7 +36,7 @@ import traceback
 from multiprocessing.connection import wait as wait_for
 from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import plmodels
 from plmodels import recipes
@@ -725,12 +725,33 @@ def run_steps_parallel(steps: list[Step], todo: list[Step], keys: dict[str, str]
         raise error
 
 
+def rerun_steps(steps: list[Step], names: Sequence[str]) -> set[str]:
+    """The steps `names` select, each a step's name ("probe:bert-s0") or its kind, the part before the
+    first ":" ("probe": every probing step), and every step that reads one of them, transitively (a
+    probe step's zoo:stats and report). A name that selects no step is a ValueError naming it and the
+    step kinds there are, raised before any work."""
+    kinds = list(dict.fromkeys(s.name.split(":")[0] for s in steps))
+    chosen: set[str] = set()
+    for name in names:
+        got = {s.name for s in steps if s.name == name or s.name.split(":")[0] == name}
+        if not got:
+            raise ValueError(f"--rerun {name}: no step of this run is called so or is of this kind; "
+                             f"kinds: {', '.join(kinds)} (or a step's full name, e.g. probe:<model>)")
+        chosen |= got
+    for step in steps:   # steps come in dependency order: a reader follows what it reads
+        if any(a in chosen for a in step.after):
+            chosen.add(step.name)
+    return chosen
+
+
 def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, force: bool = False,
                  overrides: dict | None = None, config_path: str | None = None,
-                 runner: Callable[..., None] | None = None) -> Path:
+                 runner: Callable[..., None] | None = None, rerun: Sequence[str] = ()) -> Path:
     """Run (or resume) the study described by `config` (a JSON file, or the run config itself as a dict,
     e.g. a zoo's expansion) with `overrides` merged in; returns the run folder. Steps whose key (own
-    config + upstream keys) matches a finished entry of run.json are skipped. `runner(steps, todo, keys,
+    config + upstream keys) matches a finished entry of run.json are skipped, but those `rerun` selects
+    (`rerun_steps`: after a change of the code, which no key holds); a pretraining step among them
+    resumes from its last checkpoint as any other (`force` trains again). `runner(steps, todo, keys,
     info, run_dir, cfg, force)` runs the others instead of this module's runners (an engine:
     workbench/engine.py, `dask_runner`).
     """
@@ -740,6 +761,8 @@ def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, f
     else:
         cfg = load_run_config(config, overrides)
     validate_run_config(cfg, config_path or (None if isinstance(config, dict) else str(config)))
+    steps = build_steps(cfg)
+    again = rerun_steps(steps, rerun)
     run_dir = Path(run_dir) if run_dir else Path(cfg.get("results_root", "runs")) / cfg["name"]
     run_dir.mkdir(parents=True, exist_ok=True)
     info = run_info(run_dir)
@@ -749,13 +772,12 @@ def run_pipeline(config: str | Path | dict, run_dir: str | Path | None = None, f
             "data_root": str(data_root()), "data_checksums": data_checksums(), "steps": states}
     atomic_write_json(run_dir / "run.json", info)
 
-    steps = build_steps(cfg)
     keys = step_keys(cfg, steps)
     t_run = time.perf_counter()
     todo = []
     for i, step in enumerate(steps, 1):
         old = states.get(step.name, {})
-        if old.get("status") == "done" and old.get("key") == keys[step.name]:
+        if old.get("status") == "done" and old.get("key") == keys[step.name] and step.name not in again:
             run_log(f"[{i}/{len(steps)}] {step.name}: unchanged, skipped")
         else:
             todo.append(step)

@@ -33,7 +33,7 @@ an estimate of the time left for the whole study.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -345,11 +345,13 @@ def check_suite(spec: dict, where: str) -> None:
 
 
 def run_zoo(path: str | Path, run_dir: str | Path | None = None, force: bool = False,
-            overrides: dict | None = None, runner: Callable[..., None] | None = None) -> Path:
+            overrides: dict | None = None, runner: Callable[..., None] | None = None,
+            rerun: Sequence[str] = ()) -> Path:
     """Run (or resume) the zoo study of the config at `path`; returns the run folder. Every system
     is checked first (`check_systems`). `runner`: the pipeline's (`run_pipeline`), e.g. an engine's
-    (workbench/engine.py, `dask_runner`: the steps spread over a Dask cluster)."""
+    (workbench/engine.py, `dask_runner`: the steps spread over a Dask cluster); `rerun`: the steps to
+    run again whatever the cache says, with their readers (`pipeline.rerun_steps`)."""
     zoo = load_zoo(path, overrides)
     check_systems(zoo, str(path))
     return run_pipeline(expand_zoo(zoo), run_dir=run_dir, force=force, config_path=str(path),
-                        runner=runner)
+                        runner=runner, rerun=rerun)

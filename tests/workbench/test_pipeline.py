@@ -18,6 +18,7 @@ import pytest
 from plmodels.recipes import RECIPES
 from workbench.core.paths import data_root
 from workbench.pipeline import (
+    rerun_steps,
     NO_TIME_LIMIT,
     Step,
     _estimate,
@@ -82,6 +83,31 @@ def test_keys_follow_the_base_of_a_config_that_extends_one(tmp_path):
     after = step_keys(cfg)
     assert before["pretrain:decoder"] != after["pretrain:decoder"]
     assert before["pretrain:encoder"] == after["pretrain:encoder"]
+
+
+def test_rerun_runs_the_named_steps_and_their_readers_whatever_the_cache_says(tmp_path):
+    """--rerun (after a code change, which no step key holds): the named step or every step of a named
+    kind, and every step that reads one, transitively; the rest stay skipped. A name that selects no
+    step is refused with the kinds there are, before run.json is touched."""
+    cfg = load_run_config(TINY)
+    steps, keys = build_steps(cfg), step_keys(cfg)
+    (tmp_path / "run.json").write_text(json.dumps({"steps": {s.name: {"status": "done", "key": keys[s.name]}
+                                                             for s in steps}}))
+    ran: list[list[str]] = []
+
+    def record(steps, todo, *rest):
+        ran.append([s.name for s in todo])
+
+    run_pipeline(TINY, run_dir=tmp_path, runner=record)
+    run_pipeline(TINY, run_dir=tmp_path, runner=record, rerun=["competence:decoder"])
+    run_pipeline(TINY, run_dir=tmp_path, runner=record, rerun=["probe", "gate:encoder"])
+    assert ran == [[], ["competence:decoder", "report"], ["probe:encoder", "probe:decoder", "gate:encoder", "report"]]
+    # transitively: heads:encoder is read by gate:encoder, which the report reads
+    assert rerun_steps(steps, ["heads:encoder"]) == {"heads:encoder", "gate:encoder", "report"}
+    before = (tmp_path / "run.json").read_text()
+    with pytest.raises(ValueError, match=r"--rerun prob: no step .* kinds: tasks, pretrain, .*competence, report"):
+        run_pipeline(TINY, run_dir=tmp_path, runner=record, rerun=["prob"])
+    assert (tmp_path / "run.json").read_text() == before
 
 
 def _tables(run: Path) -> dict[str, pd.DataFrame]:

@@ -1,6 +1,7 @@
 """Print docs/zoo.md's result figures from a finished zoo run: the best-layer table (seed mean,
 multi-bootstrap interval, items-only interval for POS), the claim counts (per family, after Holm), the
-E_delta rows, each checkpoint's structural best layer beside its four floors, the head roles under
+E_delta rows, each system minus each of its floors (`zoo_comparisons`, floor family), each
+checkpoint's structural best layer beside its four floors, the head roles under
 the floor rule (rare-token heads counted per checkpoint) and the last-layer seed-to-seed CKA.
 
     PYTHONPATH=. python research/scripts/zoo_tables.py runs/zoo-small
@@ -49,6 +50,17 @@ def main(run: Path) -> None:
         for r in g[g.claim != "no claim"].itertuples():
             print(f"    {r.statistic} {r.task}: {r.system_a} vs {r.system_b} {r.claim} delta {r.delta:.3f} "
                   f"[{r.ci_low:.3f}, {r.ci_high:.3f}] p_holm {r.p_holm:.4f} {r.contrast} budget_differs {r.budget_differs}")
+    fl = comps[comps.system_b.str.startswith("floor:") & (comps.statistic == "best_layer_score")]
+    if len(fl):
+        print("\neach system minus its floor on the same items (held-out best layers, multi-bootstrap; claim after "
+              "Holm in the floor family, unadjusted = the interval alone):")
+        floor_best = stats[stats.statistic.str.startswith("best_layer_score_floor:")]
+        for r in fl.sort_values(["task", "system_b"]).itertuples():
+            f = floor_best[(floor_best.task == r.task) & (floor_best.system == r.system_a)
+                           & (floor_best.statistic == "best_layer_score_floor:" + r.system_b[len("floor:"):])].iloc[0]
+            print(f"  {r.task:20s} {r.system_a:17s} {r.system_b:18s} floor {f.value:.3f} (L{f.layer}) "
+                  f"delta {r.delta:+.3f} [{r.ci_low:+.3f}, {r.ci_high:+.3f}] {r.claim} (unadjusted {r.claim_unadjusted}, "
+                  f"p_holm {r.p_holm:.3g})")
     floors = views.structural_floors(run)
     if floors is not None:
         print("\nstructural best layer beside the floors (per checkpoint; above = its interval above the floor's):")

@@ -28,7 +28,9 @@ def zoo_layer_figure(df: pd.DataFrame, task: str, x: Literal["layer", "depth"] =
                      metric: str = "micro F1") -> go.Figure:
     """Score against layer for every system on one figure (one task of `views.zoo_layer_scores`): one
     line per system (named by the system) and, where it has one, a band ci_low..ci_high (the
-    multi-bootstrap over seeds x items; a trace named "<system> interval", out of the legend).
+    multi-bootstrap over seeds x items; a trace named "<system> interval", out of the legend), and where
+    the frame has a `floor` column, the untrained architecture's scores as a dashed line of the system's
+    colour ("<system> untrained", in the system's legend group, out of the legend).
     x = "depth" puts layer / L on the x axis, for systems of different depths."""
     if x not in X_AXES:
         raise ValueError(f"x must be one of {list(X_AXES)}, got {x!r}")
@@ -48,8 +50,17 @@ def zoo_layer_figure(df: pd.DataFrame, task: str, x: Literal["layer", "depth"] =
             customdata=np.c_[g["layer"], g["ci_low"], g["ci_high"]],
             hovertemplate=f"{system} layer %{{customdata[0]}}: %{{y:.3f}} "
                           "[%{customdata[1]:.3f}, %{customdata[2]:.3f}]<extra></extra>"))
+        if "floor" in g and g["floor"].notna().any():
+            f = g.dropna(subset=["floor"])
+            fig.add_trace(go.Scatter(
+                x=f[x], y=f["floor"], mode="lines", name=f"{system} untrained", legendgroup=system, showlegend=False,
+                line=dict(color=color, dash="dash", width=1), customdata=np.c_[f["layer"], f["floor_low"], f["floor_high"]],
+                hovertemplate=f"{system} untrained, layer %{{customdata[0]}}: %{{y:.3f}} "
+                              "[%{customdata[1]:.3f}, %{customdata[2]:.3f}]<extra></extra>"))
+    floors = "floor" in df and df["floor"].notna().any()
     return fig.update_layout(title=f"{task}: {metric} by layer, every system (band: multi-bootstrap 95% interval "
-                                   "over seeds x items)",
+                                   "over seeds x items" + ("; dashed: the untrained architecture" if floors else "")
+                                   + ")",
                              xaxis_title=X_AXES[x], yaxis_title=metric, height=400)
 
 

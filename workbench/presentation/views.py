@@ -820,7 +820,9 @@ def zoo_layer_scores_frame(stats: pd.DataFrame, task: str | None = None) -> pd.D
     """The "layer_score" rows of a `zoo_stats` table (of one task when given): task, system, layer, value,
     ci_low, ci_high (multi-bootstrap), item_ci_low, item_ci_high (items only), n_seeds, n_items,
     n_layers (the system's last layer L: layer 0 = embeddings) and depth = layer / L, the relative depth
-    that sets systems of different depths side by side; None without rows."""
+    that sets systems of different depths side by side; where the table has them, floor, floor_low,
+    floor_high: the untrained architecture's score at the same layer ("layer_score_floor:random_init").
+    None without rows."""
     df = stats[stats["statistic"] == "layer_score"]
     if task is not None:
         df = df[df["task"] == task]
@@ -829,6 +831,11 @@ def zoo_layer_scores_frame(stats: pd.DataFrame, task: str | None = None) -> pd.D
     cols = ["task", "system", "layer", "value", "ci_low", "ci_high", "item_ci_low", "item_ci_high", "n_seeds",
             "n_items"]
     out = df[cols].copy()
+    floor = stats[stats["statistic"] == "layer_score_floor:random_init"]
+    if len(floor):
+        floor = floor.set_index(["task", "system", "layer"])[["value", "ci_low", "ci_high"]]
+        floor.columns = ["floor", "floor_low", "floor_high"]
+        out = out.join(floor, on=["task", "system", "layer"])
     out["n_layers"] = out.groupby(["task", "system"])["layer"].transform("max").astype(int)
     out["depth"] = out["layer"] / out["n_layers"].where(out["n_layers"] > 0, 1)
     return out.reset_index(drop=True)

@@ -20,7 +20,8 @@ SYSTEMS = ["bert", "bert-rope", "elmo", "t5"]   # configs/zoo-tiny.json, in its 
 
 
 def _lines(fig) -> list[str]:
-    """Names of the line traces (the bands are filled traces out of the legend)."""
+    """Names of the line traces (the bands are filled traces out of the legend; the untrained
+    architecture's dashed lines are named "<system> untrained")."""
     return [t.name for t in fig.data if t.fill != "toself"]
 
 
@@ -41,15 +42,25 @@ def test_layer_view_and_figure_are_zoo_stats_rows(zoo_run):
         for system, g in df.groupby("system"):
             np.testing.assert_allclose(g["depth"], g["layer"] / g["layer"].max())
         assert list(dict.fromkeys(df["system"])) == SYSTEMS
+        floor = stats[(stats["statistic"] == "layer_score_floor:random_init") & (stats["task"] == task)]
+        if len(floor):   # the untrained architecture at the same layer, beside each system's score
+            got = df.dropna(subset=["floor"]).merge(floor, on=["system", "layer"], suffixes=("", "_raw"))
+            assert len(got) == len(floor)
+            np.testing.assert_array_equal(got["floor"], got["value_raw"])
         for x in ("layer", "depth"):
             fig = Z.zoo_layer_figure(df, task, x=x)
-            assert _lines(fig) == SYSTEMS
+            untrained = [t for t in fig.data if t.name.endswith(" untrained")]
+            assert [t.name for t in untrained] == [f"{s} untrained" for s in dict.fromkeys(floor["system"])]
+            for t in untrained:
+                g = df[df["system"] == t.name.removesuffix(" untrained")].dropna(subset=["floor"]).sort_values("layer")
+                np.testing.assert_allclose(t.y, g["floor"])
+            assert [n for n in _lines(fig) if not n.endswith(" untrained")] == SYSTEMS
             for t in fig.data:
                 if t.fill == "toself":     # the band: ci_high forwards, ci_low back
                     g = df[df["system"] == t.name.removesuffix(" interval")].sort_values("layer")
                     np.testing.assert_allclose(t.y, np.r_[g["ci_high"], g["ci_low"][::-1]])
                 else:
-                    g = df[df["system"] == t.name].sort_values("layer")
+                    g = df[df["system"] == t.name.removesuffix(" untrained")].sort_values("layer")
                     np.testing.assert_allclose(t.x, g[x])
     with pytest.raises(ValueError, match="x must be one of"):
         Z.zoo_layer_figure(df, task, x="step")
@@ -166,7 +177,8 @@ def test_objectives_section_states_intervals_and_only_claimed_orders(zoo_run):
         unit = "UUAS is" if task == "structural_distance" else "micro F1 is"   # each task in its own metric
         assert clause.startswith(f"on {task}, the best-layer {unit}"), clause
     layer_figs = [f for f in s.figs if "by layer" in f.layout.title.text]
-    assert len(layer_figs) == len(views.zoo_tasks(zoo_run)) and all(_lines(f) == SYSTEMS for f in layer_figs)
+    assert len(layer_figs) == len(views.zoo_tasks(zoo_run)) and all([n for n in _lines(f) if not n.endswith(" untrained")] == SYSTEMS
+                                                                 for f in layer_figs)
     md = report.render_markdown("zoo", [s])
     assert "## Objectives" in md and "No zoo" not in md
 

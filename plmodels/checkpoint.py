@@ -172,7 +172,7 @@ def build_model(kind: str, config: dict) -> nn.Module:
 def random_init_model(model: nn.Module, seed: int) -> nn.Module:
     """The same architecture (kind and config) with fresh weights from the family's own init, drawn under
     `seed` (the global torch generator is left as it was), in eval mode: the random-initialisation
-    floor of the analyses."""
+    floor of the analyses, drawn under `floor_seed(analysis seed, training_seed(checkpoint))`."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build_model(model.kind, model.config.to_dict()).eval()
@@ -310,6 +310,9 @@ class Card:
     steps: int | None = None
     tokens: int | None = None
     metrics: Mapping[str, Any] = field(default_factory=dict)
+    # the seed the pretraining run drew its initial weights and data order under (older cards: the run's
+    # config.resolved.json); an imported suite's checkpoint: the seed it claims; None: not known
+    seed: int | None = None
     fields: Mapping[str, Any] = field(default_factory=dict)  # the whole card.json
 
 
@@ -328,21 +331,43 @@ def lm_head_rule(card: Mapping[str, Any]) -> bool:
     return card.get("objective_name") not in UNTRAINED_LM_HEAD_OBJECTIVES or card.get("role") == "ELECTRA generator"
 
 
+def _run_config(path: Path, name: str | None) -> tuple[dict, Path] | None:
+    """(the "pretrain" section, its file) of the config.resolved.json of the pretraining run that wrote
+    the checkpoint folder `path` (`final/` or `checkpoints/step_*/` of the run folder) when that run
+    trained objective `name` (objective "auto": the kind's `Family.default_objective`, as the trainer
+    resolves it); None for a checkpoint not trained here (no objective, or another run's)."""
+    run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+    resolved = run / RUN_CONFIG_FILE
+    if name is None or not resolved.is_file():
+        return None
+    pretrain = read_json_file(resolved).get("pretrain", {})
+    trained = pretrain.get("objective", "auto")
+    if trained == "auto":
+        family = FAMILIES.get(pretrain.get("kind"))
+        trained = family.default_objective if family is not None else None
+    return (pretrain, resolved) if trained == name else None
+
+
 def _legacy_objective_args(path: Path, name: str | None) -> tuple[dict, str]:
     """(objective_args, where from) of a card written before the trainer put them in it: the run's
-    config.resolved.json beside the checkpoint folder when that run trained `name`, else the defaults."""
-    resolved = path.parent / RUN_CONFIG_FILE
-    if name is not None and resolved.is_file():
-        pretrain = read_json_file(resolved).get("pretrain", {})
-        if pretrain.get("objective") == name:
-            return dict(pretrain.get("objective_args") or {}), str(resolved)
+    config.resolved.json when that run trained `name`, else the defaults."""
+    run = _run_config(path, name)
+    if run is not None:
+        return dict(run[0].get("objective_args") or {}), str(run[1])
     return {}, "defaults"
+
+
+def _legacy_seed(path: Path, name: str | None) -> int | None:
+    """The pretraining seed of a card written before the trainer put it in it: the run's
+    config.resolved.json when that run trained `name` (PretrainConfig.seed, default 0), else None."""
+    run = _run_config(path, name)
+    return None if run is None else int(run[0].get("seed", 0))
 
 
 def read_card(path: str | Path) -> Card:
     """The card of a checkpoint folder (a default Card when it has no card.json); a damaged one is a
     CheckpointError naming the file. Cards without the newer fields load with them derived once
-    here: objective_args from the run's config.resolved.json, lm_head_trained by `lm_head_rule`."""
+    here: objective_args and seed from the run's config.resolved.json, lm_head_trained by `lm_head_rule`."""
     path = Path(path)
     card_path = path / CARD_FILE
     raw = read_json_file(card_path) if card_path.is_file() else {}
@@ -359,7 +384,25 @@ def read_card(path: str | Path) -> Card:
                 objective_args=args, objective_args_source=source, train_source=train[0],
                 train_split=train[1] if len(train) > 1 else None, tokenizer=data.get("tokenizer"),
                 import_report=raw.get("import"), provenance=raw.get("provenance"), lm_head_trained=lm_head_rule(raw), role=raw.get("role"),
-                steps=raw.get("steps"), tokens=raw.get("tokens"), metrics=raw.get("metrics") or {}, fields=raw)
+                steps=raw.get("steps"), tokens=raw.get("tokens"), metrics=raw.get("metrics") or {},
+                seed=raw["seed"] if "seed" in raw else _legacy_seed(path, name), fields=raw)
+
+
+def training_seed(path: str | Path) -> int | None:
+    """The seed the checkpoint folder `path` was pretrained under: its card's "seed" (written by the
+    trainer, an imported suite's claimed seed, a `random_baseline_checkpoint`'s draw), for an older card
+    the pretraining run's config.resolved.json, None for neither (an imported Hugging Face model)."""
+    return read_card(path).seed
+
+
+def floor_seed(seed: int, trained_under: int | None) -> int:
+    """The seed the random-initialisation floor of a checkpoint is drawn under, the one rule every analysis
+    follows: a checkpoint pretrained under seed t (`training_seed`) and analysed with seed s gets
+    `random_init_model(model, t + s)`, so each pretraining seed of a system has its own floor (the zoo's
+    intervals over seeds carry the initialisation's variance) and, at s = 0, a plain MLM / CLM checkpoint's
+    floor is the very network its pretraining started from; t unknown (None): s. A checkpoint pretrained
+    under seed 0 keeps the floor drawn under s."""
+    return seed if trained_under is None else trained_under + seed
 
 
 def checkpoint_hash(path: str | Path) -> str:

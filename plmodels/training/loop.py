@@ -509,6 +509,7 @@ class _Loop:
             "objective": self.objective.describe(), "objective_name": self.objective.name,
             "objective_args": self.objective.args.to_dict(), "lm_head_trained": self.objective.lm_head_trained,
             "preset": cfg.preset, "stopped_by": stopped_by, "bf16": self.autocast,
+            "seed": cfg.seed,  # the initial weights' and data order's seed: the analyses' random-init floor reads it
         }
 
     def save(self, path: Path, step: int, tokens: int, elapsed: float, stopped_by: str) -> None:

@@ -42,6 +42,7 @@ import pandas as pd
 import torch
 
 import plmodels
+from plmodels.checkpoint import training_seed
 from plmodels.config import Config
 from plmodels.families import family
 from plmodels.progress import progress as progress_bar
@@ -178,14 +179,16 @@ def probe_scores(path: Path, out_dir: Path, cfg: EmergenceConfig) -> dict[str, d
     return out
 
 
-def head_scores(model, tokenizer, out_dir: Path, n_sentences: int) -> dict[str, float]:
+def head_scores(model, tokenizer, out_dir: Path, n_sentences: int,
+                trained_under: int | None = None) -> dict[str, float]:
     """Positional share (max over heads of offset -1 / +1, on words and on tokens), det / case margins
-    (Clark et al. 2019) and the number of heads with a syntactic role."""
+    (Clark et al. 2019) and the number of heads with a syntactic role (a role beats the random-init floor
+    drawn under the checkpoint's pretraining seed `trained_under` plus the heads' seed)."""
 
     cfg = {"max_sentences": n_sentences, "freq_source": "ewt:train", "similarity_max_words": 100, "n_boot": 0,
            "induction_sequences": 2, "induction_length": 20}
     tables = analyse_loaded(model, tokenizer, out_dir=out_dir, config=cfg, store_root=out_dir / "store",
-                            progress=False)
+                            progress=False, trained_under=trained_under)
     out = summarise_heads(tables["heads"], tables["relations"])
     out["n_syntactic_heads"] = float(tables["heads_classes"]["role"].str.startswith("syntactic").sum())
     return out
@@ -258,7 +261,8 @@ def emergence(run_folder: str | Path, out_dir: str | Path, tasks: Sequence[str] 
                 for task, vals in probe_scores(path, work / "probes", cfg).items():
                     rows += _rows(name, step, tokens, task, vals)
             if cfg.head_sentences and any(model.n_heads_per_layer):  # an LSTM biLM has no heads to score
-                rows += _rows(name, step, tokens, "heads", head_scores(model, tok, work / "heads", cfg.head_sentences))
+                heads = head_scores(model, tok, work / "heads", cfg.head_sentences, training_seed(path))
+                rows += _rows(name, step, tokens, "heads", heads)
             if pairs_cfg is not None:
                 got = pair_scores(path, pairs_cfg, out_dir / "cache" / "minimal_pairs", pair_floors)
                 pair_floors = pair_floors if pair_floors is not None else got

@@ -2,7 +2,8 @@
 to predict per layer (Voita, Sennrich & Titov 2019), the logit and tuned lens (nostalgebraist 2020;
 Belrose et al. 2023), and the attribution of one prediction a sentence to its inputs with each method's
 faithfulness (Abnar & Zuidema 2020; Mohebbi et al. 2023; Sundararajan et al. 2017), each beside its
-floor: a random-initialisation model of the same architecture, a shuffled-token control, a random
+floor: a random-initialisation model of the same architecture (drawn under `seed` offset by the
+checkpoint's pretraining seed: `plmodels.checkpoint.floor_seed`), a shuffled-token control, a random
 attribution.
 
 `flow_model(path, out_dir, config)` reads UD English-EWT sentences (the test split for the numbers, the
@@ -50,7 +51,7 @@ import pandas as pd
 import torch
 
 import plmodels
-from plmodels.checkpoint import read_card
+from plmodels.checkpoint import floor_seed, random_init_model, read_card, training_seed
 from plmodels.config import Config
 from plmodels.families import FAMILIES, family_of
 from plmodels.training.finetune import HEAD_FILE, INFO_FILE, load_classifier
@@ -92,7 +93,7 @@ class FlowRunConfig(Config):
     deletion_k: int = 5  # deletion-curve steps (AOPC over 1..k, capped by the sentence's tokens)
     random_draws: int = 5  # random attributions per sentence (the faithfulness floor)
     batch_size: int = 32  # sentences per forward
-    seed: int = 0  # the MLM mask, the random-init model, k-means, bootstraps, controls
+    seed: int = 0  # the MLM mask, the random-init model (+ pretraining seed), k-means, bootstraps, controls
 
     def __post_init__(self) -> None:
         bad = [e for e in self.estimators if e not in MI_ESTIMATORS]
@@ -427,13 +428,6 @@ def stack_readout(stack, form: str) -> Callable[[torch.Tensor], torch.Tensor] | 
     return lm_readout(stack) if family_of(stack).residual_logits is not None and form in PREDICTION_VIEW else None
 
 
-def random_init_like(model, seed: int):
-    """The same architecture with fresh weights (the floor of every number here); an encoder-decoder's
-    decoder stack is that of the fresh encoder-decoder (`Family.flow_stacks`)."""
-    torch.manual_seed(seed)
-    return type(model)(model.config).eval().requires_grad_(False)
-
-
 def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
                config: FlowRunConfig | Mapping | None = None, model_name: str | None = None,
                lens_dir: str | Path | None = None) -> dict[str, pd.DataFrame]:
@@ -461,7 +455,11 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
     t0, c0 = time.perf_counter(), time.process_time()
     sents = _sentences(cfg, tok, "test", cfg.n_sentences)
     special = torch.tensor(sorted(tok.special_ids))
-    floor = random_init_like(model, cfg.seed)
+    # the floor of every number here: the same architecture with fresh weights, drawn under the analysis seed
+    # offset by the pretraining seed (`floor_seed`); an encoder-decoder's decoder stack is that of the fresh
+    # encoder-decoder (`Family.flow_stacks`)
+    fresh_seed = floor_seed(cfg.seed, training_seed(model_path))
+    floor = random_init_model(model, fresh_seed).requires_grad_(False)
     fam = family_of(model)
     stacks, floor_stacks = fam.flow_stacks(model), family_of(floor).flow_stacks(floor)
     # each stack's prediction form (a biLM's backward LM: the previous token), and the lens (and, for the
@@ -511,7 +509,8 @@ def flow_model(model_path: str | Path, out_dir: str | Path | None = None,
         write_tables(out_dir, tables)
         atomic_write_json(Path(out_dir) / "flow_run.json", {
             "model": model_name, "model_path": str(model_path), "checkpoint_hash": plmodels.checkpoint_hash(model_path),
-            "config": cfg.to_dict(), "n_sentences": len(sents), "tuned_lens": lens_paths.get(""),
+            "config": cfg.to_dict(), "random_init_seed": fresh_seed, "n_sentences": len(sents),
+            "tuned_lens": lens_paths.get(""),
             "tuned_lenses": {model_name + k: v for k, v in lens_paths.items()},
             "attribution_target": clf.info["task"] if clf is not None else "lm" if readout is not None else None,
             "seconds": {k: round(v, 1) for k, v in seconds.items()},

@@ -47,7 +47,9 @@ no mechanism score on the same dev sentences — `floor_uniform` (a head uniform
 tokens, converted to words as the store converts real maps: `probes.heads.null_heads` with each
 word's subword count from the tokenizer), `floor_random_argmax` (the mean of `floor_draws` heads
 whose argmax is random over the words) and `floor_random_init` (the largest score of the same
-architecture's heads at random initialisation, seed `seed`, through the same store) — their maximum
+architecture's heads at random initialisation, drawn under `plmodels.checkpoint.floor_seed(seed, t)`:
+seed t + `seed` for a checkpoint pretrained under seed t, `seed` when t is unknown, through the same
+store) — their maximum
 `floor`, and for the heads checked against it a bootstrap interval (ci_low, ci_high). A head gets a
 role only if it beats its floor (`HeadStats.floor_check`). Decoders' synthetic induction role is
 checked the same way against a uniform causal head and the random-initialisation model on the same
@@ -76,7 +78,7 @@ from plmodels.progress import progress as progress_bar
 from plmodels.progress import write
 from plmodels.training.corpus import iter_texts
 from probes.head_similarity import HeadSimilarity, mds_embedding
-from plmodels.checkpoint import random_init_model, read_card
+from plmodels.checkpoint import floor_seed, random_init_model, read_card, training_seed
 from plmodels.families import family_of
 from probes.heads import (WEIGHTING_COLUMN, HeadConfig, HeadStats, Sentence, best_heads_per_relation, combine_floors,
                           floor_scores, null_heads, weighting_rows)
@@ -508,9 +510,10 @@ class _WeightingResult:
 
 def _analyse_weighting(model, tokenizer, cfg: HeadRunConfig, weighting: str, store_root: Path,
                        model_id: str | None, model_name: str, freq, progress: bool,
-                       fresh=None) -> _WeightingResult:
+                       fresh=None, fresh_seed: int | None = None) -> _WeightingResult:
     """Every head table of one attention weighting ("raw" | "norm"), each with a `weighting` column;
-    `fresh`: the random-initialisation model scored as a floor (None: no such floor)."""
+    `fresh`: the random-initialisation model scored as a floor (None: no such floor), drawn under
+    `fresh_seed`."""
     thresholds = cfg.thresholds()
     skipped: dict[str, int] = {}
     stores = {}
@@ -523,8 +526,8 @@ def _analyse_weighting(model, tokenizer, cfg: HeadRunConfig, weighting: str, sto
     dev_stats = HeadStats(thresholds, special_names=names, freq=None, keep_per_sentence=True)
     floor_sources = null_head_floors(tokenizer, stores["dev"][1], freq, thresholds, names, cfg.floor_draws, cfg.seed)
     if fresh is not None:
-        floor_sources["random_init"] = _random_init_floor(fresh, tokenizer, cfg, weighting, store_root, model_id,
-                                                          freq, thresholds, names)
+        floor_sources["random_init"] = _random_init_floor(fresh, fresh_seed, tokenizer, cfg, weighting, store_root,
+                                                          model_id, freq, thresholds, names)
     similarity = HeadSimilarity(max_words=cfg.similarity_max_words, tol=thresholds.row_tolerance)
     n_synthetic = cfg.induction_sequences if family_of(model).lm_inputs == "causal" else 0  # induction: a causal LM
     label = model_name if weighting == "raw" else f"{model_name} ({weighting})"
@@ -571,10 +574,12 @@ def _analyse_weighting(model, tokenizer, cfg: HeadRunConfig, weighting: str, sto
          for src, vals in floor_sources.items()})
 
 
-def _random_init_floor(fresh, tokenizer, cfg: HeadRunConfig, weighting: str, store_root: Path,
-                       model_id: str | None, freq, thresholds: HeadConfig, names: tuple[str, ...]) -> dict[str, float]:
-    """{score: the largest over the random-initialisation model's heads} on the same dev sentences."""
-    fresh_id = f"{model_id}:random_init:{cfg.seed}" if model_id else None
+def _random_init_floor(fresh, fresh_seed: int | None, tokenizer, cfg: HeadRunConfig, weighting: str,
+                       store_root: Path, model_id: str | None, freq, thresholds: HeadConfig,
+                       names: tuple[str, ...]) -> dict[str, float]:
+    """{score: the largest over the random-initialisation model's heads} on the same dev sentences;
+    its store's id names the seed `fresh` was drawn under."""
+    fresh_id = f"{model_id}:random_init:{fresh_seed}" if model_id else None
     store, sents, _ = ud_store(fresh, tokenizer, cfg.dev, store_root / "random_init", fresh_id, cfg.max_sentences,
                                cfg.batch_tokens, False, weighting)
     stats = HeadStats(thresholds, special_names=names)
@@ -602,8 +607,10 @@ def _synthetic_floors(seqs: list[Sentence], fresh, tokenizer, cfg: HeadRunConfig
 def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=None, model_name: str = "model",
                    run_dir: str | Path | None = None, store_root: str | Path | None = None,
                    model_id: str | None = None, model_path: str | Path | None = None,
-                   progress: bool = True) -> dict[str, pd.DataFrame]:
-    """`analyse_heads` on a model already in memory (hooks registered on it stay active)."""
+                   progress: bool = True, trained_under: int | None = None) -> dict[str, pd.DataFrame]:
+    """`analyse_heads` on a model already in memory (hooks registered on it stay active). `trained_under`:
+    the checkpoint's pretraining seed (`plmodels.checkpoint.training_seed`; None: unknown), which with
+    `seed` gives the random-init floor's seed (`plmodels.checkpoint.floor_seed`)."""
     cfg = HeadRunConfig.resolve(config)
     thresholds = cfg.thresholds()
     t0 = time.perf_counter()
@@ -613,8 +620,10 @@ def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=N
         store_root = Path(run_dir) / "attention" / model_name if run_dir is not None else Path(out_dir) / "store"
     store_root = Path(store_root)
     freq, freq_desc = word_frequencies(cfg.freq_source, Path(model_path) if model_path else None, cfg.freq_max_chars)
-    fresh = random_init_model(model, cfg.seed) if cfg.floor_random_init else None
-    runs = {w: _analyse_weighting(model, tokenizer, cfg, w, store_root, model_id, model_name, freq, progress, fresh)
+    fresh_seed = floor_seed(cfg.seed, trained_under) if cfg.floor_random_init else None
+    fresh = random_init_model(model, fresh_seed) if fresh_seed is not None else None
+    runs = {w: _analyse_weighting(model, tokenizer, cfg, w, store_root, model_id, model_name, freq, progress, fresh,
+                                  fresh_seed)
             for w in cfg.weightings}
     first = runs[cfg.weightings[0]]  # skips, sentences and words do not depend on the weighting
     tables = {name: pd.concat([r.tables[name] for r in runs.values()], ignore_index=True) for name in HEAD_TABLES}
@@ -624,7 +633,7 @@ def analyse_loaded(model, tokenizer, out_dir: str | Path | None = None, config=N
               "kind": model.kind, "config": cfg.to_dict(), "thresholds": thresholds.to_dict(),
               "frequency_source": freq_desc, "frequency_tokens": "ud_tokens (treebank-style) for corpora",
               "frequency_unknown_share": unknown_share([_Words(w) for w in first.dev_words], freq),
-              "floors": {w: r.floors for w, r in runs.items()},
+              "floors": {w: r.floors for w, r in runs.items()}, "random_init_seed": fresh_seed,
               "skipped": first.skipped, "special_tokens": list(first.names),
               "sentences": first.sentences, "positional_ceiling": ceiling,
               "similarity_words": first.similarity_words, "stores": first.stores,
@@ -656,7 +665,8 @@ def analyse_heads(model_path: str | Path, out_dir: str | Path | None = None, con
     if tokenizer is None:
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; head analysis needs one")
     return analyse_loaded(model, tokenizer, out_dir, config, model_name or default_model_name(model_path), run_dir,
-                          store_root, plmodels.checkpoint_hash(model_path), model_path, progress)
+                          store_root, plmodels.checkpoint_hash(model_path), model_path, progress,
+                          training_seed(model_path))
 
 
 def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: dict) -> None:

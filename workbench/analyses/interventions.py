@@ -26,10 +26,11 @@ subject themselves, and the subject's other pieces keep the base run's values; t
 `interventions_model(path, out_dir, config)` writes two tidy tables:
 
 - `interventions`: model, variant ("trained" | "random_init": the same architecture with fresh
-  weights), intervention ("swap_number" | "same_number"), site (hook label), site_kind, layer, head
-  (-1: the whole site), position ("all" | "subject" | "reading": the site patched at the
-  subject's last token or at the position that reads the verb alone), metric, value, ci_low, ci_high
-  (bootstrap over items), n_items, seed. Metrics:
+  weights drawn under `plmodels.checkpoint.floor_seed(seed, t)`, seed t + `seed` for a checkpoint
+  pretrained under seed t, `seed` when t is unknown), intervention ("swap_number" | "same_number"),
+  site (hook label), site_kind, layer, head (-1: the whole site), position ("all" | "subject" |
+  "reading": the site patched at the subject's last token or at the position that reads the verb
+  alone), metric, value, ci_low, ci_high (bootstrap over items), n_items, seed. Metrics:
   "te_ratio" / "nie_ratio" / "nde_ratio" (Finlayson et al.'s effects, mean of y ratios - 1),
   "te_log" / "nie_log" / "nde_log" (the same in nats of d), "restored" (the denoising
   run's share of the clean-minus-corrupt difference d), "attribution_nie_log" (attribution
@@ -58,7 +59,7 @@ import torch
 from scipy.stats import spearmanr
 
 import plmodels
-from plmodels.checkpoint import random_init_model, read_card
+from plmodels.checkpoint import floor_seed, random_init_model, read_card, training_seed
 from plmodels.config import Config
 from plmodels.families import FAMILIES, family_of
 from probes.mediation import bootstrap_rows, interchange_hits, item_effects, restored_fraction
@@ -95,7 +96,7 @@ class InterventionsConfig(Config):
     attribution: bool = True  # attribution patching beside real patching, and their rank agreement
     n_boot: int = 1000  # bootstrap resamples over items
     batch_size: int = 128  # items per forward
-    seed: int = 0  # templates, control nouns, bootstrap, the random-init model
+    seed: int = 0  # templates, control nouns, bootstrap, the random-init model (offset by the pretraining seed)
 
     def __post_init__(self) -> None:
         for name, allowed in (("templates", AGREEMENT_TEMPLATES), ("site_kinds", GRID_KINDS), ("position_kinds", GRID_KINDS),
@@ -481,8 +482,9 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
         return tables
     records = agreement_items(cfg)
     models = {"trained": model}
+    fresh_seed = floor_seed(cfg.seed, training_seed(model_path))  # the analysis seed offset by the pretraining seed
     if "random_init" in cfg.floors:
-        models["random_init"] = random_init_model(model, cfg.seed)
+        models["random_init"] = random_init_model(model, fresh_seed)
     sites = mediation_sites(model, cfg)
     rows, attr_rows, meta = [], [], {"seconds": {}, "items": {}}
     for intervention in cfg.interventions:
@@ -510,7 +512,8 @@ def interventions_model(model_path: str | Path, out_dir: str | Path | None = Non
     if out_dir is not None:
         write_tables(out_dir, tables)
         atomic_write_json(Path(out_dir) / "interventions_run.json",
-                          {"config": cfg.to_dict(), "model": name, **meta})
+                          {"config": cfg.to_dict(), "model": name,
+                           "random_init_seed": fresh_seed if "random_init" in cfg.floors else None, **meta})
     return tables
 
 

@@ -13,7 +13,8 @@ config's `scorers` keeps a subset of them) and writes two tidy tables:
   range of a fair coin's accuracy over the same n items), `floor:frequency` (choose the form more
   frequent in the pretraining corpus), `floor:bigram` (`probes.ngram.BigramLM` on the pretraining
   corpus, in the model's own tokens) and `floor:random_init:<scorer>` (the same architecture,
-  freshly initialised with `seed`, scored the same way). A scorer that leaves pairs unscored (below)
+  freshly initialised under `plmodels.checkpoint.floor_seed(seed, t)`: seed t + `seed` for a checkpoint
+  pretrained under seed t, `seed` when t is unknown, scored the same way). A scorer that leaves pairs unscored (below)
   also gets the chance, frequency and bigram floors on exactly the items it scored, as rows
   `floor:<floor>:<scorer>` (`floor:chance:masked_word`); the pooled `floor:<floor>` rows stand on every
   item and are the floors of the scorers that score every item.
@@ -26,11 +27,11 @@ of a multi-piece contrast) are left out of its rows (n_items says how many count
 sampled per (suite, phenomenon, condition) with `max_pairs_per_condition`, the same items for the
 original and the nonce variant. Scores are cached per (checkpoint hash, suite version, scorer,
 sampled items, seed) under `out_dir/cache/minimal_pairs/`, beside the built suites; the random-init
-floor's by what it is built from (`random_init_key`: kind, config, seed, tokenizer), so the checkpoints
-of one architecture and tokenizer share it. The scorers not in the cache are computed together
-(`probes.sentence_scores.score_pairs_together`: an encoder's masked-LM scorers share the forwards
-their look-ups have in common), once for the model and once for its random-init copy; the run record
-times each of the two.
+floor's by what it is built from (`random_init_key`: kind, config, the seed drawn, tokenizer), so the
+checkpoints of one run (one architecture, tokenizer and pretraining seed) share it. The scorers not in
+the cache are computed together (`probes.sentence_scores.score_pairs_together`: an encoder's masked-LM
+scorers share the forwards their look-ups have in common), once for the model and once for its
+random-init copy; the run record times each of the two and names the seed the copy was drawn under.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ import torch
 from scipy import stats as _st
 
 import plmodels
-from plmodels.checkpoint import random_init_model, read_card
+from plmodels.checkpoint import floor_seed, random_init_model, read_card, training_seed
 from plmodels.config import Config
 from plmodels.files import atomic_open
 from plmodels.progress import progress as progress_bar
@@ -95,7 +96,7 @@ class PairsRunConfig(Config):
     corpus_chars: int = 20_000_000  # the floors count the first this many characters of the corpus
     batch_tokens: int = BATCH_TOKENS  # tokens per forward
     n_boot: int = 1000  # bootstrap resamples over items
-    seed: int = 0  # item sample, nonce words, templates, bootstrap and the random-init model
+    seed: int = 0  # item sample, nonce words, templates, bootstrap, the random-init model (+ pretraining seed)
 
     def __post_init__(self) -> None:
         bad = [f for f in self.floors if f not in FLOORS]
@@ -303,12 +304,13 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
     too_long = [r.id for r in pairs if len(tok.encode_words(list(r.good)).ids) + 4 > _max_positions(model)]
     pairs = [r for r in pairs if r.id not in set(too_long)]
     ckpt = plmodels.checkpoint_hash(model_path)
-    # the random-init floor reads no trained weight: keyed by what it is built from, so the seeds of a zoo
-    # system, or the checkpoints of one run, score it once
-    init = "init:" + random_init_key(model, Path(model_path) / "tokenizer", cfg.seed)
+    # the random-init floor reads no trained weight: keyed by what it is built from (its seed: the analysis
+    # seed offset by the pretraining seed, `floor_seed`), so the checkpoints of one run score it once
+    fresh_seed = floor_seed(cfg.seed, training_seed(model_path))
+    init = "init:" + random_init_key(model, Path(model_path) / "tokenizer", fresh_seed)
     item_key = hashlib.sha256("\n".join(r.id for r in pairs).encode()).hexdigest()[:16]
     frames, seconds, cpu = [], {}, {}
-    copies = [("model", model)] + ([("random_init", random_init_model(model, cfg.seed))]
+    copies = [("model", model)] + ([("random_init", random_init_model(model, fresh_seed))]
                                    if "random_init" in cfg.floors else [])
     with progress_bar(len(copies) * len(scorers), f"minimal pairs {name}", "scorer", disable=not progress) as bar:
         for which, m in copies:
@@ -337,7 +339,8 @@ def score_pairs_model(model_path: str | Path, out_dir: str | Path | None = None,
         write_tables(out_dir, tables)
         atomic_write_json(Path(out_dir) / "minimal_pairs_run.json",
                           {"config": cfg.to_dict(), "suite_version": SUITE_VERSION, "model": name,
-                           "checkpoint_hash": ckpt, "n_pairs": len(pairs), "skipped_too_long": len(too_long),
+                           "checkpoint_hash": ckpt, "random_init_seed": fresh_seed, "n_pairs": len(pairs),
+                           "skipped_too_long": len(too_long),
                            "seconds": seconds, "cpu_seconds": cpu})
     return tables
 

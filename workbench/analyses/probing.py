@@ -14,8 +14,10 @@ and the probes read every layer l = 0..L (0 = embeddings, the lexical baseline) 
 - "control":    the same probe on per-word-type random labels; selectivity = acc - control acc
 - "mdl":        online codelength per layer (off by default: 10 fits per layer)
 - "random_init": the same probe per layer on the same architecture at random initialisation (one
-                model per probe seed, `random_init_model`; Zhang & Bowman 2018, Hewitt & Liang 2019's
-                random-weights baseline), extracted from the same capped records; off by default
+                model per probe seed s, `random_init_model` under t + s for a checkpoint pretrained
+                under seed t, s when t is unknown: `plmodels.checkpoint.floor_seed`; Zhang & Bowman
+                2018, Hewitt & Liang 2019's random-weights baseline), extracted from the same capped
+                records; off by default
 
 The best single layer ("best" rows) is chosen on held-out test items (`probes.layers.cross_fit_best`).
 The `arcs` task (which word is each word's head?) is probed by `probes.arcs` instead: a bilinear
@@ -49,7 +51,7 @@ import pandas as pd
 import torch
 
 import plmodels
-from plmodels.checkpoint import random_init_model
+from plmodels.checkpoint import floor_seed, random_init_model, training_seed
 from plmodels.config import Config
 from plmodels.families import family_of
 from plmodels.progress import Bar, write
@@ -516,6 +518,8 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
         raise ValueError(f"{model_path}: the checkpoint has no tokenizer/ folder; probing needs one")
     model_name = model_name or default_model_name(model_path)
     model_id = plmodels.checkpoint_hash(model_path)
+    # the random-init floor of probe seed s is drawn under floor_seed(s, the checkpoint's pretraining seed)
+    floor_seeds = {s: floor_seed(s, training_seed(model_path)) for s in cfg.seeds}
     base_model = model
     if cfg.stack == "decoder":  # a seq2seq's decoder, teacher-forced on the sentence itself
         if not family_of(model).cross_attention:
@@ -567,8 +571,8 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
             random_init = None
             if (task in STRUCTURAL_TASKS and "random_init" in cfg.structural_baselines) or (
                     task not in STRUCTURAL_TASKS and records not in ARC_TASKS and "random_init" in cfg.modes):
-                random_init = {seed: random_init_splits(base_model, tokenizer, records, cfg, seed, store_root,
-                                                        model_id, train_cap, tasks_dir, progress, loaded)
+                random_init = {seed: random_init_splits(base_model, tokenizer, records, cfg, floor_seeds[seed],
+                                                        store_root, model_id, train_cap, tasks_dir, progress, loaded)
                                for seed in cfg.seeds}
                 if dropped and task not in STRUCTURAL_TASKS:   # the same records: the same unseen labels
                     for r_tr, r_te in random_init.values():
@@ -588,7 +592,7 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
     tables = _tables(frames)
     _write_outputs(tables, out_dir, run_dir, {
         "model": model_name, "model_path": str(model_path), "checkpoint_hash": model_id, "kind": model.kind,
-        "stack": cfg.stack,
+        "stack": cfg.stack, "random_init_seeds": {str(s): t for s, t in floor_seeds.items()},
         "word_pooling": cfg.pooling, "span_pooling": span_pooling, "layers": layers, "tasks": tasks,
         "config": cfg.to_dict(), "counts": counts})
     return tables
@@ -611,9 +615,10 @@ def _write_outputs(tables: dict[str, pd.DataFrame], out_dir, run_dir, record: di
 def random_init_splits(model: torch.nn.Module, tokenizer, records: str, cfg: ProbeRunConfig, seed: int,
                        store_root: Path, model_id: str, train_cap: int | None, tasks_dir=None,
                        progress: bool = True, loaded: dict | None = None) -> tuple[TaskSplit, TaskSplit]:
-    """The train and eval splits of `records` read by `random_init_model(model, seed)` (the structural
-    probes' "random_init" floor): the same capped records and tokenizer as the model's, their own stores
-    (model id `<model_id>;random_init:<seed>`; a seq2seq's decoder stack teacher-forced as the model's)."""
+    """The train and eval splits of `records` read by `random_init_model(model, seed)` (the "random_init"
+    floor of probe seed s: `seed` = `plmodels.checkpoint.floor_seed(s, training_seed)`, the seed drawn):
+    the same capped records and tokenizer as the model's, their own stores (model id
+    `<model_id>;random_init:<seed>`; a seq2seq's decoder stack teacher-forced as the model's)."""
     fresh, fresh_id = random_init_model(model, seed), f"{model_id};random_init:{seed}"
     if cfg.stack == "decoder":
         fresh = TeacherForcedDecoder(fresh)
@@ -624,13 +629,14 @@ def random_init_splits(model: torch.nn.Module, tokenizer, records: str, cfg: Pro
 
 
 def random_baseline_checkpoint(model_path: str | Path, out: str | Path, seed: int = 0) -> Path:
-    """Save the same architecture with fresh random weights (the model's own init, `seed`) and the same
-    tokenizer: the random-weights baseline of Hewitt & Liang 2019 / Tenney et al. 2019a, probed like
-    any model. Returns the new checkpoint folder."""
-
-
+    """Save the same architecture with fresh random weights (the model's own init, drawn under
+    `plmodels.checkpoint.floor_seed(seed, training_seed(model_path))`, as the analyses' random-init
+    floor of seed `seed` is) and the same tokenizer: the random-weights baseline of Hewitt & Liang
+    2019 / Tenney et al. 2019a, probed like any model. Its card's "seed" is the seed drawn. Returns the
+    new checkpoint folder."""
     model, tokenizer = plmodels.load(model_path)
-    fresh = random_init_model(model, seed)
+    drawn = floor_seed(seed, training_seed(model_path))
+    fresh = random_init_model(model, drawn)
     card = {"data": "none (random initialisation)", "random_init_of": str(model_path),
-            "random_init_of_hash": plmodels.checkpoint_hash(model_path), "seed": seed, "steps": 0, "tokens": 0}
+            "random_init_of_hash": plmodels.checkpoint_hash(model_path), "seed": drawn, "steps": 0, "tokens": 0}
     return plmodels.save(fresh.eval(), tokenizer, out, card=card)

@@ -44,6 +44,9 @@ def test_emergence_table_one_row_per_checkpoint_and_score(encoder_run, tmp_path)
     metrics = json.loads((encoder_run / "metrics.jsonl").read_text().splitlines()[0])
     assert metrics["step"] == 0
     assert (tmp_path / "em" / "tables" / "emergence.parquet").is_file()
+    # the heads' random-init floor of every checkpoint: drawn under the run's seed 3 plus the heads' seed 0
+    drawn = {json.loads(f.read_text())["random_init_seed"] for f in (tmp_path / "em").rglob("heads_run.json")}
+    assert drawn == {3}
     write_analysis_figures("emergence", out, tmp_path / "em")   # what `workbench emergence` draws
     page = (tmp_path / "em" / "emergence.html").read_text()
     assert "<script src=" not in page and "Plotly.newPlot" in page   # self-contained: opens offline

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import plmodels
+from plmodels.checkpoint import random_init_model
 from plmodels.encoder import Encoder, EncoderConfig
 from plmodels.tokenizer import Tokenizer
 from probes.arcs import ArcProbe
@@ -300,3 +301,26 @@ def test_random_init_mode_equals_probing_the_saved_random_init_checkpoint(ckpt, 
     own = got[(got["mode"] == "single") & (got["seed"] == 1)].set_index(["layer", "metric"])["value"].sort_index()
     assert not np.allclose(own.to_numpy(), ri[ri["seed"] == 1].set_index(["layer", "metric"])["value"]
                            .sort_index().to_numpy())
+
+
+@pytest.mark.slow
+def test_the_random_init_floor_is_drawn_under_the_checkpoints_training_seed(ckpt, tmp_path):
+    """Two checkpoints of one architecture pretrained under seeds t = 0 and 1 (their cards say so), probed
+    with seed s = 1, get the floors `random_init_model(model, t + s)`: seed 1 for t = 0 (today's floor,
+    the probe seed's own) and seed 2 for t = 1, so the two floors differ. The run record names the seeds."""
+    model, tok = plmodels.load(ckpt)
+    cfg = {**CFG, "tasks": ["pos"], "modes": ["random_init"], "seeds": [1], "layers": [1], "n_boot": 0,
+           "max_train_targets": 100, "max_eval_targets": 50, "max_epochs": 1}
+    floors = {}
+    for t in (0, 1):
+        path = plmodels.save(model, tok, tmp_path / f"trained-s{t}", card={"seed": t})
+        got = probe_model(path, out_dir=tmp_path / f"p{t}", config=cfg, progress=False)["probing"]
+        floors[t] = got[got["mode"] == "random_init"].set_index(["layer", "metric"])["value"].sort_index()
+        assert json.loads((tmp_path / f"p{t}" / "probe_run.json").read_text())["random_init_seeds"] == {"1": t + 1}
+    for t in (0, 1):  # pinned against the network drawn directly, probed as a plain model
+        fresh = plmodels.save(random_init_model(model, t + 1), tok, tmp_path / f"fresh{t + 1}")
+        ref = probe_model(fresh, out_dir=tmp_path / f"r{t}", config={**cfg, "modes": ["single"]},
+                          progress=False)["probing"]
+        ref = ref[ref["mode"] == "single"].set_index(["layer", "metric"])["value"].sort_index()
+        pd.testing.assert_series_equal(floors[t], ref, rtol=1e-6)
+    assert not np.allclose(floors[0].to_numpy(), floors[1].to_numpy())

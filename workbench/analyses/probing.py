@@ -332,7 +332,8 @@ def probe_task(train: TaskSplit, test: TaskSplit, cfg: ProbeRunConfig, layers: l
 def random_init_scores(random_init: Mapping[int, tuple[TaskSplit, TaskSplit]], layers: list[int],
                        common: dict, items_out: dict | None = None) -> pd.DataFrame:
     """Mode "random_init" rows: per probe seed s, the probe per layer on the splits of the random-init
-    model of seed s (`random_init[s]`), as `per_layer_scores` scores the model's own ("single").
+    model drawn for probe seed s (`random_init[s]`: under the checkpoint's training seed + s,
+    `plmodels.checkpoint.floor_seed`), as `per_layer_scores` scores the model's own ("single").
     `items_out` receives each fit's per-item test counts under ("random_init", layer, seed): the same
     test items as the model's (same records, tokenizer and cap), so the zoo can resample the floor and
     choose its best layer on held-out items as it does the model's."""

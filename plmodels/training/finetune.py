@@ -41,7 +41,7 @@ from torch import nn
 
 import plmodels
 from plmodels import recipes
-from plmodels.checkpoint import CheckpointError, check_weights, read_meta
+from plmodels.checkpoint import CheckpointError, check_weights, read_meta, training_seed
 from plmodels.config import Config, merge
 from plmodels.families import family_of
 from plmodels.files import save_safetensors, write_json_atomic
@@ -334,6 +334,9 @@ def finetune(config, out_dir: str | Path, overrides: dict | None = None, *, data
             "base": str(cfg.base), "base_hash": plmodels.checkpoint_hash(cfg.base), "config": asdict(cfg)}
     card = {"finetuned": {k: info[k] for k in ("task", "mode", "dev_metrics", "base_hash")},
             "metrics": {f"{cfg.task}_dev_accuracy": result["dev_acc"]}}
+    pretrained_under = training_seed(cfg.base)   # the base's: its random-init floor is the finetuned one's too
+    if pretrained_under is not None:
+        card["seed"] = pretrained_under
     plmodels.save(clf.base, tok, out_dir, card=card)
     save_safetensors({k: v.contiguous() for k, v in clf.head.state_dict().items()}, out_dir / HEAD_FILE)
     write_json_atomic(out_dir / INFO_FILE, info)

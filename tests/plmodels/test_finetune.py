@@ -7,7 +7,7 @@ import torch
 from safetensors.torch import load_file
 
 import plmodels
-from plmodels.checkpoint import build_model
+from plmodels.checkpoint import build_model, training_seed
 from plmodels.families import preset
 from plmodels.tokenizer import Tokenizer
 from plmodels.training.finetune import FinetuneConfig, TaskData, finetune, load_classifier, load_finetune_config
@@ -37,7 +37,7 @@ def base(request, tmp_path_factory):
     if kind == "encoder":
         fields["pad_token_id"] = tok.pad_id
     path = tmp_path_factory.mktemp("base") / kind
-    plmodels.save(build_model(kind, fields), tok, path)
+    plmodels.save(build_model(kind, fields), tok, path, card={"seed": 3})   # as pretrained under seed 3
     return path
 
 
@@ -79,6 +79,8 @@ def test_token_classification_frozen_beats_chance(base, tmp_path):
     out = finetune(_cfg(base, "pos", "frozen", epochs=10), tmp_path / "pos", data=data)
     acc = json.loads((out / "finetune.json").read_text())["dev_metrics"]["accuracy"]
     assert acc > 0.9  # majority class (FILL) is ~85%; word identity is linearly readable
+    # the finetuned card keeps its base's pretraining seed, so its random-init floor is the base's
+    assert training_seed(out) == training_seed(base) == 3
 
 
 def test_head_lr_trains_the_head_at_its_own_rate(base, tmp_path):

@@ -28,7 +28,7 @@ import pandas as pd
 import torch
 
 import plmodels
-from plmodels.checkpoint import random_init_model
+from plmodels.checkpoint import floor_seed, random_init_model, training_seed
 from probes.das import DistributedAlignmentSearch, InterchangePairs, whole_site_hits
 from probes.mediation import bootstrap_rows
 from probes.patching import Site
@@ -70,7 +70,7 @@ def run(model_path: str, n_per_template: int, layers: list[int] | None, position
         tr, te = np.sort(order[: n // 2]), np.sort(order[n // 2:])
         train, test = pairs.take(np.r_[tr, tr + n]), pairs.take(np.r_[te, te + n])
         y_tr, y_te = y[np.r_[tr, tr + n]], y[np.r_[te, te + n]]
-        models = {"trained": model, "random_init": random_init_model(model, seed)}
+        models = {"trained": model, "random_init": random_init_model(model, floor_seed(seed, training_seed(model_path)))}
         n_layers = len([h for h in model.hook_names() if h.endswith(".resid_post") and h.startswith("blocks.")])
         for variant, m in models.items():
             with torch.no_grad():

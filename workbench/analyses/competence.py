@@ -69,9 +69,9 @@ def competence_table(run_folder: str | Path, model: str, eval_sequences: int | N
     folder = run / "final" if (run / "final" / "config.json").is_file() else run
     net, _ = plmodels.load(folder)
     scores = ev.evaluator(net.eval(), autocast=False)
-    own = ("lm_loss", "lm_acc") if read_card(folder).lm_head_trained else ()
+    kept = ("lm_loss", "lm_acc", "unigram_loss") if read_card(folder).lm_head_trained else ("unigram_loss",)
     rows = [(k, scores[m]) for k, m in (("lm_loss", "loss"), ("lm_acc", "acc"), ("unigram_loss", "unigram_loss"))
-            if m in scores and (k in own or k == "unigram_loss")]
+            if m in scores and k in kept]
     n = int(sum(int((b.labels != IGNORE_INDEX).sum()) for b in ev.evaluator.batches))
     context = BIGRAM_CONTEXT.get(ev.kind)
     if context is not None:

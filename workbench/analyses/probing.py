@@ -520,7 +520,8 @@ def probe_model(model_path: str | Path, tasks: Sequence[str] | None = None, out_
     model_name = model_name or default_model_name(model_path)
     model_id = plmodels.checkpoint_hash(model_path)
     # the random-init floor of probe seed s is drawn under floor_seed(s, the checkpoint's pretraining seed)
-    floor_seeds = {s: floor_seed(s, training_seed(model_path)) for s in cfg.seeds}
+    trained_under = training_seed(model_path)
+    floor_seeds = {s: floor_seed(s, trained_under) for s in cfg.seeds}
     base_model = model
     if cfg.stack == "decoder":  # a seq2seq's decoder, teacher-forced on the sentence itself
         if not family_of(model).cross_attention:

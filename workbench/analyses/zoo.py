@@ -300,25 +300,19 @@ def probing_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]]
     kw = dict(n_boot=n_boot, seed=seed)
     stats, comps = [], []
     for task in sorted(items["task"].unique()):
+        of_task = items[items["task"] == task]   # filtered once: every array below is one task's
         best: dict[str, np.ndarray] = {}
         cumulative: dict[str, tuple[np.ndarray, list[int]]] = {}
         for system, seeds in systems.items():
             models = [model_name(system, s) for s in seeds]
-            if not set(models) <= set(items["model"]):
+            if not set(models) <= set(of_task["model"]):
                 continue
-            single, layers = item_arrays(items, models, task, "single")
-            curve = layer_curve(single, METRIC, **kw)
-            items_curve = layer_curve(single, METRIC, resample_seeds=False, **kw)
-            stats += [_row("layer_score", task, system, l, iv, it, "multi-bootstrap")
-                      for l, iv, it in zip(layers, curve, items_curve)]
-            layer, best[system] = held_out_best(single, METRIC)
-            stats.append(_row("best_layer_score", task, system, layers[layer] if layer >= 0 else -1,
-                              multi_bootstrap(best[system], METRIC, **kw),
-                              multi_bootstrap(best[system], METRIC, resample_seeds=False, **kw), "multi-bootstrap"))
-            s, c = probing_floors(items, models, task, system, best[system], **kw)
-            stats, comps = stats + s, comps + c
-            if ((items["task"] == task) & (items["mode"] == "cumulative")).any():  # not structural tasks
-                cum, cum_layers = item_arrays(items, models, task, "cumulative")
+            single, layers = item_arrays(of_task, models, task, "single")
+            rows, best[system] = _layer_rows(single, layers, "", task, system, kw)
+            s, c = probing_floors(of_task, models, task, system, best[system], **kw)
+            stats, comps = stats + rows + s, comps + c
+            if (of_task["mode"] == "cumulative").any():  # not structural tasks
+                cum, cum_layers = item_arrays(of_task, models, task, "cumulative")
                 cumulative[system] = cum, cum_layers
                 stats.append(_row("e_delta", task, system, -1,
                                   expected_layer_delta(cum, METRIC, layer_ids=cum_layers, **kw),
@@ -332,6 +326,26 @@ def probing_statistics(items: pd.DataFrame, systems: Mapping[str, Sequence[int]]
             comps.append(_cmp_row("e_delta", task, a, b, compare_e_delta(ca, cb, METRIC, la, lb, **kw),
                                   "multi-bootstrap"))
     return stats, comps
+
+
+def _best_row(statistic: str, task: str, system: str, layer: int, items: np.ndarray, kw: dict) -> dict:
+    """A zoo_stats row of per-item counts (S, N, 4) with their multi-bootstrap and items-only intervals."""
+    return _row(statistic, task, system, layer, multi_bootstrap(items, METRIC, **kw),
+                multi_bootstrap(items, METRIC, resample_seeds=False, **kw), "multi-bootstrap")
+
+
+def _layer_rows(arrays: np.ndarray, layers: list[int], suffix: str, task: str, system: str,
+                kw: dict) -> tuple[list[dict], np.ndarray]:
+    """The "layer_score<suffix>" row of every layer of `arrays` (S, L, N, 4) and its "best_layer_score<suffix>"
+    row, the layer chosen on held-out items (`held_out_best`; -1 when the halves disagree), with those
+    cross-fitted items (S, N, 4): a system's (suffix "") and its untrained architecture's alike."""
+    curve = layer_curve(arrays, METRIC, **kw)
+    items_curve = layer_curve(arrays, METRIC, resample_seeds=False, **kw)
+    rows = [_row("layer_score" + suffix, task, system, l, iv, it, "multi-bootstrap")
+            for l, iv, it in zip(layers, curve, items_curve)]
+    layer, best = held_out_best(arrays, METRIC)
+    rows.append(_best_row("best_layer_score" + suffix, task, system, layers[layer] if layer >= 0 else -1, best, kw))
+    return rows, best
 
 
 PROBING_FLOORS = ("random_init", "chain", "position", "random_tree")   # probe_items modes a system is set beside
@@ -356,16 +370,11 @@ def probing_floors(items: pd.DataFrame, models: Sequence[str], task: str, system
             raise ValueError(f"task {task}, {system}: the {floor} floor scored {arrays.shape[2]} items, the system "
                              f"{best.shape[1]}: a floor must stand on the system's items")
         if floor == "random_init":
-            curve = layer_curve(arrays, METRIC, **kw)
-            items_curve = layer_curve(arrays, METRIC, resample_seeds=False, **kw)
-            stats += [_row("layer_score_floor:random_init", task, system, l, iv, it, "multi-bootstrap")
-                      for l, iv, it in zip(layers, curve, items_curve)]
-            layer, scores = held_out_best(arrays, METRIC)
-            layer = layers[layer] if layer >= 0 else -1
-        else:
-            layer, scores = -1, arrays[:, 0]
-        stats.append(_row(f"best_layer_score_floor:{floor}", task, system, layer, multi_bootstrap(scores, METRIC, **kw),
-                          multi_bootstrap(scores, METRIC, resample_seeds=False, **kw), "multi-bootstrap"))
+            rows, scores = _layer_rows(arrays, layers, "_floor:random_init", task, system, kw)
+        else:   # a model-free tree: one layer, -1
+            scores = arrays[:, 0]
+            rows = [_best_row(f"best_layer_score_floor:{floor}", task, system, -1, scores, kw)]
+        stats += rows
         comps.append(_cmp_row("best_layer_score", task, system, f"floor:{floor}",
                               compare(best, scores, METRIC, **kw), "multi-bootstrap"))
     return stats, comps
